@@ -1,0 +1,155 @@
+// The one error catalogue. Every failure that crosses a module or process
+// boundary is a StrataError with a stable `code`; callers match on `code`,
+// never on message text or class identity (classes do not survive RPC).
+// 3FS status names are used where 3FS has one; errno names where the error is
+// meant for the FUSE/POSIX boundary.
+
+export interface ErrorSpec {
+  /** Client may retry the same request (possibly after a routing refresh). */
+  readonly retryable: boolean
+  /** errno name used when this error reaches a POSIX boundary. */
+  readonly errno: string
+  readonly summary: string
+}
+
+function spec(retryable: boolean, errno: string, summary: string): ErrorSpec {
+  return { retryable, errno, summary }
+}
+
+export const ERRORS = {
+  // --- generic
+  INVALID_ARGUMENT: spec(false, 'EINVAL', 'a request argument is invalid'),
+  NOT_FOUND: spec(false, 'ENOENT', 'the named object does not exist'),
+  ALREADY_EXISTS: spec(false, 'EEXIST', 'the named object already exists'),
+  NOT_IMPLEMENTED: spec(false, 'ENOSYS', 'the operation is not supported'),
+  INTERNAL: spec(false, 'EIO', 'an internal invariant was violated'),
+  IO_ERROR: spec(true, 'EIO', 'a local disk operation failed'),
+  NO_SPACE: spec(false, 'ENOSPC', 'the disk is full'),
+  CLOSED: spec(false, 'ESHUTDOWN', 'the object was closed'),
+  CANCELLED: spec(false, 'EINTR', 'the operation was cancelled'),
+  TIMEOUT: spec(true, 'ETIMEDOUT', 'the deadline passed before a reply arrived'),
+  BAD_CONFIG: spec(false, 'EINVAL', 'configuration is invalid'),
+  CLUSTER_NOT_FOUND: spec(false, 'ENOENT', 'no cluster description at the given directory'),
+  CLUSTER_RUNNING: spec(false, 'EBUSY', 'a cluster is already running in that directory'),
+
+  // --- RPC transport (3FS RPC status names)
+  RPC_CONNECT_FAILED: spec(true, 'ECONNREFUSED', 'could not connect to the peer'),
+  RPC_SEND_FAILED: spec(true, 'EPIPE', 'the connection broke before the request was sent'),
+  RPC_CONNECTION_CLOSED: spec(true, 'ECONNRESET', 'the connection closed before a reply arrived'),
+  RPC_FRAME_TOO_LARGE: spec(false, 'EMSGSIZE', 'a frame exceeds the configured maximum size'),
+  RPC_BAD_FRAME: spec(false, 'EPROTO', 'a frame could not be decoded'),
+  RPC_UNKNOWN_SERVICE: spec(false, 'ENOSYS', 'no such service on the peer'),
+  RPC_UNKNOWN_METHOD: spec(false, 'ENOSYS', 'no such method on the peer'),
+  RPC_FAULT_INJECTED: spec(true, 'EIO', 'a test fault hook failed the request'),
+
+  // --- mgmtd
+  MGMTD_NOT_PRIMARY: spec(true, 'EAGAIN', 'this mgmtd is not the primary'),
+  MGMTD_NODE_NOT_FOUND: spec(false, 'ENOENT', 'the node is not registered'),
+  MGMTD_NODE_DISABLED: spec(false, 'EPERM', 'the node is disabled'),
+  MGMTD_STALE_HEARTBEAT: spec(false, 'ESTALE', 'heartbeat version is older than the last one seen'),
+  MGMTD_CLOCK_SKEW: spec(false, 'EINVAL', 'heartbeat clock differs too much from mgmtd'),
+  MGMTD_CHAIN_NOT_FOUND: spec(false, 'ENOENT', 'no such chain'),
+  MGMTD_CHAIN_TABLE_NOT_FOUND: spec(false, 'ENOENT', 'no such chain table'),
+  MGMTD_TARGET_NOT_FOUND: spec(false, 'ENOENT', 'no such target'),
+  MGMTD_TARGET_EXISTED: spec(false, 'EEXIST', 'the target already exists'),
+  MGMTD_INVALID_CHAIN: spec(false, 'EINVAL', 'the chain definition is invalid'),
+  MGMTD_NOT_INITIALIZED: spec(false, 'EINVAL', 'the cluster was not initialized'),
+  MGMTD_ALREADY_INITIALIZED: spec(false, 'EEXIST', 'the cluster was already initialized'),
+  MGMTD_REFUSED: spec(false, 'EPERM', 'the operation would leave a chain without a serving replica'),
+  MGMTD_CLIENT_SESSION_NOT_FOUND: spec(false, 'ENOENT', 'no such client session'),
+
+  // --- storage / CRAQ (3FS StorageClient/StorageServer status names)
+  ROUTING_VERSION_MISMATCH: spec(true, 'EAGAIN', 'the request carries a different chain version than the target'),
+  CHAIN_VERSION_MISMATCH: spec(true, 'EAGAIN', 'the successor runs a newer chain version'),
+  ROUTING_ERROR: spec(true, 'EAGAIN', 'the request was sent to a target that does not serve this role'),
+  TARGET_OFFLINE: spec(true, 'EAGAIN', 'the target is offline'),
+  TARGET_NOT_FOUND: spec(true, 'EAGAIN', 'no such target on this storage node'),
+  TARGET_STATE_INVALID: spec(true, 'EAGAIN', 'the target is not up to date'),
+  CHUNK_NOT_FOUND: spec(false, 'ENOENT', 'the chunk does not exist'),
+  CHUNK_NOT_COMMIT: spec(true, 'EAGAIN', 'the chunk has an uncommitted update'),
+  CHUNK_NOT_CLEAN: spec(false, 'EIO', 'the chunk was left dirty by a torn write'),
+  CHUNK_COMMITTED_UPDATE: spec(false, 'EIO', 'the forwarded update is already committed'),
+  CHUNK_STALE_UPDATE: spec(false, 'EIO', 'the forwarded update is older than the pending one'),
+  CHUNK_MISSING_UPDATE: spec(true, 'EIO', 'an update between the local version and the forwarded one is missing'),
+  CHUNK_ADVANCE_UPDATE: spec(true, 'EAGAIN', 'a pending update already exists for this chunk'),
+  CHUNK_STALE_COMMIT: spec(false, 'EIO', 'the commit is older than the committed version'),
+  CHUNK_SIZE_MISMATCH: spec(false, 'EINVAL', 'the chunk size differs from the stored chunk'),
+  CHUNK_INVALID_RANGE: spec(false, 'EINVAL', 'offset and length fall outside the chunk'),
+  CHUNK_VERSION_FENCED: spec(false, 'EIO', 'the request chain version is older than the chunk committed under'),
+  CHECKSUM_MISMATCH: spec(false, 'EIO', 'data does not match its checksum'),
+  DUPLICATE_UPDATE: spec(false, 'EIO', 'the update sequence number was already used on this channel'),
+  CHANNEL_IS_LOCKED: spec(true, 'EAGAIN', 'another update on this channel is in flight'),
+  SYNC_REFUSED: spec(true, 'EAGAIN', 'the successor is not in a state that accepts a sync'),
+  NO_SUCCESSOR: spec(true, 'EAGAIN', 'the chain has no serving replica to forward to'),
+  CHAIN_UNAVAILABLE: spec(true, 'EAGAIN', 'the chain has no serving target'),
+  READ_ONLY: spec(false, 'EROFS', 'the target refuses writes'),
+} as const satisfies Record<string, ErrorSpec>
+
+export type ErrorCode = keyof typeof ERRORS
+
+export interface WireError {
+  code: string
+  message: string
+}
+
+export class StrataError extends Error {
+  readonly code: ErrorCode
+  /** Extra structured detail that travels over RPC (must be msgpack-able). */
+  readonly detail?: Record<string, unknown>
+
+  constructor(code: ErrorCode, message?: string, options?: { cause?: unknown; detail?: Record<string, unknown> }) {
+    super(`${code}: ${message ?? ERRORS[code].summary}`, options?.cause === undefined ? undefined : { cause: options.cause })
+    this.name = 'StrataError'
+    this.code = code
+    if (options?.detail) this.detail = options.detail
+  }
+
+  get retryable(): boolean {
+    return ERRORS[this.code].retryable
+  }
+
+  get errno(): string {
+    return ERRORS[this.code].errno
+  }
+
+  /** The bare message without the code prefix. */
+  get reason(): string {
+    const prefix = `${this.code}: `
+    return this.message.startsWith(prefix) ? this.message.slice(prefix.length) : this.message
+  }
+
+  toWire(): WireError & { detail?: Record<string, unknown> } {
+    return this.detail ? { code: this.code, message: this.reason, detail: this.detail } : { code: this.code, message: this.reason }
+  }
+
+  static fromWire(w: WireError & { detail?: Record<string, unknown> }): StrataError {
+    const code = isErrorCode(w.code) ? w.code : 'INTERNAL'
+    const msg = isErrorCode(w.code) ? w.message : `${w.code}: ${w.message}`
+    return new StrataError(code, msg, w.detail ? { detail: w.detail } : undefined)
+  }
+}
+
+export function isErrorCode(code: unknown): code is ErrorCode {
+  return typeof code === 'string' && Object.prototype.hasOwnProperty.call(ERRORS, code)
+}
+
+export function isStrataError(e: unknown, code?: ErrorCode | readonly ErrorCode[]): e is StrataError {
+  if (!(e instanceof StrataError)) return false
+  if (code === undefined) return true
+  return typeof code === 'string' ? e.code === code : code.includes(e.code)
+}
+
+export function isRetryable(e: unknown): boolean {
+  return e instanceof StrataError && e.retryable
+}
+
+/** Turns any thrown value into a StrataError, keeping the original as `cause`. */
+export function toStrataError(e: unknown, fallback: ErrorCode = 'INTERNAL'): StrataError {
+  if (e instanceof StrataError) return e
+  const ne = e as NodeJS.ErrnoException
+  if (ne && typeof ne.code === 'string') {
+    if (ne.code === 'ENOSPC' || ne.code === 'EDQUOT') return new StrataError('NO_SPACE', ne.message, { cause: e })
+    if (ne.code === 'EIO' || ne.code === 'EROFS') return new StrataError('IO_ERROR', ne.message, { cause: e })
+  }
+  return new StrataError(fallback, e instanceof Error ? e.message : String(e), { cause: e })
+}

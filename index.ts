@@ -1,0 +1,2 @@
+// Package entry point: the public surface of Strata.
+export * from './fs/common/index.js'

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Brings a fresh clone to a runnable state: Debian packages, npm dependencies,
+# TypeScript and native builds. Every step checks before it acts, so a second
+# run on a ready machine takes a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+say() { echo "[setup] $*" >&2; }
+
+# Debian packages the build, tests, demo and benchmarks use.
+APT_PACKAGES=(python3 make g++ util-linux procps)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" != 0 ]; then say "need root to apt-get install ${missing[*]}"; exit 1; fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+# npm ci when node_modules is missing or was installed from another lockfile.
+lock_hash=$(sha256sum package-lock.json | cut -d' ' -f1)
+stamp=node_modules/.strata-lock-hash
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_hash" ]; then
+  say "installing npm dependencies (npm ci)"
+  # Install scripts are skipped on purpose: npm 11 may refuse them anyway, every
+  # dependency we use ships a prebuilt binary, and our own native code is built
+  # explicitly below.
+  npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2
+  echo "$lock_hash" > "$stamp"
+fi
+
+bash scripts/build.sh
