@@ -1,0 +1,5 @@
+export { RpcServer, type Handler, type RequestContext, type RpcServerOptions } from './server.js'
+export { RpcClient, parseAddress, type CallOptions, type RpcClientOptions } from './client.js'
+export { withRetry, type RetryOptions } from './retry.js'
+export { FaultRegistry, type FaultSpec, type FaultKind, type InstalledFault } from './faults.js'
+export { DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encodeFrame, decodeEnvelope, type Envelope } from './frame.js'

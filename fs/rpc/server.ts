@@ -1,0 +1,179 @@
+// RPC server: services are tables of method id → handler. Every server also
+// carries the Core service (echo, stats, fault hooks, shutdown), so any daemon
+// can be probed and perturbed by tests over the same transport.
+
+import net from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { StrataError, toStrataError } from '../common/errors.js'
+import { CoreMethod, ServiceId, methodName } from '../common/services.js'
+import { Connection, type IncomingRequest } from './connection.js'
+import { DEFAULT_MAX_FRAME_BYTES, FLAG_RESPONSE, type Envelope } from './frame.js'
+import { FaultRegistry, type FaultSpec } from './faults.js'
+
+export interface RequestContext {
+  peer: string
+  service: number
+  method: number
+  /** aborted when the caller cancels, its deadline passes, or the connection drops */
+  signal: AbortSignal
+}
+
+export type Handler = (payload: any, ctx: RequestContext) => unknown | Promise<unknown>
+
+export interface RpcServerOptions {
+  maxFrameBytes?: number
+  /** name used in logs and Core.echo */
+  name?: string
+  /** called by Core.shutdown; the daemon decides how to stop */
+  onShutdown?: () => void
+  /** called by Core.getConfig */
+  getConfig?: () => unknown
+  /** extra counters merged into Core.stats */
+  getStats?: () => Record<string, unknown>
+}
+
+interface MethodStats {
+  calls: number
+  errors: number
+  totalMs: number
+}
+
+export class RpcServer {
+  readonly faults = new FaultRegistry()
+  private readonly services = new Map<number, Map<number, Handler>>()
+  private readonly conns = new Set<Connection>()
+  private readonly running = new Map<Connection, Map<number, AbortController>>()
+  private readonly stats = new Map<string, MethodStats>()
+  private server: net.Server | null = null
+  private closing: Promise<void> | null = null
+  private readonly maxFrameBytes: number
+  address = ''
+
+  constructor(opts: RpcServerOptions = {}) {
+    this.maxFrameBytes = opts.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
+    this.addService(ServiceId.Core, {
+      [CoreMethod.echo]: (p: unknown) => ({ name: opts.name ?? '', pid: process.pid, payload: p }),
+      [CoreMethod.getConfig]: () => opts.getConfig?.() ?? null,
+      [CoreMethod.shutdown]: () => {
+        // answer first, then stop
+        setImmediate(() => opts.onShutdown?.())
+        return { ok: true }
+      },
+      [CoreMethod.setFault]: (p: FaultSpec) => this.faults.add(p),
+      [CoreMethod.clearFaults]: (p: { id?: number } | null) => ({ removed: this.faults.clear(p?.id) }),
+      [CoreMethod.listFaults]: () => ({ faults: this.faults.list() }),
+      [CoreMethod.stats]: () => ({ methods: Object.fromEntries(this.stats), connections: this.conns.size, ...(opts.getStats?.() ?? {}) }),
+    })
+  }
+
+  addService(serviceId: number, methods: Record<number, Handler>): void {
+    let table = this.services.get(serviceId)
+    if (!table) this.services.set(serviceId, (table = new Map()))
+    for (const [id, h] of Object.entries(methods)) table.set(Number(id), h)
+  }
+
+  async listen(port = 0, host = '127.0.0.1'): Promise<string> {
+    if (this.server) return this.address
+    const server = net.createServer((socket) => this.accept(socket))
+    this.server = server
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(port, host, () => {
+        server.off('error', reject)
+        resolve()
+      })
+    })
+    const a = server.address() as net.AddressInfo
+    this.address = `${host}:${a.port}`
+    return this.address
+  }
+
+  private accept(socket: net.Socket): void {
+    if (this.closing) {
+      socket.destroy()
+      return
+    }
+    const conn = new Connection(
+      socket,
+      this.maxFrameBytes,
+      (req) => void this.handle(req),
+      (c, id) => this.running.get(c)?.get(id)?.abort(new StrataError('CANCELLED', 'cancelled by caller')),
+    )
+    this.conns.add(conn)
+    this.running.set(conn, new Map())
+    conn.onClose((err) => {
+      this.conns.delete(conn)
+      const r = this.running.get(conn)
+      this.running.delete(conn)
+      if (r) for (const ac of r.values()) ac.abort(err)
+    })
+  }
+
+  private async handle({ env, conn }: IncomingRequest): Promise<void> {
+    const started = performance.now()
+    const key = methodName(env.service, env.method)
+    const ac = new AbortController()
+    const live = this.running.get(conn)
+    live?.set(env.id, ac)
+    let timer: NodeJS.Timeout | undefined
+    if (env.timeoutMs !== undefined && env.timeoutMs > 0) {
+      timer = setTimeout(() => ac.abort(new StrataError('TIMEOUT', `deadline of ${env.timeoutMs} ms passed`)), env.timeoutMs)
+      timer.unref()
+    }
+    let reply: Envelope
+    try {
+      const table = this.services.get(env.service)
+      if (!table) throw new StrataError('RPC_UNKNOWN_SERVICE', `service ${env.service} is not served here`)
+      const handler = table.get(env.method)
+      if (!handler) throw new StrataError('RPC_UNKNOWN_METHOD', `method ${env.method} of service ${env.service} is not served here`)
+      for (const action of this.faults.match(env.service, env.method)) {
+        if (action.kind === 'drop') return
+        if (action.kind === 'delay') await sleep(action.ms)
+        if (action.kind === 'fail') throw action.error
+      }
+      const payload = await handler(env.payload, { peer: conn.peer, service: env.service, method: env.method, signal: ac.signal })
+      reply = { id: env.id, service: env.service, method: env.method, flags: FLAG_RESPONSE, payload }
+    } catch (e) {
+      const err = toStrataError(e)
+      this.count(key, started, true)
+      reply = { id: env.id, service: env.service, method: env.method, flags: FLAG_RESPONSE, error: err.toWire() }
+    } finally {
+      if (timer) clearTimeout(timer)
+      live?.delete(env.id)
+    }
+    if (!reply.error) this.count(key, started, false)
+    if (conn.closed || ac.signal.aborted) return
+    try {
+      conn.send(reply)
+    } catch (e) {
+      const err = toStrataError(e)
+      if (err.code === 'RPC_FRAME_TOO_LARGE') {
+        // the reply is too big to send: tell the caller why instead of going silent
+        try {
+          conn.send({ id: env.id, service: env.service, method: env.method, flags: FLAG_RESPONSE, error: err.toWire() })
+        } catch {
+          // connection gone
+        }
+      }
+    }
+  }
+
+  private count(key: string, started: number, error: boolean): void {
+    let s = this.stats.get(key)
+    if (!s) this.stats.set(key, (s = { calls: 0, errors: 0, totalMs: 0 }))
+    s.calls++
+    if (error) s.errors++
+    s.totalMs += performance.now() - started
+  }
+
+  /** Stops accepting, drops every connection. Idempotent. */
+  close(): Promise<void> {
+    if (this.closing) return this.closing
+    this.closing = (async () => {
+      const server = this.server
+      for (const c of this.conns) c.close(new StrataError('CLOSED', 'server shutting down'))
+      if (server) await new Promise<void>((resolve) => server.close(() => resolve()))
+    })()
+    return this.closing
+  }
+}
