@@ -1,0 +1,42 @@
+// `strata daemon ROLE --config FILE`: runs one cluster process in the
+// foreground. `strata cluster up` starts these in the background; operators
+// may also run them under their own supervisor.
+import fs from 'node:fs'
+import type { Command } from 'commander'
+import { createLogger } from '../../fs/common/log.js'
+import { runDaemon } from '../../fs/common/daemon.js'
+import { StrataError } from '../../fs/common/errors.js'
+import { startMgmtd, type MgmtdConfig } from '../../fs/mgmtd/index.js'
+
+type Starter = (config: any, log: ReturnType<typeof createLogger>) => Promise<{ close(): Promise<void> }>
+
+const roles: Record<string, () => Promise<Starter>> = {
+  mgmtd: async () => (c: MgmtdConfig, log) => startMgmtd(c, log),
+}
+
+/** Later parts add their roles here (storage, meta, fuse, sandbox daemon). */
+export function addDaemonRole(name: string, load: () => Promise<Starter>): void {
+  roles[name] = load
+}
+
+export function registerDaemonCommand(program: Command): void {
+  program
+    .command('daemon')
+    .description('run one cluster process in the foreground (roles: mgmtd, storage)')
+    .argument('<role>', 'which process to run')
+    .requiredOption('--config <file>', 'JSON config file of this process')
+    .option('--name <name>', 'name used in logs (default: the role)')
+    .action(async (role: string, opts: { config: string; name?: string }) => {
+      const load = roles[role]
+      if (!load) throw new StrataError('INVALID_ARGUMENT', `unknown role "${role}"; known: ${Object.keys(roles).join(', ')}`)
+      let config: unknown
+      try {
+        config = JSON.parse(fs.readFileSync(opts.config, 'utf8'))
+      } catch (e) {
+        throw new StrataError('BAD_CONFIG', `cannot read config ${opts.config}: ${(e as Error).message}`, { cause: e })
+      }
+      const log = createLogger(opts.name ?? role)
+      const start = await load()
+      await runDaemon(log, () => start(config, log))
+    })
+}

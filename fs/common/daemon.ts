@@ -1,0 +1,97 @@
+// Process lifecycle shared by every daemon: start, SIGTERM/SIGINT → orderly
+// close → exit 0; a second signal or a close that hangs exits hard. Unhandled
+// errors are logged and end the process with a non-zero code so the launcher
+// sees the crash instead of a half-alive node.
+
+import type { Logger } from './log.js'
+
+export interface Closable {
+  close(): Promise<void>
+}
+
+export async function runDaemon(log: Logger, start: () => Promise<Closable>, opts: { closeTimeoutMs?: number } = {}): Promise<void> {
+  let daemon: Closable | null = null
+  let stopping = false
+  const stop = async (why: string) => {
+    if (stopping) {
+      log.warn('second stop request; exiting now', { why })
+      process.exit(1)
+    }
+    stopping = true
+    log.info('stopping', { why })
+    const hard = setTimeout(() => {
+      log.error('close did not finish in time; exiting')
+      process.exit(1)
+    }, opts.closeTimeoutMs ?? 10_000)
+    hard.unref()
+    try {
+      await daemon?.close()
+      log.info('stopped')
+      process.exit(0)
+    } catch (e) {
+      log.error('close failed', { err: e })
+      process.exit(1)
+    }
+  }
+  process.on('SIGTERM', () => void stop('SIGTERM'))
+  process.on('SIGINT', () => void stop('SIGINT'))
+  process.on('uncaughtException', (e) => {
+    log.error('uncaught exception', { err: e, stack: e.stack })
+    process.exit(70)
+  })
+  process.on('unhandledRejection', (e) => {
+    log.error('unhandled rejection', { err: e, stack: (e as Error)?.stack })
+    process.exit(70)
+  })
+  try {
+    daemon = await start()
+  } catch (e) {
+    log.error('failed to start', { err: e, stack: (e as Error)?.stack })
+    process.exit(1)
+  }
+  if (!stopping) log.info('started', { pid: process.pid })
+}
+
+/** Runs fn every intervalMs without overlapping runs; errors go to the logger. */
+export function every(intervalMs: number, log: Logger, name: string, fn: () => Promise<void> | void): { stop(): void; kick(): void } {
+  let timer: NodeJS.Timeout | null = null
+  let running = false
+  let stopped = false
+  let again = false
+  const tick = async () => {
+    timer = null
+    if (stopped) return
+    if (running) {
+      again = true
+      return
+    }
+    running = true
+    try {
+      await fn()
+    } catch (e) {
+      log.warn(`${name} failed`, { err: e })
+    } finally {
+      running = false
+    }
+    if (stopped) return
+    if (again) {
+      again = false
+      timer = setTimeout(tick, 0)
+    } else timer = setTimeout(tick, intervalMs)
+  }
+  timer = setTimeout(tick, intervalMs)
+  return {
+    stop() {
+      stopped = true
+      if (timer) clearTimeout(timer)
+    },
+    kick() {
+      if (stopped) return
+      if (running) again = true
+      else {
+        if (timer) clearTimeout(timer)
+        timer = setTimeout(tick, 0)
+      }
+    },
+  }
+}

@@ -1,0 +1,193 @@
+import test from 'ava'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { spawn } from 'node:child_process'
+import { startMgmtd, MgmtdClient, type HeartbeatTarget } from '../../../fs/mgmtd/index.js'
+import { isStrataError } from '../../../fs/common/errors.js'
+import type { RoutingInfo } from '../../../fs/common/types.js'
+
+const timers = { heartbeatIntervalMs: 50, heartbeatFailIntervalMs: 400, chainUpdateIntervalMs: 30, newChainBootstrapMs: 400, clientSessionTimeoutMs: 300 }
+
+function tmp(t: any): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-mgmtd-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+async function until<T>(fn: () => Promise<T | undefined | false>, ms = 5000): Promise<T> {
+  const end = Date.now() + ms
+  for (;;) {
+    const v = await fn()
+    if (v) return v
+    if (Date.now() > end) throw new Error('condition not reached in time')
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+/** A fake-free storage node: a heartbeat loop reporting the given target states. */
+function heartbeater(client: MgmtdClient, nodeId: number, targets: () => HeartbeatTarget[]) {
+  let hb = Date.now()
+  let stopped = false
+  const loop = async () => {
+    while (!stopped) {
+      try {
+        await client.heartbeat({ nodeId, type: 'STORAGE', hbVersion: ++hb, timestamp: Date.now(), address: `127.0.0.1:${nodeId}`, hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't', targets: targets() })
+      } catch {
+        // mgmtd may be restarting
+      }
+      await new Promise((r) => setTimeout(r, 50))
+    }
+  }
+  void loop()
+  return () => {
+    stopped = true
+  }
+}
+
+const chainOf = (ri: RoutingInfo, id: number) => ri.chains[id]!
+
+test('chain state follows heartbeats: failure, sync, serving; versions bump only on change', async (t) => {
+  const dir = tmp(t)
+  const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
+  const client = new MgmtdClient({ addresses: [m.address] })
+  const stops: Array<() => void> = []
+  t.teardown(async () => {
+    stops.forEach((s) => s())
+    client.close()
+    await m.close()
+  })
+  const local: Record<number, 'ONLINE' | 'UPTODATE' | 'OFFLINE'> = { 101: 'ONLINE', 201: 'ONLINE', 301: 'ONLINE' }
+  const mk = (tid: number): HeartbeatTarget => ({ targetId: tid, localState: local[tid]!, chainId: 1, diskIndex: 0, usedSize: 0 })
+  stops.push(heartbeater(client, 10001, () => [mk(101)]))
+  const stop2 = heartbeater(client, 10002, () => [mk(201)])
+  stops.push(heartbeater(client, 10003, () => [mk(301)]))
+  await until(async () => (await client.refresh()).targets === undefined || Object.keys((await client.listClientSessions()).sessions).length >= 0)
+  await client.setChains({ chains: [{ chainId: 1, targets: [101, 201, 301] }] })
+  const tv = await client.setChainTable({ chainTableId: 1, chains: [1] })
+  t.is(tv.chainTableVersion, 1)
+  t.is((await client.setChainTable({ chainTableId: 1, chains: [1] })).chainTableVersion, 1, 'same table content: same version')
+  let ri = await client.refresh()
+  t.is(chainOf(ri, 1).chainVersion, 1)
+  t.deepEqual(chainOf(ri, 1).targets.map((x) => x.publicState), ['SERVING', 'SERVING', 'SERVING'])
+  // storage would now report UPTODATE
+  local[101] = local[201] = local[301] = 'UPTODATE'
+  await new Promise((r) => setTimeout(r, 300))
+  ri = await client.refresh()
+  t.is(chainOf(ri, 1).chainVersion, 1, 'no change, no bump')
+
+  // node 10002 stops heartbeating → its target goes OFFLINE and moves to the end
+  stop2()
+  ri = await until(async () => {
+    const r = await client.refresh()
+    return chainOf(r, 1).targets.at(-1)!.targetId === 201 && chainOf(r, 1).targets.at(-1)!.publicState === 'OFFLINE' ? r : undefined
+  })
+  t.deepEqual(chainOf(ri, 1).targets.map((x) => x.targetId), [101, 301, 201])
+  t.is(chainOf(ri, 1).chainVersion, 2)
+  t.is(ri.nodes[10002]!.status, 'HEARTBEAT_FAILED')
+
+  // it comes back ONLINE → SYNCING, then UPTODATE → SERVING
+  local[201] = 'ONLINE'
+  stops.push(heartbeater(client, 10002, () => [mk(201)]))
+  ri = await until(async () => {
+    const r = await client.refresh()
+    return chainOf(r, 1).targets.at(-1)!.publicState === 'SYNCING' ? r : undefined
+  })
+  t.is(chainOf(ri, 1).chainVersion, 3)
+  local[201] = 'UPTODATE'
+  ri = await until(async () => {
+    const r = await client.refresh()
+    return chainOf(r, 1).targets.every((x) => x.publicState === 'SERVING') ? r : undefined
+  })
+  t.is(chainOf(ri, 1).chainVersion, 4)
+  t.is(ri.nodes[10002]!.status, 'HEARTBEAT_CONNECTED')
+  t.is(ri.nodes[1]!.status, 'PRIMARY_MGMTD')
+})
+
+test('invalid requests are refused with codes', async (t) => {
+  const dir = tmp(t)
+  const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
+  const client = new MgmtdClient({ addresses: [m.address] })
+  t.teardown(async () => {
+    client.close()
+    await m.close()
+  })
+  await client.setChains({ chains: [{ chainId: 1, targets: [1, 2] }] })
+  t.true(isStrataError(await t.throwsAsync(client.setChains({ chains: [{ chainId: 2, targets: [2, 3] }] })), 'MGMTD_INVALID_CHAIN'), 'target reused')
+  t.true(isStrataError(await t.throwsAsync(client.setChains({ chains: [{ chainId: 3, targets: [4, 4] }] })), 'MGMTD_INVALID_CHAIN'), 'duplicate target')
+  t.true(isStrataError(await t.throwsAsync(client.setChains({ chains: [{ chainId: 1, targets: [1, 5] }] })), 'MGMTD_INVALID_CHAIN'), 'existing chain changed')
+  t.true(isStrataError(await t.throwsAsync(client.setChainTable({ chainTableId: 1, chains: [9] })), 'MGMTD_CHAIN_NOT_FOUND'))
+  t.true(isStrataError(await t.throwsAsync(client.initCluster({ chainTableId: 1, chunkSize: 1000, stripeSize: 1 })), 'INVALID_ARGUMENT'))
+  await client.initCluster({ chainTableId: 1, chunkSize: 65536, stripeSize: 2 })
+  t.true(isStrataError(await t.throwsAsync(client.initCluster({ chainTableId: 1, chunkSize: 65536, stripeSize: 2 })), 'MGMTD_ALREADY_INITIALIZED'))
+  const hb = { nodeId: 7, type: 'STORAGE' as const, hbVersion: 5, timestamp: Date.now(), address: 'x:1', hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't' }
+  await client.heartbeat(hb)
+  t.true(isStrataError(await t.throwsAsync(client.heartbeat(hb)), 'MGMTD_STALE_HEARTBEAT'))
+  t.true(isStrataError(await t.throwsAsync(client.heartbeat({ ...hb, hbVersion: 6, timestamp: Date.now() - 3_600_000 })), 'MGMTD_CLOCK_SKEW'))
+  t.true(isStrataError(await t.throwsAsync(client.heartbeat({ ...hb, hbVersion: 7, type: 'META' })), 'INVALID_ARGUMENT'))
+  await client.disableNode({ nodeId: 7 })
+  t.true(isStrataError(await t.throwsAsync(client.heartbeat({ ...hb, hbVersion: 8 })), 'MGMTD_NODE_DISABLED'))
+  t.is((await client.updateChain({ chainId: 1, targetId: 1, mode: 'remove' })).chainVersion, 2)
+  t.true(isStrataError(await t.throwsAsync(client.updateChain({ chainId: 1, targetId: 2, mode: 'remove' })), 'MGMTD_REFUSED'), 'only target')
+  t.true(isStrataError(await t.throwsAsync(client.updateChain({ chainId: 1, targetId: 2, mode: 'add' })), 'MGMTD_TARGET_EXISTED'))
+  t.true(isStrataError(await t.throwsAsync(client.updateChain({ chainId: 9, targetId: 2, mode: 'add' })), 'MGMTD_CHAIN_NOT_FOUND'))
+})
+
+test('restart continues the routing version and does not flap targets that keep heartbeating', async (t) => {
+  const dir = tmp(t)
+  let m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
+  const port = Number(m.address.split(':')[1])
+  const client = new MgmtdClient({ addresses: [m.address] })
+  const local = { 101: 'UPTODATE', 201: 'UPTODATE' } as const
+  const stops = [
+    heartbeater(client, 10001, () => [{ targetId: 101, localState: local[101], chainId: 1, diskIndex: 0, usedSize: 0 }]),
+    heartbeater(client, 10002, () => [{ targetId: 201, localState: local[201], chainId: 1, diskIndex: 0, usedSize: 0 }]),
+  ]
+  t.teardown(async () => {
+    stops.forEach((s) => s())
+    client.close()
+    await m.close()
+  })
+  await client.setChains({ chains: [{ chainId: 1, targets: [101, 201] }] })
+  await client.setChainTable({ chainTableId: 1, chains: [1] })
+  await new Promise((r) => setTimeout(r, 300))
+  const before = await client.refresh()
+  await m.close()
+  await new Promise((r) => setTimeout(r, 150)) // shorter than the fail interval
+  m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: `127.0.0.1:${port}`, timers })
+  await new Promise((r) => setTimeout(r, 1200)) // well past the fail interval
+  const after = await client.refresh()
+  t.true(after.routingInfoVersion >= before.routingInfoVersion, 'version continues')
+  t.deepEqual(after.chains[1], before.chains[1], 'chain unchanged: no flapping')
+  t.is(after.chainTables[1]![1]!.chains[0], 1)
+})
+
+test('real mgmtd process: SIGKILL and restart keeps state', async (t) => {
+  const dir = tmp(t)
+  const cfg = path.join(dir, 'mgmtd.json')
+  const probe = await startMgmtd({ nodeId: 1, dataDir: path.join(dir, 'probe'), listen: '127.0.0.1:0', timers })
+  const port = Number(probe.address.split(':')[1])
+  await probe.close()
+  fs.writeFileSync(cfg, JSON.stringify({ nodeId: 1, dataDir: path.join(dir, 'data'), listen: `127.0.0.1:${port}`, timers }))
+  const cli = path.resolve('bin/strata.js')
+  const spawnIt = () => spawn(process.execPath, [cli, 'daemon', 'mgmtd', '--config', cfg], { stdio: ['ignore', 'ignore', 'pipe'] })
+  let p = spawnIt()
+  t.teardown(() => {
+    p.kill('SIGKILL')
+  })
+  const client = new MgmtdClient({ addresses: [`127.0.0.1:${port}`] })
+  t.teardown(() => client.close())
+  await until(async () => client.clusterInfo().then(() => true, () => false))
+  await client.setChains({ chains: [{ chainId: 5, targets: [51] }] })
+  const v1 = (await client.refresh()).routingInfoVersion
+  p.kill('SIGKILL')
+  await new Promise((r) => p.once('exit', r))
+  p = spawnIt()
+  const ri = await until(async () => client.refresh().catch(() => undefined))
+  t.truthy(ri.chains[5])
+  t.true(ri.routingInfoVersion >= v1)
+  // SIGTERM is an orderly stop with exit code 0
+  p.kill('SIGTERM')
+  const code = await new Promise((r) => p.once('exit', (c) => r(c)))
+  t.is(code, 0)
+})
