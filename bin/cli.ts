@@ -3,6 +3,9 @@
 import { Command } from 'commander'
 import { RELEASE_VERSION } from '../fs/common/config.js'
 import { registerDaemonCommand } from './commands/daemon.js'
+import { registerClusterCommands } from './commands/cluster.js'
+import { registerAdminCommands } from './commands/admin.js'
+import { describeFailure } from './commands/output.js'
 
 const program = new Command()
 program
@@ -10,11 +13,19 @@ program
   .description('Strata: sandbox infrastructure on a 3FS-compatible distributed filesystem')
   .version(RELEASE_VERSION)
   .showHelpAfterError()
+  // program options only before the command, so subcommand options such as
+  // `admin list-chains -v/--version` are not taken for the program's --version
+  .enablePositionalOptions()
+  // usage errors throw instead of exiting, so they can exit with code 2
+  .exitOverride()
 
 registerDaemonCommand(program)
+registerClusterCommands(program)
+registerAdminCommands(program)
 
+// Errors print `strata: CODE: message` and exit 1; usage errors exit 2.
 program.parseAsync(process.argv).catch((e: unknown) => {
-  const err = e as { code?: string; message?: string }
-  process.stderr.write(`strata: ${err.message ?? String(e)}\n`)
-  process.exit(typeof err.code === 'string' && err.code.startsWith('commander.') ? 2 : 1)
+  const { message, exitCode } = describeFailure(e)
+  if (message) process.stderr.write(`${message}\n`)
+  process.exit(exitCode)
 })

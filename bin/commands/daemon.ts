@@ -7,11 +7,13 @@ import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError } from '../../fs/common/errors.js'
 import { startMgmtd, type MgmtdConfig } from '../../fs/mgmtd/index.js'
+import { startStorage, type StorageConfig } from '../../fs/storage/index.js'
 
 type Starter = (config: any, log: ReturnType<typeof createLogger>) => Promise<{ close(): Promise<void> }>
 
 const roles: Record<string, () => Promise<Starter>> = {
   mgmtd: async () => (c: MgmtdConfig, log) => startMgmtd(c, log),
+  storage: async () => (c: StorageConfig, log) => startStorage(c, log),
 }
 
 /** Later parts add their roles here (storage, meta, fuse, sandbox daemon). */

@@ -1,0 +1,375 @@
+// `strata admin <command>`: 3FS admin_cli commands with the same names,
+// arguments, CSV formats and column headers; `--json` prints records instead
+// of the table. The logic lives in fs/admin; this file parses and prints.
+import fs from 'node:fs'
+import type { Command } from 'commander'
+import {
+  CHAIN_TABLE_CSV_TEMPLATE,
+  CHAINS_CSV_TEMPLATE,
+  createTarget,
+  createTargets,
+  dumpChainTable,
+  dumpChains,
+  dumpChunkMeta,
+  getConfig,
+  initCluster,
+  listChainTables,
+  listChains,
+  listNodes,
+  listOrphans,
+  listTargets,
+  offlineTarget,
+  parseChainsCsv,
+  parseNodeType,
+  queryChunk,
+  registerNode,
+  removeTarget,
+  rotateLastSrv,
+  setConfig,
+  unregisterNode,
+  updateChain,
+  uploadChainTable,
+  uploadChains,
+  withAdminSession,
+  type AdminSession,
+} from '../../fs/admin/index.js'
+import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
+import { StrataError } from '../../fs/common/errors.js'
+import { choiceArg, intArg, intListArg, out, printAction, printJson, printListing, readInput, sizeArg, sizeListArg, UsageError } from './output.js'
+
+interface GlobalOpts {
+  cluster?: string
+  mgmtdAddress?: string
+  timeout?: number
+  json?: boolean
+}
+
+type Run = (s: AdminSession, json: boolean) => Promise<void>
+
+/** Opens a session from the global options, runs the command, closes it. */
+function session(cmd: Command, run: Run): Promise<void> {
+  const g = cmd.optsWithGlobals() as GlobalOpts
+  const mgmtdAddresses = g.mgmtdAddress ? g.mgmtdAddress.split(',').map((x) => x.trim()).filter(Boolean) : undefined
+  return withAdminSession(
+    { clusterDir: g.cluster ?? null, ...(mgmtdAddresses ? { mgmtdAddresses } : {}), ...(g.timeout ? { timeoutMs: g.timeout * 1000 } : {}) },
+    (s) => run(s, !!g.json),
+  )
+}
+
+const NODE_TYPE_CHOICES = [...NODE_TYPES, 'CLIENT_AGENT'] as const
+
+function nodeTypeArg(what: string): (v: string) => NodeType {
+  const pick = choiceArg(what, NODE_TYPE_CHOICES)
+  return (v: string) => parseNodeType(pick(v))
+}
+
+export function registerAdminCommands(program: Command): void {
+  const admin = program
+    .command('admin')
+    .description('3FS admin_cli commands against a cluster (same names, arguments, CSV formats and columns)')
+    .enablePositionalOptions(false)
+    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory')
+    .option('--timeout <seconds>', 'deadline of each RPC', intArg('--timeout', { min: 1 }), 10)
+    .option('--json', 'print JSON records instead of the table')
+    .addHelpText(
+      'after',
+      `
+Output is whitespace-aligned like admin_cli; --json (on any command) prints records.
+Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
+    )
+
+  // --- cluster and nodes
+
+  admin
+    .command('init-cluster')
+    .description('record the root layout defaults (chain table, chunk size, stripe size) and optional per-type configs')
+    .argument('<chainTableId>', 'chain table of the root directory layout', intArg('chainTableId', { min: 1 }))
+    .argument('<chunkSize>', 'default chunk size, a power of two (65536, 64K, 1M)', sizeArg('chunkSize'))
+    .argument('<stripeSize>', 'default number of chains a file stripes over', intArg('stripeSize', { min: 1 }))
+    .option('--mgmtd <file>', 'store this file as the MGMTD config (alias --mgmtd-config-path)')
+    .option('--meta <file>', 'store this file as the META config')
+    .option('--storage <file>', 'store this file as the STORAGE config')
+    .option('--fuse <file>', 'store this file as the FUSE config')
+    .option('--allow-config-existed', 'initialize again although the cluster was initialized')
+    .option('--skip-config-check', 'accepted for compatibility (configs are not validated)')
+    .option('--json', 'print JSON')
+    .action((chainTableId: number, chunkSize: number, stripeSize: number, o, cmd: Command) =>
+      session(cmd, async (s, json) => {
+        const r = await initCluster(s, { chainTableId, chunkSize, stripeSize, allowExisted: !!o.allowConfigExisted })
+        const configs: Array<{ nodeType: NodeType; configVersion: number }> = []
+        for (const [opt, type] of [
+          ['mgmtd', 'MGMTD'],
+          ['meta', 'META'],
+          ['storage', 'STORAGE'],
+          ['fuse', 'FUSE'],
+        ] as const) {
+          if (!o[opt]) continue
+          const cr = await setConfig(s, type, readInput(o[opt], `${type} config`))
+          configs.push(cr.result)
+          r.lines.push([`Init config for ${type} version ${cr.result.configVersion}`])
+        }
+        if (json) printJson({ ...r.result, configs })
+        else printAction(r, false)
+      }),
+    )
+
+  admin
+    .command('list-nodes')
+    .description('every node: Id Type Status Hostname Pid Tags LastHeartbeatTime ConfigVersion ReleaseVersion')
+    .option('--json', 'print JSON records')
+    .action((_o, cmd: Command) => session(cmd, async (s, json) => printListing(await listNodes(s), json)))
+
+  admin
+    .command('register-node')
+    .description('register a node id with a type before it first heartbeats')
+    .argument('<nodeId>', 'node id', intArg('nodeId', { min: 1 }))
+    .argument('<type>', `node type: ${NODE_TYPES.join(' | ')}`, nodeTypeArg('type'))
+    .option('--json', 'print JSON')
+    .action((nodeId: number, type: NodeType, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await registerNode(s, nodeId, type), json)))
+
+  admin
+    .command('unregister-node')
+    .description('forget a node that no longer heartbeats')
+    .argument('<nodeId>', 'node id', intArg('nodeId', { min: 1 }))
+    .option('--json', 'print JSON')
+    .action((nodeId: number, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await unregisterNode(s, nodeId), json)))
+
+  // --- targets
+
+  admin
+    .command('create-target')
+    .description('create one storage target on a storage node (StorageSerde createTarget)')
+    .requiredOption('--node-id <id>', 'storage node holding the target', intArg('--node-id', { min: 1 }))
+    .requiredOption('--disk-index <d>', 'disk index on that node', intArg('--disk-index'))
+    .requiredOption('--target-id <id>', 'target id', intArg('--target-id', { min: 1 }))
+    .requiredOption('--chain-id <id>', 'chain the target will serve', intArg('--chain-id', { min: 1 }))
+    .option('--chunk-size <sizes...>', 'chunk sizes the target prepares for (64K 1M …)', sizeListArg('--chunk-size'))
+    .option('--add-chunk-size', 'accepted for compatibility')
+    .option('--use-new-chunk-engine', 'accepted for compatibility (there is one engine)')
+    .option('--json', 'print JSON')
+    .action((o, cmd: Command) =>
+      session(cmd, async (s, json) =>
+        printAction(await createTarget(s, { nodeId: o.nodeId, diskIndex: o.diskIndex, targetId: o.targetId, chainId: o.chainId, ...(o.chunkSize ? { chunkSizes: o.chunkSize } : {}) }), json),
+      ),
+    )
+
+  admin
+    .command('create-targets')
+    .description("create all of a node's targets: per a chains CSV (ids decoded with the deploy formula), else per the cluster layout, else per routing info")
+    .requiredOption('--node-id <id>', 'storage node', intArg('--node-id', { min: 1 }))
+    .option('--disk-index <d...>', 'only these disk indexes', intListArg('--disk-index'))
+    .option('--chains <csv>', 'chains CSV (ChainId,TargetId,…) listing the targets')
+    .option('--chunk-size <sizes...>', 'chunk sizes the targets prepare for', sizeListArg('--chunk-size'))
+    .option('--allow-existing-target', 'accepted for compatibility (re-creating an existing target is a no-op)')
+    .option('--add-chunk-size', 'accepted for compatibility')
+    .option('--use-new-chunk-engine', 'accepted for compatibility')
+    .option('--json', 'print JSON')
+    .action((o, cmd: Command) =>
+      session(cmd, async (s, json) => {
+        const chains = o.chains ? parseChainsCsv(readInput(o.chains, 'chains CSV'), o.chains) : undefined
+        printAction(
+          await createTargets(s, {
+            nodeId: o.nodeId,
+            ...(o.diskIndex ? { diskIndexes: o.diskIndex } : {}),
+            ...(chains ? { chains } : {}),
+            ...(o.chunkSize ? { chunkSizes: o.chunkSize } : {}),
+          }),
+          json,
+        )
+      }),
+    )
+
+  admin
+    .command('list-targets')
+    .description('targets in chain order: TargetId ChainId Role PublicState LocalState NodeId DiskIndex UsedSize')
+    .option('-c, --chain-id <id>', 'only this chain', intArg('--chain-id', { min: 1 }))
+    .option('--orphan', 'targets that belong to no chain: TargetId LocalState NodeId DiskIndex UsedSize')
+    .option('--json', 'print JSON records')
+    .action((o, cmd: Command) =>
+      session(cmd, async (s, json) => {
+        if (o.orphan) return printListing(await listOrphans(s), json)
+        printListing(await listTargets(s, o.chainId !== undefined ? { chainId: o.chainId } : {}), json)
+      }),
+    )
+
+  admin
+    .command('offline-target')
+    .description('take a target offline on its storage node; refused for the only SERVING replica of a chain unless --force')
+    .requiredOption('--target-id <id>', 'target', intArg('--target-id', { min: 1 }))
+    .option('--node-id <id>', 'its storage node (default: from routing info)', intArg('--node-id', { min: 1 }))
+    .option('--force', 'also when it is the last SERVING replica (the chain becomes unavailable)')
+    .option('--json', 'print JSON')
+    .action((o, cmd: Command) =>
+      session(cmd, async (s, json) => printAction(await offlineTarget(s, { targetId: o.targetId, ...(o.nodeId ? { nodeId: o.nodeId } : {}), force: !!o.force }), json)),
+    )
+
+  admin
+    .command('remove-target')
+    .description('delete an OFFLINE target and its data from its storage node')
+    .requiredOption('--node-id <id>', 'storage node', intArg('--node-id', { min: 1 }))
+    .requiredOption('--target-id <id>', 'target', intArg('--target-id', { min: 1 }))
+    .option('--force', 'also when the chain still lists it as not OFFLINE')
+    .option('--json', 'print JSON')
+    .action((o, cmd: Command) => session(cmd, async (s, json) => printAction(await removeTarget(s, { nodeId: o.nodeId, targetId: o.targetId, force: !!o.force }), json)))
+
+  // --- chains and chain tables
+
+  admin
+    .command('upload-chains')
+    .description('create chains from a CSV with header ChainId,TargetId,TargetId… (one chain per line, head first)')
+    .argument('[csv-file-path]', 'the chains CSV (with -d: where to write the template; default stdout)')
+    .option('-d, --dump-template', 'write a template CSV instead of uploading')
+    .option('--set-preferred-target-order', 'record the CSV order as the preferred target order')
+    .option('--json', 'print JSON')
+    .action((file: string | undefined, o, cmd: Command) => {
+      if (o.dumpTemplate) return dumpTemplate(file, CHAINS_CSV_TEMPLATE)
+      if (!file) throw new UsageError('upload-chains needs <csv-file-path> (or -d to print a template)')
+      return session(cmd, async (s, json) => printAction(await uploadChains(s, readInput(file, 'chains CSV'), { source: file, setPreferredTargetOrder: !!o.setPreferredTargetOrder }), json))
+    })
+
+  admin
+    .command('upload-chain-table')
+    .description('upload a new version of a chain table from a CSV with header ChainId')
+    .argument('[tableId]', 'chain table id', intArg('tableId', { min: 1 }))
+    .argument('[csv-file-path]', 'the chain table CSV (with -d: where to write the template; default stdout)')
+    .option('-d, --dump-template', 'write a template CSV instead of uploading')
+    .option('--desc <text>', 'description stored with this version')
+    .option('--json', 'print JSON')
+    .action((tableId: number | undefined, file: string | undefined, o, cmd: Command) => {
+      if (o.dumpTemplate) return dumpTemplate(file, CHAIN_TABLE_CSV_TEMPLATE)
+      if (tableId === undefined || !file) throw new UsageError('upload-chain-table needs <tableId> <csv-file-path> (or -d to print a template)')
+      return session(cmd, async (s, json) => printAction(await uploadChainTable(s, tableId, readInput(file, 'chain table CSV'), { source: file, ...(o.desc !== undefined ? { desc: o.desc } : {}) }), json))
+    })
+
+  admin
+    .command('list-chains')
+    .description('chains: ChainId ChainTable ChainTableVersion ChainVersion Status PreferredOrder Target… (targets as id(PUBLIC-LOCAL), head first)')
+    .option('-t, --table-id <id>', 'only the chains of this chain table, in table order', intArg('--table-id', { min: 1 }))
+    .option('-v, --version <ver>', 'with -t: this table version (default latest)', intArg('--version', { min: 1 }))
+    .option('--json', 'print JSON records')
+    .action((o, cmd: Command) => {
+      if (o.version !== undefined && o.tableId === undefined) throw new UsageError('list-chains -v needs -t')
+      return session(cmd, async (s, json) =>
+        printListing(await listChains(s, { ...(o.tableId !== undefined ? { tableId: o.tableId } : {}), ...(o.version !== undefined ? { version: o.version } : {}) }), json),
+      )
+    })
+
+  admin
+    .command('list-chain-tables')
+    .description('every chain table version: ChainTableId ChainTableVersion ChainCount ReplicaCount Desc')
+    .option('--json', 'print JSON records')
+    .action((_o, cmd: Command) => session(cmd, async (s, json) => printListing(await listChainTables(s), json)))
+
+  admin
+    .command('update-chain')
+    .description('add a target to a chain (it joins OFFLINE and syncs) or remove one')
+    .argument('<chainId>', 'chain', intArg('chainId', { min: 1 }))
+    .argument('<targetId>', 'target', intArg('targetId', { min: 1 }))
+    .requiredOption('-m, --mode <mode>', 'add | remove', choiceArg('--mode', ['add', 'remove'] as const))
+    .option('--json', 'print JSON')
+    .action((chainId: number, targetId: number, o, cmd: Command) => session(cmd, async (s, json) => printAction(await updateChain(s, chainId, targetId, o.mode), json)))
+
+  admin
+    .command('rotate-lastsrv')
+    .description('when the LASTSRV target of a chain is lost for good, make the next target LASTSRV')
+    .argument('<chainId>', 'chain', intArg('chainId', { min: 1 }))
+    .option('--json', 'print JSON')
+    .action((chainId: number, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await rotateLastSrv(s, chainId), json)))
+
+  admin
+    .command('dump-chains')
+    .description('write the current chains as an upload-chains CSV (stdout without a file)')
+    .argument('[csv-file-path]', 'output file')
+    .action((file: string | undefined, _o, cmd: Command) => session(cmd, async (s) => writeOrPrint(file, await dumpChains(s))))
+
+  admin
+    .command('dump-chain-table')
+    .description('write a chain table version as an upload-chain-table CSV (stdout without a file)')
+    .argument('<tableId>', 'chain table', intArg('tableId', { min: 1 }))
+    .argument('[csv-file-path]', 'output file')
+    .option('-v, --version <ver>', 'table version (default latest)', intArg('--version', { min: 1 }))
+    .action((tableId: number, file: string | undefined, o, cmd: Command) => session(cmd, async (s) => writeOrPrint(file, await dumpChainTable(s, tableId, o.version))))
+
+  // --- chunks
+
+  admin
+    .command('query-chunk')
+    .description("a chunk's metadata on every target of its chain (head first)")
+    .requiredOption('-c, --chain-id <id>', 'chain holding the chunk', intArg('--chain-id', { min: 1 }))
+    .requiredOption('--chunk <id>', 'chunk id: 32 hex digits (dashes allowed) or 0x<inode>-<track>-<index>')
+    .option('--json', 'print JSON records')
+    .action((o, cmd: Command) =>
+      session(cmd, async (s, json) => {
+        const r = await queryChunk(s, o.chainId, o.chunk)
+        if (json) return printJson({ chainId: o.chainId, chunkId: r.chunkId, targets: r.records })
+        out(`ChunkId ${r.chunkId} on chain ${o.chainId}`)
+        printListing(r, false)
+      }),
+    )
+
+  admin
+    .command('dump-chunkmeta')
+    .description('metadata of every chunk on the SERVING targets of some chains (all by default)')
+    .option('-c, --chain-ids <ids...>', 'only these chains', intListArg('--chain-ids'))
+    .option('-m, --chunkmeta-dir <dir>', 'also write <chain>-<target>.meta files (JSON lines) into this new directory')
+    .option('--json', 'print JSON records')
+    .action((o, cmd: Command) =>
+      session(cmd, async (s, json) => {
+        const r = await dumpChunkMeta(s, { ...(o.chainIds ? { chainIds: o.chainIds } : {}), ...(o.chunkmetaDir ? { outDir: o.chunkmetaDir } : {}) })
+        if (json) return printJson({ chunks: r.records, skipped: r.skipped, files: r.files })
+        printListing(r, false)
+        for (const sk of r.skipped) process.stderr.write(`skipped target ${sk.targetId} of chain ${sk.chainId}: ${sk.reason}\n`)
+        for (const f of r.files) process.stderr.write(`saved ${f}\n`)
+      }),
+    )
+
+  // --- configs
+
+  admin
+    .command('set-config')
+    .description('store a new config version for a node type')
+    .option('-t, --type <type>', `node type: ${NODE_TYPES.join(' | ')}`, nodeTypeArg('--type'))
+    .option('-f, --file <file>', 'config file')
+    .option('--desc <text>', 'description of this version')
+    .option('--json', 'print JSON')
+    .action((o, cmd: Command) => {
+      if (!o.type || !o.file) throw new UsageError('set-config: must specify -t and -f')
+      return session(cmd, async (s, json) => printAction(await setConfig(s, o.type, readInput(o.file, 'config file'), o.desc), json))
+    })
+
+  admin
+    .command('get-config')
+    .description('the latest config of a node type (content to -o FILE, or printed after the table)')
+    .option('-t, --type <type>', `node type: ${NODE_TYPES.join(' | ')}`, nodeTypeArg('--type'))
+    .option('--node-type <type>', 'same as --type (3FS spelling)', nodeTypeArg('--node-type'))
+    .option('-o, --output-file <file>', 'write the config content here')
+    .option('--json', 'print JSON')
+    .action((o, cmd: Command) => {
+      const type = o.type ?? o.nodeType
+      if (!type) throw new UsageError('get-config: must specify -t')
+      return session(cmd, async (s, json) => {
+        const r = await getConfig(s, type)
+        if (o.outputFile) {
+          if (!r.result.exists) throw new StrataError('NOT_FOUND', `no config stored for ${type}`)
+          fs.writeFileSync(o.outputFile, r.result.content)
+          r.lines.push(['OutputFile', o.outputFile])
+        }
+        if (json) return printJson(r.result)
+        printAction(r, false)
+        if (!o.outputFile && r.result.exists) out(r.result.content)
+      })
+    })
+}
+
+function dumpTemplate(file: string | undefined, template: string): void {
+  if (!file) return out(template)
+  fs.writeFileSync(file, template)
+  out(`Dump template to ${file} succeeded`)
+}
+
+function writeOrPrint(file: string | undefined, text: string): void {
+  if (!file) return out(text)
+  fs.writeFileSync(file, text)
+  out(`Dump to ${file} succeeded`)
+}

@@ -1,0 +1,190 @@
+// `strata cluster up|down|status|kill|start|destroy`: a local all-in-one
+// cluster of background daemons under one directory.
+import type { Command } from 'commander'
+import {
+  clusterDestroy,
+  clusterDown,
+  clusterKill,
+  clusterStart,
+  clusterStatus,
+  clusterUp,
+  formatSize,
+  formatTable,
+  resolveClusterDir,
+  type ClusterFile,
+  type ClusterStatus,
+  type TimerProfile,
+} from '../../fs/admin/index.js'
+import { choiceArg, intArg, out, printJson, progressReporter, sizeArg } from './output.js'
+
+interface DirOpts {
+  dir?: string
+  cluster?: string
+}
+
+const DIR_HELP = `Cluster directory: --dir or --cluster, else $STRATA_CLUSTER, else ~/.strata/cluster.`
+
+function dirOf(o: DirOpts): string {
+  return resolveClusterDir(o.dir ?? o.cluster)
+}
+
+function processTable(c: ClusterFile): string {
+  return formatTable([
+    ['Name', 'Role', 'NodeId', 'Address', 'Pid', 'Log'],
+    ...c.processes.map((p) => [p.name, p.role, String(p.nodeId), p.address, p.pid ? String(p.pid) : '-', p.logFile]),
+  ])
+}
+
+function statusText(st: ClusterStatus): string {
+  let s = `cluster ${st.name} at ${st.dir}: ${st.running ? 'running' : 'stopped'}\n`
+  s += formatTable([
+    ['Name', 'Role', 'NodeId', 'Address', 'Pid', 'Alive', 'Status'],
+    ...st.processes.map((p) => [p.name, p.role, String(p.nodeId), p.address, p.pid ? String(p.pid) : '-', p.alive ? 'yes' : 'no', p.nodeStatus ?? 'N/A']),
+  ])
+  if (st.mgmtd.reachable) {
+    const c = st.chains!
+    s += `mgmtd: reachable, routing info version ${st.mgmtd.routingInfoVersion}\n`
+    s += `chains: ${c.total} total, ${c.serving} SERVING, ${c.syncing} SYNCING, ${c.degraded} degraded, ${c.unavailable} UNAVAILABLE\n`
+    if (c.chains.length) {
+      const width = Math.max(...c.chains.map((x) => x.targets.length))
+      s += formatTable([['ChainId', 'ChainVersion', 'Status', ...Array<string>(width).fill('Target')], ...c.chains.map((x) => [String(x.chainId), String(x.chainVersion), x.status, ...x.targets])])
+    }
+  } else {
+    s += `mgmtd: not reachable${st.mgmtd.error ? ` (${st.mgmtd.error})` : ''}\n`
+  }
+  return s
+}
+
+export function registerClusterCommands(program: Command): void {
+  const cluster = program
+    .command('cluster')
+    .description('run a local all-in-one cluster (mgmtd + storage nodes) as background daemons')
+    .enablePositionalOptions(false)
+    .option('--dir <dir>', 'cluster directory (config/, logs/, data/, cluster.json)')
+    .option('--cluster <dir>', 'same as --dir')
+    .addHelpText('after', `\n${DIR_HELP}`)
+
+  cluster
+    .command('up')
+    .description('create, start and bootstrap a cluster (or start a stopped one again with its saved configs)')
+    .option('--storage-nodes <n>', 'number of storage nodes', intArg('--storage-nodes', { min: 1, max: 999 }), 3)
+    .option('--targets-per-node <m>', 'storage targets per node (one per disk index)', intArg('--targets-per-node', { min: 1, max: 999 }), 2)
+    .option('--replicas <r>', 'replicas per chain (distinct nodes; nodes*targets must be a multiple)', intArg('--replicas', { min: 1, max: 99 }), 3)
+    .option('--chunk-size <size>', 'default file chunk size, a power of two (64K, 1M, 1MiB, 65536)', sizeArg('--chunk-size'), 1024 * 1024)
+    .option('--stripe-size <k>', 'default stripe size (default: min(chains, 16))', intArg('--stripe-size', { min: 1 }))
+    .option('--chain-table-id <id>', 'id of the chain table to create', intArg('--chain-table-id', { min: 1 }), 1)
+    .option('--base-port <port>', 'fixed ports: mgmtd gets port, storage-i port+i (default: free ports)', intArg('--base-port', { min: 1, max: 65535 }))
+    .option('--no-mount', 'do not start a FUSE mount (recorded for the fuse role)')
+    .option('--no-sandbox', 'do not start the sandbox daemon (recorded for the sandbox role)')
+    .option('--no-bootstrap', 'only start the processes; run init-cluster, create-target, upload-chains… yourself (DIR/config has the CSVs)')
+    .option('--timers <profile>', 'daemon timers: local (test scale, seconds) or production (3FS defaults)', choiceArg<TimerProfile>('--timers', ['local', 'production']), 'local')
+    .option('--timeout <seconds>', 'give up bootstrapping after this long (default 60, production 300)', intArg('--timeout', { min: 1 }))
+    .option('--name <name>', 'cluster name (default: the directory name)')
+    .option('--keep-on-failure', 'leave the processes running when the bootstrap fails')
+    .option('-q, --quiet', 'no progress output')
+    .option('--json', 'print the cluster description as JSON')
+    .addHelpText(
+      'after',
+      `
+Starts mgmtd (node 1) and storage-1..N (nodes 10001..) detached, with configs in
+DIR/config, logs in DIR/logs and data in DIR/data, then bootstraps like 3FS's
+deploy guide: init-cluster, create-target on every node, upload-chains,
+upload-chain-table, and waits until every chain is SERVING with every target
+UPTODATE. Ids follow 3FS's deploy generator (see docs/cli.md). Ports are picked
+once and kept, so a node restarted later keeps its address.
+On a directory whose cluster is stopped, starts it again (settings ignored).
+Refuses a directory whose cluster runs (CLUSTER_RUNNING).
+${DIR_HELP}`,
+    )
+    .action(async (o, cmd: Command) => {
+      const g = cmd.optsWithGlobals() as DirOpts & Record<string, unknown>
+      const r = await clusterUp({
+        dir: dirOf(g),
+        storageNodes: o.storageNodes,
+        targetsPerNode: o.targetsPerNode,
+        replicas: o.replicas,
+        chunkSize: o.chunkSize,
+        ...(o.stripeSize !== undefined ? { stripeSize: o.stripeSize } : {}),
+        chainTableId: o.chainTableId,
+        basePort: o.basePort ?? null,
+        mount: o.mount,
+        sandbox: o.sandbox,
+        timers: o.timers,
+        bootstrap: o.bootstrap,
+        ...(o.timeout ? { timeoutMs: o.timeout * 1000 } : {}),
+        ...(o.name ? { name: o.name } : {}),
+        keepOnFailure: !!o.keepOnFailure,
+        progress: progressReporter({ quiet: !!o.quiet || !!o.json }),
+      })
+      if (o.json) return printJson({ ...r.cluster, restarted: r.restarted, elapsedMs: r.elapsedMs })
+      const c = r.cluster
+      const st = c.settings
+      out(`cluster ${c.name} ${r.restarted ? 'restarted' : st.bootstrap === false ? 'started (not bootstrapped)' : 'ready'} in ${(r.elapsedMs / 1000).toFixed(1)}s at ${c.dir}`)
+      out(processTable(c))
+      if (st.bootstrap === false && !r.restarted) {
+        out(`planned layout: ${c.dir}/config/chains.csv, chain-table.csv, create_target_cmd.txt`)
+      } else {
+        out(
+          `chain table ${st.chainTableId}: ${c.layout.chains.length} chains x ${st.replicas} replicas on ${st.storageNodes} storage nodes x ${st.targetsPerNode} targets; chunk ${formatSize(st.chunkSize)}, stripe ${st.stripeSize}`,
+        )
+      }
+      out(`mgmtd: ${c.mgmtdAddresses.join(',')}`)
+      out(`use it: export STRATA_CLUSTER=${c.dir}`)
+    })
+
+  cluster
+    .command('down')
+    .description('stop every process (SIGTERM, then SIGKILL after the grace period); data is kept')
+    .option('--grace <seconds>', 'seconds to wait after SIGTERM before SIGKILL', intArg('--grace', { min: 0 }), 10)
+    .option('--json', 'print the result as JSON')
+    .action(async (o, cmd: Command) => {
+      const r = await clusterDown({ dir: dirOf(cmd.optsWithGlobals()), graceMs: o.grace * 1000 })
+      if (o.json) return printJson(r)
+      out(r.stopped.length ? `stopped ${r.stopped.join(', ')}${r.killed.length ? ` (SIGKILL: ${r.killed.join(', ')})` : ''}` : `nothing was running in ${r.dir}`)
+    })
+
+  cluster
+    .command('status')
+    .description('every process (name, role, node id, address, pid, alive, mgmtd status) and a chain summary')
+    .option('--json', 'print as JSON')
+    .action(async (o, cmd: Command) => {
+      const st = await clusterStatus({ dir: dirOf(cmd.optsWithGlobals()) })
+      if (o.json) return printJson(st)
+      out(statusText(st))
+    })
+
+  cluster
+    .command('kill')
+    .description('send a signal to one process (default SIGKILL) and wait for it to exit')
+    .requiredOption('--node <name>', 'process name, e.g. storage-2 or mgmtd')
+    .option('--signal <sig>', 'KILL, TERM, INT, STOP, CONT, HUP, QUIT, USR1, USR2 (or a number)', 'KILL')
+    .option('--json', 'print the result as JSON')
+    .action(async (o, cmd: Command) => {
+      const r = await clusterKill({ dir: dirOf(cmd.optsWithGlobals()), node: o.node, signal: o.signal })
+      if (o.json) return printJson(r)
+      out(`sent ${r.signal} to ${r.name} (pid ${r.pid})${r.exited ? '; it exited' : ''}`)
+    })
+
+  cluster
+    .command('start')
+    .description('start one stopped process again with its saved config and port')
+    .requiredOption('--node <name>', 'process name, e.g. storage-2')
+    .option('--timeout <seconds>', 'wait this long for it to answer and (storage) to connect to mgmtd', intArg('--timeout', { min: 1 }), 30)
+    .option('--json', 'print the result as JSON')
+    .action(async (o, cmd: Command) => {
+      const r = await clusterStart({ dir: dirOf(cmd.optsWithGlobals()), node: o.node, timeoutMs: o.timeout * 1000 })
+      if (o.json) return printJson(r)
+      out(`started ${r.name} (pid ${r.pid}) on ${r.address}`)
+    })
+
+  cluster
+    .command('destroy')
+    .description('delete the cluster directory (configs, logs, data); refuses a running cluster unless --force')
+    .option('--force', 'stop the cluster first if it runs')
+    .option('--json', 'print the result as JSON')
+    .action(async (o, cmd: Command) => {
+      const r = await clusterDestroy({ dir: dirOf(cmd.optsWithGlobals()), force: !!o.force })
+      if (o.json) return printJson(r)
+      out(`destroyed cluster at ${r.dir}${r.stopped.length ? ` (stopped ${r.stopped.join(', ')})` : ''}`)
+    })
+}

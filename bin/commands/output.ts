@@ -1,0 +1,126 @@
+// Printing and argument helpers shared by the `cluster` and `admin` command
+// groups: text tables or JSON, TTY progress lines, usage errors (exit 2).
+
+import fs from 'node:fs'
+import { InvalidArgumentError } from 'commander'
+import { StrataError, isStrataError } from '../../fs/common/errors.js'
+import { formatListing, formatTable, parseSize, parseUint, type ActionResult, type Listing, type ProgressSink } from '../../fs/admin/index.js'
+
+/** A mistake in how the command was invoked: printed as `strata: usage: …`, exit code 2. */
+export class UsageError extends Error {
+  readonly exitCode = 2
+  constructor(message: string) {
+    super(message)
+    this.name = 'UsageError'
+  }
+}
+
+export function out(text: string): void {
+  process.stdout.write(text.endsWith('\n') || text === '' ? text : text + '\n')
+}
+
+export function printJson(v: unknown): void {
+  out(JSON.stringify(v, null, 2))
+}
+
+export function printListing(l: Listing<unknown>, json: boolean | undefined): void {
+  if (json) printJson(l.records)
+  else out(formatListing(l))
+}
+
+export function printAction(r: ActionResult<unknown>, json: boolean | undefined): void {
+  if (json) printJson(r.result)
+  else out(formatTable(r.lines))
+}
+
+// --- argument parsers for commander (failures are usage errors)
+
+export function intArg(what: string, opts: { min?: number; max?: number } = {}): (v: string) => number {
+  return (v: string) => {
+    try {
+      return parseUint(v, what, opts)
+    } catch (e) {
+      throw new InvalidArgumentError((e as StrataError).reason ?? String(e))
+    }
+  }
+}
+
+export function intListArg(what: string): (v: string, prev: number[] | undefined) => number[] {
+  const one = intArg(what)
+  return (v, prev) => [...(prev ?? []), ...v.split(',').filter(Boolean).map(one)]
+}
+
+export function sizeArg(what: string): (v: string) => number {
+  return (v: string) => {
+    try {
+      return parseSize(v, what)
+    } catch (e) {
+      throw new InvalidArgumentError((e as StrataError).reason ?? String(e))
+    }
+  }
+}
+
+export function sizeListArg(what: string): (v: string, prev: number[] | undefined) => number[] {
+  const one = sizeArg(what)
+  return (v, prev) => [...(prev ?? []), ...v.split(',').filter(Boolean).map(one)]
+}
+
+export function choiceArg<T extends string>(what: string, choices: readonly T[]): (v: string) => T {
+  return (v: string) => {
+    const hit = choices.find((c) => c.toLowerCase() === v.toLowerCase())
+    if (!hit) throw new InvalidArgumentError(`${what} must be one of ${choices.join(', ')}`)
+    return hit
+  }
+}
+
+/** Reads an input file; a missing file is the operator's mistake, not the cluster's. */
+export function readInput(file: string, what: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8')
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code
+    throw new StrataError(code === 'ENOENT' ? 'NOT_FOUND' : 'IO_ERROR', `cannot read ${what} ${file}: ${(e as Error).message}`)
+  }
+}
+
+/**
+ * Progress of a long command on stderr. On a TTY one line per stage is
+ * rewritten as the stage advances; otherwise a single line is printed when a
+ * stage ends (nothing with quiet).
+ */
+export function progressReporter(opts: { quiet?: boolean; stream?: NodeJS.WriteStream } = {}): ProgressSink {
+  const stream = opts.stream ?? process.stderr
+  const tty = !!stream.isTTY
+  const started = new Map<string, number>()
+  const secs = (stage: string) => `${((Date.now() - (started.get(stage) ?? Date.now())) / 1000).toFixed(1)}s`
+  return (e) => {
+    if (opts.quiet) return
+    if (e.state === 'start') started.set(e.stage, Date.now())
+    if (tty) {
+      const line =
+        e.state === 'start'
+          ? `… ${e.stage}`
+          : e.state === 'update'
+            ? `… ${e.stage}: ${e.detail ?? ''} (${secs(e.stage)})`
+            : e.state === 'done'
+              ? `✓ ${e.stage}${e.detail ? `: ${e.detail}` : ''} (${secs(e.stage)})\n`
+              : `✗ ${e.stage}${e.detail ? `: ${e.detail}` : ''} (${secs(e.stage)})\n`
+      stream.write(`\r\x1b[K${line}`)
+    } else if (e.state === 'done' || e.state === 'fail') {
+      stream.write(`${e.state === 'done' ? 'ok' : 'FAILED'}: ${e.stage}${e.detail ? `: ${e.detail}` : ''} (${secs(e.stage)})\n`)
+    }
+  }
+}
+
+/** Exit code and message for anything a command threw. */
+export function describeFailure(e: unknown): { message: string; exitCode: number } {
+  if (e instanceof UsageError) return { message: `strata: usage: ${e.message}`, exitCode: 2 }
+  if (isStrataError(e)) return { message: `strata: ${e.message}`, exitCode: 1 }
+  const err = e as { code?: string; message?: string; exitCode?: number }
+  if (typeof err?.code === 'string' && err.code.startsWith('commander.')) {
+    // commander already printed its message; help and version are not errors
+    const ok = err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || (err.code === 'commander.help' && err.exitCode === 0)
+    return { message: '', exitCode: ok ? 0 : 2 }
+  }
+  return { message: `strata: ${err?.message ?? String(e)}`, exitCode: 1 }
+}

@@ -1,0 +1,683 @@
+// `strata cluster …`: an all-in-one local cluster made of background daemons
+// under one directory, bootstrapped through the same RPCs an operator uses
+// with 3FS's deploy guide (init-cluster, create-target on every storage node,
+// upload-chains, upload-chain-table), then waited on until every chain is
+// SERVING with every target UPTODATE.
+
+import fs from 'node:fs'
+import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
+import { LOCAL_TIMERS, PRODUCTION_TIMERS, type Timers } from '../common/config.js'
+import { chainStatus, type RoutingInfo } from '../common/types.js'
+import { RpcClient } from '../rpc/index.js'
+import { uploadChainRows, uploadChainTableIds } from './chains.js'
+import { formatChainTableCsv, formatChainsCsv } from './csv.js'
+import {
+  clusterExists,
+  findProcess,
+  readClusterFile,
+  resolveClusterDir,
+  writeClusterFile,
+  type ClusterFile,
+  type ClusterProcess,
+  type ClusterSettings,
+  type TimerProfile,
+} from './cluster-file.js'
+import { initCluster } from './nodes.js'
+import { defaultStripeSize, planLayout, type ClusterLayout } from './placement.js'
+import { isAlive, logTail, pickFreePorts, portFree, processAlive, signalProcess, spawnDaemon, stopProcesses, waitExit } from './process.js'
+import { fetchRouting, listOrphanTargets, openAdminSession, type AdminSession } from './session.js'
+import { createTargets } from './targets.js'
+import { isPowerOfTwo } from './units.js'
+
+export const MGMTD_NODE_ID = 1
+export const STORAGE_NODE_ID_BASE = 10000
+export const LISTEN_HOST = '127.0.0.1'
+
+export const TIMER_PROFILES: Record<TimerProfile, Timers> = { local: LOCAL_TIMERS, production: PRODUCTION_TIMERS }
+
+export type ProgressEvent = { stage: string; state: 'start' | 'update' | 'done' | 'fail'; detail?: string }
+export type ProgressSink = (e: ProgressEvent) => void
+
+/** Context a role's config builder gets. */
+export interface RoleConfigContext {
+  dir: string
+  name: string
+  nodeId: number
+  /** host:port the process must listen on */
+  listen: string
+  dataDir: string
+  mgmtdAddresses: string[]
+  timers: Timers
+  settings: ClusterSettings
+}
+
+/**
+ * A process role `cluster up` starts after the storage bootstrap (meta, fuse,
+ * sandbox daemon…). Later parts register theirs with registerClusterRole.
+ */
+export interface ClusterRoleSpec {
+  role: string
+  /** start order among extra roles (lower first); they stop in reverse */
+  order: number
+  /** how many processes for these settings (0: none, e.g. fuse with --no-mount) */
+  count(settings: ClusterSettings): number
+  /** node id of the i-th process (1-based) */
+  nodeId(i: number): number
+  /** process name of the i-th process (default `<role>-<i>`) */
+  name?(i: number): string
+  /** the JSON config `strata daemon <role> --config` reads */
+  config(ctx: RoleConfigContext): Record<string, unknown>
+  /** waits until the process is usable (default: it answers RPC echo) */
+  ready?(p: ClusterProcess, s: AdminSession, deadline: number): Promise<void>
+}
+
+const extraRoles = new Map<string, ClusterRoleSpec>()
+
+export function registerClusterRole(spec: ClusterRoleSpec): void {
+  extraRoles.set(spec.role, spec)
+}
+
+export function clusterRoles(): ClusterRoleSpec[] {
+  return [...extraRoles.values()].sort((a, b) => a.order - b.order)
+}
+
+export interface ClusterUpOptions {
+  dir?: string | null
+  name?: string
+  storageNodes?: number
+  targetsPerNode?: number
+  replicas?: number
+  chunkSize?: number
+  /** default min(chains, 16) */
+  stripeSize?: number
+  chainTableId?: number
+  /** mgmtd gets this port, storage-i port+i, later roles the ports after */
+  basePort?: number | null
+  mount?: boolean
+  sandbox?: boolean
+  timers?: TimerProfile
+  /** false: start the processes but leave init-cluster, targets and chains to the operator */
+  bootstrap?: boolean
+  /** overall deadline for the bootstrap (default 60 s local, 300 s production) */
+  timeoutMs?: number
+  /** leave processes running when the bootstrap fails (default: stop them) */
+  keepOnFailure?: boolean
+  progress?: ProgressSink
+}
+
+export interface ClusterUpResult {
+  cluster: ClusterFile
+  /** true when an existing, stopped cluster was started again instead of created */
+  restarted: boolean
+  elapsedMs: number
+}
+
+function check(cond: boolean, msg: string): void {
+  if (!cond) throw new StrataError('INVALID_ARGUMENT', msg)
+}
+
+/** Settings with defaults applied and validated. */
+export function clusterSettings(o: ClusterUpOptions): { settings: ClusterSettings; layout: ClusterLayout } {
+  const storageNodes = o.storageNodes ?? 3
+  const targetsPerNode = o.targetsPerNode ?? 2
+  const replicas = o.replicas ?? 3
+  const chunkSize = o.chunkSize ?? 1024 * 1024
+  const chainTableId = o.chainTableId ?? 1
+  check(Number.isInteger(storageNodes) && storageNodes >= 1 && storageNodes <= 999, `--storage-nodes must be in [1, 999], got ${storageNodes}`)
+  check(isPowerOfTwo(chunkSize) && chunkSize >= 4096, `--chunk-size must be a power of two of at least 4K, got ${chunkSize}`)
+  check(Number.isInteger(chainTableId) && chainTableId > 0, `--chain-table-id must be a positive integer, got ${chainTableId}`)
+  const nodeIds = Array.from({ length: storageNodes }, (_, i) => STORAGE_NODE_ID_BASE + i + 1)
+  const layout = planLayout({ nodeIds, targetsPerNode, replicas })
+  const stripeSize = o.stripeSize ?? defaultStripeSize(layout.chains.length)
+  check(Number.isInteger(stripeSize) && stripeSize >= 1, `--stripe-size must be a positive integer, got ${stripeSize}`)
+  check(stripeSize <= layout.chains.length, `--stripe-size ${stripeSize} exceeds the ${layout.chains.length} chains of the table`)
+  const basePort = o.basePort ?? null
+  if (basePort !== null) check(Number.isInteger(basePort) && basePort > 0 && basePort < 65536, `--base-port must be a TCP port, got ${basePort}`)
+  const timers = o.timers ?? 'local'
+  check(timers === 'local' || timers === 'production', `--timers must be local or production, got ${timers}`)
+  return {
+    settings: { storageNodes, targetsPerNode, replicas, chunkSize, stripeSize, chainTableId, basePort, mount: o.mount ?? true, sandbox: o.sandbox ?? true, timers, bootstrap: o.bootstrap ?? true },
+    layout,
+  }
+}
+
+interface PlannedProcess {
+  proc: ClusterProcess
+  config: Record<string, unknown>
+  spec?: ClusterRoleSpec
+}
+
+async function choosePorts(count: number, basePort: number | null): Promise<number[]> {
+  if (basePort === null) return pickFreePorts(count, LISTEN_HOST)
+  const ports = Array.from({ length: count }, (_, i) => basePort + i)
+  if (ports[ports.length - 1]! > 65535) throw new StrataError('INVALID_ARGUMENT', `--base-port ${basePort} leaves no room for ${count} ports`)
+  for (const p of ports) if (!(await portFree(p, LISTEN_HOST))) throw new StrataError('INVALID_ARGUMENT', `port ${p} (from --base-port ${basePort}) is in use`)
+  return ports
+}
+
+async function planProcesses(dir: string, settings: ClusterSettings): Promise<PlannedProcess[]> {
+  const timers = TIMER_PROFILES[settings.timers]
+  type Slot = { name: string; role: string; nodeId: number; spec?: ClusterRoleSpec }
+  const slots: Slot[] = [{ name: 'mgmtd', role: 'mgmtd', nodeId: MGMTD_NODE_ID }]
+  for (let i = 1; i <= settings.storageNodes; i++) slots.push({ name: `storage-${i}`, role: 'storage', nodeId: STORAGE_NODE_ID_BASE + i })
+  for (const spec of clusterRoles()) {
+    const n = spec.count(settings)
+    for (let i = 1; i <= n; i++) slots.push({ name: spec.name?.(i) ?? `${spec.role}-${i}`, role: spec.role, nodeId: spec.nodeId(i), spec })
+  }
+  const ports = await choosePorts(slots.length, settings.basePort)
+  const mgmtdAddresses = [`${LISTEN_HOST}:${ports[0]}`]
+  return slots.map((s, i) => {
+    const listen = `${LISTEN_HOST}:${ports[i]}`
+    const proc: ClusterProcess = {
+      name: s.name,
+      role: s.role,
+      nodeId: s.nodeId,
+      address: listen,
+      pid: null,
+      configFile: path.join(dir, 'config', `${s.name}.json`),
+      logFile: path.join(dir, 'logs', `${s.name}.log`),
+      dataDir: path.join(dir, 'data', s.name),
+    }
+    let config: Record<string, unknown>
+    if (s.role === 'mgmtd') config = { nodeId: s.nodeId, dataDir: proc.dataDir, listen, timers }
+    else if (s.role === 'storage') config = { nodeId: s.nodeId, dataDir: proc.dataDir, listen, mgmtdAddresses, timers }
+    else config = s.spec!.config({ dir, name: s.name, nodeId: s.nodeId, listen, dataDir: proc.dataDir, mgmtdAddresses, timers, settings })
+    return { proc, config, ...(s.spec ? { spec: s.spec } : {}) }
+  })
+}
+
+/** Error for a process that failed to come up, with the end of its log. */
+export function processError(code: 'TIMEOUT' | 'INTERNAL', p: ClusterProcess, what: string): StrataError {
+  const tail = logTail(p.logFile, 20)
+  return new StrataError(code, `${what}\n--- last lines of ${p.logFile}:\n${tail || '(log is empty)'}`)
+}
+
+function remaining(deadline: number): number {
+  return Math.max(0, deadline - Date.now())
+}
+
+/** Waits until the process answers RPC echo; fails fast if it exits. */
+export async function waitProcessReady(p: ClusterProcess, rpc: RpcClient, deadline: number): Promise<void> {
+  for (;;) {
+    if (!processAlive(p)) throw processError('INTERNAL', p, `${p.name} (pid ${p.pid}) exited during startup`)
+    try {
+      await rpc.echo(p.address, null, { timeoutMs: Math.max(200, Math.min(1000, remaining(deadline))) })
+      return
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw processError('TIMEOUT', p, `${p.name} did not answer on ${p.address} in time`)
+    await sleep(100)
+  }
+}
+
+function assertAllAlive(ps: ClusterProcess[]): void {
+  for (const p of ps) if (p.pid && !processAlive(p)) throw processError('INTERNAL', p, `${p.name} (pid ${p.pid}) exited`)
+}
+
+/** Polls routing info until `pred` holds; `describe` says what is missing (for progress and the timeout error). */
+async function waitRouting(
+  s: AdminSession,
+  ps: ClusterProcess[],
+  deadline: number,
+  pred: (ri: RoutingInfo) => boolean,
+  describe: (ri: RoutingInfo | null) => { detail: string; culprit?: ClusterProcess },
+  onUpdate?: (detail: string) => void,
+): Promise<RoutingInfo> {
+  let last: RoutingInfo | null = null
+  let lastDetail = ''
+  for (;;) {
+    assertAllAlive(ps)
+    try {
+      last = await fetchRouting(s)
+      if (pred(last)) return last
+    } catch (e) {
+      if (!isStrataError(e) || !e.retryable) throw e
+    }
+    const d = describe(last)
+    if (d.detail !== lastDetail) onUpdate?.((lastDetail = d.detail))
+    if (Date.now() > deadline) {
+      const culprit = d.culprit ?? ps.find((p) => p.role === 'mgmtd')!
+      throw processError('TIMEOUT', culprit, `timed out waiting: ${d.detail}`)
+    }
+    await sleep(150)
+  }
+}
+
+function storageOf(ps: ClusterProcess[], nodeId: number): ClusterProcess | undefined {
+  return ps.find((p) => p.nodeId === nodeId)
+}
+
+/** Every chain (or the given ones) SERVING with every target UPTODATE. */
+export function chainsReady(ri: RoutingInfo, chainIds?: number[]): boolean {
+  const chains = chainIds ? chainIds.map((id) => ri.chains[String(id)]) : Object.values(ri.chains)
+  if (chains.length === 0) return false
+  return chains.every((c) => !!c && c.targets.every((t) => t.publicState === 'SERVING' && ri.targets[String(t.targetId)]?.localState === 'UPTODATE'))
+}
+
+function describeChains(ps: ClusterProcess[], chainIds: number[] | undefined) {
+  return (ri: RoutingInfo | null): { detail: string; culprit?: ClusterProcess } => {
+    if (!ri) return { detail: 'mgmtd not answering' }
+    const chains = chainIds ? chainIds.map((id) => ri.chains[String(id)]) : Object.values(ri.chains)
+    const ok = chains.filter((c) => c && c.targets.every((t) => t.publicState === 'SERVING' && ri.targets[String(t.targetId)]?.localState === 'UPTODATE'))
+    for (const c of chains) {
+      if (!c) continue
+      const bad = c.targets.find((t) => t.publicState !== 'SERVING' || ri.targets[String(t.targetId)]?.localState !== 'UPTODATE')
+      if (bad) {
+        const ti = ri.targets[String(bad.targetId)]
+        const culprit = ti ? storageOf(ps, ti.nodeId) : undefined
+        return {
+          detail: `${ok.length}/${chains.length} chains serving; chain ${c.chainId} is ${chainStatus(c)}, target ${bad.targetId} ${bad.publicState}-${ti?.localState ?? 'OFFLINE'}`,
+          ...(culprit ? { culprit } : {}),
+        }
+      }
+    }
+    return { detail: `${ok.length}/${chains.length} chains serving` }
+  }
+}
+
+function nodesConnected(ps: ClusterProcess[]) {
+  return (ri: RoutingInfo) => ps.every((p) => ri.nodes[String(p.nodeId)]?.status === 'HEARTBEAT_CONNECTED')
+}
+
+function describeNodes(ps: ClusterProcess[]) {
+  return (ri: RoutingInfo | null) => {
+    if (!ri) return { detail: 'mgmtd not answering' }
+    const missing = ps.filter((p) => ri.nodes[String(p.nodeId)]?.status !== 'HEARTBEAT_CONNECTED')
+    return {
+      detail: `${ps.length - missing.length}/${ps.length} nodes connected${missing.length ? `; waiting for ${missing.map((p) => `${p.name} (${ri.nodes[String(p.nodeId)]?.status ?? 'unknown'})`).join(', ')}` : ''}`,
+      ...(missing[0] ? { culprit: missing[0] } : {}),
+    }
+  }
+}
+
+class Stages {
+  constructor(private readonly sink?: ProgressSink) {}
+  async run<T>(stage: string, fn: (update: (detail: string) => void) => Promise<T>, done?: (v: T) => string | undefined): Promise<T> {
+    this.sink?.({ stage, state: 'start' })
+    let v: T
+    try {
+      v = await fn((detail) => this.sink?.({ stage, state: 'update', detail }))
+    } catch (e) {
+      this.sink?.({ stage, state: 'fail', detail: toStrataError(e).code })
+      throw e
+    }
+    const d = done?.(v)
+    this.sink?.({ stage, state: 'done', ...(d ? { detail: d } : {}) })
+    return v
+  }
+}
+
+function writeConfig(p: ClusterProcess, config: Record<string, unknown>): void {
+  fs.mkdirSync(path.dirname(p.configFile), { recursive: true })
+  fs.mkdirSync(p.dataDir, { recursive: true })
+  fs.writeFileSync(p.configFile, JSON.stringify(config, null, 2) + '\n')
+}
+
+/** DIR/config/chains.csv and chain-table.csv: the planned layout in upload-chains / upload-chain-table form. */
+function writeLayoutFiles(dir: string, layout: ClusterLayout): void {
+  fs.writeFileSync(path.join(dir, 'config', 'chains.csv'), formatChainsCsv(layout.chains))
+  fs.writeFileSync(path.join(dir, 'config', 'chain-table.csv'), formatChainTableCsv(layout.chains.map((c) => c.chainId)))
+  const cmds = layout.targets.map((t) => `create-target --node-id ${t.nodeId} --disk-index ${t.diskIndex} --target-id ${t.targetId} --chain-id ${t.chainId}`)
+  fs.writeFileSync(path.join(dir, 'config', 'create_target_cmd.txt'), cmds.join('\n') + '\n')
+}
+
+function anyAlive(c: ClusterFile): ClusterProcess[] {
+  return c.processes.filter(processAlive)
+}
+
+/** Starts a process of the cluster with its saved config and records its pid. */
+function launch(dir: string, c: ClusterFile, p: ClusterProcess): void {
+  p.pid = spawnDaemon(p)
+  p.startedAt = Date.now()
+  writeClusterFile(dir, c)
+}
+
+/**
+ * `cluster up`: creates and bootstraps a new cluster in `dir`, or starts a
+ * stopped one again with its saved configs (ports and data kept). Refuses a
+ * directory where any process of the cluster still runs (CLUSTER_RUNNING).
+ */
+export async function clusterUp(o: ClusterUpOptions = {}): Promise<ClusterUpResult> {
+  const t0 = Date.now()
+  const dir = resolveClusterDir(o.dir)
+  if (clusterExists(dir)) {
+    const c = readClusterFile(dir)
+    const alive = anyAlive(c)
+    if (alive.length) {
+      throw new StrataError('CLUSTER_RUNNING', `cluster in ${dir} is running (${alive.map((p) => `${p.name} pid ${p.pid}`).join(', ')}); stop it with: strata cluster down --dir ${dir}`)
+    }
+    if (c.state !== 'creating') return restartCluster(dir, c, o, t0)
+    // an earlier `cluster up` failed half way: start over
+    await clusterDestroy({ dir })
+  }
+  const { settings, layout } = clusterSettings(o)
+  const timeoutMs = o.timeoutMs ?? (settings.timers === 'production' ? 300_000 : 60_000)
+  const deadline = t0 + timeoutMs
+  const stages = new Stages(o.progress)
+  fs.mkdirSync(dir, { recursive: true })
+  const planned = await stages.run('planning', async () => planProcesses(dir, settings), (ps) => `${ps.length} processes, ${layout.chains.length} chains`)
+  const cluster: ClusterFile = {
+    version: 1,
+    name: o.name ?? path.basename(dir),
+    created: new Date().toISOString(),
+    dir,
+    settings,
+    processes: planned.map((p) => p.proc),
+    mgmtdAddresses: [planned[0]!.proc.address],
+    layout,
+    state: 'creating',
+  }
+  for (const p of planned) writeConfig(p.proc, p.config)
+  writeLayoutFiles(dir, layout)
+  fs.mkdirSync(path.join(dir, 'logs'), { recursive: true })
+  writeClusterFile(dir, cluster)
+
+  const rpc = new RpcClient({ connectTimeoutMs: 1000, defaultTimeoutMs: 5000, maxBackoffMs: 100 })
+  const s = openAdminSession({ mgmtdAddresses: cluster.mgmtdAddresses, clusterDir: dir, timeoutMs: 5000 })
+  s.cluster = cluster
+  const ready = (): ClusterUpResult => {
+    cluster.state = 'ready'
+    writeClusterFile(dir, cluster)
+    return { cluster, restarted: false, elapsedMs: Date.now() - t0 }
+  }
+  try {
+    const mgmtd = planned[0]!.proc
+    const storage = planned.filter((p) => p.proc.role === 'storage').map((p) => p.proc)
+    const extras = planned.filter((p) => p.spec)
+    await stages.run('starting mgmtd', async () => {
+      launch(dir, cluster, mgmtd)
+      await waitProcessReady(mgmtd, rpc, deadline)
+    }, () => mgmtd.address)
+    if (settings.bootstrap) {
+      await stages.run('init-cluster', () => initCluster(s, { chainTableId: settings.chainTableId, chunkSize: settings.chunkSize, stripeSize: settings.stripeSize }), () => `table ${settings.chainTableId}, chunk ${settings.chunkSize}, stripe ${settings.stripeSize}`)
+    }
+    await stages.run(`starting ${storage.length} storage nodes`, async (update) => {
+      for (const p of storage) launch(dir, cluster, p)
+      let n = 0
+      for (const p of storage) {
+        await waitProcessReady(p, rpc, deadline)
+        update(`${++n}/${storage.length} listening`)
+      }
+      await waitRouting(s, [mgmtd, ...storage], deadline, nodesConnected(storage), describeNodes(storage), update)
+    })
+    if (!settings.bootstrap) return ready()
+    await stages.run('creating targets', async (update) => {
+      let n = 0
+      for (const p of storage) {
+        const r = await createTargets(s, { nodeId: p.nodeId })
+        n += r.result.targets.length
+        update(`${n}/${layout.targets.length} created`)
+      }
+      await waitTargetsReported(s, [mgmtd, ...storage], layout, deadline)
+    }, () => `${layout.targets.length} targets`)
+    await stages.run('uploading chains', async () => {
+      await uploadChainRows(s, layout.chains.map((c, i) => ({ chainId: c.chainId, targets: c.targets, line: i + 2 })), { source: 'cluster layout' })
+      await uploadChainTableIds(s, settings.chainTableId, layout.chains.map((c) => c.chainId), { desc: `strata cluster up: ${settings.replicas} replicas`, source: 'cluster layout' })
+    }, () => `${layout.chains.length} chains, table ${settings.chainTableId}`)
+    await stages.run('waiting for chains to serve', (update) =>
+      waitRouting(s, [mgmtd, ...storage], deadline, (ri) => chainsReady(ri, layout.chains.map((c) => c.chainId)), describeChains(storage, layout.chains.map((c) => c.chainId)), update),
+    )
+    await startExtras(dir, cluster, extras.map((e) => ({ proc: e.proc, spec: e.spec! })), s, rpc, deadline, stages)
+    return ready()
+  } catch (e) {
+    if (!o.keepOnFailure) await stopProcesses([...cluster.processes].reverse().filter(processAlive), 3000).catch(() => [])
+    throw e
+  } finally {
+    s.close()
+    rpc.close()
+  }
+}
+
+async function waitTargetsReported(s: AdminSession, ps: ClusterProcess[], layout: ClusterLayout, deadline: number): Promise<void> {
+  const want = layout.targets.map((t) => t.targetId)
+  for (;;) {
+    assertAllAlive(ps)
+    const ri = await fetchRouting(s)
+    const known = new Set([...Object.keys(ri.targets).map(Number), ...(await listOrphanTargets(s)).map((t) => t.targetId)])
+    const missing = want.filter((t) => !known.has(t))
+    if (missing.length === 0) return
+    if (Date.now() > deadline) {
+      const t = layout.targets.find((x) => x.targetId === missing[0])!
+      throw processError('TIMEOUT', storageOf(ps, t.nodeId) ?? ps[0]!, `timed out waiting for storage nodes to report targets ${missing.join(', ')}`)
+    }
+    await sleep(150)
+  }
+}
+
+async function startExtras(
+  dir: string,
+  cluster: ClusterFile,
+  extras: Array<{ proc: ClusterProcess; spec: ClusterRoleSpec }>,
+  s: AdminSession,
+  rpc: RpcClient,
+  deadline: number,
+  stages: Stages,
+): Promise<void> {
+  for (const e of extras) {
+    await stages.run(`starting ${e.proc.name}`, async () => {
+      launch(dir, cluster, e.proc)
+      if (e.spec.ready) await e.spec.ready(e.proc, s, deadline)
+      else await waitProcessReady(e.proc, rpc, deadline)
+    }, () => e.proc.address)
+  }
+}
+
+async function restartCluster(dir: string, c: ClusterFile, o: ClusterUpOptions, t0: number): Promise<ClusterUpResult> {
+  const timeoutMs = o.timeoutMs ?? (c.settings.timers === 'production' ? 300_000 : 60_000)
+  const deadline = t0 + timeoutMs
+  const stages = new Stages(o.progress)
+  const rpc = new RpcClient({ connectTimeoutMs: 1000, defaultTimeoutMs: 5000, maxBackoffMs: 100 })
+  const s = openAdminSession({ mgmtdAddresses: c.mgmtdAddresses, clusterDir: dir, timeoutMs: 5000 })
+  const mgmtd = c.processes.filter((p) => p.role === 'mgmtd')
+  const storage = c.processes.filter((p) => p.role === 'storage')
+  const others = c.processes.filter((p) => p.role !== 'mgmtd' && p.role !== 'storage')
+  try {
+    await stages.run('starting mgmtd', async () => {
+      for (const p of mgmtd) launch(dir, c, p)
+      for (const p of mgmtd) await waitProcessReady(p, rpc, deadline)
+    })
+    await stages.run(`starting ${storage.length} storage nodes`, async (update) => {
+      for (const p of storage) launch(dir, c, p)
+      for (const p of storage) await waitProcessReady(p, rpc, deadline)
+      await waitRouting(s, c.processes.filter((p) => p.pid), deadline, nodesConnected(storage), describeNodes(storage), update)
+    })
+    // only the chains that exist: a --no-bootstrap cluster may have none yet
+    const existing = Object.keys((await fetchRouting(s)).chains).map(Number)
+    if (existing.length) {
+      await stages.run('waiting for chains to serve', (update) =>
+        waitRouting(s, [...mgmtd, ...storage], deadline, (ri) => chainsReady(ri, existing), describeChains(storage, existing), update),
+      )
+    }
+    for (const p of others) {
+      await stages.run(`starting ${p.name}`, async () => {
+        launch(dir, c, p)
+        const spec = extraRoles.get(p.role)
+        if (spec?.ready) await spec.ready(p, s, deadline)
+        else await waitProcessReady(p, rpc, deadline)
+      })
+    }
+    return { cluster: c, restarted: true, elapsedMs: Date.now() - t0 }
+  } catch (e) {
+    if (!o.keepOnFailure) await stopProcesses([...c.processes].reverse().filter(processAlive), 3000).catch(() => [])
+    throw e
+  } finally {
+    s.close()
+    rpc.close()
+  }
+}
+
+export interface ClusterDownResult {
+  dir: string
+  stopped: string[]
+  /** processes that ignored SIGTERM and got SIGKILL */
+  killed: string[]
+}
+
+/** `cluster down`: SIGTERM every process (later roles first, mgmtd last), SIGKILL stragglers. Data is kept. */
+export async function clusterDown(o: { dir?: string | null; graceMs?: number } = {}): Promise<ClusterDownResult> {
+  const dir = resolveClusterDir(o.dir)
+  const c = readClusterFile(dir)
+  const order = [...c.processes].reverse()
+  const running = order.filter(processAlive)
+  // stop the clients of storage first, then storage, then mgmtd, so nobody
+  // sees its servers vanish while it still has work
+  const groups = [running.filter((p) => p.role !== 'storage' && p.role !== 'mgmtd'), running.filter((p) => p.role === 'storage'), running.filter((p) => p.role === 'mgmtd')]
+  const killed: string[] = []
+  for (const g of groups) if (g.length) killed.push(...(await stopProcesses(g, o.graceMs ?? 10_000)))
+  for (const p of c.processes) p.pid = null
+  writeClusterFile(dir, c)
+  return { dir, stopped: running.map((p) => p.name), killed }
+}
+
+export interface ProcessStatus extends ClusterProcess {
+  alive: boolean
+  /** the node's status in mgmtd (when mgmtd answers) */
+  nodeStatus?: string
+}
+
+export interface ChainSummary {
+  total: number
+  serving: number
+  syncing: number
+  degraded: number
+  unavailable: number
+  chains: Array<{ chainId: number; chainVersion: number; status: string; targets: string[] }>
+}
+
+export interface ClusterStatus {
+  name: string
+  dir: string
+  created: string
+  settings: ClusterSettings
+  running: boolean
+  processes: ProcessStatus[]
+  mgmtd: { reachable: boolean; routingInfoVersion?: number; error?: string }
+  chains: ChainSummary | null
+}
+
+/** `cluster status`: every process (alive from the pid and /proc) and, if mgmtd answers, node states and chains. */
+export async function clusterStatus(o: { dir?: string | null; timeoutMs?: number } = {}): Promise<ClusterStatus> {
+  const dir = resolveClusterDir(o.dir)
+  const c = readClusterFile(dir)
+  const processes: ProcessStatus[] = c.processes.map((p) => ({ ...p, alive: processAlive(p) }))
+  let mgmtd: ClusterStatus['mgmtd'] = { reachable: false }
+  let chains: ChainSummary | null = null
+  if (processes.some((p) => p.role === 'mgmtd' && p.alive)) {
+    const s = openAdminSession({ mgmtdAddresses: c.mgmtdAddresses, timeoutMs: o.timeoutMs ?? 2000 })
+    try {
+      const ri = await fetchRouting(s)
+      mgmtd = { reachable: true, routingInfoVersion: ri.routingInfoVersion }
+      for (const p of processes) {
+        const n = ri.nodes[String(p.nodeId)]
+        if (n) p.nodeStatus = n.status
+      }
+      const list = Object.values(ri.chains).sort((a, b) => a.chainId - b.chainId)
+      const statuses = list.map((ch) => chainStatus(ch))
+      chains = {
+        total: list.length,
+        serving: statuses.filter((x) => x === 'SERVING').length,
+        syncing: statuses.filter((x) => x === 'SYNCING').length,
+        degraded: statuses.filter((x) => x.startsWith('SERVING(')).length,
+        unavailable: statuses.filter((x) => x === 'UNAVAILABLE').length,
+        chains: list.map((ch, i) => ({
+          chainId: ch.chainId,
+          chainVersion: ch.chainVersion,
+          status: statuses[i]!,
+          targets: ch.targets.map((t) => `${t.targetId}(${t.publicState}-${ri.targets[String(t.targetId)]?.localState ?? 'OFFLINE'})`),
+        })),
+      }
+    } catch (e) {
+      mgmtd = { reachable: false, error: toStrataError(e).message }
+    } finally {
+      s.close()
+    }
+  }
+  return { name: c.name, dir, created: c.created, settings: c.settings, running: processes.some((p) => p.alive), processes, mgmtd, chains }
+}
+
+const SIGNALS = new Set(['SIGKILL', 'SIGTERM', 'SIGINT', 'SIGSTOP', 'SIGCONT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'])
+
+export function parseSignal(s: string): NodeJS.Signals {
+  const up = s.toUpperCase()
+  const name = /^\d+$/.test(up) ? ({ '9': 'SIGKILL', '15': 'SIGTERM', '2': 'SIGINT', '19': 'SIGSTOP', '18': 'SIGCONT', '1': 'SIGHUP' } as Record<string, string>)[up] : up.startsWith('SIG') ? up : `SIG${up}`
+  if (!name || !SIGNALS.has(name)) throw new StrataError('INVALID_ARGUMENT', `unsupported signal "${s}" (KILL, TERM, INT, STOP, CONT, HUP, QUIT, USR1, USR2)`)
+  return name as NodeJS.Signals
+}
+
+/** `cluster kill --node NAME [--signal KILL]`: signals one process; waits for it to exit for KILL/TERM/INT. */
+export async function clusterKill(o: { dir?: string | null; node: string; signal?: string; timeoutMs?: number }): Promise<{ name: string; pid: number; signal: NodeJS.Signals; exited: boolean }> {
+  const dir = resolveClusterDir(o.dir)
+  const c = readClusterFile(dir)
+  const p = findProcess(c, o.node)
+  const signal = parseSignal(o.signal ?? 'KILL')
+  if (!processAlive(p)) throw new StrataError('NOT_FOUND', `${p.name} is not running`)
+  const pid = p.pid!
+  signalProcess(p, signal)
+  let exited = false
+  if (signal === 'SIGKILL' || signal === 'SIGTERM' || signal === 'SIGINT') {
+    const left = await waitExit([p], o.timeoutMs ?? 15_000)
+    if (left.length) throw new StrataError('TIMEOUT', `${p.name} (pid ${pid}) still runs after ${signal}`)
+    exited = true
+  }
+  return { name: p.name, pid, signal, exited }
+}
+
+/**
+ * `cluster start --node NAME`: starts one stopped process again with its
+ * saved config (same port, same data) and waits until it answers; storage and
+ * later roles also until mgmtd sees them connected.
+ */
+export async function clusterStart(o: { dir?: string | null; node: string; timeoutMs?: number }): Promise<{ name: string; pid: number; address: string }> {
+  const dir = resolveClusterDir(o.dir)
+  const c = readClusterFile(dir)
+  const p = findProcess(c, o.node)
+  if (processAlive(p)) throw new StrataError('CLUSTER_RUNNING', `${p.name} is already running (pid ${p.pid})`)
+  const deadline = Date.now() + (o.timeoutMs ?? 30_000)
+  launch(dir, c, p)
+  const rpc = new RpcClient({ connectTimeoutMs: 1000, defaultTimeoutMs: 5000, maxBackoffMs: 100 })
+  try {
+    await waitProcessReady(p, rpc, deadline)
+    const mgmtdUp = c.processes.some((x) => x.role === 'mgmtd' && processAlive(x))
+    if (p.role !== 'mgmtd' && mgmtdUp) {
+      const s = openAdminSession({ mgmtdAddresses: c.mgmtdAddresses, timeoutMs: 3000 })
+      try {
+        await waitRouting(s, [p], deadline, nodesConnected([p]), describeNodes([p]))
+      } finally {
+        s.close()
+      }
+    }
+  } finally {
+    rpc.close()
+  }
+  return { name: p.name, pid: p.pid!, address: p.address }
+}
+
+/** `cluster destroy`: removes the cluster directory's contents; refuses a running cluster unless forced (then stops it first). */
+export async function clusterDestroy(o: { dir?: string | null; force?: boolean }): Promise<{ dir: string; stopped: string[] }> {
+  const dir = resolveClusterDir(o.dir)
+  const c = readClusterFile(dir)
+  const alive = anyAlive(c)
+  let stopped: string[] = []
+  if (alive.length) {
+    if (!o.force) throw new StrataError('CLUSTER_RUNNING', `cluster in ${dir} is running (${alive.map((p) => p.name).join(', ')}); stop it first or pass --force`)
+    stopped = (await clusterDown({ dir, graceMs: 5000 })).stopped
+  }
+  for (const sub of ['data', 'config', 'logs']) fs.rmSync(path.join(dir, sub), { recursive: true, force: true })
+  for (const p of c.processes) {
+    // data dirs placed elsewhere by hand-edited descriptions
+    if (!p.dataDir.startsWith(dir + path.sep)) continue
+    fs.rmSync(p.dataDir, { recursive: true, force: true })
+  }
+  fs.rmSync(path.join(dir, 'cluster.json'), { force: true })
+  try {
+    fs.rmdirSync(dir)
+  } catch {
+    // not empty: the operator keeps other files there
+  }
+  return { dir, stopped }
+}
+
+export { isAlive }

@@ -1,0 +1,153 @@
+// Background daemons of a local cluster: spawn detached with output to a log
+// file, check liveness (pid alive, not a zombie, and still running *our*
+// config, so a recycled pid is not mistaken for the node), signal, wait.
+
+import fs from 'node:fs'
+import net from 'node:net'
+import path from 'node:path'
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { StrataError } from '../common/errors.js'
+import type { ClusterProcess } from './cluster-file.js'
+
+/** `<repo>/bin/strata.js`; STRATA_BIN overrides (e.g. an installed copy). */
+export function strataBin(): string {
+  return process.env.STRATA_BIN || fileURLToPath(new URL('../../../bin/strata.js', import.meta.url))
+}
+
+/** Starts `strata daemon <role> --config <file>` in its own process group, detached from us. */
+export function spawnDaemon(p: ClusterProcess, extraEnv: NodeJS.ProcessEnv = {}): number {
+  fs.mkdirSync(path.dirname(p.logFile), { recursive: true })
+  const fd = fs.openSync(p.logFile, 'a')
+  try {
+    fs.writeSync(fd, `---- ${new Date().toISOString()} starting ${p.name} (${p.role}) on ${p.address}\n`)
+    const child = spawn(process.execPath, [strataBin(), 'daemon', p.role, '--config', p.configFile, '--name', p.name], {
+      detached: true,
+      stdio: ['ignore', fd, fd],
+      cwd: path.dirname(p.configFile),
+      env: { ...process.env, STRATA_LOG_LEVEL: 'info', ...extraEnv },
+    })
+    child.on('error', () => {}) // reported through liveness and the log
+    child.unref()
+    if (!child.pid) throw new StrataError('INTERNAL', `could not spawn ${p.name}`)
+    return child.pid
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+function procState(pid: number): string | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3)
+  } catch {
+    return undefined
+  }
+}
+
+/** True when `pid` runs and (where /proc exists) its command line names `configFile`. */
+export function isAlive(pid: number | null | undefined, configFile?: string): boolean {
+  if (!pid || pid <= 0) return false
+  try {
+    process.kill(pid, 0)
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false
+  }
+  if (!fs.existsSync('/proc/self')) return true
+  const state = procState(pid)
+  if (state === undefined || state === 'Z' || state === 'X') return false
+  if (configFile) {
+    try {
+      const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
+      return cmd.includes(configFile)
+    } catch {
+      return false
+    }
+  }
+  return true
+}
+
+export function processAlive(p: ClusterProcess): boolean {
+  return isAlive(p.pid, p.configFile)
+}
+
+export function signalProcess(p: ClusterProcess, signal: NodeJS.Signals): boolean {
+  if (!processAlive(p)) return false
+  try {
+    process.kill(p.pid!, signal)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Waits until every process is gone; returns the ones still alive at the deadline. */
+export async function waitExit(ps: ClusterProcess[], timeoutMs: number): Promise<ClusterProcess[]> {
+  const end = Date.now() + timeoutMs
+  let alive = ps.filter(processAlive)
+  while (alive.length && Date.now() < end) {
+    await sleep(50)
+    alive = alive.filter(processAlive)
+  }
+  return alive
+}
+
+/** SIGTERM, wait up to graceMs, then SIGKILL the stragglers. Returns names that needed SIGKILL. */
+export async function stopProcesses(ps: ClusterProcess[], graceMs = 10_000): Promise<string[]> {
+  for (const p of ps) signalProcess(p, 'SIGTERM')
+  const left = await waitExit(ps, graceMs)
+  for (const p of left) signalProcess(p, 'SIGKILL')
+  const stuck = await waitExit(left, 5_000)
+  if (stuck.length) throw new StrataError('TIMEOUT', `processes did not exit after SIGKILL: ${stuck.map((p) => `${p.name} (pid ${p.pid})`).join(', ')}`)
+  return left.map((p) => p.name)
+}
+
+/** Picks `count` distinct free TCP ports on `host` (all held open until every one is chosen). */
+export async function pickFreePorts(count: number, host = '127.0.0.1'): Promise<number[]> {
+  const servers: net.Server[] = []
+  try {
+    const ports: number[] = []
+    for (let i = 0; i < count; i++) {
+      const s = net.createServer()
+      servers.push(s)
+      await new Promise<void>((resolve, reject) => {
+        s.once('error', reject)
+        s.listen(0, host, () => resolve())
+      })
+      ports.push((s.address() as net.AddressInfo).port)
+    }
+    return ports
+  } finally {
+    await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))))
+  }
+}
+
+/** Checks that `port` can be bound on `host` right now. */
+export async function portFree(port: number, host = '127.0.0.1'): Promise<boolean> {
+  const s = net.createServer()
+  return new Promise<boolean>((resolve) => {
+    s.once('error', () => resolve(false))
+    s.listen(port, host, () => s.close(() => resolve(true)))
+  })
+}
+
+/** The last `lines` lines of a log file ('' if missing). */
+export function logTail(file: string, lines = 20): string {
+  try {
+    const st = fs.statSync(file)
+    const len = Math.min(st.size, 64 * 1024)
+    const fd = fs.openSync(file, 'r')
+    try {
+      const buf = Buffer.alloc(len)
+      fs.readSync(fd, buf, 0, len, st.size - len)
+      const all = buf.toString('utf8').split('\n')
+      if (all[all.length - 1] === '') all.pop()
+      return all.slice(-lines).join('\n')
+    } finally {
+      fs.closeSync(fd)
+    }
+  } catch {
+    return ''
+  }
+}
