@@ -50,7 +50,7 @@ async function replicas(c: TestCluster, chainId: number, chunkId: Buffer) {
   )
 }
 
-test('replicated write: every replica committed with equal bytes, checksums and versions', async (t) => {
+test.serial('replicated write: every replica committed with equal bytes, checksums and versions', async (t) => {
   const c = await startTestCluster(t)
   const chainId = c.chains[0]!.chainId
   const chunkId = chunkIdOf(0x1234n, 0)
@@ -88,7 +88,7 @@ test('replicated write: every replica committed with equal bytes, checksums and 
   }
 })
 
-test('version algebra and fencing at the RPC level', async (t) => {
+test.serial('version algebra and fencing at the RPC level', async (t) => {
   const c = await startTestCluster(t, { chains: 1 })
   const chainId = c.chains[0]!.chainId
   const chunkId = chunkIdOf(0x99n, 3)
@@ -128,7 +128,7 @@ test('version algebra and fencing at the RPC level', async (t) => {
   t.true(isStrataError(await t.throwsAsync(c.rpc.call(h.address, ServiceId.Storage, StorageMethod.write, oob)), 'CHUNK_INVALID_RANGE'))
 })
 
-test('exactly-once per channel: a retried tag is answered from cache, an old seqnum refused', async (t) => {
+test.serial('exactly-once per channel: a retried tag is answered from cache, an old seqnum refused', async (t) => {
   const c = await startTestCluster(t, { chains: 1 })
   const chainId = c.chains[0]!.chainId
   const chunkId = chunkIdOf(0x77n, 0)
@@ -145,7 +145,7 @@ test('exactly-once per channel: a retried tag is answered from cache, an old seq
   t.is(next.updateVer, 2)
 })
 
-test('uncommitted read: strict read sees CHUNK_NOT_COMMIT while the tail delays, relaxed read sees new data', async (t) => {
+test.serial('uncommitted read: strict read sees CHUNK_NOT_COMMIT while the tail delays, relaxed read sees new data', async (t) => {
   const c = await startTestCluster(t, { chains: 1 })
   const chainId = c.chains[0]!.chainId
   const chunkId = chunkIdOf(0x55n, 1)

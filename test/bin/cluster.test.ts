@@ -1,0 +1,213 @@
+// `strata cluster …` and the scenario-1 listings, against real daemons
+// started by the real CLI in a temp directory.
+import test from 'ava'
+import fs from 'node:fs'
+import path from 'node:path'
+import { ok, records, strata, table, tempDir, until } from './helpers.js'
+
+const STD = ['--storage-nodes', '3', '--targets-per-node', '2', '--replicas', '3', '--chunk-size', '64K', '--stripe-size', '2', '-q']
+
+function csvChains(dir: string): Array<{ chainId: string; targets: string[] }> {
+  const [, ...lines] = fs.readFileSync(path.join(dir, 'config', 'chains.csv'), 'utf8').trim().split('\n')
+  return lines.map((l) => {
+    const [chainId, ...targets] = l.split(',')
+    return { chainId: chainId!, targets }
+  })
+}
+
+test.serial('scenario 1: cluster up bootstraps; list-nodes, list-chain-tables, list-chains, list-targets', async (t) => {
+  const dir = path.join(tempDir(t), 'c')
+  const up = await ok(t, ['cluster', 'up', '--dir', dir, ...STD])
+  t.regex(up, /ready in/)
+  const env = { STRATA_CLUSTER: dir }
+
+  // cluster.json describes every process
+  const c = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8'))
+  t.deepEqual(
+    c.processes.map((p: any) => [p.name, p.role, p.nodeId]),
+    [
+      ['mgmtd', 'mgmtd', 1],
+      ['storage-1', 'storage', 10001],
+      ['storage-2', 'storage', 10002],
+      ['storage-3', 'storage', 10003],
+    ],
+  )
+  for (const p of c.processes) {
+    t.true(fs.existsSync(p.configFile) && fs.existsSync(p.logFile), p.name)
+    t.regex(p.address, /^127\.0\.0\.1:\d+$/)
+    t.true(p.pid > 0)
+  }
+  t.deepEqual(c.mgmtdAddresses, [c.processes[0].address])
+  t.is(c.settings.chunkSize, 65536)
+
+  // list-nodes: mgmtd PRIMARY_MGMTD, three storage nodes HEARTBEAT_CONNECTED ($STRATA_CLUSTER picks the cluster)
+  const nodesOut = await ok(t, ['admin', 'list-nodes'], { env })
+  const nodes = table(nodesOut)
+  t.deepEqual(nodes[0], ['Id', 'Type', 'Status', 'Hostname', 'Pid', 'Tags', 'LastHeartbeatTime', 'ConfigVersion', 'ReleaseVersion'])
+  t.deepEqual(nodes.slice(1).map((r) => r.slice(0, 3)), [
+    ['1', 'MGMTD', 'PRIMARY_MGMTD'],
+    ['10001', 'STORAGE', 'HEARTBEAT_CONNECTED'],
+    ['10002', 'STORAGE', 'HEARTBEAT_CONNECTED'],
+    ['10003', 'STORAGE', 'HEARTBEAT_CONNECTED'],
+  ])
+  const nodesJson = JSON.parse(await ok(t, ['admin', '--cluster', dir, 'list-nodes', '--json']))
+  t.is(nodesJson.length, 4)
+  t.is(nodesJson[1].pid, c.processes[1].pid)
+
+  // list-chain-tables: table 1 version 1, 2 chains of 3 replicas
+  const tables = table(await ok(t, ['admin', 'list-chain-tables', '--cluster', dir]))
+  t.deepEqual(tables[0], ['ChainTableId', 'ChainTableVersion', 'ChainCount', 'ReplicaCount', 'Desc'])
+  t.deepEqual(tables[1]!.slice(0, 4), ['1', '1', '2', '3'])
+
+  // list-chains: SERVING, version >= 1, targets id(SERVING-UPTODATE) in CSV order
+  const expected = csvChains(dir)
+  t.is(expected.length, 2)
+  for (const args of [['list-chains'], ['list-chains', '-t', '1'], ['list-chains', '-t', '1', '-v', '1']]) {
+    const out = await ok(t, ['admin', '--cluster', dir, ...args])
+    t.deepEqual(table(out)[0], ['ChainId', 'ChainTable', 'ChainTableVersion', 'ChainVersion', 'Status', 'PreferredOrder', 'Target', 'Target', 'Target'], args.join(' '))
+    const rows = records(out)
+    t.deepEqual(
+      rows.map((r) => r.ChainId),
+      expected.map((e) => e.chainId),
+    )
+    for (const [i, r] of rows.entries()) {
+      t.is(r.Status, 'SERVING')
+      t.is(r.ChainTable, '1')
+      t.is(r.ChainTableVersion, '1')
+      t.true(Number(r.ChainVersion) >= 1)
+      t.deepEqual(r.Target, expected[i]!.targets.map((x) => `${x}(SERVING-UPTODATE)`))
+    }
+  }
+  const chainsJson = JSON.parse(await ok(t, ['admin', '--cluster', dir, 'list-chains', '--json']))
+  t.deepEqual(chainsJson[0].targets[0], { targetId: Number(expected[0]!.targets[0]), publicState: 'SERVING', localState: 'UPTODATE' })
+
+  // list-targets: HEAD, MIDDLE, TAIL per chain in chain order
+  const targetsOut = await ok(t, ['admin', '--cluster', dir, 'list-targets'])
+  t.deepEqual(table(targetsOut)[0], ['TargetId', 'ChainId', 'Role', 'PublicState', 'LocalState', 'NodeId', 'DiskIndex', 'UsedSize'])
+  const trs = records(targetsOut)
+  t.is(trs.length, 6)
+  for (const e of expected) {
+    const mine = trs.filter((r) => r.ChainId === e.chainId)
+    t.deepEqual(mine.map((r) => r.TargetId), e.targets)
+    t.deepEqual(mine.map((r) => r.Role), ['HEAD', 'MIDDLE', 'TAIL'])
+    for (const r of mine) t.deepEqual([r.PublicState, r.LocalState], ['SERVING', 'UPTODATE'])
+  }
+  t.deepEqual(
+    records(await ok(t, ['admin', '--cluster', dir, 'list-targets', '-c', expected[1]!.chainId])).map((r) => r.Role),
+    ['HEAD', 'MIDDLE', 'TAIL'],
+  )
+  t.is(records(await ok(t, ['admin', '--cluster', dir, 'list-targets', '--orphan'])).length, 0)
+
+  // cluster status --json
+  const st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
+  t.true(st.running)
+  t.true(st.mgmtd.reachable)
+  t.deepEqual(
+    st.processes.map((p: any) => [p.name, p.role, p.alive, p.nodeStatus]),
+    [
+      ['mgmtd', 'mgmtd', true, 'PRIMARY_MGMTD'],
+      ['storage-1', 'storage', true, 'HEARTBEAT_CONNECTED'],
+      ['storage-2', 'storage', true, 'HEARTBEAT_CONNECTED'],
+      ['storage-3', 'storage', true, 'HEARTBEAT_CONNECTED'],
+    ],
+  )
+  for (const p of st.processes) t.true(typeof p.pid === 'number' && typeof p.address === 'string')
+  t.like(st.chains, { total: 2, serving: 2, syncing: 0, unavailable: 0 })
+  t.regex(await ok(t, ['cluster', 'status', '--dir', dir]), /chains: 2 total, 2 SERVING/)
+
+  // a second `up` on a running cluster is refused
+  const again = await strata(['cluster', 'up', '--dir', dir, '-q'])
+  t.is(again.code, 1)
+  t.regex(again.stderr, /^strata: CLUSTER_RUNNING: /)
+})
+
+test.serial('kill and start a storage node: its targets go OFFLINE, then recover to SERVING on the same address', async (t) => {
+  const dir = path.join(tempDir(t), 'c')
+  await ok(t, ['cluster', 'up', '--dir', dir, ...STD])
+  const before = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8'))
+  const s2 = before.processes.find((p: any) => p.name === 'storage-2')
+  const killed = JSON.parse(await ok(t, ['cluster', 'kill', '--dir', dir, '--node', 'storage-2', '--json']))
+  t.like(killed, { name: 'storage-2', pid: s2.pid, signal: 'SIGKILL', exited: true })
+
+  let st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
+  t.false(st.processes.find((p: any) => p.name === 'storage-2').alive)
+  t.true(st.processes.find((p: any) => p.name === 'storage-1').alive)
+
+  // after the heartbeat fail interval its targets are OFFLINE at the tail, chains degraded, versions bumped
+  const degraded = await until('storage-2 targets OFFLINE', async () => {
+    const rows = records(await ok(t, ['admin', '--cluster', dir, 'list-chains']))
+    return rows.every((r) => r.Status === 'SERVING(2/3)' && (r.Target as string[])[2]!.endsWith('(OFFLINE-OFFLINE)')) ? rows : null
+  })
+  for (const r of degraded) t.true(Number(r.ChainVersion) >= 2)
+  const nodes = JSON.parse(await ok(t, ['admin', '--cluster', dir, 'list-nodes', '--json']))
+  t.is(nodes.find((n: any) => n.nodeId === 10002).status, 'HEARTBEAT_FAILED')
+
+  // starting it again while it runs elsewhere is refused; a stopped one starts on its old port
+  const started = JSON.parse(await ok(t, ['cluster', 'start', '--dir', dir, '--node', 'storage-2', '--json']))
+  t.is(started.address, s2.address)
+  t.not(started.pid, s2.pid)
+  const twice = await strata(['cluster', 'start', '--dir', dir, '--node', 'storage-2'])
+  t.is(twice.code, 1)
+  t.regex(twice.stderr, /already running/)
+  await until('all chains SERVING again', async () => {
+    const rows = records(await ok(t, ['admin', '--cluster', dir, 'list-chains']))
+    return rows.every((r) => r.Status === 'SERVING' && (r.Target as string[]).every((x) => x.endsWith('(SERVING-UPTODATE)')))
+  })
+  st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
+  t.true(st.processes.every((p: any) => p.alive))
+
+  const unknown = await strata(['cluster', 'kill', '--dir', dir, '--node', 'storage-9'])
+  t.is(unknown.code, 1)
+  t.regex(unknown.stderr, /strata: NOT_FOUND: no process "storage-9"/)
+})
+
+test.serial('down keeps data and ports, up starts it again, destroy refuses a running cluster unless --force', async (t) => {
+  const dir = path.join(tempDir(t), 'c')
+  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '2', '--targets-per-node', '1', '--replicas', '2', '-q'])
+  const first = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8'))
+  const down = JSON.parse(await ok(t, ['cluster', 'down', '--dir', dir, '--json']))
+  t.deepEqual(down.stopped.sort(), ['mgmtd', 'storage-1', 'storage-2'])
+  let st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
+  t.false(st.running)
+  t.true(st.processes.every((p: any) => !p.alive))
+  t.false(st.mgmtd.reachable)
+  t.true(fs.existsSync(first.processes[0].dataDir))
+
+  const up = JSON.parse(await ok(t, ['cluster', 'up', '--dir', dir, '--json']))
+  t.true(up.restarted)
+  t.deepEqual(
+    up.processes.map((p: any) => p.address),
+    first.processes.map((p: any) => p.address),
+  )
+  const rows = records(await ok(t, ['admin', '--cluster', dir, 'list-chains']))
+  t.is(rows.length, 1)
+  t.is(rows[0]!.Status, 'SERVING')
+  st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
+  t.true(st.processes.every((p: any) => p.alive))
+
+  const refused = await strata(['cluster', 'destroy', '--dir', dir])
+  t.is(refused.code, 1)
+  t.regex(refused.stderr, /^strata: CLUSTER_RUNNING: /)
+  await ok(t, ['cluster', 'destroy', '--dir', dir, '--force'])
+  t.false(fs.existsSync(dir))
+  const gone = await strata(['cluster', 'status', '--dir', dir])
+  t.is(gone.code, 1)
+  t.regex(gone.stderr, /^strata: CLUSTER_NOT_FOUND: /)
+})
+
+test('cluster up: invalid settings are usage or argument errors, nothing is started', async (t) => {
+  const base = tempDir(t)
+  const bad = await strata(['cluster', 'up', '--dir', path.join(base, 'a'), '--chunk-size', 'lots'])
+  t.is(bad.code, 2)
+  t.regex(bad.stderr, /--chunk-size/)
+  const r = await strata(['cluster', 'up', '--dir', path.join(base, 'b'), '--replicas', '4', '-q'])
+  t.is(r.code, 1)
+  t.regex(r.stderr, /^strata: INVALID_ARGUMENT: 4 replicas need at least 4 storage nodes/)
+  const p2 = await strata(['cluster', 'up', '--dir', path.join(base, 'c'), '--chunk-size', '3000', '-q'])
+  t.is(p2.code, 1)
+  t.regex(p2.stderr, /power of two/)
+  t.false(fs.existsSync(path.join(base, 'b', 'cluster.json')))
+  const none = await strata(['cluster', 'status', '--dir', path.join(base, 'nothing')])
+  t.is(none.code, 1)
+  t.regex(none.stderr, /CLUSTER_NOT_FOUND/)
+})
