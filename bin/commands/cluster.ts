@@ -24,6 +24,10 @@ interface DirOpts {
 
 const DIR_HELP = `Cluster directory: --dir or --cluster, else $STRATA_CLUSTER, else ~/.strata/cluster.`
 
+function count(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`
+}
+
 function dirOf(o: DirOpts): string {
   return resolveClusterDir(o.dir ?? o.cluster)
 }
@@ -125,7 +129,7 @@ ${DIR_HELP}`,
         out(`planned layout: ${c.dir}/config/chains.csv, chain-table.csv, create_target_cmd.txt`)
       } else {
         out(
-          `chain table ${st.chainTableId}: ${c.layout.chains.length} chains x ${st.replicas} replicas on ${st.storageNodes} storage nodes x ${st.targetsPerNode} targets; chunk ${formatSize(st.chunkSize)}, stripe ${st.stripeSize}`,
+          `chain table ${st.chainTableId}: ${count(c.layout.chains.length, 'chain')} x ${count(st.replicas, 'replica')} on ${count(st.storageNodes, 'storage node')} x ${count(st.targetsPerNode, 'target')}; chunk ${formatSize(st.chunkSize)}, stripe ${st.stripeSize}`,
         )
       }
       out(`mgmtd: ${c.mgmtdAddresses.join(',')}`)

@@ -20,6 +20,22 @@ export async function initCluster(s: AdminSession, a: InitClusterArgs): Promise<
   if (!Number.isInteger(a.chainTableId) || a.chainTableId <= 0) throw new StrataError('INVALID_ARGUMENT', `chainTableId must be a positive integer, got ${a.chainTableId}`)
   if (!isPowerOfTwo(a.chunkSize)) throw new StrataError('INVALID_ARGUMENT', `chunkSize must be a power of two, got ${a.chunkSize}`)
   if (!Number.isInteger(a.stripeSize) || a.stripeSize <= 0) throw new StrataError('INVALID_ARGUMENT', `stripeSize must be a positive integer, got ${a.stripeSize}`)
+  if (!a.allowExisted) {
+    // re-running the deploy script with the same settings is not an error
+    const cur = (await s.mgmtd.clusterInfo()).init
+    if (cur && cur.chainTableId === a.chainTableId && cur.chunkSize === a.chunkSize && cur.stripeSize === a.stripeSize) {
+      return {
+        lines: [[`Filesystem already initialized with root directory layout: chain table ${a.chainTableId}, chunksize ${a.chunkSize} (${formatSize(a.chunkSize)}), stripesize ${a.stripeSize}`]],
+        result: cur,
+      }
+    }
+    if (cur) {
+      throw new StrataError(
+        'MGMTD_ALREADY_INITIALIZED',
+        `cluster already initialized with chain table ${cur.chainTableId}, chunksize ${cur.chunkSize}, stripesize ${cur.stripeSize} (use --allow-config-existed to change it)`,
+      )
+    }
+  }
   const init = await s.mgmtd.initCluster(a)
   return {
     lines: [[`Init filesystem, root directory layout: chain table ${a.chainTableId}, chunksize ${a.chunkSize} (${formatSize(a.chunkSize)}), stripesize ${a.stripeSize}`]],

@@ -37,7 +37,11 @@ export async function freePort(): Promise<number> {
 
 export function tmpDir(t: ExecutionContext, prefix = 'strata-'): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix))
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  // STRATA_KEEP_TEST_DIRS=1 keeps logs and data of every test for debugging
+  t.teardown(() => {
+    if (process.env.STRATA_KEEP_TEST_DIRS) t.log(`kept ${dir}`)
+    else fs.rmSync(dir, { recursive: true, force: true })
+  })
   return dir
 }
 

@@ -274,8 +274,9 @@ export class ChunkEngine {
       if (plan === 'rewrite') {
         // The checksum needs every kept byte anyway, so one read into the new
         // content beats cloning the file and reading it back.
-        const content = Buffer.alloc(edit.size)
+        const content = Buffer.allocUnsafe(edit.size)
         await this.files.readInto(basePath!, content.subarray(0, edit.keep), 0)
+        content.fill(0, edit.keep)
         if (edit.write) edit.write.data.copy(content, edit.write.off)
         // Only the kept base bytes are hashed; the payload's CRC is combined in.
         checksum = await contentChecksum(base, edit, dataCrc, (off, len, init) => crc32cOf(content.subarray(off, off + len), init))
