@@ -1,0 +1,33 @@
+// Loader of the N-API addon built from native/addon by binding.gyp. Only the
+// system calls Node lacks live there; callers get errors whose `code` is the
+// errno name, like Node's own fs errors.
+import { createRequire } from 'node:module'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { StrataError } from './errors.js'
+
+export interface NativeAddon {
+  mount(source: string | null, target: string, fstype: string | null, flags: number, data?: string | null): void
+  umount2(target: string, flags: number): void
+  gettid(): number
+}
+
+/** mount(2) flags used by Strata (linux/mount.h) */
+export const MS = { RDONLY: 1, NOSUID: 2, NODEV: 4, NOEXEC: 8, REMOUNT: 32, BIND: 4096, REC: 16384, PRIVATE: 1 << 18 } as const
+/** umount2(2) flags */
+export const MNT = { FORCE: 1, DETACH: 2, EXPIRE: 4 } as const
+
+let addon: NativeAddon | null = null
+
+export function native(): NativeAddon {
+  if (addon) return addon
+  // dist/fs/common/native.js → repo root is three levels up
+  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
+  const file = path.join(root, 'build/Release/strata_native.node')
+  try {
+    addon = createRequire(import.meta.url)(file) as NativeAddon
+  } catch (e) {
+    throw new StrataError('NOT_IMPLEMENTED', `native addon not built at ${file} (run npm run build): ${(e as Error).message}`, { cause: e })
+  }
+  return addon
+}
