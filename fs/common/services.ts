@@ -27,6 +27,8 @@ export const StorageMethod = {
   getAllChunkMetadata: 13,
   offlineTarget: 16,
   removeTarget: 17,
+  /** ours, for tests: make a target's data writes fail as a full or broken disk would */
+  setDiskFault: 100,
 } as const
 
 /** MgmtdSerde (service 217). initCluster is ours: 3FS's admin writes it to FDB directly. */

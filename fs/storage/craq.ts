@@ -97,7 +97,8 @@ export class Craq {
 
   // --- client entry point at the head
 
-  async clientUpdate(io: UpdateIO, tag: MessageTag): Promise<IOResult> {
+  /** Validates an update that must enter at this node as the chain's head. */
+  private async asHead(io: UpdateIO): Promise<LocalTarget> {
     validateUpdate(io)
     const t = this.localTarget(io.key.chainId)
     const chain = await this.fence(io.key.chainId, io.key.chainVer)
@@ -107,6 +108,11 @@ export class Craq {
       throw new StrataError('ROUTING_ERROR', `target ${t.record.targetId} is not the head of chain ${chain.chainId} (head is ${head.targetId})`)
     }
     if (t.localState !== 'UPTODATE') throw new StrataError('TARGET_OFFLINE', `target ${t.record.targetId} is ${t.localState}`)
+    return t
+  }
+
+  async clientUpdate(io: UpdateIO, tag: MessageTag): Promise<IOResult> {
+    const t = await this.asHead(io)
 
     const key = `${tag.clientId}:${io.key.chainId}:${tag.channel.id}`
     const slot = this.channels.get(key)
@@ -147,13 +153,7 @@ export class Craq {
    * truncate): same path as a client write, without channel bookkeeping.
    */
   async headUpdate(io: UpdateIO, tag: MessageTag): Promise<IOResult> {
-    validateUpdate(io)
-    const t = this.localTarget(io.key.chainId)
-    const chain = await this.fence(io.key.chainId, io.key.chainVer)
-    const head = chain.targets.find((x) => x.publicState === 'SERVING')
-    if (!head) throw new StrataError('CHAIN_UNAVAILABLE', `chain ${chain.chainId} has no serving target`)
-    if (head.targetId !== t.record.targetId) throw new StrataError('ROUTING_ERROR', `target ${t.record.targetId} is not the head of chain ${chain.chainId}`)
-    if (t.localState !== 'UPTODATE') throw new StrataError('TARGET_OFFLINE', `target ${t.record.targetId} is ${t.localState}`)
+    const t = await this.asHead(io)
     return t.engine.withChunkLock(io.key.chunkId, () => this.headUpdateLocked(t, io, { ...tag, requestId: 0 }))
   }
 

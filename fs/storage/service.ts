@@ -111,6 +111,13 @@ export class StorageService {
       [M.getAllChunkMetadata]: (p: GetAllChunkMetadataReq) => this.getAllChunkMetadata(p),
       [M.offlineTarget]: (p: OfflineTargetReq) => this.offlineTarget(p),
       [M.removeTarget]: (p: RemoveTargetReq) => this.removeTarget(p),
+      [M.setDiskFault]: (p: { targetId: number; fault: 'ENOSPC' | 'EIO' | null }) => {
+        const t = this.targets.get(p?.targetId)
+        if (!t) throw new StrataError('TARGET_NOT_FOUND', `no target ${p?.targetId} on this node`)
+        if (p.fault !== null && p.fault !== 'ENOSPC' && p.fault !== 'EIO') throw new StrataError('INVALID_ARGUMENT', 'fault must be ENOSPC, EIO or null')
+        t.engine.faults.failWrites = p.fault
+        return { ok: true }
+      },
     })
     const T = this.opts.timers
     this.unwatch = this.mgmtd.watch(T.routingRefreshMs, (ri) => this.onRouting(ri))

@@ -247,3 +247,33 @@ test.serial('mgmtd SIGKILL and restart: routing version continues, no spurious O
   }
   await verifyRecords(t, sc, chainId, 0xa000n, acked)
 })
+
+test.serial('a full disk is an error for that request; a failing disk takes its targets offline; no crash', async (t) => {
+  const c = await startTestCluster(t, { chains: 1 })
+  const sc = client(t, c)
+  const chainId = c.chains[0]!.chainId
+  const ri = await c.routing()
+  const [headT, midT] = ri.chains[chainId]!.targets.map((x) => x.targetId) as [number, number]
+  const headNode = c.targetNode.get(headT)!
+  const midNode = c.targetNode.get(midT)!
+  await sc.write(chainId, chunkIdOf(0xb000n, 0), 0, Buffer.alloc(REC, 1), CHUNK)
+  // ENOSPC at the head: the write fails with NO_SPACE, nothing half-visible
+  await c.rpc.call(c.address(headNode), 3, 100, { targetId: headT, fault: 'ENOSPC' })
+  const e = await t.throwsAsync(sc.write(chainId, chunkIdOf(0xb000n, 0), 0, Buffer.alloc(REC, 2), CHUNK))
+  t.is((e as { code?: string }).code, 'NO_SPACE')
+  t.deepEqual(await sc.read(chainId, chunkIdOf(0xb000n, 0), 0, REC), Buffer.alloc(REC, 1))
+  await c.rpc.call(c.address(headNode), 3, 100, { targetId: headT, fault: null })
+  await sc.write(chainId, chunkIdOf(0xb000n, 0), 0, Buffer.alloc(REC, 3), CHUNK)
+  // EIO on the middle: its targets go offline, the chain reconfigures, the write still succeeds
+  await c.rpc.call(c.address(midNode), 3, 100, { targetId: midT, fault: 'EIO' })
+  await sc.write(chainId, chunkIdOf(0xb000n, 1), 0, Buffer.alloc(REC, 4), CHUNK)
+  const after = await until(async () => {
+    const r = await c.routing()
+    return r.chains[chainId]!.targets.at(-1)!.targetId === midT && r.chains[chainId]!.targets.at(-1)!.publicState === 'OFFLINE' ? r : undefined
+  }, 15000, 'failing target OFFLINE')
+  t.truthy(after)
+  t.deepEqual(await sc.read(chainId, chunkIdOf(0xb000n, 1), 0, REC), Buffer.alloc(REC, 4))
+  // both processes are alive
+  t.truthy(await c.rpc.echo(c.address(headNode)))
+  t.truthy(await c.rpc.echo(c.address(midNode)))
+})
