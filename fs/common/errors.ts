@@ -83,6 +83,33 @@ export const ERRORS = {
   NO_SUCCESSOR: spec(true, 'EAGAIN', 'the chain has no serving replica to forward to'),
   CHAIN_UNAVAILABLE: spec(true, 'EAGAIN', 'the chain has no serving target'),
   READ_ONLY: spec(false, 'EROFS', 'the target refuses writes'),
+
+  // --- transactional KV (FoundationDB error names)
+  KV_CONFLICT: spec(true, 'EAGAIN', 'the transaction conflicted with a concurrent commit'),
+  KV_TXN_TOO_OLD: spec(true, 'EAGAIN', 'the transaction read version is too old to check conflicts'),
+  KV_COMMIT_UNKNOWN: spec(true, 'EIO', 'the commit may or may not have been applied'),
+  KV_VALUE_TOO_LARGE: spec(false, 'E2BIG', 'a key or value exceeds the engine limit'),
+
+  // --- metadata (3FS MetaCode names; errno is what FUSE returns)
+  META_NOT_FOUND: spec(false, 'ENOENT', 'no such file or directory'),
+  META_EXISTS: spec(false, 'EEXIST', 'the name already exists'),
+  META_NOT_EMPTY: spec(false, 'ENOTEMPTY', 'the directory is not empty'),
+  META_NOT_DIRECTORY: spec(false, 'ENOTDIR', 'a path component is not a directory'),
+  META_IS_DIRECTORY: spec(false, 'EISDIR', 'the path is a directory'),
+  META_TOO_MANY_SYMLINKS: spec(false, 'ELOOP', 'too many levels of symbolic links'),
+  META_NO_PERMISSION: spec(false, 'EACCES', 'permission denied'),
+  META_NOT_PERMITTED: spec(false, 'EPERM', 'operation not permitted'),
+  META_NO_LOCK: spec(false, 'ENOLCK', 'the directory is locked by another client'),
+  META_NAME_TOO_LONG: spec(false, 'ENAMETOOLONG', 'a name is too long'),
+  META_FILE_TOO_LARGE: spec(false, 'EFBIG', 'the file would exceed the maximum size'),
+  META_CROSS_DEVICE: spec(false, 'EXDEV', 'rename across filesystems'),
+  META_INVALID_ARGUMENT: spec(false, 'EINVAL', 'invalid argument for a metadata operation'),
+  META_BUSY: spec(true, 'EBUSY', 'the object is busy; retry later'),
+  META_TOO_MANY_LINKS: spec(false, 'EMLINK', 'too many hard links'),
+  META_NO_ATTR: spec(false, 'ENODATA', 'no such extended attribute'),
+  META_NOT_SUPPORTED: spec(false, 'ENOTSUP', 'operation not supported'),
+  META_READ_ONLY: spec(false, 'EROFS', 'read-only file system'),
+  META_BAD_FILE: spec(false, 'EBADF', 'bad file handle or mode'),
 } as const satisfies Record<string, ErrorSpec>
 
 export type ErrorCode = keyof typeof ERRORS

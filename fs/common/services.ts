@@ -60,6 +60,34 @@ export const MgmtdMethod = {
   getClusterInfo: 101,
 } as const
 
+/** MetaSerde (service 4). Ids ≥ 100 are ours (admin helpers 3FS's admin_cli does through FDB). */
+export const MetaMethod = {
+  statFs: 1,
+  stat: 2,
+  create: 3,
+  mkdirs: 4,
+  symlink: 5,
+  hardLink: 6,
+  remove: 7,
+  open: 8,
+  sync: 9,
+  close: 10,
+  rename: 11,
+  list: 12,
+  truncate: 13,
+  getRealPath: 14,
+  setAttr: 15,
+  pruneSession: 16,
+  dropUserCache: 17,
+  authenticate: 18,
+  lockDirectory: 19,
+  batchStat: 20,
+  batchStatByPath: 21,
+  gcList: 100,
+  listSessions: 101,
+  dumpInodes: 102,
+} as const
+
 /** Core service (10001), served by every process. Fault hooks are ours (ids ≥ 100). */
 export const CoreMethod = {
   echo: 1,
@@ -76,7 +104,15 @@ export const CoreMethod = {
 
 export function methodName(service: number, method: number): string {
   const table: Record<string, number> | undefined =
-    service === ServiceId.Storage ? StorageMethod : service === ServiceId.Mgmtd ? MgmtdMethod : service === ServiceId.Core ? CoreMethod : undefined
+    service === ServiceId.Storage
+      ? StorageMethod
+      : service === ServiceId.Mgmtd
+        ? MgmtdMethod
+        : service === ServiceId.Meta
+          ? MetaMethod
+          : service === ServiceId.Core
+            ? CoreMethod
+            : undefined
   if (table) for (const [k, v] of Object.entries(table)) if (v === method) return k
   return `${service}.${method}`
 }
