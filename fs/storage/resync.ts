@@ -37,6 +37,8 @@ export interface ResyncStats {
 export class ResyncWorker {
   private readonly running = new Set<number>()
   private readonly lastAttempt = new Map<number, number>()
+  /** chain version a sync completed under: no new job until the chain moves on */
+  private readonly completed = new Map<number, number>()
   readonly stats: ResyncStats = { jobs: 0, chunksSent: 0, chunksRemoved: 0, bytesSent: 0, failures: 0 }
 
   constructor(private readonly d: ResyncDeps) {}
@@ -49,12 +51,16 @@ export class ResyncWorker {
       if (!chain) continue
       const succ = this.syncingSuccessor(chain, t.record.targetId)
       if (succ === undefined || this.running.has(chain.chainId)) continue
+      if (this.completed.get(chain.chainId) === chain.chainVersion) continue
       const last = this.lastAttempt.get(chain.chainId) ?? 0
       if (Date.now() - last < this.d.minGapMs) continue
       this.lastAttempt.set(chain.chainId, Date.now())
       this.running.add(chain.chainId)
       void this.run(t, chain, succ)
-        .then(() => this.lastAttempt.delete(chain.chainId))
+        .then(() => {
+          this.lastAttempt.delete(chain.chainId)
+          this.completed.set(chain.chainId, chain.chainVersion)
+        })
         .catch((e) => {
           this.stats.failures++
           this.d.log.warn('resync failed', { chainId: chain.chainId, successor: succ, err: toStrataError(e) })

@@ -4,6 +4,7 @@
 // TS side matches on `code` exactly as it does for Node's own fs errors.
 #include <node_api.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/mount.h>
