@@ -1,0 +1,529 @@
+// The embedded engine: FoundationDB-style optimistic transactions on ONE lmdb
+// environment that every metadata process on the host opens.
+//
+//  - Read version: a transaction opens an lmdb read snapshot and reads the
+//    global commit version stored in the same snapshot. All its reads come
+//    from that snapshot (snapshot isolation), merged with its own buffered
+//    writes.
+//  - Commit: one lmdb write transaction (lmdb serializes writers across
+//    processes with a robust mutex; a writer that dies is rolled back). Inside
+//    it: compare the read-conflict set with the write sets of every commit
+//    after our read version (the commit log, in the env), abort with
+//    KV_CONFLICT on overlap; otherwise apply the writes, take the next commit
+//    version, fill versionstamps, append our write set to the log, prune old
+//    log records. With commitMode 'batched' (the default for synced
+//    durabilities) the commits of one process in the same event-loop turn
+//    share one lmdb transaction and one fsync (group commit) on lmdb-js's
+//    write thread, each in its own lmdb child transaction, so a failure in
+//    one never leaves half of it behind; 'sync' commits in a synchronous lmdb
+//    transaction on the event loop; 'auto' (default for 'nosync') picks 'sync'
+//    when only one transaction is running in the process.
+//  - The log is kept for `logRetentionMs` (and at most `maxLogEntries`
+//    records); a transaction whose read version is older than the oldest
+//    record it would need fails with KV_TXN_TOO_OLD (retryable), like FDB's
+//    5 s MVCC window.
+//
+// Layout inside the env (three named databases, binary keys and values):
+//   kv.data  user key -> user value
+//   kv.log   u64 BE commit version -> encoded write set (write-set.ts)
+//   kv.sys   "state" -> u64 BE last commit version | u64 BE pruned-through version
+//            "format" -> "strata-kv/1", "sync" -> "sync" | "nosync"
+
+import fs from 'node:fs'
+import path from 'node:path'
+import { open, type Database, type RangeOptions as LmdbRangeOptions, type RootDatabase } from 'lmdb'
+import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
+import { makeVersionstamp, readU64, u64Key, writeU64, kb } from './keys.js'
+import { DEFAULT_BACKOFF, withRetries, type BackoffOptions } from './retry.js'
+import { BufferedTxn, type SnapshotReader } from './txn.js'
+import type { CommitInfo, KeyValue, KvEngine, ReadOnlyTxn, ReadWriteTxn, TransactOptions } from './types.js'
+import { ReadConflicts, encodeWriteSet, writeSetTime } from './write-set.js'
+
+/**
+ * When `transact` resolves:
+ *  - 'flushed' (default): after the commit is fsynced — survives power loss.
+ *  - 'committed': once committed and visible to every process; survives any
+ *    process crash; an OS crash may lose the last commits (lmdb's overlapping
+ *    sync keeps the file consistent).
+ *  - 'nosync': lmdb `noSync` — no fsync at all (benchmarks, tests). An OS
+ *    crash may lose recent commits. All processes sharing an env must agree
+ *    on 'nosync' vs the other two (checked at open).
+ */
+export type KvDurability = 'flushed' | 'committed' | 'nosync'
+
+export interface LmdbKvTestHooks {
+  /**
+   * Runs synchronously inside the lmdb write transaction: once after the
+   * conflict check ('checked', 0) and after each buffered write is applied
+   * ('write', n). Blocking here holds the host-wide write lock (tests use it
+   * to SIGKILL a process mid-commit).
+   */
+  onApply?: (stage: 'checked' | 'write', n: number) => void
+}
+
+export interface LmdbKvOptions {
+  /** directory of the lmdb environment (created if missing) */
+  path: string
+  durability?: KvDurability
+  /** keep commit-log records this long (default 5000 ms, FDB's MVCC window) */
+  logRetentionMs?: number
+  /** and never more than this many (default 200 000) */
+  maxLogEntries?: number
+  /** largest value accepted (default 100 000 bytes, FDB's limit) */
+  maxValueBytes?: number
+  /** largest key accepted (default and maximum: lmdb's limit, 1978 bytes) */
+  maxKeyBytes?: number
+  /** lmdb map size: the largest the file may grow (default 64 GiB; address space only) */
+  mapSizeBytes?: number
+  /** lmdb reader slots shared by all processes (default 1024) */
+  maxReaders?: number
+  /**
+   * How commits reach lmdb. 'batched': through lmdb-js's write thread, where
+   * the commits of one process in the same event-loop turn share one lmdb
+   * transaction and one fsync (group commit). 'sync': a synchronous lmdb
+   * write transaction on the event loop — no thread hand-offs, so the lowest
+   * latency for one caller at a time, but the event loop blocks while another
+   * process holds the write lock, and with a synced durability every commit
+   * fsyncs on the event loop. 'auto': 'sync' while this is the only
+   * transaction running in the process, 'batched' when others run alongside.
+   * Default: 'auto' for durability 'nosync', 'batched' otherwise.
+   */
+  commitMode?: 'batched' | 'sync' | 'auto'
+  /** retry backoff (default 1 ms doubling to 100 ms, full jitter) */
+  backoff?: BackoffOptions
+  testHooks?: LmdbKvTestHooks
+}
+
+export interface LmdbKvStats {
+  /** last commit version in the env */
+  commitVersion: bigint
+  /** commit-log records currently kept */
+  logEntries: number
+  /** versions <= this have been pruned from the log */
+  prunedThrough: bigint
+  /** commits, conflicts and too-old aborts seen by this handle */
+  commits: number
+  conflicts: number
+  tooOld: number
+}
+
+export interface LmdbKvEngine extends KvEngine {
+  readonly path: string
+  readonly maxKeyBytes: number
+  readonly maxValueBytes: number
+  stats(): LmdbKvStats
+}
+
+const STATE = Buffer.from('state')
+const FORMAT_KEY = Buffer.from('format')
+const SYNC_KEY = Buffer.from('sync')
+const FORMAT = 'strata-kv/1'
+const ZERO_KEY = Buffer.from([0])
+/** lmdb-js's key size limit with the default page size */
+const LMDB_MAX_KEY = 1978
+const CONFLICT = -1
+const TOO_OLD = -2
+const PRUNE_BATCH = 64
+const READER_CHECK_MS = 10_000
+
+interface SharedEnv {
+  dir: string
+  root: RootDatabase<Buffer, Buffer>
+  data: Database<Buffer, Buffer>
+  log: Database<Buffer, Buffer>
+  sys: Database<Buffer, Buffer>
+  nosync: boolean
+  refs: number
+  closed: boolean
+  /** transaction attempts running in this process on this env (for commitMode 'auto') */
+  running: number
+  readerTimer: NodeJS.Timeout
+}
+
+/** One lmdb root per env directory per process, shared by every engine handle on it. */
+const envs = new Map<string, Promise<SharedEnv>>()
+
+function state(version: number, pruned: number): Buffer {
+  const b = Buffer.allocUnsafe(16)
+  writeU64(b, 0, version)
+  writeU64(b, 8, pruned)
+  return b
+}
+
+async function acquireEnv(dir: string, opts: LmdbKvOptions): Promise<SharedEnv> {
+  const nosync = opts.durability === 'nosync'
+  for (;;) {
+    let p = envs.get(dir)
+    if (!p) {
+      const created = createEnv(dir, nosync, opts)
+      p = created
+      envs.set(dir, created)
+      created.catch(() => {
+        if (envs.get(dir) === created) envs.delete(dir)
+      })
+    }
+    const sh = await p
+    if (sh.closed) continue // released to zero while we waited: open afresh
+    if (sh.nosync !== nosync)
+      throw new StrataError('BAD_CONFIG', `${dir} is already open in this process with durability ${sh.nosync ? "'nosync'" : "'flushed'/'committed'"}`)
+    sh.refs++
+    return sh
+  }
+}
+
+async function createEnv(dir: string, nosync: boolean, opts: LmdbKvOptions): Promise<SharedEnv> {
+  let root: RootDatabase<Buffer, Buffer>
+  try {
+    fs.mkdirSync(dir, { recursive: true })
+    root = open<Buffer, Buffer>({
+      path: dir,
+      noSubdir: false, // always a directory, even when the name has a dot in it
+      keyEncoding: 'binary',
+      encoding: 'binary',
+      compression: false,
+      maxDbs: 8,
+      mapSize: opts.mapSizeBytes ?? 64 * 1024 ** 3,
+      maxReaders: opts.maxReaders ?? 1024,
+      ...(nosync ? { noSync: true, overlappingSync: false } : {}),
+    })
+  } catch (e) {
+    throw toStrataError(e, 'IO_ERROR')
+  }
+  const dbOpts = { keyEncoding: 'binary' as const, encoding: 'binary' as const, compression: false }
+  const data = root.openDB<Buffer, Buffer>({ name: 'kv.data', ...dbOpts })
+  const log = root.openDB<Buffer, Buffer>({ name: 'kv.log', ...dbOpts })
+  const sys = root.openDB<Buffer, Buffer>({ name: 'kv.sys', ...dbOpts })
+  const syncMode = nosync ? 'nosync' : 'sync'
+  try {
+    const err = await root.childTransaction(() => {
+      const f = sys.get(FORMAT_KEY)
+      if (f === undefined) {
+        sys.put(FORMAT_KEY, Buffer.from(FORMAT))
+        sys.put(SYNC_KEY, Buffer.from(syncMode))
+        sys.put(STATE, state(0, 0))
+        return ''
+      }
+      if (f.toString() !== FORMAT) return `${dir} holds ${f.toString()}, not ${FORMAT}`
+      const s = sys.get(SYNC_KEY)?.toString()
+      if (s !== syncMode) return `${dir} is used with ${s === 'nosync' ? "durability 'nosync'" : 'a synced durability'}; every process must agree`
+      return ''
+    })
+    if (err) throw new StrataError('BAD_CONFIG', err)
+  } catch (e) {
+    await root.close().catch(() => {})
+    throw isStrataError(e) ? e : toStrataError(e, 'IO_ERROR')
+  }
+  // readers left behind by processes that died pin old pages; clear them now and then
+  const readerTimer = setInterval(() => {
+    try {
+      root.readerCheck()
+    } catch {
+      // closed or busy: next time
+    }
+  }, READER_CHECK_MS)
+  readerTimer.unref()
+  return { dir, root, data, log, sys, nosync, refs: 0, closed: false, running: 0, readerTimer }
+}
+
+async function releaseEnv(sh: SharedEnv): Promise<void> {
+  if (--sh.refs > 0) return
+  sh.closed = true
+  envs.delete(sh.dir)
+  clearInterval(sh.readerTimer)
+  await sh.root.close()
+}
+
+/** lmdb range options for [b, e), with bounds longer than the key limit folded into inclusive/exclusive flags. */
+function lmdbRange(b: Buffer, e: Buffer, reverse: boolean, maxKey: number): LmdbRangeOptions {
+  if (!reverse) {
+    const o: LmdbRangeOptions = {}
+    if (b.length > maxKey) Object.assign(o, { start: b.subarray(0, maxKey), exclusiveStart: true })
+    else o.start = b.length > 0 ? b : ZERO_KEY
+    if (e.length > maxKey) Object.assign(o, { end: e.subarray(0, maxKey), inclusiveEnd: true })
+    else o.end = e
+    return o
+  }
+  const o: LmdbRangeOptions = { reverse: true }
+  if (e.length > maxKey) o.start = e.subarray(0, maxKey)
+  else Object.assign(o, { start: e, exclusiveStart: true })
+  if (b.length > maxKey) o.end = b.subarray(0, maxKey)
+  else Object.assign(o, { end: b.length > 0 ? b : ZERO_KEY, inclusiveEnd: true })
+  return o
+}
+
+function ownBuffer(v: Buffer): Buffer {
+  // lmdb-js returns copies for 'binary' values; guard against views of shared memory anyway
+  return v.buffer instanceof SharedArrayBuffer ? Buffer.from(v) : v
+}
+
+class LmdbEngine implements LmdbKvEngine {
+  readonly path: string
+  readonly maxKeyBytes: number
+  readonly maxValueBytes: number
+  private closed = false
+  private closing: Promise<void> | undefined
+  private readonly inflight = new Set<Promise<unknown>>()
+  private readonly retentionMs: number
+  private readonly maxLogEntries: number
+  private readonly durability: KvDurability
+  private readonly commitMode: 'batched' | 'sync' | 'auto'
+  private readonly backoff: BackoffOptions
+  private readonly hooks: LmdbKvTestHooks | undefined
+  private counters = { commits: 0, conflicts: 0, tooOld: 0 }
+  private readonly assertOpen = (): void => {
+    if (this.closed) throw new StrataError('CLOSED', 'the KV engine was closed')
+  }
+
+  constructor(
+    private readonly sh: SharedEnv,
+    opts: LmdbKvOptions,
+  ) {
+    this.path = sh.dir
+    this.maxKeyBytes = Math.min(opts.maxKeyBytes ?? LMDB_MAX_KEY, LMDB_MAX_KEY)
+    this.maxValueBytes = opts.maxValueBytes ?? 100_000
+    this.retentionMs = opts.logRetentionMs ?? 5000
+    this.maxLogEntries = Math.max(1, opts.maxLogEntries ?? 200_000)
+    this.durability = opts.durability ?? 'flushed'
+    this.commitMode = opts.commitMode ?? (this.durability === 'nosync' ? 'auto' : 'batched')
+    this.backoff = opts.backoff ?? DEFAULT_BACKOFF
+    this.hooks = opts.testHooks
+  }
+
+  // ---- public API
+
+  async readOnly<T>(fn: (txn: ReadOnlyTxn) => Promise<T>): Promise<T> {
+    this.assertOpen()
+    const { txn, release } = this.begin(false, Infinity)
+    try {
+      return await fn(txn)
+    } finally {
+      txn.finish()
+      release()
+    }
+  }
+
+  async transact<T>(fn: (txn: ReadWriteTxn) => Promise<T>, opts?: TransactOptions): Promise<T> {
+    return (await this.transactWithInfo(fn, opts)).result
+  }
+
+  async transactWithInfo<T>(fn: (txn: ReadWriteTxn) => Promise<T>, opts?: TransactOptions): Promise<{ result: T; info: CommitInfo }> {
+    this.assertOpen()
+    return withRetries((deadline) => this.attempt(fn, deadline), opts, this.backoff)
+  }
+
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.closed = true
+      await Promise.allSettled([...this.inflight])
+      await releaseEnv(this.sh)
+    })()
+    return this.closing
+  }
+
+  stats(): LmdbKvStats {
+    this.assertOpen()
+    const { root, sys } = this.sh
+    root.resetReadTxn()
+    const st = sys.get(STATE)!
+    const version = readU64(st, 0)
+    const pruned = readU64(st, 8)
+    return {
+      commitVersion: BigInt(version),
+      logEntries: version - pruned,
+      prunedThrough: BigInt(pruned),
+      ...this.counters,
+    }
+  }
+
+  // ---- one attempt
+
+  private begin(writable: boolean, deadline: number): { txn: BufferedTxn; release: () => void } {
+    const { root, data, sys } = this.sh
+    let rtx: ReturnType<RootDatabase['useReadTransaction']>
+    let version: number
+    try {
+      // a fresh snapshot: commits of other processes (and our own just now) must be visible
+      root.resetReadTxn()
+      rtx = root.useReadTransaction()
+    } catch (e) {
+      throw this.mapError(e)
+    }
+    let released = false
+    const release = (): void => {
+      if (released) return
+      released = true
+      try {
+        rtx.done()
+      } catch {
+        // env already closed
+      }
+    }
+    try {
+      version = readU64(sys.get(STATE, { transaction: rtx })!, 0)
+    } catch (e) {
+      release()
+      throw this.mapError(e)
+    }
+    const maxKey = this.maxKeyBytes
+    const mapError = (e: unknown): StrataError => this.mapError(e)
+    const src: SnapshotReader = {
+      get(key: Buffer): Buffer | undefined {
+        try {
+          const v = data.get(key, { transaction: rtx })
+          return v === undefined ? undefined : ownBuffer(v)
+        } catch (e) {
+          throw mapError(e)
+        }
+      },
+      range(b: Buffer, e: Buffer, reverse: boolean): Iterable<KeyValue> {
+        try {
+          return data.getRange({ ...lmdbRange(b, e, reverse, LMDB_MAX_KEY), transaction: rtx }) as Iterable<KeyValue>
+        } catch (err) {
+          throw mapError(err)
+        }
+      },
+    }
+    const txn = new BufferedTxn(src, BigInt(version), { maxKeyBytes: maxKey, maxValueBytes: this.maxValueBytes }, deadline, this.assertOpen, writable)
+    return { txn, release }
+  }
+
+  private async attempt<T>(fn: (txn: ReadWriteTxn) => Promise<T>, deadline: number): Promise<{ result: T; info: CommitInfo }> {
+    this.assertOpen()
+    const { txn, release } = this.begin(true, deadline)
+    this.sh.running++
+    try {
+      let result: T
+      try {
+        result = await fn(txn)
+      } finally {
+        txn.finish()
+        release()
+      }
+      if (Date.now() > deadline) throw new StrataError('TIMEOUT', 'the transaction ran past its deadline')
+      if (!txn.hasWrites()) return { result, info: { versionstamps: [] } }
+      this.assertOpen()
+      return { result, info: await this.commit(txn) }
+    } finally {
+      this.sh.running--
+    }
+  }
+
+  private async commit(txn: BufferedTxn): Promise<CommitInfo> {
+    let version: number
+    if (this.commitMode === 'sync' || (this.commitMode === 'auto' && this.sh.running <= 1)) {
+      try {
+        version = this.sh.root.transactionSync(() => this.applyCommit(txn))
+      } catch (e) {
+        throw this.mapError(e)
+      }
+    } else {
+      const p = this.sh.root.childTransaction(() => this.applyCommit(txn))
+      this.inflight.add(p)
+      try {
+        version = await p
+      } catch (e) {
+        throw this.mapError(e)
+      } finally {
+        this.inflight.delete(p)
+      }
+    }
+    if (version === CONFLICT) {
+      this.counters.conflicts++
+      throw new StrataError('KV_CONFLICT', 'a key or range this transaction read was written by a later commit')
+    }
+    if (version === TOO_OLD) {
+      this.counters.tooOld++
+      throw new StrataError('KV_TXN_TOO_OLD', `read version ${txn.readVersion} is older than the retained commit log`)
+    }
+    this.counters.commits++
+    if (this.durability === 'flushed') await this.sh.root.flushed
+    const versionstamps: Buffer[] = []
+    for (let i = 0; i < txn.versionstampCount; i++) versionstamps.push(makeVersionstamp(version, i))
+    return { commitVersion: BigInt(version), versionstamps }
+  }
+
+  /** Runs inside the lmdb (child) write transaction; synchronous. Returns the commit version or CONFLICT / TOO_OLD. */
+  private applyCommit(txn: BufferedTxn): number {
+    const { data, log, sys } = this.sh
+    const st = sys.get(STATE)!
+    const current = readU64(st, 0)
+    let pruned = readU64(st, 8)
+    const readVersion = Number(txn.readVersion)
+
+    if (current > readVersion && txn.hasReadConflicts()) {
+      if (readVersion < pruned) return TOO_OLD
+      const rc = new ReadConflicts(txn.readPoints, txn.readRanges)
+      for (const { value } of log.getRange({ start: u64Key(readVersion + 1) })) {
+        if (rc.hits(value)) return CONFLICT
+      }
+    }
+    const hooks = this.hooks
+    hooks?.onApply?.('checked', 0)
+
+    const version = current + 1
+    const now = Date.now()
+    const points: Buffer[] = []
+    const ranges: Array<[Buffer, Buffer]> = []
+    let n = 0
+    for (const [bs, es] of txn.cleared) {
+      const b = kb(bs)
+      const e = kb(es)
+      ranges.push([b, e])
+      const doomed = [...data.getKeys(lmdbRange(b, e, false, LMDB_MAX_KEY))] as Buffer[]
+      for (const k of doomed) data.remove(k)
+    }
+    for (const w of txn.writes.values()) {
+      points.push(w.key)
+      if (w.value === null) data.remove(w.key)
+      else if (Buffer.isBuffer(w.value)) data.put(w.key, w.value)
+      else data.put(w.key, Buffer.concat([w.value.prefix, makeVersionstamp(version, w.value.index)]))
+      hooks?.onApply?.('write', ++n)
+    }
+    for (const vk of txn.versionstampedKeys) {
+      const k = Buffer.concat([vk.prefix, makeVersionstamp(version, vk.index)])
+      points.push(k)
+      data.put(k, vk.value)
+      hooks?.onApply?.('write', ++n)
+    }
+    log.put(u64Key(version), encodeWriteSet(now, points, ranges))
+    pruned = this.prune(version, pruned, now)
+    sys.put(STATE, state(version, pruned))
+    return version
+  }
+
+  /** Drops log records older than the retention window or beyond maxLogEntries, a bounded number per commit. */
+  private prune(version: number, pruned: number, now: number): number {
+    const { log } = this.sh
+    const horizon = now - this.retentionMs
+    let p = pruned
+    for (let i = 0; i < PRUNE_BATCH && p + 1 < version; i++) {
+      const k = u64Key(p + 1)
+      const rec = log.get(k)
+      if (rec !== undefined) {
+        if (version - (p + 1) < this.maxLogEntries && writeSetTime(rec) >= horizon) break
+        log.remove(k)
+      }
+      p++
+    }
+    return p
+  }
+
+  private mapError(e: unknown): StrataError {
+    if (isStrataError(e)) return e
+    if (this.closed) return new StrataError('CLOSED', 'the KV engine was closed', { cause: e })
+    return toStrataError(e, 'IO_ERROR')
+  }
+}
+
+/**
+ * Opens (creating if needed) the lmdb-backed transactional KV at `opts.path`.
+ * Any number of processes on the host may open the same path at once; they
+ * share data, versions and conflict detection. Within one process, handles on
+ * the same path share one lmdb environment.
+ */
+export async function openLmdbKv(opts: LmdbKvOptions): Promise<LmdbKvEngine> {
+  if (!opts || typeof opts.path !== 'string' || opts.path === '') throw new StrataError('BAD_CONFIG', 'openLmdbKv: path is required')
+  const dir = path.resolve(opts.path)
+  const sh = await acquireEnv(dir, opts)
+  return new LmdbEngine(sh, opts)
+}
