@@ -68,6 +68,7 @@ test('errors cross the wire as {code, message} with detail', async (t) => {
 
 test('deadline: caller gets TIMEOUT and the server handler is aborted', async (t) => {
   const { client, address, seen } = await setup(t)
+  await client.call(address, SVC, 1, 'warm up') // connect first: the deadline is about the request
   const e = await t.throwsAsync(client.call(address, SVC, 2, { ms: 5000 }, { timeoutMs: 100 }))
   t.true(isStrataError(e, 'TIMEOUT'))
   await new Promise((r) => setTimeout(r, 100))
@@ -78,6 +79,7 @@ test('deadline: caller gets TIMEOUT and the server handler is aborted', async (t
 
 test('cancellation through AbortSignal', async (t) => {
   const { client, address, seen } = await setup(t)
+  await client.call(address, SVC, 1, 'warm up')
   const ac = new AbortController()
   const p = client.call(address, SVC, 2, { ms: 5000 }, { signal: ac.signal })
   setTimeout(() => ac.abort(), 50)
@@ -186,6 +188,7 @@ test('connect failure is a retryable RPC_CONNECT_FAILED', async (t) => {
 
 test('close is idempotent and rejects in-flight calls', async (t) => {
   const { client, address, server } = await setup(t)
+  await client.call(address, SVC, 1, 'warm up')
   const p = client.call(address, SVC, 2, { ms: 2000 })
   await new Promise((r) => setTimeout(r, 50))
   await Promise.all([server.close(), server.close()])
