@@ -74,7 +74,7 @@ for (const seed of SEEDS) {
       for (const name of down) c.start(name)
     })()
     await Promise.all([...writers, chaos])
-    t.true(acked > 20, `${acked} writes acknowledged`)
+    t.true(acked >= 5, `${acked} writes acknowledged`)
     await c.waitAllServing(60000)
     let checked = 0
     for (const [key, expect] of model) {
