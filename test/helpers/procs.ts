@@ -18,7 +18,7 @@ export const CLI = path.join(REPO, 'bin/strata.js')
 
 export const TEST_TIMERS = {
   heartbeatIntervalMs: 100,
-  heartbeatFailIntervalMs: 1000,
+  heartbeatFailIntervalMs: 2000,
   chainUpdateIntervalMs: 50,
   newChainBootstrapMs: 1000,
   routingRefreshMs: 200,
@@ -62,7 +62,7 @@ export async function until<T>(fn: () => Promise<T | undefined | null | false> |
 
 export interface ProcSpec {
   name: string
-  role: 'mgmtd' | 'storage'
+  role: 'mgmtd' | 'storage' | 'meta'
   config: Record<string, unknown>
   configFile: string
   logFile: string
@@ -144,7 +144,7 @@ export class TestCluster {
  */
 export async function startTestCluster(
   t: ExecutionContext,
-  opts: { nodes?: number; chains?: number; replicas?: number; timers?: Record<string, number>; fsync?: boolean } = {},
+  opts: { nodes?: number; chains?: number; replicas?: number; timers?: Record<string, number>; fsync?: boolean; stripeSize?: number; chunkSize?: number } = {},
 ): Promise<TestCluster> {
   const nodes = opts.nodes ?? 3
   const nchains = opts.chains ?? 2
@@ -170,7 +170,7 @@ export async function startTestCluster(
   for (const name of c.procs.keys()) c.start(name)
   c.mgmtd = new MgmtdClient({ addresses: [c.mgmtdAddress], rpc: c.rpc })
   await until(() => c.mgmtd.clusterInfo().then(() => true), 30000, 'mgmtd up')
-  await c.mgmtd.initCluster({ chainTableId: 1, chunkSize: 65536, stripeSize: Math.min(nchains, 2) })
+  await c.mgmtd.initCluster({ chainTableId: 1, chunkSize: opts.chunkSize ?? 65536, stripeSize: opts.stripeSize ?? Math.min(nchains, 2) })
   for (let i = 1; i <= nodes; i++) await until(() => c.rpc.echo(c.address(`storage-${i}`)).then(() => true), 30000, `storage-${i} up`)
   for (let k = 0; k < nchains; k++) {
     const chainId = 100 + k + 1
