@@ -5,6 +5,8 @@ import { RELEASE_VERSION } from '../fs/common/config.js'
 import { registerDaemonCommand } from './commands/daemon.js'
 import { registerClusterCommands } from './commands/cluster.js'
 import { registerAdminCommands } from './commands/admin.js'
+import { registerFsCommands } from './commands/fs.js'
+import { registerFsMountCommands } from './commands/fs-mount.js'
 import { describeFailure } from './commands/output.js'
 
 const program = new Command()
@@ -22,6 +24,7 @@ program
 registerDaemonCommand(program)
 registerClusterCommands(program)
 registerAdminCommands(program)
+registerFsMountCommands(registerFsCommands(program))
 
 // Errors print `strata: CODE: message` and exit 1; usage errors exit 2.
 program.parseAsync(process.argv).catch((e: unknown) => {

@@ -8,8 +8,10 @@ ROOT=$(pwd)
 
 say() { echo "[setup] $*" >&2; }
 
-# Debian packages the build, tests, demo and benchmarks use.
-APT_PACKAGES=(python3 make g++ util-linux procps)
+# Debian packages the build, tests, demo and benchmarks use. libfuse2: the
+# library fuse-native's prebuilt addon links; fuse3: fusermount3 and /dev/fuse
+# tooling; fio, git: the FUSE tests drive the mount with them.
+APT_PACKAGES=(python3 make g++ util-linux procps libfuse2 fuse3 fio git)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

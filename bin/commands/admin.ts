@@ -36,6 +36,7 @@ import {
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
 import { StrataError } from '../../fs/common/errors.js'
 import { choiceArg, intArg, intListArg, out, printAction, printJson, printListing, readInput, sizeArg, sizeListArg, UsageError } from './output.js'
+import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 
 interface GlobalOpts {
   cluster?: string
@@ -295,18 +296,25 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
 
   admin
     .command('query-chunk')
-    .description("a chunk's metadata on every target of its chain (head first)")
-    .requiredOption('-c, --chain-id <id>', 'chain holding the chunk', intArg('--chain-id', { min: 1 }))
-    .requiredOption('--chunk <id>', 'chunk id: 32 hex digits (dashes allowed) or 0x<inode>-<track>-<index>')
+    .description("a chunk's metadata on every target of its chain (head first); --path/--chunk-index computes chain and chunk id from a file's layout")
+    .option('-c, --chain-id <id>', 'chain holding the chunk', intArg('--chain-id', { min: 1 }))
+    .option('--chunk <id>', 'chunk id: 32 hex digits (dashes allowed) or 0x<inode>-<track>-<index>')
+    .option('--path <path>', 'instead of -c/--chunk: a file in the DFS …')
+    .option('--chunk-index <i>', '… and the index of its chunk', intArg('--chunk-index'))
     .option('--json', 'print JSON records')
-    .action((o, cmd: Command) =>
-      session(cmd, async (s, json) => {
+    .action((o, cmd: Command) => {
+      if (o.path !== undefined) {
+        if (o.chunkIndex === undefined) throw new UsageError('query-chunk --path needs --chunk-index')
+        return queryChunkOfPath(cmd, o.path, o.chunkIndex)
+      }
+      if (o.chainId === undefined || o.chunk === undefined) throw new UsageError('query-chunk needs -c and --chunk (or --path and --chunk-index)')
+      return session(cmd, async (s, json) => {
         const r = await queryChunk(s, o.chainId, o.chunk)
         if (json) return printJson({ chainId: o.chainId, chunkId: r.chunkId, targets: r.records })
         out(`ChunkId ${r.chunkId} on chain ${o.chainId}`)
         printListing(r, false)
-      }),
-    )
+      })
+    })
 
   admin
     .command('dump-chunkmeta')
@@ -360,6 +368,8 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
         if (!o.outputFile && r.result.exists) out(r.result.content)
       })
     })
+
+  registerAdminFsCommands(admin)
 }
 
 function dumpTemplate(file: string | undefined, template: string): void {

@@ -14,6 +14,14 @@ type Starter = (config: any, log: ReturnType<typeof createLogger>) => Promise<{ 
 const roles: Record<string, () => Promise<Starter>> = {
   mgmtd: async () => (c: MgmtdConfig, log) => startMgmtd(c, log),
   storage: async () => (c: StorageConfig, log) => startStorage(c, log),
+  meta: async () => {
+    const { startMeta } = await import('../../fs/meta/index.js')
+    return (c: import('../../fs/meta/index.js').MetaConfig, log) => startMeta(c, log)
+  },
+  fuse: async () => {
+    const { startFuseDaemon } = await import('../../fs/fuse/daemon.js')
+    return (c: import('../../fs/fuse/config.js').FuseDaemonConfig, log) => startFuseDaemon(c, log)
+  },
 }
 
 /** Later parts add their roles here (storage, meta, fuse, sandbox daemon). */
@@ -24,7 +32,7 @@ export function addDaemonRole(name: string, load: () => Promise<Starter>): void 
 export function registerDaemonCommand(program: Command): void {
   program
     .command('daemon')
-    .description('run one cluster process in the foreground (roles: mgmtd, storage)')
+    .description('run one cluster process in the foreground (roles: mgmtd, storage, meta, fuse)')
     .argument('<role>', 'which process to run')
     .requiredOption('--config <file>', 'JSON config file of this process')
     .option('--name <name>', 'name used in logs (default: the role)')

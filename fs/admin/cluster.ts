@@ -30,6 +30,8 @@ import { isAlive, logTail, pickFreePorts, portFree, processAlive, signalProcess,
 import { fetchRouting, listOrphanTargets, openAdminSession, type AdminSession } from './session.js'
 import { createTargets } from './targets.js'
 import { isPowerOfTwo } from './units.js'
+import { fuseClusterRole } from '../fuse/cluster-role.js'
+import { metaClusterRole } from '../meta/cluster-role.js'
 
 export const MGMTD_NODE_ID = 1
 export const STORAGE_NODE_ID_BASE = 10000
@@ -71,6 +73,8 @@ export interface ClusterRoleSpec {
   config(ctx: RoleConfigContext): Record<string, unknown>
   /** waits until the process is usable (default: it answers RPC echo) */
   ready?(p: ClusterProcess, s: AdminSession, deadline: number): Promise<void>
+  /** after `cluster down`/`destroy` stopped it (or found it dead): release what it held (e.g. a FUSE mount) */
+  cleanup?(p: ClusterProcess): Promise<void>
 }
 
 const extraRoles = new Map<string, ClusterRoleSpec>()
@@ -524,12 +528,24 @@ export async function clusterDown(o: { dir?: string | null; graceMs?: number } =
   const running = order.filter(processAlive)
   // stop the clients of storage first, then storage, then mgmtd, so nobody
   // sees its servers vanish while it still has work
-  const groups = [running.filter((p) => p.role !== 'storage' && p.role !== 'mgmtd'), running.filter((p) => p.role === 'storage'), running.filter((p) => p.role === 'mgmtd')]
+  // (later roles first: the fuse daemon flushes through meta before meta stops)
+  const extraRoleNames = [...new Set(running.filter((p) => p.role !== 'storage' && p.role !== 'mgmtd').map((p) => p.role))]
+  extraRoleNames.sort((a, b) => (extraRoles.get(b)?.order ?? 0) - (extraRoles.get(a)?.order ?? 0))
+  const groups = [...extraRoleNames.map((r) => running.filter((p) => p.role === r)), running.filter((p) => p.role === 'storage'), running.filter((p) => p.role === 'mgmtd')]
   const killed: string[] = []
   for (const g of groups) if (g.length) killed.push(...(await stopProcesses(g, o.graceMs ?? 10_000)))
+  await cleanupRoles(c)
   for (const p of c.processes) p.pid = null
   writeClusterFile(dir, c)
   return { dir, stopped: running.map((p) => p.name), killed }
+}
+
+/** Runs every role's cleanup hook for its processes (dead ones included). */
+async function cleanupRoles(c: ClusterFile): Promise<void> {
+  for (const p of c.processes) {
+    const spec = extraRoles.get(p.role)
+    if (spec?.cleanup && !processAlive(p)) await spec.cleanup(p).catch(() => {})
+  }
 }
 
 export interface ProcessStatus extends ClusterProcess {
@@ -639,6 +655,17 @@ export async function clusterStart(o: { dir?: string | null; node: string; timeo
   launch(dir, c, p)
   const rpc = new RpcClient({ connectTimeoutMs: 1000, defaultTimeoutMs: 5000, maxBackoffMs: 100 })
   try {
+    const spec = extraRoles.get(p.role)
+    if (spec?.ready) {
+      // a role that knows when it is usable (the fuse role is a client, never a connected node)
+      const s = openAdminSession({ mgmtdAddresses: c.mgmtdAddresses, timeoutMs: 3000 })
+      try {
+        await spec.ready(p, s, deadline)
+      } finally {
+        s.close()
+      }
+      return { name: p.name, pid: p.pid!, address: p.address }
+    }
     await waitProcessReady(p, rpc, deadline)
     const mgmtdUp = c.processes.some((x) => x.role === 'mgmtd' && processAlive(x))
     if (p.role !== 'mgmtd' && mgmtdUp) {
@@ -664,7 +691,7 @@ export async function clusterDestroy(o: { dir?: string | null; force?: boolean }
   if (alive.length) {
     if (!o.force) throw new StrataError('CLUSTER_RUNNING', `cluster in ${dir} is running (${alive.map((p) => p.name).join(', ')}); stop it first or pass --force`)
     stopped = (await clusterDown({ dir, graceMs: 5000 })).stopped
-  }
+  } else await cleanupRoles(c)
   for (const sub of ['data', 'config', 'logs']) fs.rmSync(path.join(dir, sub), { recursive: true, force: true })
   for (const p of c.processes) {
     // data dirs placed elsewhere by hand-edited descriptions
@@ -681,3 +708,9 @@ export async function clusterDestroy(o: { dir?: string | null; force?: boolean }
 }
 
 export { isAlive }
+
+// meta-1 and meta-2 (node ids 101, 102) over one KV at DIR/data/kv, after the storage bootstrap.
+registerClusterRole(metaClusterRole)
+
+// The FUSE mount at DIR/mnt (needs a meta role to be registered; --no-mount skips it).
+registerClusterRole(fuseClusterRole(() => extraRoles.has('meta')))

@@ -35,3 +35,4 @@ export {
 export { normalizeRange, drainRange, MAX_CHUNKS_PER_REQUEST, type ChunkRangeInput, type RangeStep, type DrainResult } from './ranges.js'
 export { KeyedLimiter } from './limiter.js'
 export { emptyStats, type StorageClientStats, type ClientOp } from './stats.js'
+export * from './file/index.js'

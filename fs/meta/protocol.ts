@@ -308,3 +308,65 @@ export interface FileSessionRecord {
 export interface GcListRsp {
   entries: Array<{ gcDir: string; name: string; inode: InodeId; type: InodeType; origPath: string; user: number; removedAt: number }>
 }
+
+// --- additions (fs/meta implementation)
+
+export interface BatchStatByPathReq extends ReqBase {
+  paths: PathAt[]
+  flags?: AtFlags
+}
+export interface BatchStatByPathRsp {
+  /** one per path, in order; null where the path does not resolve */
+  inodes: Array<Inode | null>
+  /** one per path, in order, with the error of a path that does not resolve */
+  results: Array<{ ok: true; stat: Inode } | { ok: false; error: { code: string; message: string } }>
+}
+
+export interface RemoveRsp {
+  ok: true
+}
+
+export interface PruneSessionRsp {
+  /** sessions removed (each closed with a storage-queried length unless syncOnPruneSession is off) */
+  pruned: number
+}
+
+/** ours: admin gc-list */
+export interface GcListReq {
+  /** at most this many entries (0: all) */
+  limit?: number
+  /** exclusive cursor: `<gcDir>/<name>` of the last entry of the previous page */
+  prev?: string
+}
+
+/** ours: admin list of write sessions */
+export interface ListSessionsReq {
+  /** only the sessions of this inode */
+  inode?: InodeId
+  /** only the sessions of this client */
+  clientId?: string
+  /** at most this many (0: all) */
+  limit?: number
+}
+export interface ListSessionsRsp {
+  sessions: FileSessionRecord[]
+}
+
+/** ours: admin dump of the raw inode (or directory-entry) table, in KV key order */
+export interface DumpInodesReq {
+  /** default 1000, at most 10000 */
+  limit?: number
+  /** inodes: continue after this inode's key */
+  prev?: InodeId
+  /** continue after this cursor (from the previous page; works for both tables) */
+  cursor?: string | null
+  /** dump directory entries instead of inodes */
+  entries?: boolean
+}
+export interface DumpInodesRsp {
+  inodes: Inode[]
+  entries: DirEntry[]
+  more: boolean
+  /** pass back as `cursor` for the next page; null when there is none */
+  cursor: string | null
+}

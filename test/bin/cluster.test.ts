@@ -5,7 +5,8 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { ok, records, strata, table, tempDir, until } from './helpers.js'
 
-const STD = ['--storage-nodes', '3', '--targets-per-node', '2', '--replicas', '3', '--chunk-size', '64K', '--stripe-size', '2', '-q']
+// scenario 1 is about the DFS core: no FUSE mount; the two meta servers are part of every cluster
+const STD = ['--storage-nodes', '3', '--targets-per-node', '2', '--replicas', '3', '--chunk-size', '64K', '--stripe-size', '2', '--no-mount', '-q']
 
 function csvChains(dir: string): Array<{ chainId: string; targets: string[] }> {
   const [, ...lines] = fs.readFileSync(path.join(dir, 'config', 'chains.csv'), 'utf8').trim().split('\n')
@@ -30,6 +31,8 @@ test.serial('scenario 1: cluster up bootstraps; list-nodes, list-chain-tables, l
       ['storage-1', 'storage', 10001],
       ['storage-2', 'storage', 10002],
       ['storage-3', 'storage', 10003],
+      ['meta-1', 'meta', 101],
+      ['meta-2', 'meta', 102],
     ],
   )
   for (const p of c.processes) {
@@ -49,10 +52,12 @@ test.serial('scenario 1: cluster up bootstraps; list-nodes, list-chain-tables, l
     ['10001', 'STORAGE', 'HEARTBEAT_CONNECTED'],
     ['10002', 'STORAGE', 'HEARTBEAT_CONNECTED'],
     ['10003', 'STORAGE', 'HEARTBEAT_CONNECTED'],
-  ])
+    ['101', 'META', 'HEARTBEAT_CONNECTED'],
+    ['102', 'META', 'HEARTBEAT_CONNECTED'],
+  ].sort((a, b) => Number(a[0]) - Number(b[0])))
   const nodesJson = JSON.parse(await ok(t, ['admin', '--cluster', dir, 'list-nodes', '--json']))
-  t.is(nodesJson.length, 4)
-  t.is(nodesJson[1].pid, c.processes[1].pid)
+  t.is(nodesJson.length, 6)
+  t.is(nodesJson.find((n: any) => n.nodeId === 10001).pid, c.processes.find((p: any) => p.name === 'storage-1').pid)
 
   // list-chain-tables: table 1 version 1, 2 chains of 3 replicas
   const tables = table(await ok(t, ['admin', 'list-chain-tables', '--cluster', dir]))
@@ -109,6 +114,8 @@ test.serial('scenario 1: cluster up bootstraps; list-nodes, list-chain-tables, l
       ['storage-1', 'storage', true, 'HEARTBEAT_CONNECTED'],
       ['storage-2', 'storage', true, 'HEARTBEAT_CONNECTED'],
       ['storage-3', 'storage', true, 'HEARTBEAT_CONNECTED'],
+      ['meta-1', 'meta', true, 'HEARTBEAT_CONNECTED'],
+      ['meta-2', 'meta', true, 'HEARTBEAT_CONNECTED'],
     ],
   )
   for (const p of st.processes) t.true(typeof p.pid === 'number' && typeof p.address === 'string')
@@ -163,10 +170,10 @@ test.serial('kill and start a storage node: its targets go OFFLINE, then recover
 
 test.serial('down keeps data and ports, up starts it again, destroy refuses a running cluster unless --force', async (t) => {
   const dir = path.join(tempDir(t), 'c')
-  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '2', '--targets-per-node', '1', '--replicas', '2', '-q'])
+  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '2', '--targets-per-node', '1', '--replicas', '2', '--no-mount', '-q'])
   const first = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8'))
   const down = JSON.parse(await ok(t, ['cluster', 'down', '--dir', dir, '--json']))
-  t.deepEqual(down.stopped.sort(), ['mgmtd', 'storage-1', 'storage-2'])
+  t.deepEqual(down.stopped.sort(), ['meta-1', 'meta-2', 'mgmtd', 'storage-1', 'storage-2'])
   let st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
   t.false(st.running)
   t.true(st.processes.every((p: any) => !p.alive))

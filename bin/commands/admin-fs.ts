@@ -1,0 +1,206 @@
+// `strata admin` filesystem commands with 3FS admin_cli names and columns:
+// mkdir, create, ls, stat, set-perm, rm, mv, gc-list, session-prune (and the
+// --path form of query-chunk, wired in admin.ts). Logic in fs/admin/fs-ops.ts.
+import type { Command } from 'commander'
+import { withAdminSession } from '../../fs/admin/index.js'
+import {
+  adminCreate,
+  adminGcList,
+  adminLs,
+  adminMkdir,
+  adminMv,
+  adminRm,
+  adminSessionPrune,
+  adminSetPerm,
+  adminStat,
+  parsePerm,
+  queryChunkByPath,
+  resolveLayoutArgs,
+  withFsAdminSession,
+  type FsAdminSession,
+  type LayoutArgs,
+} from '../../fs/admin/fs-ops.js'
+import { StrataError } from '../../fs/common/errors.js'
+import { InvalidArgumentError } from 'commander'
+import { intArg, out, printAction, printJson, printListing, sizeArg } from './output.js'
+
+interface GlobalOpts {
+  cluster?: string
+  mgmtdAddress?: string
+  timeout?: number
+  json?: boolean
+}
+
+/** Opens an admin session plus a file client from the admin group's global options. */
+function fsSession(cmd: Command, run: (f: FsAdminSession, json: boolean) => Promise<void>): Promise<void> {
+  const g = cmd.optsWithGlobals() as GlobalOpts
+  const mgmtdAddresses = g.mgmtdAddress ? g.mgmtdAddress.split(',').map((x) => x.trim()).filter(Boolean) : undefined
+  return withAdminSession(
+    { clusterDir: g.cluster ?? null, ...(mgmtdAddresses ? { mgmtdAddresses } : {}), ...(g.timeout ? { timeoutMs: g.timeout * 1000 } : {}) },
+    (s) => withFsAdminSession(s, (f) => run(f, !!g.json)),
+  )
+}
+
+function permArg(what: string): (v: string) => number {
+  return (v: string) => {
+    try {
+      return parsePerm(v)
+    } catch (e) {
+      throw new InvalidArgumentError((e as StrataError).reason ?? `${what}: ${String(e)}`)
+    }
+  }
+}
+
+function addLayoutOptions(c: Command): Command {
+  return c
+    .option('--chain-table-id <id>', 'chain table of the layout', intArg('--chain-table-id', { min: 1 }))
+    .option('--chain-table-ver <ver>', 'chain table version (default latest)', intArg('--chain-table-ver'))
+    .option('--chain-list <ids>', 'explicit chains, comma separated (1,2,3); with a table: table indexes')
+    .option('--chunk-size <size>', 'chunk size, a power of two (64K, 1M …)', sizeArg('--chunk-size'))
+    .option('--stripe-size <n>', 'chains a file stripes over', intArg('--stripe-size', { min: 1 }))
+}
+
+function layoutArgsOf(o: Record<string, unknown>): LayoutArgs {
+  const a: LayoutArgs = {}
+  if (o.chainTableId !== undefined) a.chainTableId = o.chainTableId as number
+  if (o.chainTableVer !== undefined) a.chainTableVer = o.chainTableVer as number
+  if (o.chainList !== undefined) a.chainList = o.chainList as string
+  if (o.chunkSize !== undefined) a.chunkSize = o.chunkSize as number
+  if (o.stripeSize !== undefined) a.stripeSize = o.stripeSize as number
+  return a
+}
+
+export function registerAdminFsCommands(admin: Command): void {
+  addLayoutOptions(
+    admin
+      .command('mkdir')
+      .description('create a directory (3FS mkdir); layout flags set the default layout of its files')
+      .argument('<path>', 'directory to create')
+      .option('-p, --recursive', 'create missing parents too')
+      .option('-r', 'same as -p')
+      .option('--perm <octal>', 'permission (default 0755)', permArg('--perm')),
+  )
+    .option('--json', 'print JSON')
+    .action((path: string, o, cmd: Command) =>
+      fsSession(cmd, async (f, json) => {
+        const layout = await resolveLayoutArgs(f, path, layoutArgsOf(o))
+        printAction(await adminMkdir(f, path, { recursive: !!o.recursive || !!o.r, ...(o.perm !== undefined ? { perm: o.perm } : {}), ...(layout ? { layout } : {}) }), json)
+      }),
+    )
+
+  addLayoutOptions(
+    admin
+      .command('create')
+      .description('create an empty file (3FS create); layout flags choose its chain table, chunk size and stripe')
+      .argument('<path>', 'file to create')
+      .option('-p, --perm <octal>', 'permission (default 0644)', permArg('--perm')),
+  )
+    .option('--json', 'print JSON')
+    .action((path: string, o, cmd: Command) =>
+      fsSession(cmd, async (f, json) => {
+        const layout = await resolveLayoutArgs(f, path, layoutArgsOf(o))
+        printAction(await adminCreate(f, path, { ...(o.perm !== undefined ? { perm: o.perm } : {}), ...(layout ? { layout } : {}) }), json)
+      }),
+    )
+
+  admin
+    .command('ls')
+    .description('list a directory: Name Type Inode (-s adds Modified Length Permission)')
+    .argument('[path]', 'directory', '/')
+    .option('-l, --limit <n>', 'at most this many entries', intArg('--limit', { min: 1 }))
+    .option('-s, --status', 'also show each entry\'s inode attributes')
+    .option('--json', 'print JSON records')
+    .action((path: string, o, cmd: Command) =>
+      fsSession(cmd, async (f, json) => printListing(await adminLs(f, path, { ...(o.limit !== undefined ? { limit: o.limit } : {}), status: !!o.status }), json)),
+    )
+
+  admin
+    .command('stat')
+    .description('inode attributes: Type Inode NLink Permission IFlags Uid Gid Access Change Modified Length …; --display-layout adds Layout-* rows')
+    .argument('<path>', 'path (or inode id with --inode)')
+    .option('-L, --follow-link', 'follow a symlink at the end of the path')
+    .option('--display-layout', 'show the layout: Layout-ChainTable Layout-ChainTableVersion Layout-ChunkSize Layout-StripeSize Layout-Type … Layout-Chains')
+    .option('--display-chain-list', 'same as --display-layout')
+    .option('--inode', 'the argument is an inode id (decimal or 0x hex)')
+    .option('--json', 'print JSON')
+    .action((path: string, o, cmd: Command) =>
+      fsSession(cmd, async (f, json) =>
+        printAction(await adminStat(f, path, { follow: !!o.followLink, displayLayout: !!o.displayLayout || !!o.displayChainList, byInode: !!o.inode }), json),
+      ),
+    )
+
+  admin
+    .command('set-perm')
+    .description('change owner, group, permission or iflags (3FS set-perm)')
+    .argument('<path>', 'path')
+    .option('-u, --uid <uid>', 'new owner', intArg('--uid'))
+    .option('-g, --gid <gid>', 'new group', intArg('--gid'))
+    .option('-p, --perm <octal>', 'new permission', permArg('--perm'))
+    .option('--iflags <n>', 'new iflags', intArg('--iflags'))
+    .option('--json', 'print JSON')
+    .action((path: string, o, cmd: Command) =>
+      fsSession(cmd, async (f, json) =>
+        printAction(
+          await adminSetPerm(f, path, {
+            ...(o.uid !== undefined ? { uid: o.uid } : {}),
+            ...(o.gid !== undefined ? { gid: o.gid } : {}),
+            ...(o.perm !== undefined ? { perm: o.perm } : {}),
+            ...(o.iflags !== undefined ? { iflags: o.iflags } : {}),
+          }),
+          json,
+        ),
+      ),
+    )
+
+  admin
+    .command('rm')
+    .description('remove a file, symlink or empty directory; -r a whole tree (moved to GC atomically)')
+    .argument('<path>', 'path')
+    .option('-r, --recursive', 'remove a non-empty directory')
+    .option('--json', 'print JSON')
+    .action((path: string, o, cmd: Command) => fsSession(cmd, async (f, json) => printAction(await adminRm(f, path, { recursive: !!o.recursive }), json)))
+
+  admin
+    .command('mv')
+    .description('rename (POSIX semantics: an existing destination is replaced atomically)')
+    .argument('<src>', 'source path')
+    .argument('<dst>', 'destination path')
+    .option('--json', 'print JSON')
+    .action((src: string, dst: string, _o, cmd: Command) => fsSession(cmd, async (f, json) => printAction(await adminMv(f, src, dst), json)))
+
+  admin
+    .command('gc-list')
+    .description('removed files and trees waiting for GC: GcDir Name Inode Type OrigPath User RemovedAt')
+    .option('-l, --limit <n>', 'at most this many entries', intArg('--limit', { min: 1 }))
+    .option('-p, --prev <cursor>', 'continue after this entry')
+    .option('--json', 'print JSON records')
+    .action((o, cmd: Command) =>
+      fsSession(cmd, async (f, json) => {
+        const r = await adminGcList(f, { ...(o.limit !== undefined ? { limit: o.limit } : {}), ...(o.prev !== undefined ? { prev: o.prev } : {}) })
+        if (json) return printJson({ entries: r.records, more: r.more })
+        printListing(r, false)
+      }),
+    )
+
+  admin
+    .command('session-prune')
+    .description('remove write sessions of dead clients (not alive in mgmtd), or of one client')
+    .option('--client-id <id>', 'prune this client\'s sessions')
+    .option('--session <ids...>', 'with --client-id: only these sessions')
+    .option('--json', 'print JSON')
+    .action((o, cmd: Command) =>
+      fsSession(cmd, async (f, json) =>
+        printAction(await adminSessionPrune(f, { ...(o.clientId ? { clientId: o.clientId } : {}), ...(o.session ? { sessions: o.session } : {}) }), json),
+      ),
+    )
+}
+
+/** `query-chunk --path P --chunk-index I` (called from admin.ts's query-chunk). */
+export function queryChunkOfPath(cmd: Command, path: string, chunkIndex: number): Promise<void> {
+  return fsSession(cmd, async (f, json) => {
+    const r = await queryChunkByPath(f, path, chunkIndex)
+    if (json) return printJson({ ...r.chunk, targets: r.records })
+    out(`ChunkId ${r.chunk.chunkId} (${r.chunk.chunkName}) of ${r.chunk.path} chunk ${chunkIndex} on chain ${r.chunk.chainId}`)
+    printListing(r, false)
+  })
+}

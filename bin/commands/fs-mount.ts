@@ -1,0 +1,105 @@
+// `strata fs mount MNT` and `strata fs umount MNT`: the FUSE mount of a
+// cluster. mount starts `strata daemon fuse --config F` detached (unless
+// --foreground), waits until the kernel has the mount and prints the daemon's
+// pid; umount stops that daemon (it unmounts and flushes) and clears a mount
+// whose daemon died.
+import type { Command } from 'commander'
+import { InvalidArgumentError } from 'commander'
+import { createLogger } from '../../fs/common/log.js'
+import { runDaemon } from '../../fs/common/daemon.js'
+import { mountBackground, planMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
+import { intArg, out, printJson, sizeArg } from './output.js'
+
+interface MountCliOpts {
+  cluster?: string
+  uid?: number
+  gid?: number
+  json?: boolean
+  attrTimeout?: number
+  entryTimeout?: number
+  periodicSyncMs?: number
+  writeBuffer?: number
+  readonly?: boolean
+  allowOther?: boolean
+  defaultPermissions?: boolean
+  opTimeout?: number
+  foreground?: boolean
+  waitTimeout?: number
+}
+
+function secondsArg(what: string): (v: string) => number {
+  return (v: string) => {
+    const n = Number(v)
+    if (!/^\d+(\.\d+)?$/.test(v.trim()) || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${what} must be a non-negative number of seconds, got "${v}"`)
+    return n
+  }
+}
+
+/** Adds mount/umount to the `fs` command group (creates the group when it does not exist yet). */
+export function registerFsMountCommands(parent: Command): void {
+  const g = parent.name() === 'fs' ? parent : (parent.commands.find((c) => c.name() === 'fs') ?? parent.command('fs').description('the DFS as files'))
+
+  g.command('mount')
+    .description('mount the cluster\'s filesystem with FUSE (a background daemon; prints its pid)')
+    .argument('<mountpoint>', 'directory to mount on (created when missing)')
+    .option('--attr-timeout <s>', 'kernel attribute cache and daemon path cache lifetime in seconds (0: no caching)', secondsArg('--attr-timeout'))
+    .option('--entry-timeout <s>', 'kernel name cache lifetime in seconds (0: no caching)', secondsArg('--entry-timeout'))
+    .option('--periodic-sync-ms <n>', 'send length hints and flush write buffers this often (0: off; default 5000)', intArg('--periodic-sync-ms', { min: 0 }))
+    .option('--write-buffer <size>', 'per-file write buffer (default 1M; 0: write through)', sizeArg('--write-buffer'))
+    .option('--readonly', 'refuse every change with EROFS')
+    .option('--no-allow-other', 'only the mounting user may use the mount (default: others too, when root)')
+    .option('--default-permissions', 'let the kernel check permission bits for each caller')
+    .option('--op-timeout <s>', 'fail a FUSE request after this many seconds (default 0: never; storage failover then shows as latency)', secondsArg('--op-timeout'))
+    .option('--wait-timeout <s>', 'how long to wait for the mount to come up', intArg('--wait-timeout', { min: 1 }), 60)
+    .option('--foreground', 'run the daemon in this process until SIGTERM/SIGINT')
+    .addHelpText(
+      'after',
+      '\nThe identity of every request is the mount\'s (--uid/--gid of `strata fs`, default the caller\'s):\nfuse-native does not tell the daemon who calls. Stop with: strata fs umount MOUNTPOINT',
+    )
+    .action(async (mountpoint: string, _o: unknown, cmd: Command) => {
+      const o = cmd.optsWithGlobals() as MountCliOpts
+      const mo: MountOptions = {
+        mountpoint,
+        cluster: o.cluster ?? null,
+        ...(o.attrTimeout !== undefined ? { attrTimeout: o.attrTimeout } : {}),
+        ...(o.entryTimeout !== undefined ? { entryTimeout: o.entryTimeout } : {}),
+        ...(o.periodicSyncMs !== undefined ? { periodicSyncMs: o.periodicSyncMs } : {}),
+        ...(o.writeBuffer !== undefined ? { writeBufferSize: o.writeBuffer } : {}),
+        ...(o.uid !== undefined ? { uid: o.uid } : {}),
+        ...(o.gid !== undefined ? { gid: o.gid } : {}),
+        ...(o.readonly ? { readonly: true } : {}),
+        ...(o.allowOther === false ? { allowOther: false } : {}),
+        ...(o.defaultPermissions ? { defaultPermissions: true } : {}),
+        ...(o.opTimeout !== undefined ? { opTimeoutMs: Math.round(o.opTimeout * 1000) } : {}),
+        timeoutMs: (o.waitTimeout ?? 60) * 1000,
+      }
+      if (o.foreground) {
+        const plan = planMount(mo)
+        writeMountConfig(plan)
+        const log = createLogger('fuse')
+        const { startFuseDaemon } = await import('../../fs/fuse/daemon.js')
+        await runDaemon(log, async () => {
+          const d = await startFuseDaemon(plan.config, log)
+          out(`mounted ${d.mountpoint} (pid ${process.pid}); stop with Ctrl-C or: strata fs umount ${d.mountpoint}`)
+          return d
+        })
+        return
+      }
+      const r = await mountBackground(mo)
+      if (o.json) printJson(r)
+      else out(`${r.pid}`)
+    })
+
+  g.command('umount')
+    .alias('unmount')
+    .description('unmount: stop the FUSE daemon serving the mount point (it flushes and unmounts); clear a mount whose daemon died')
+    .argument('<mountpoint>', 'the mount point')
+    .option('--wait <s>', 'seconds to wait for the daemon to unmount before SIGKILL', intArg('--wait', { min: 1 }), 20)
+    .action(async (mountpoint: string, _o: unknown, cmd: Command) => {
+      const o = cmd.opts() as { wait?: number }
+      const json = (cmd.optsWithGlobals() as MountCliOpts).json
+      const r = await unmountFs(mountpoint, { timeoutMs: (o.wait ?? 20) * 1000 })
+      if (json) printJson(r)
+      else out(`unmounted ${r.mountpoint}${r.stopped.length ? ` (stopped pid ${r.stopped.join(', ')})` : ''}${r.forced ? ' (cleared a dead mount)' : ''}`)
+    })
+}

@@ -1,0 +1,370 @@
+// `strata fs put|get|ls|stat|mkdir|rm`: file operations on the DFS through
+// the file client (meta for names, storage for bytes), no mount needed.
+// `strata fs mount|umount` are added by the FUSE part on the command this
+// module returns (see registerFsCommands).
+import fs from 'node:fs'
+import path from 'node:path'
+import type { Command } from 'commander'
+import { readClusterFile, resolveClusterDir, formatTable } from '../../fs/admin/index.js'
+import { inodeHex, metaAddressesOf, parseLayoutArgs, parsePerm, permString } from '../../fs/admin/fs-ops.js'
+import { FileSystem, inodeStats, normalizePath, joinPath, baseName } from '../../fs/client/index.js'
+import { StrataError } from '../../fs/common/errors.js'
+import type { Layout } from '../../fs/common/layout.js'
+import type { Inode } from '../../fs/meta/protocol.js'
+import { InvalidArgumentError } from 'commander'
+import { intArg, out, printJson, sizeArg } from './output.js'
+
+interface FsGlobalOpts {
+  cluster?: string
+  mgmtdAddress?: string
+  metaAddress?: string
+  timeout?: number
+  uid?: number
+  gid?: number
+  json?: boolean
+}
+
+/** Bytes moved per call by put/get. */
+const IO_STEP = 8 * 1024 * 1024
+
+/**
+ * A FileSystem for one command: mgmtd addresses from --mgmtd-address or the
+ * cluster directory (cluster.json), meta servers from routing info (falling
+ * back to the meta processes cluster.json lists, or --meta-address).
+ */
+export async function withFileSystem<T>(cmd: Command, fn: (fs: FileSystem, json: boolean) => Promise<T>): Promise<T> {
+  const g = cmd.optsWithGlobals() as FsGlobalOpts
+  const split = (s?: string) => (s ? s.split(',').map((x) => x.trim()).filter(Boolean) : [])
+  let mgmtdAddresses = split(g.mgmtdAddress)
+  let metaFallback: string[] = []
+  if (mgmtdAddresses.length === 0 || !g.metaAddress) {
+    const dir = resolveClusterDir(g.cluster)
+    try {
+      const c = readClusterFile(dir)
+      if (mgmtdAddresses.length === 0) mgmtdAddresses = c.mgmtdAddresses
+      metaFallback = metaAddressesOf(c)
+    } catch (e) {
+      if (mgmtdAddresses.length === 0) throw e
+    }
+  }
+  const timeoutMs = (g.timeout ?? 60) * 1000
+  const user = { ...(g.uid !== undefined ? { uid: g.uid } : {}), ...(g.gid !== undefined ? { gid: g.gid } : {}) }
+  const fsys = new FileSystem({
+    mgmtdAddresses,
+    ...(split(g.metaAddress).length ? { metaAddresses: split(g.metaAddress) } : {}),
+    ...(metaFallback.length ? { metaFallbackAddresses: metaFallback } : {}),
+    ...(Object.keys(user).length ? { user } : {}),
+    // a one-shot command closes everything it opens: close carries the lengths
+    periodicSyncMs: 0,
+    metaRetry: { totalMs: timeoutMs },
+    storageRetry: { deadlineMs: timeoutMs, readDeadlineMs: timeoutMs },
+  })
+  try {
+    return await fn(fsys, !!g.json)
+  } finally {
+    await fsys.shutdown()
+  }
+}
+
+function permArg(v: string): number {
+  try {
+    return parsePerm(v)
+  } catch (e) {
+    throw new InvalidArgumentError((e as StrataError).reason)
+  }
+}
+
+/** Dfs path of a put/get target: into a directory keeps the source's base name. */
+async function dfsTarget(fsys: FileSystem, dfsPath: string, localName: string): Promise<string> {
+  if (dfsPath.endsWith('/')) return joinPath(dfsPath, localName)
+  try {
+    const st = await fsys.stat(dfsPath)
+    if (st.type === 'Directory') return joinPath(dfsPath, localName)
+  } catch (e) {
+    if (!(e instanceof StrataError) || e.code !== 'META_NOT_FOUND') throw e
+  }
+  return normalizePath(dfsPath)
+}
+
+function typeChar(i: Inode): string {
+  return i.type === 'Directory' ? 'd' : i.type === 'Symlink' ? 'l' : '-'
+}
+
+function modeString(i: Inode): string {
+  const p = i.acl.perm
+  const rwx = (b: number, s: boolean, sc: string) => (b & 4 ? 'r' : '-') + (b & 2 ? 'w' : '-') + (s ? (b & 1 ? sc : sc.toUpperCase()) : b & 1 ? 'x' : '-')
+  return typeChar(i) + rwx((p >> 6) & 7, !!(p & 0o4000), 's') + rwx((p >> 3) & 7, !!(p & 0o2000), 's') + rwx(p & 7, !!(p & 0o1000), 't')
+}
+
+function isoTime(us: number): string {
+  return new Date(Math.floor(us / 1000)).toISOString()
+}
+
+/** JSON record of an inode: ids as 0x hex, times as ISO strings. */
+export function inodeRecord(name: string, i: Inode): Record<string, unknown> {
+  const s = inodeStats(i)
+  return {
+    name,
+    type: i.type,
+    inode: inodeHex(i.id),
+    size: s.size,
+    ...(i.file ? { truncateVer: i.file.truncateVer, chunkSize: i.file.layout.chunkSize, stripeSize: i.file.layout.stripeSize } : {}),
+    perm: permString(i.acl.perm),
+    mode: modeString(i),
+    nlink: i.nlink,
+    uid: i.acl.uid,
+    gid: i.acl.gid,
+    atime: isoTime(i.atime),
+    mtime: isoTime(i.mtime),
+    ctime: isoTime(i.ctime),
+    ...(i.symlink ? { target: i.symlink.target } : {}),
+  }
+}
+
+function layoutOpts(c: Command): Command {
+  return c
+    .option('--chain-table-id <id>', 'chain table of the new file', intArg('--chain-table-id', { min: 1 }))
+    .option('--chunk-size <size>', 'chunk size of the new file (64K, 1M …)', sizeArg('--chunk-size'))
+    .option('--stripe-size <n>', 'chains the new file stripes over', intArg('--stripe-size', { min: 1 }))
+}
+
+async function layoutFor(fsys: FileSystem, target: string, o: { chainTableId?: number; chunkSize?: number; stripeSize?: number }): Promise<Layout | undefined> {
+  if (o.chainTableId === undefined && o.chunkSize === undefined && o.stripeSize === undefined) return undefined
+  const parent = normalizePath(target).replace(/\/[^/]*$/, '') || '/'
+  const base = (await fsys.stat(parent)).directory?.layout
+  const chainTableId = o.chainTableId ?? base?.tableId
+  const chunkSize = o.chunkSize ?? base?.chunkSize
+  const stripeSize = o.stripeSize ?? base?.stripeSize
+  if (chainTableId === undefined || chunkSize === undefined || stripeSize === undefined) {
+    throw new StrataError('INVALID_ARGUMENT', 'the parent directory has no default layout: give --chain-table-id, --chunk-size and --stripe-size')
+  }
+  return parseLayoutArgs({ chainTableId, chunkSize, stripeSize })
+}
+
+/** Registers `strata fs …` and returns the group so later parts can add subcommands (mount, umount). */
+export function registerFsCommands(program: Command): Command {
+  const g = program
+    .command('fs')
+    .description('file operations on the DFS through meta and storage (no mount needed)')
+    .enablePositionalOptions(false)
+    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory')
+    .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)')
+    .option('--timeout <seconds>', 'how long one operation may retry', intArg('--timeout', { min: 1 }), 60)
+    .option('--uid <uid>', 'act as this uid (default: the caller\'s)', intArg('--uid'))
+    .option('--gid <gid>', 'act as this gid (default: the caller\'s)', intArg('--gid'))
+    .option('--json', 'print JSON')
+    .addHelpText('after', '\nErrors print "strata: CODE: message" and exit 1; usage errors exit 2.')
+
+  layoutOpts(
+    g
+      .command('put')
+      .description('copy a local file into the DFS (into DFS_PATH/<name> when DFS_PATH is a directory); "-" reads stdin')
+      .argument('<local>', 'local file, or - for stdin')
+      .argument('<dfsPath>', 'destination in the DFS')
+      .option('--mode <octal>', 'permission of the new file (default: the local file\'s)', permArg)
+      .option('--json', 'print JSON'),
+  ).action((local: string, dfsPath: string, o, cmd: Command) =>
+    withFileSystem(cmd, async (fsys, json) => {
+      const fromStdin = local === '-'
+      let mode = 0o644
+      if (!fromStdin) {
+        const st = fs.statSync(local)
+        if (!st.isFile()) throw new StrataError('INVALID_ARGUMENT', `${local} is not a regular file`)
+        mode = st.mode & 0o7777
+      }
+      const target = await dfsTarget(fsys, dfsPath, fromStdin ? 'stdin' : path.basename(local))
+      const layout = await layoutFor(fsys, target, o)
+      const fh = await fsys.open(target, 'w', o.mode ?? mode, layout ? { layout } : {})
+      let bytes = 0
+      const t0 = Date.now()
+      try {
+        if (fromStdin) {
+          for await (const chunk of process.stdin) {
+            await fsys.write(fh, chunk as Buffer, bytes)
+            bytes += (chunk as Buffer).length
+          }
+        } else {
+          const h = await fs.promises.open(local, 'r')
+          try {
+            // read the next block while the previous one is being written
+            let a = Buffer.allocUnsafe(IO_STEP)
+            let b = Buffer.allocUnsafe(IO_STEP)
+            let r = await h.read(a, 0, IO_STEP, 0)
+            while (r.bytesRead > 0) {
+              const [w, next] = await Promise.all([fsys.write(fh, a.subarray(0, r.bytesRead), bytes), h.read(b, 0, IO_STEP, bytes + r.bytesRead)])
+              bytes += w
+              r = next
+              ;[a, b] = [b, a]
+            }
+          } finally {
+            await h.close()
+          }
+        }
+      } finally {
+        await fsys.close(fh)
+      }
+      const st = await fsys.stat(target)
+      const secs = (Date.now() - t0) / 1000
+      if (json) return printJson({ local, path: target, bytes, length: st.file?.length ?? 0, inode: inodeHex(st.id), seconds: secs })
+      out(`${local} -> ${target}: ${bytes} bytes in ${secs.toFixed(2)} s`)
+    }),
+  )
+
+  g.command('get')
+    .description('copy a DFS file to a local file (into LOCAL/<name> when LOCAL is a directory); "-" writes stdout')
+    .argument('<dfsPath>', 'file in the DFS')
+    .argument('<local>', 'local destination, or - for stdout')
+    .option('--json', 'print JSON')
+    .action((dfsPath: string, local: string, _o, cmd: Command) =>
+      withFileSystem(cmd, async (fsys, json) => {
+        const fh = await fsys.open(dfsPath, 'r')
+        const toStdout = local === '-'
+        let dest = local
+        if (!toStdout && fs.existsSync(local) && fs.statSync(local).isDirectory()) dest = path.join(local, baseName(dfsPath))
+        let bytes = 0
+        const t0 = Date.now()
+        try {
+          const h = toStdout ? null : await fs.promises.open(dest, 'w')
+          try {
+            const length = fh.inode.file?.length ?? 0
+            for (;;) {
+              const want = Math.max(1, Math.min(IO_STEP, Math.max(length - bytes, 64 * 1024)))
+              const r = await fsys.read(fh, want, bytes)
+              if (r.bytesRead === 0) break
+              if (h) await h.write(r.buffer, 0, r.bytesRead, bytes)
+              else await new Promise<void>((res, rej) => process.stdout.write(r.buffer, (e) => (e ? rej(e) : res())))
+              bytes += r.bytesRead
+              if (r.bytesRead < want && bytes >= length) break
+            }
+          } finally {
+            await h?.close()
+          }
+        } finally {
+          await fsys.close(fh)
+        }
+        if (toStdout) return
+        const secs = (Date.now() - t0) / 1000
+        if (json) return printJson({ path: normalizePath(dfsPath), local: dest, bytes, seconds: secs })
+        out(`${normalizePath(dfsPath)} -> ${dest}: ${bytes} bytes in ${secs.toFixed(2)} s`)
+      }),
+    )
+
+  g.command('ls')
+    .description('list a directory (or show one file); -l long format: mode nlink uid gid size mtime name')
+    .argument('[path]', 'DFS path', '/')
+    .option('-l, --long', 'long format')
+    .option('--json', 'print JSON records')
+    .action((p: string, o, cmd: Command) =>
+      withFileSystem(cmd, async (fsys, json) => {
+        const st = await fsys.lstat(p)
+        let items: Array<{ name: string; inode: Inode | null; type: string }>
+        if (st.type !== 'Directory') items = [{ name: baseName(p), inode: st, type: st.type }]
+        else {
+          const all = await fsys.readdirAll(p, { status: !!o.long || json })
+          items = all.entries.map((e, i) => ({ name: e.name, inode: all.inodes[i] ?? null, type: e.type }))
+        }
+        if (json) {
+          return printJson(items.map((x) => (x.inode ? inodeRecord(x.name, x.inode) : { name: x.name, type: x.type })))
+        }
+        if (!o.long) return out(items.map((x) => x.name).join('\n'))
+        out(
+          formatTable(
+            items.map((x) => {
+              const i = x.inode
+              if (!i) return ['?', '?', '?', '?', '?', '?', x.name]
+              const s = inodeStats(i)
+              const when = new Date(s.mtimeMs).toISOString().replace('T', ' ').slice(0, 16)
+              return [modeString(i), String(i.nlink), String(i.acl.uid), String(i.acl.gid), String(s.size), when, i.symlink ? `${x.name} -> ${i.symlink.target}` : x.name]
+            }),
+          ),
+        )
+      }),
+    )
+
+  g.command('stat')
+    .description('attributes of a path (a symlink itself unless -L)')
+    .argument('<path>', 'DFS path')
+    .option('-L, --dereference', 'follow a symlink at the end of the path')
+    .option('--json', 'print JSON')
+    .action((p: string, o, cmd: Command) =>
+      withFileSystem(cmd, async (fsys, json) => {
+        const st = o.dereference ? await fsys.stat(p) : await fsys.lstat(p)
+        const rec = inodeRecord(normalizePath(p), st)
+        if (json) {
+          const layout = st.file?.layout ?? st.directory?.layout
+          return printJson({
+            ...rec,
+            path: normalizePath(p),
+            ...(layout ? { layout: { ...layout, chains: layout.chains.type === 'ChainRange' ? { ...layout.chains, seed: layout.chains.seed.toString() } : layout.chains } } : {}),
+          })
+        }
+        const rows: string[][] = [
+          ['Path', normalizePath(p)],
+          ['Type', st.type],
+          ['Inode', inodeHex(st.id)],
+          ['Size', String(rec.size)],
+          ...(st.file ? [['Length', `${st.file.length}@${st.file.truncateVer}`], ['ChunkSize', String(st.file.layout.chunkSize)], ['StripeSize', String(st.file.layout.stripeSize)]] : []),
+          ['Mode', `${rec.mode} (${rec.perm})`],
+          ['NLink', String(st.nlink)],
+          ['Uid', String(st.acl.uid)],
+          ['Gid', String(st.acl.gid)],
+          ['Access', String(rec.atime)],
+          ['Modify', String(rec.mtime)],
+          ['Change', String(rec.ctime)],
+          ...(st.symlink ? [['Target', st.symlink.target]] : []),
+        ]
+        out(formatTable(rows))
+      }),
+    )
+
+  g.command('mkdir')
+    .description('create directories')
+    .argument('<paths...>', 'DFS paths')
+    .option('-p, --parents', 'create missing parents; no error if it exists')
+    .option('--mode <octal>', 'permission (default 0755)', permArg)
+    .option('--json', 'print JSON')
+    .action((paths: string[], o, cmd: Command) =>
+      withFileSystem(cmd, async (fsys, json) => {
+        const made: Array<Record<string, unknown>> = []
+        for (const p of paths) {
+          try {
+            const st = await fsys.mkdir(p, { mode: o.mode ?? 0o755, recursive: !!o.parents })
+            made.push(inodeRecord(normalizePath(p), st))
+          } catch (e) {
+            if (o.parents && e instanceof StrataError && e.code === 'META_EXISTS' && (await fsys.stat(p)).type === 'Directory') continue
+            throw e
+          }
+        }
+        if (json) printJson(made)
+      }),
+    )
+
+  g.command('rm')
+    .description('remove files, symlinks and empty directories; -r whole trees')
+    .argument('<paths...>', 'DFS paths')
+    .option('-r, --recursive', 'remove directories and their contents')
+    .option('-f, --force', 'ignore paths that do not exist')
+    .option('--json', 'print JSON')
+    .action((paths: string[], o, cmd: Command) =>
+      withFileSystem(cmd, async (fsys, json) => {
+        const removed: string[] = []
+        for (const p of paths) {
+          try {
+            if (!o.recursive) {
+              const st = await fsys.lstat(p)
+              if (st.type === 'Directory') await fsys.rmdir(p)
+              else await fsys.unlink(p)
+            } else await fsys.rm(p, { recursive: true })
+            removed.push(normalizePath(p))
+          } catch (e) {
+            if (o.force && e instanceof StrataError && e.code === 'META_NOT_FOUND') continue
+            throw e
+          }
+        }
+        if (json) printJson({ removed })
+      }),
+    )
+
+  return g
+}

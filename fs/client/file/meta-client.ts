@@ -1,0 +1,449 @@
+// Client of the metadata service (3FS client/meta/MetaClient): one typed call
+// per MetaSerde method. Every logical operation gets one request uuid that is
+// reused by all of its retries, so a replay that reaches a server which
+// already applied it is answered from the server's idempotency record instead
+// of being applied twice. Servers come from routing info (META nodes that are
+// HEARTBEAT_CONNECTED) or from explicit addresses; connection failures and
+// timeouts fail over to another server, retryable codes back off and retry.
+// The client also keeps its mgmtd client session alive, which is how meta
+// servers tell live writers from dead ones when pruning file sessions.
+
+import os from 'node:os'
+import { randomUUID } from 'node:crypto'
+import { ERRORS, StrataError, isErrorCode, toStrataError, type ErrorCode } from '../../common/errors.js'
+import { MetaMethod, ServiceId } from '../../common/services.js'
+import type { NodeInfo, NodeType, RoutingInfo } from '../../common/types.js'
+import type { MgmtdClient } from '../../mgmtd/client.js'
+import { RpcClient } from '../../rpc/index.js'
+import type {
+  BatchStatReq,
+  BatchStatRsp,
+  CloseReq,
+  CloseRsp,
+  CreateReq,
+  CreateRsp,
+  GcListRsp,
+  GetRealPathReq,
+  GetRealPathRsp,
+  HardLinkReq,
+  HardLinkRsp,
+  Inode,
+  InodeId,
+  ListReq,
+  ListRsp,
+  LockDirectoryReq,
+  LockDirectoryRsp,
+  MkdirsReq,
+  MkdirsRsp,
+  OpenReq,
+  OpenRsp,
+  PruneSessionReq,
+  RemoveReq,
+  RenameReq,
+  RenameRsp,
+  ReqBase,
+  SetAttrReq,
+  SetAttrRsp,
+  StatFsRsp,
+  StatReq,
+  StatRsp,
+  SymlinkReq,
+  SymlinkRsp,
+  SyncReq,
+  SyncRsp,
+  UserInfo,
+  BatchStatByPathReq,
+  BatchStatByPathRsp,
+  GcListReq,
+  ListSessionsReq,
+  ListSessionsRsp,
+  DumpInodesReq,
+  DumpInodesRsp,
+  RemoveRsp,
+  PruneSessionRsp,
+} from '../../meta/protocol.js'
+
+/** Request body without the ReqBase fields the client fills in. */
+export type Body<T> = Omit<T, keyof ReqBase>
+
+// Shapes of methods protocol.ts does not spell out (deprecated or unused in 3FS).
+export interface TruncateReq extends ReqBase {
+  inode: InodeId
+  length: number
+}
+export interface TruncateRsp {
+  stat: Inode
+}
+export interface DropUserCacheReq extends ReqBase {
+  uid?: number
+  dropAll?: boolean
+}
+export interface AuthenticateRsp {
+  user: UserInfo
+}
+
+export interface MetaRetryPolicy {
+  /** one RPC attempt */
+  rpcTimeoutMs: number
+  /** overall budget of one logical operation, retries included */
+  totalMs: number
+  initialDelayMs: number
+  maxDelayMs: number
+  /** delay after META_BUSY and friends (3FS retry_fast) */
+  fastDelayMs: number
+}
+
+export const DEFAULT_META_RETRY: MetaRetryPolicy = {
+  rpcTimeoutMs: 10_000,
+  totalMs: 60_000,
+  initialDelayMs: 50,
+  maxDelayMs: 1_000,
+  fastDelayMs: 10,
+}
+
+export interface MetaClientOptions {
+  /** routing info source (META nodes) and where the client session is extended */
+  mgmtd?: MgmtdClient
+  rpc?: RpcClient
+  /** fixed meta server addresses; when given, routing info is not consulted */
+  addresses?: string[]
+  /** used only when routing info lists no connected META node (e.g. a cluster.json's meta processes) */
+  fallbackAddresses?: string[]
+  /** default identity of requests; uid/gid default to the process's */
+  user?: Partial<UserInfo>
+  /** client id: the mgmtd session id and ReqBase.client.uuid */
+  clientId?: string
+  hostname?: string
+  /** mgmtd session type (default CLIENT; the FUSE daemon says FUSE) */
+  nodeType?: NodeType
+  description?: string
+  retry?: Partial<MetaRetryPolicy>
+  /** extendClientSession period; 0 turns it off (default 1000 ms) */
+  sessionExtendIntervalMs?: number
+  random?: () => number
+}
+
+export interface MetaCallOptions {
+  /** request as this user instead of the client's default */
+  user?: UserInfo
+  /** reuse a request id (a background close retried later must replay the same request) */
+  uuid?: string
+  signal?: AbortSignal
+  /** overall budget of this call */
+  totalMs?: number
+}
+
+const TRANSPORT = new Set<ErrorCode>(['RPC_CONNECT_FAILED', 'RPC_SEND_FAILED', 'RPC_CONNECTION_CLOSED', 'TIMEOUT', 'RPC_UNKNOWN_SERVICE'])
+const FAST = new Set<ErrorCode>(['META_BUSY', 'KV_CONFLICT', 'RPC_SEND_FAILED'])
+
+export interface MetaClientStats {
+  calls: number
+  retries: number
+  failovers: number
+  failures: number
+  sessionExtends: number
+  sessionExtendFailures: number
+}
+
+function defaultUser(u?: Partial<UserInfo>): UserInfo {
+  const uid = u?.uid ?? (typeof process.getuid === 'function' ? process.getuid() : 0)
+  const gid = u?.gid ?? (typeof process.getgid === 'function' ? process.getgid() : 0)
+  const groups = u?.groups ?? (typeof process.getgroups === 'function' ? process.getgroups().filter((g) => g !== gid) : [])
+  return { uid, gid, groups }
+}
+
+export class MetaClient {
+  readonly clientId: string
+  readonly hostname: string
+  readonly user: UserInfo
+  readonly rpc: RpcClient
+  readonly mgmtd: MgmtdClient | undefined
+  readonly policy: MetaRetryPolicy
+  private readonly ownsRpc: boolean
+  private readonly explicit: string[] | undefined
+  private readonly fallback: string[]
+  private readonly random: () => number
+  private readonly nodeType: NodeType
+  private readonly description: string
+  /** address → ms (monotonic) until which it is avoided */
+  private readonly failed = new Map<string, number>()
+  private preferred: string | undefined
+  private sessionTimer: NodeJS.Timeout | null = null
+  private closed = false
+  private readonly closeCtl = new AbortController()
+  readonly counters: MetaClientStats = { calls: 0, retries: 0, failovers: 0, failures: 0, sessionExtends: 0, sessionExtendFailures: 0 }
+
+  constructor(opts: MetaClientOptions) {
+    if (!opts.mgmtd && !opts.addresses?.length) throw new StrataError('INVALID_ARGUMENT', 'MetaClient needs a MgmtdClient or meta server addresses')
+    this.mgmtd = opts.mgmtd
+    this.rpc = opts.rpc ?? opts.mgmtd?.rpc ?? new RpcClient()
+    this.ownsRpc = !opts.rpc && !opts.mgmtd
+    this.explicit = opts.addresses?.length ? [...opts.addresses] : undefined
+    this.fallback = [...(opts.fallbackAddresses ?? [])]
+    this.user = defaultUser(opts.user)
+    this.clientId = opts.clientId ?? randomUUID()
+    this.hostname = opts.hostname ?? os.hostname()
+    this.nodeType = opts.nodeType ?? 'CLIENT'
+    this.description = opts.description ?? `strata file client pid ${process.pid}`
+    this.random = opts.random ?? Math.random
+    this.policy = { ...DEFAULT_META_RETRY }
+    for (const [k, v] of Object.entries(opts.retry ?? {})) {
+      if (v === undefined) continue
+      if (!(k in DEFAULT_META_RETRY) || typeof v !== 'number' || !(v >= 0)) throw new StrataError('INVALID_ARGUMENT', `bad meta retry option ${k}=${String(v)}`)
+      ;(this.policy as unknown as Record<string, number>)[k] = v
+    }
+    const interval = opts.sessionExtendIntervalMs ?? 1000
+    if (this.mgmtd && interval > 0) this.startSessionExtension(interval)
+  }
+
+  // --- client session with mgmtd
+
+  private startSessionExtension(intervalMs: number): void {
+    const tick = async () => {
+      await this.extendSession()
+      if (!this.closed) {
+        this.sessionTimer = setTimeout(tick, intervalMs)
+        this.sessionTimer.unref()
+      }
+    }
+    this.sessionTimer = setTimeout(tick, 0)
+    this.sessionTimer.unref()
+  }
+
+  /** Tells mgmtd this client is alive (also done periodically). Never throws. */
+  async extendSession(): Promise<boolean> {
+    if (!this.mgmtd || this.closed) return false
+    try {
+      await this.mgmtd.extendClientSession({
+        clientId: this.clientId,
+        nodeType: this.nodeType,
+        hostname: this.hostname,
+        pid: process.pid,
+        description: this.description,
+      })
+      this.counters.sessionExtends++
+      return true
+    } catch {
+      this.counters.sessionExtendFailures++
+      return false
+    }
+  }
+
+  // --- server choice
+
+  /** Candidate meta server addresses, best first. */
+  async servers(refresh = false): Promise<string[]> {
+    let list: string[]
+    if (this.explicit) list = this.explicit
+    else {
+      let ri: RoutingInfo | null = null
+      try {
+        ri = refresh ? await this.mgmtd!.refresh() : await this.mgmtd!.routing()
+      } catch {
+        ri = this.mgmtd!.cachedRouting
+      }
+      list = ri ? metaServersOf(ri) : []
+      if (list.length === 0 && !refresh && ri) {
+        try {
+          list = metaServersOf(await this.mgmtd!.refresh())
+        } catch {
+          // keep the empty list
+        }
+      }
+      if (list.length === 0) list = this.fallback
+    }
+    const now = performance.now()
+    const ok = list.filter((a) => (this.failed.get(a) ?? 0) <= now)
+    const bad = list.filter((a) => (this.failed.get(a) ?? 0) > now)
+    if (this.preferred && ok.includes(this.preferred)) return [this.preferred, ...ok.filter((a) => a !== this.preferred), ...bad]
+    if (ok.length > 0) {
+      this.preferred = ok[Math.min(ok.length - 1, Math.floor(this.random() * ok.length))]
+      return [this.preferred!, ...ok.filter((a) => a !== this.preferred), ...bad]
+    }
+    return bad
+  }
+
+  private markFailed(address: string): void {
+    this.failed.set(address, performance.now() + Math.max(1000, this.policy.maxDelayMs))
+    if (this.preferred === address) this.preferred = undefined
+    this.counters.failovers++
+  }
+
+  // --- the retry loop
+
+  /** Fills ReqBase (one request uuid for every attempt) and runs the call with failover and retries. */
+  async call<Rsp>(method: number, body: object, opts: MetaCallOptions = {}): Promise<Rsp> {
+    if (this.closed) throw new StrataError('CLOSED', 'meta client closed')
+    const req: ReqBase & Record<string, unknown> = {
+      ...(body as Record<string, unknown>),
+      user: opts.user ?? this.user,
+      client: { uuid: this.clientId, hostname: this.hostname },
+      uuid: opts.uuid ?? randomUUID(),
+    }
+    this.counters.calls++
+    const deadline = performance.now() + (opts.totalMs ?? this.policy.totalMs)
+    let lastErr: StrataError | undefined
+    let refresh = false
+    for (let attempt = 1; ; attempt++) {
+      if (this.closed) throw new StrataError('CLOSED', 'meta client closed')
+      if (opts.signal?.aborted) throw new StrataError('CANCELLED', 'meta call cancelled', { cause: opts.signal.reason })
+      const servers = await this.servers(refresh)
+      refresh = false
+      const address = servers[0]
+      let err: StrataError
+      if (!address) {
+        err = new StrataError('RPC_CONNECT_FAILED', 'no meta server known (routing info lists no connected META node)')
+        refresh = true
+      } else {
+        try {
+          const timeoutMs = Math.max(1, Math.min(this.policy.rpcTimeoutMs, deadline - performance.now()))
+          const rsp = await this.rpc.call<Rsp>(address, ServiceId.Meta, method, req, opts.signal ? { timeoutMs, signal: opts.signal } : { timeoutMs })
+          this.failed.delete(address)
+          this.preferred = address
+          return rsp
+        } catch (e) {
+          err = toStrataError(e)
+          if (err.code === 'CANCELLED' || err.code === 'CLOSED') throw err
+          if (TRANSPORT.has(err.code)) {
+            this.markFailed(address)
+            refresh = !this.explicit
+          }
+        }
+      }
+      lastErr = err
+      const retryable = TRANSPORT.has(err.code) || (isErrorCode(err.code) && ERRORS[err.code].retryable)
+      if (!retryable) {
+        this.counters.failures++
+        throw err
+      }
+      const fast = FAST.has(err.code) || (TRANSPORT.has(err.code) && servers.length > 1 && attempt <= servers.length)
+      const base = fast ? this.policy.fastDelayMs : Math.min(this.policy.maxDelayMs, this.policy.initialDelayMs * 2 ** Math.min(attempt - 1, 20))
+      const delay = base * (0.5 + this.random() * 0.5)
+      if (performance.now() + delay >= deadline) {
+        this.counters.failures++
+        throw new StrataError(lastErr.code, `${lastErr.reason} (meta ${methodNameOf(method)}: gave up after ${attempt} attempt${attempt === 1 ? '' : 's'})`, {
+          cause: lastErr,
+          ...(lastErr.detail ? { detail: lastErr.detail } : {}),
+        })
+      }
+      this.counters.retries++
+      await this.sleep(delay, opts.signal)
+    }
+  }
+
+  private sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t)
+        this.closeCtl.signal.removeEventListener('abort', done)
+        signal?.removeEventListener('abort', done)
+        resolve()
+      }
+      const t = setTimeout(done, ms)
+      this.closeCtl.signal.addEventListener('abort', done, { once: true })
+      signal?.addEventListener('abort', done, { once: true })
+    })
+  }
+
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    this.closeCtl.abort()
+    if (this.sessionTimer) clearTimeout(this.sessionTimer)
+    if (this.ownsRpc) this.rpc.close()
+  }
+
+  get isClosed(): boolean {
+    return this.closed
+  }
+
+  // --- typed calls (one per MetaMethod)
+
+  statFs(o?: MetaCallOptions): Promise<StatFsRsp> {
+    return this.call(MetaMethod.statFs, {}, o)
+  }
+  stat(b: Body<StatReq>, o?: MetaCallOptions): Promise<StatRsp> {
+    return this.call(MetaMethod.stat, b, o)
+  }
+  create(b: Body<CreateReq>, o?: MetaCallOptions): Promise<CreateRsp> {
+    return this.call(MetaMethod.create, b, o)
+  }
+  mkdirs(b: Body<MkdirsReq>, o?: MetaCallOptions): Promise<MkdirsRsp> {
+    return this.call(MetaMethod.mkdirs, b, o)
+  }
+  symlink(b: Body<SymlinkReq>, o?: MetaCallOptions): Promise<SymlinkRsp> {
+    return this.call(MetaMethod.symlink, b, o)
+  }
+  hardLink(b: Body<HardLinkReq>, o?: MetaCallOptions): Promise<HardLinkRsp> {
+    return this.call(MetaMethod.hardLink, b, o)
+  }
+  remove(b: Body<RemoveReq>, o?: MetaCallOptions): Promise<RemoveRsp> {
+    return this.call(MetaMethod.remove, b, o)
+  }
+  open(b: Body<OpenReq>, o?: MetaCallOptions): Promise<OpenRsp> {
+    return this.call(MetaMethod.open, b, o)
+  }
+  sync(b: Body<SyncReq>, o?: MetaCallOptions): Promise<SyncRsp> {
+    return this.call(MetaMethod.sync, b, o)
+  }
+  /** meta `close` (named closeFile because close() shuts the client down) */
+  closeFile(b: Body<CloseReq>, o?: MetaCallOptions): Promise<CloseRsp> {
+    return this.call(MetaMethod.close, b, o)
+  }
+  rename(b: Body<RenameReq>, o?: MetaCallOptions): Promise<RenameRsp> {
+    return this.call(MetaMethod.rename, b, o)
+  }
+  list(b: Body<ListReq>, o?: MetaCallOptions): Promise<ListRsp> {
+    return this.call(MetaMethod.list, b, o)
+  }
+  /** deprecated in 3FS (clients truncate themselves, see FileSystem.truncate); kept for completeness */
+  truncate(b: Body<TruncateReq>, o?: MetaCallOptions): Promise<TruncateRsp> {
+    return this.call(MetaMethod.truncate, b, o)
+  }
+  getRealPath(b: Body<GetRealPathReq>, o?: MetaCallOptions): Promise<GetRealPathRsp> {
+    return this.call(MetaMethod.getRealPath, b, o)
+  }
+  setAttr(b: Body<SetAttrReq>, o?: MetaCallOptions): Promise<SetAttrRsp> {
+    return this.call(MetaMethod.setAttr, b, o)
+  }
+  pruneSession(b: Body<PruneSessionReq>, o?: MetaCallOptions): Promise<PruneSessionRsp> {
+    return this.call(MetaMethod.pruneSession, b, o)
+  }
+  dropUserCache(b: Body<DropUserCacheReq> = {}, o?: MetaCallOptions): Promise<unknown> {
+    return this.call(MetaMethod.dropUserCache, b, o)
+  }
+  authenticate(o?: MetaCallOptions): Promise<AuthenticateRsp> {
+    return this.call(MetaMethod.authenticate, {}, o)
+  }
+  lockDirectory(b: Body<LockDirectoryReq>, o?: MetaCallOptions): Promise<LockDirectoryRsp> {
+    return this.call(MetaMethod.lockDirectory, b, o)
+  }
+  batchStat(b: Body<BatchStatReq>, o?: MetaCallOptions): Promise<BatchStatRsp> {
+    return this.call(MetaMethod.batchStat, b, o)
+  }
+  batchStatByPath(b: Body<BatchStatByPathReq>, o?: MetaCallOptions): Promise<BatchStatByPathRsp> {
+    return this.call(MetaMethod.batchStatByPath, b, o)
+  }
+  gcList(b: Body<GcListReq> = {}, o?: MetaCallOptions): Promise<GcListRsp> {
+    return this.call(MetaMethod.gcList, b, o)
+  }
+  listSessions(b: Body<ListSessionsReq> = {}, o?: MetaCallOptions): Promise<ListSessionsRsp> {
+    return this.call(MetaMethod.listSessions, b, o)
+  }
+  dumpInodes(b: Body<DumpInodesReq> = {}, o?: MetaCallOptions): Promise<DumpInodesRsp> {
+    return this.call(MetaMethod.dumpInodes, b, o)
+  }
+}
+
+/** Addresses of META nodes mgmtd reports connected, lowest node id first. */
+export function metaServersOf(ri: RoutingInfo): string[] {
+  return Object.values(ri.nodes)
+    .filter((n: NodeInfo) => n.type === 'META' && n.status === 'HEARTBEAT_CONNECTED' && !!n.address)
+    .sort((a, b) => a.nodeId - b.nodeId)
+    .map((n) => n.address)
+}
+
+function methodNameOf(method: number): string {
+  for (const [k, v] of Object.entries(MetaMethod)) if (v === method) return k
+  return String(method)
+}

@@ -1,0 +1,496 @@
+// USRBIO-shaped batch I/O (3FS src/lib/api/hf3fs_usrbio.h, UsrbIo.md, fuse
+// IoRing) as an in-process TS client library:
+//
+//   const iov = createIov(64 << 20)                          // the data region
+//   const ior = createIor({ entries: 1024, forRead: true, ioDepth: 64 })
+//   const fd = regFd(fileHandle)                             // or await regFd(path, fs)
+//   const idx = prepIo(ior, iov, true, bufOff, fd, fileOff, len, userdata)  // ≥ 0, or -EAGAIN when full
+//   submitIos(ior)
+//   const cqes = await waitForIos(ior, 64, 1, 1000)          // [{ index, result: bytes | -errno, userdata }]
+//
+// Semantics kept from 3FS:
+//  - an Ior is read-only or write-only; `entries` requests may be outstanding
+//    (prepared and not yet reaped by waitForIos); prepIo is single-producer;
+//  - ioDepth > 0: exactly ioDepth requests form a batch, and a batch only
+//    starts when that many are queued; ioDepth = 0: everything queued goes
+//    as soon as it is seen; ioDepth < 0: up to -ioDepth per batch, and a
+//    smaller batch waits up to timeoutMs for more before it goes;
+//  - batches run concurrently (up to maxJobs per ring, 3FS max_jobs_per_ioring);
+//    each batch becomes one StorageClient.batchRead (one RPC per storage node)
+//    or parallel chunk writes on every chain it touches;
+//  - reads land directly in the iov (one copy out of the RPC frame); write
+//    data is sent straight from the iov;
+//  - flags: ALLOW_READ_UNCOMMITTED (relaxed read of pending updates),
+//    FORBID_READ_HOLES (a hole in the range fails the read);
+//  - holes read as zeros and a read is short only at the end of the file;
+//    3FS counts a hole at the end of the range as end of file, here the
+//    file length the client knows (inode length, local writes) decides, so
+//    results match pread(2) on the same file;
+//  - writes do not change the file length at once: they record length hints
+//    that periodic sync or fsync of the FileSystem reports to meta.
+// One addition: with ioDepth > 0, 3FS never runs a batch shorter than
+// ioDepth, so a tail of fewer requests waits forever. Here such a tail runs
+// once a consumer is blocked in waitForIos, nothing else of the ring is in
+// flight, and no request was prepared for shortBatchAfterMs (default 1 s;
+// Infinity keeps 3FS's behaviour).
+
+import os from 'node:os'
+import { randomUUID } from 'node:crypto'
+import { StrataError, toStrataError } from '../../common/errors.js'
+import type { ChunkReadResult } from '../storage-client.js'
+import { assembleRead, fileLayout } from './file-io.js'
+import type { FileHandle, FileSystem } from './file-system.js'
+import type { OpenFlagsInput } from './flags.js'
+import type { ChunkPiece } from './pieces.js'
+
+export const IOR_ALLOW_READ_UNCOMMITTED = 1
+export const IOR_FORBID_READ_HOLES = 2
+/** 3FS max_jobs_per_ioring */
+export const DEFAULT_MAX_JOBS_PER_IOR = 32
+
+const ERRNO = os.constants.errno
+export const EAGAIN = ERRNO.EAGAIN
+export const EINVAL = ERRNO.EINVAL
+export const EBADF = ERRNO.EBADF
+export const EACCES = ERRNO.EACCES
+export const EIO = ERRNO.EIO
+
+/** Positive errno of an error (by its catalogue errno name; EIO if unknown). */
+export function errnoOf(e: unknown): number {
+  const se = toStrataError(e)
+  const n = (ERRNO as Record<string, number>)[se.errno]
+  return typeof n === 'number' ? n : EIO
+}
+
+// --- Iov: the shared data region
+
+export interface Iov {
+  readonly id: string
+  readonly buf: Buffer
+  readonly size: number
+  /** backed by a SharedArrayBuffer (usable from worker threads) */
+  readonly shared: boolean
+}
+
+export function createIov(size: number, opts: { shared?: boolean } = {}): Iov {
+  if (!Number.isSafeInteger(size) || size <= 0) throw new StrataError('INVALID_ARGUMENT', `iov size must be a positive integer, got ${size}`)
+  const shared = !!opts.shared
+  const buf = shared ? Buffer.from(new SharedArrayBuffer(size)) : Buffer.alloc(size)
+  return { id: randomUUID(), buf, size, shared }
+}
+
+/** Wraps existing memory as an iov (3FS hf3fs_iovwrap). */
+export function wrapIov(mem: Uint8Array): Iov {
+  const buf = Buffer.isBuffer(mem) ? mem : Buffer.from(mem.buffer, mem.byteOffset, mem.byteLength)
+  return { id: randomUUID(), buf, size: buf.length, shared: buf.buffer instanceof SharedArrayBuffer }
+}
+
+// --- registered fds
+
+export interface RegisteredFd {
+  /** ≤ 0, as hf3fs_reg_fd returns */
+  readonly fd: number
+  readonly handle: FileHandle
+  /** opened by regFd(path) and closed by deregFd */
+  readonly owned: boolean
+}
+
+const registry = new Map<number, RegisteredFd>()
+let nextFd = 0
+
+/** Registers an open file for batch I/O. */
+export function regFd(handle: FileHandle): RegisteredFd
+/** Opens `path` on `fs` (default read-only) and registers it; deregFd closes it. */
+export function regFd(path: string, fs: FileSystem, flags?: OpenFlagsInput): Promise<RegisteredFd>
+export function regFd(target: FileHandle | string, fs?: FileSystem, flags: OpenFlagsInput = 'r'): RegisteredFd | Promise<RegisteredFd> {
+  if (typeof target === 'string') {
+    if (!fs) throw new StrataError('INVALID_ARGUMENT', 'regFd(path) needs the FileSystem to open it on')
+    return fs.open(target, flags).then((h) => register(h, true))
+  }
+  if (!target || typeof target !== 'object' || !('state' in target)) throw new StrataError('INVALID_ARGUMENT', 'regFd needs a FileHandle or a path')
+  if (target.closed) throw new StrataError('META_BAD_FILE', 'cannot register a closed handle')
+  return register(target, false)
+}
+
+function register(handle: FileHandle, owned: boolean): RegisteredFd {
+  const r: RegisteredFd = { fd: nextFd--, handle, owned }
+  registry.set(r.fd, r)
+  return r
+}
+
+export async function deregFd(fd: RegisteredFd | number): Promise<void> {
+  const r = registry.get(typeof fd === 'number' ? fd : fd.fd)
+  if (!r) return
+  registry.delete(r.fd)
+  if (r.owned) await r.handle.close()
+}
+
+function lookupFd(fd: RegisteredFd | number): RegisteredFd | undefined {
+  return registry.get(typeof fd === 'number' ? fd : fd.fd)
+}
+
+// --- Ior: the request ring
+
+export interface IorOptions {
+  /** most requests outstanding at once (prepared and not yet reaped) */
+  entries: number
+  forRead: boolean
+  /** >0: batches of exactly ioDepth; 0: as soon as seen; <0: up to -ioDepth per batch with timeout batching */
+  ioDepth?: number
+  /** ioDepth < 0: how long a short batch waits for more requests */
+  timeoutMs?: number
+  /** IOR_ALLOW_READ_UNCOMMITTED | IOR_FORBID_READ_HOLES */
+  flags?: number
+  /** batches of this ring running at once (default 32) */
+  maxJobs?: number
+  /**
+   * ioDepth > 0: a tail shorter than ioDepth runs after the ring has been
+   * idle this long with a consumer waiting (default 1000 ms; Infinity: never, as 3FS)
+   */
+  shortBatchAfterMs?: number
+}
+
+export interface Cqe {
+  /** the index prepIo returned */
+  index: number
+  /** bytes read/written, or -errno */
+  result: number
+  userdata: unknown
+}
+
+interface Args {
+  iov: Iov
+  bufOff: number
+  reg: RegisteredFd
+  fileOff: number
+  len: number
+  userdata: unknown
+}
+
+export interface IorStats {
+  /** requests per started batch, in start order */
+  batchSizes: number[]
+  batches: number
+  maxConcurrentBatches: number
+  completed: number
+}
+
+export class Ior {
+  readonly entries: number
+  readonly forRead: boolean
+  readonly ioDepth: number
+  readonly timeoutMs: number
+  readonly flags: number
+  readonly maxJobs: number
+  readonly shortBatchAfterMs: number
+  readonly stats: IorStats = { batchSizes: [], batches: 0, maxConcurrentBatches: 0, completed: 0 }
+  private readonly freeSlots: number[] = []
+  private readonly args: Array<Args | undefined>
+  /** prepared, not yet claimed by a batch (sqe ring) */
+  private readonly queued: number[] = []
+  /** finished, not yet reaped (cqe ring) */
+  private readonly done: Cqe[] = []
+  private processing = 0
+  private running = 0
+  private firstShortSeen: number | undefined
+  private lastPrepAt = 0
+  private batchTimer: NodeJS.Timeout | null = null
+  private readonly waiters = new Set<() => void>()
+  private destroyed = false
+
+  constructor(o: IorOptions) {
+    if (!o || !Number.isSafeInteger(o.entries) || o.entries <= 0) throw new StrataError('INVALID_ARGUMENT', `ior entries must be a positive integer, got ${o?.entries}`)
+    const ioDepth = o.ioDepth ?? 0
+    if (!Number.isSafeInteger(ioDepth) || Math.abs(ioDepth) > o.entries) {
+      throw new StrataError('INVALID_ARGUMENT', `ior ioDepth must be an integer with |ioDepth| <= entries (${o.entries}), got ${ioDepth}`)
+    }
+    const timeoutMs = o.timeoutMs ?? 0
+    if (!(timeoutMs >= 0)) throw new StrataError('INVALID_ARGUMENT', `ior timeoutMs must be >= 0, got ${timeoutMs}`)
+    const flags = o.flags ?? 0
+    if (!Number.isInteger(flags) || (flags & ~(IOR_ALLOW_READ_UNCOMMITTED | IOR_FORBID_READ_HOLES)) !== 0) throw new StrataError('INVALID_ARGUMENT', `unknown ior flags ${flags}`)
+    this.entries = o.entries
+    this.forRead = !!o.forRead
+    this.ioDepth = ioDepth
+    this.timeoutMs = timeoutMs
+    this.flags = flags
+    this.maxJobs = o.maxJobs ?? DEFAULT_MAX_JOBS_PER_IOR
+    this.shortBatchAfterMs = o.shortBatchAfterMs ?? 1000
+    if (!(this.shortBatchAfterMs >= 0)) throw new StrataError('INVALID_ARGUMENT', `ior shortBatchAfterMs must be >= 0, got ${this.shortBatchAfterMs}`)
+    this.args = new Array(o.entries)
+    for (let i = o.entries - 1; i >= 0; i--) this.freeSlots.push(i)
+  }
+
+  /** requests prepared and not claimed by a batch yet */
+  get queuedCount(): number {
+    return this.queued.length
+  }
+  get inFlight(): number {
+    return this.processing
+  }
+  get completedCount(): number {
+    return this.done.length
+  }
+
+  /** @internal see prepIo */
+  prep(iov: Iov, read: boolean, bufOff: number, fd: RegisteredFd | number, fileOff: number, len: number, userdata: unknown): number {
+    if (this.destroyed) return -EINVAL
+    if (read !== this.forRead || !iov || !(iov.buf instanceof Uint8Array)) return -EINVAL
+    if (!Number.isSafeInteger(len) || len <= 0 || !Number.isSafeInteger(bufOff) || bufOff < 0 || bufOff + len > iov.size) return -EINVAL
+    if (!Number.isSafeInteger(fileOff) || fileOff < 0) return -EINVAL
+    const reg = lookupFd(fd)
+    if (!reg) return -EBADF
+    if ((read && !reg.handle.readable) || (!read && !reg.handle.writable)) return -EACCES
+    const idx = this.freeSlots.pop()
+    if (idx === undefined) return -EAGAIN
+    this.args[idx] = { iov, bufOff, reg, fileOff, len, userdata }
+    this.queued.push(idx)
+    this.lastPrepAt = performance.now()
+    return idx
+  }
+
+  /** @internal see submitIos */
+  submit(): void {
+    this.schedule(false)
+    // a waiter re-checks whether it can make progress
+    for (const w of [...this.waiters]) w()
+  }
+
+  /**
+   * Cuts batches off the queue per ioDepth (3FS IoRing::jobsToProc) and
+   * starts them. `flushShort` also starts a short batch when ioDepth > 0.
+   */
+  private schedule(flushShort: boolean): void {
+    if (this.destroyed) return
+    while (this.queued.length > 0 && this.running < this.maxJobs) {
+      let n: number
+      if (this.ioDepth > 0) {
+        n = this.ioDepth
+        if (n > this.queued.length) {
+          if (!flushShort) break
+          n = this.queued.length
+        }
+      } else {
+        n = this.queued.length
+        if (this.ioDepth < 0) {
+          const depth = -this.ioDepth
+          if (n >= depth) n = depth
+          else if (this.timeoutMs > 0) {
+            const now = performance.now()
+            if (this.firstShortSeen === undefined) this.firstShortSeen = now
+            const waitMs = this.firstShortSeen + this.timeoutMs - now
+            if (waitMs > 0) {
+              this.armBatchTimer(waitMs)
+              break
+            }
+          }
+          this.firstShortSeen = undefined
+        }
+      }
+      const batch = this.queued.splice(0, n)
+      this.processing += n
+      this.running++
+      this.stats.batches++
+      this.stats.batchSizes.push(n)
+      this.stats.maxConcurrentBatches = Math.max(this.stats.maxConcurrentBatches, this.running)
+      void this.runBatch(batch)
+    }
+  }
+
+  private armBatchTimer(ms: number): void {
+    if (this.batchTimer) return
+    this.batchTimer = setTimeout(() => {
+      this.batchTimer = null
+      this.schedule(false)
+    }, Math.ceil(ms))
+  }
+
+  private async runBatch(slots: number[]): Promise<void> {
+    const items = slots.map((i) => this.args[i]!)
+    let results: number[]
+    try {
+      results = this.forRead ? await readBatch(items, this.flags) : await writeBatch(items)
+    } catch (e) {
+      const err = -errnoOf(e)
+      results = items.map(() => err)
+    }
+    this.running--
+    this.processing -= slots.length
+    slots.forEach((idx, i) => {
+      this.done.push({ index: idx, result: results[i]!, userdata: items[i]!.userdata })
+    })
+    this.stats.completed += slots.length
+    for (const w of [...this.waiters]) w()
+    this.schedule(false)
+  }
+
+  /** @internal see waitForIos */
+  async wait(maxResults: number, minResults: number, timeoutMs?: number | null): Promise<Cqe[]> {
+    if (!Number.isInteger(maxResults) || maxResults <= 0) throw new StrataError('INVALID_ARGUMENT', `maxResults must be a positive integer, got ${maxResults}`)
+    const min = Math.min(Math.max(0, minResults), maxResults)
+    const deadline = timeoutMs === undefined || timeoutMs === null ? Infinity : performance.now() + Math.max(0, timeoutMs)
+    const out: Cqe[] = []
+    for (;;) {
+      while (out.length < maxResults && this.done.length > 0) {
+        const c = this.done.shift()!
+        this.args[c.index] = undefined
+        this.freeSlots.push(c.index)
+        out.push(c)
+      }
+      // freed cqe space and a waiting consumer: let the ring make progress (3FS posts the submit sem here)
+      this.schedule(false)
+      if (out.length >= min || out.length >= maxResults || this.destroyed) return out
+      const now = performance.now()
+      if (now >= deadline) return out
+      let wakeAt = deadline
+      if (this.ioDepth > 0 && this.processing === 0 && this.queued.length > 0 && this.queued.length < this.ioDepth && Number.isFinite(this.shortBatchAfterMs)) {
+        // a short tail nobody is adding to: run it rather than wait forever
+        const due = this.lastPrepAt + this.shortBatchAfterMs
+        if (now >= due) {
+          this.schedule(true)
+          continue
+        }
+        wakeAt = Math.min(wakeAt, due)
+      }
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(t)
+          this.waiters.delete(wake)
+          resolve()
+        }
+        const t = wakeAt === Infinity ? undefined : setTimeout(wake, Math.max(1, Math.ceil(wakeAt - now)))
+        this.waiters.add(wake)
+      })
+    }
+  }
+
+  destroy(): void {
+    this.destroyed = true
+    if (this.batchTimer) clearTimeout(this.batchTimer)
+    for (const w of [...this.waiters]) w()
+  }
+}
+
+export function createIor(o: IorOptions): Ior {
+  return new Ior(o)
+}
+
+export function destroyIor(ior: Ior): void {
+  ior.destroy()
+}
+
+/**
+ * Queues one request; returns its index (≥ 0) or -errno: -EAGAIN when
+ * `entries` requests are outstanding, -EINVAL for bad arguments or a read
+ * on a write ring (and vice versa), -EBADF for an unregistered fd, -EACCES
+ * when the file is not open for that direction.
+ */
+export function prepIo(
+  ior: Ior,
+  iov: Iov,
+  read: boolean,
+  bufOff: number,
+  fd: RegisteredFd | number,
+  fileOff: number,
+  len: number,
+  userdata?: unknown,
+): number {
+  return ior.prep(iov, read, bufOff, fd, fileOff, len, userdata)
+}
+
+/** Lets the ring start batches of what is queued. */
+export function submitIos(ior: Ior): number {
+  ior.submit()
+  return 0
+}
+
+/**
+ * Reaps up to maxResults completions, waiting until at least minResults are
+ * there or timeoutMs passes (no timeout: wait as long as it takes).
+ */
+export function waitForIos(ior: Ior, maxResults: number, minResults = 1, timeoutMs?: number | null): Promise<Cqe[]> {
+  return ior.wait(maxResults, minResults, timeoutMs)
+}
+
+// --- batch execution
+
+async function readBatch(items: Args[], flags: number): Promise<number[]> {
+  const results = new Array<number>(items.length).fill(0)
+  // plan every request, then one batchRead per file system for all of them
+  const groups = new Map<FileSystem, Array<{ i: number; pieces: ChunkPiece[] }>>()
+  await Promise.all(
+    items.map(async (a, i) => {
+      const h = a.reg.handle
+      if (h.closed) return void (results[i] = -EBADF)
+      try {
+        const st = h.state
+        if (!st.wb.empty) await st.lock.run(() => h.fs.flushLocked(st))
+        const pieces = await h.fs.io.plan(st.inode, a.fileOff, a.len)
+        let g = groups.get(h.fs)
+        if (!g) groups.set(h.fs, (g = []))
+        g.push({ i, pieces })
+      } catch (e) {
+        results[i] = -errnoOf(e)
+      }
+    }),
+  )
+  await Promise.all(
+    [...groups].map(async ([fs, reqs]) => {
+      const all = reqs.flatMap((r) => r.pieces)
+      let rs: ChunkReadResult[]
+      try {
+        rs = await fs.io.readPieces(all, { allowReadUncommitted: (flags & IOR_ALLOW_READ_UNCOMMITTED) !== 0 })
+      } catch (e) {
+        const err = -errnoOf(e)
+        for (const r of reqs) results[r.i] = err
+        return
+      }
+      let k = 0
+      for (const r of reqs) {
+        const a = items[r.i]!
+        const mine = rs.slice(k, k + r.pieces.length)
+        k += r.pieces.length
+        let n = assembleRead(r.pieces, mine, a.iov.buf, a.bufOff, (flags & IOR_FORBID_READ_HOLES) === 0)
+        if (typeof n === 'number') {
+          // within the length the file is known to have, a trailing hole still reads as zeros
+          const min = Math.min(a.len, Math.max(0, a.reg.handle.state.knownLength() - a.fileOff))
+          if (min > n) {
+            if ((flags & IOR_FORBID_READ_HOLES) !== 0) n = new StrataError('IO_ERROR', 'the read range ends in a hole (FORBID_READ_HOLES)')
+            else {
+              a.iov.buf.fill(0, a.bufOff + n, a.bufOff + min)
+              n = min
+            }
+          }
+        }
+        results[r.i] = typeof n === 'number' ? n : -errnoOf(n)
+        if (typeof n === 'number') fs.counters.bytesRead += n
+      }
+    }),
+  )
+  return results
+}
+
+async function writeBatch(items: Args[]): Promise<number[]> {
+  return Promise.all(
+    items.map(async (a) => {
+      const h = a.reg.handle
+      if (h.closed) return -EBADF
+      const st = h.state
+      const tv = st.beginWrite()
+      let res: number
+      try {
+        const pieces = await h.fs.io.plan(st.inode, a.fileOff, a.len)
+        const sources = pieces.map((p) => a.iov.buf.subarray(a.bufOff + p.bufOffset, a.bufOff + p.bufOffset + p.length))
+        const errs = await h.fs.io.writePieces(pieces, sources, fileLayout(st.inode).chunkSize)
+        const bad = errs.find((e) => e)
+        res = bad ? -errnoOf(bad) : a.len
+      } catch (e) {
+        res = -errnoOf(e)
+      }
+      if (!h.closed) {
+        h.fs.noteWrite(st, tv, a.fileOff, res >= 0 ? res : -1)
+        if (res >= 0) h.fs.counters.bytesWritten += res
+      }
+      return res
+    }),
+  )
+}

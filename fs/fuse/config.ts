@@ -1,0 +1,182 @@
+// Configuration of one FUSE daemon (`strata daemon fuse --config F`): where
+// to mount, how to reach the cluster, and the 3FS FUSE knobs that fuse-native
+// can express (mount-wide attr/entry timeouts, periodic sync, write buffer).
+
+import path from 'node:path'
+import { StrataError } from '../common/errors.js'
+import type { Timers } from '../common/config.js'
+import type { RetryPolicy } from '../client/retry-policy.js'
+import type { MetaRetryPolicy } from '../client/file/meta-client.js'
+import type { ReadMode } from '../client/target-selection.js'
+
+export interface FuseDaemonConfig {
+  /** absolute mount point (created when missing) */
+  mountpoint: string
+  mgmtdAddresses: string[]
+  /** fixed meta servers (default: META nodes from routing info) */
+  metaAddresses?: string[]
+  /** meta servers to try when routing info lists none */
+  metaFallbackAddresses?: string[]
+  /** cluster directory (its cluster.json's meta processes become fallback addresses) */
+  clusterDir?: string
+  /** node id and host:port of the daemon's RPC server (Core echo/stats/config); none when unset */
+  nodeId?: number
+  listen?: string
+  /** where the daemon records {pid, mountpoint, connection} once mounted */
+  stateFile?: string
+  /** kernel attribute cache and daemon path cache lifetime, seconds (0 → 0.001: FUSE2 ignores 0) */
+  attrTimeout?: number
+  /** kernel name cache lifetime, seconds */
+  entryTimeout?: number
+  /** periodic sync of length hints and write buffers, ms (0: off) */
+  periodicSyncMs?: number
+  periodicSyncLimit?: number
+  /** per-inode write buffer, bytes (0: write through) */
+  writeBufferSize?: number
+  /** a stat of a file with local unsynced writes flushes and syncs first (3FS sync_on_stat) */
+  syncOnStat?: boolean
+  /** identity every request runs as (fuse-native does not expose the caller); default: the daemon's */
+  uid?: number
+  gid?: number
+  groups?: number[]
+  /** let other users use the mount (libfuse allow_other; default: true when running as root) */
+  allowOther?: boolean
+  /** kernel permission checks from the reported mode bits (libfuse default_permissions) */
+  defaultPermissions?: boolean
+  readonly?: boolean
+  /** fuse-native per-request timeout, ms; 0 (default) disables it so failover is latency, not EIO */
+  opTimeoutMs?: number
+  /** kernel readahead, bytes (3FS max_readahead 16 MiB) */
+  maxReadahead?: number
+  /** how long a stop waits for files still open before a lazy unmount, ms */
+  unmountGraceMs?: number
+  storageRetry?: Partial<RetryPolicy>
+  metaRetry?: Partial<MetaRetryPolicy>
+  readMode?: ReadMode
+  timers?: Partial<Timers>
+  /** libfuse debug output */
+  debug?: boolean
+}
+
+export interface ResolvedFuseConfig extends Required<Omit<FuseDaemonConfig, 'metaAddresses' | 'metaFallbackAddresses' | 'clusterDir' | 'nodeId' | 'listen' | 'stateFile' | 'storageRetry' | 'metaRetry' | 'readMode' | 'timers' | 'groups'>> {
+  metaAddresses?: string[]
+  metaFallbackAddresses?: string[]
+  clusterDir?: string
+  nodeId?: number
+  listen?: string
+  stateFile?: string
+  storageRetry?: Partial<RetryPolicy>
+  metaRetry?: Partial<MetaRetryPolicy>
+  readMode?: ReadMode
+  timers?: Partial<Timers>
+  groups: number[]
+}
+
+export const FUSE_DEFAULTS = {
+  // FUSE2's own default; 3FS uses 30 s with kernel invalidation that a path-based FUSE2 daemon cannot send
+  attrTimeout: 1,
+  entryTimeout: 1,
+  periodicSyncMs: 5000,
+  periodicSyncLimit: 1000,
+  writeBufferSize: 1024 * 1024,
+  syncOnStat: true,
+  defaultPermissions: false,
+  readonly: false,
+  opTimeoutMs: 0,
+  maxReadahead: 16 * 1024 * 1024,
+  unmountGraceMs: 3000,
+  debug: false,
+} as const
+
+function bad(msg: string): never {
+  throw new StrataError('BAD_CONFIG', `fuse config: ${msg}`)
+}
+
+function num(v: unknown, name: string, dflt: number, opts: { min?: number; integer?: boolean } = {}): number {
+  if (v === undefined || v === null) return dflt
+  if (typeof v !== 'number' || !Number.isFinite(v)) bad(`${name} must be a number, got ${JSON.stringify(v)}`)
+  if (opts.integer && !Number.isInteger(v)) bad(`${name} must be an integer, got ${v}`)
+  if (v < (opts.min ?? 0)) bad(`${name} must be at least ${opts.min ?? 0}, got ${v}`)
+  return v
+}
+
+function bool(v: unknown, name: string, dflt: boolean): boolean {
+  if (v === undefined || v === null) return dflt
+  if (typeof v !== 'boolean') bad(`${name} must be true or false`)
+  return v
+}
+
+function addrs(v: unknown, name: string): string[] | undefined {
+  if (v === undefined || v === null) return undefined
+  if (!Array.isArray(v) || v.some((a) => typeof a !== 'string' || !/^[^:]+:\d+$/.test(a))) bad(`${name} must be a list of host:port`)
+  return v as string[]
+}
+
+/** Validates a daemon config and fills in the defaults. */
+export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
+  if (!c || typeof c !== 'object') bad('not an object')
+  if (typeof c.mountpoint !== 'string' || !c.mountpoint) bad('mountpoint is required')
+  if (!path.isAbsolute(c.mountpoint)) bad(`mountpoint must be absolute, got ${c.mountpoint}`)
+  const mgmtdAddresses = addrs(c.mgmtdAddresses, 'mgmtdAddresses')
+  if (!mgmtdAddresses?.length) bad('mgmtdAddresses is required')
+  const uid = num(c.uid, 'uid', typeof process.getuid === 'function' ? process.getuid() : 0, { integer: true })
+  const gid = num(c.gid, 'gid', typeof process.getgid === 'function' ? process.getgid() : 0, { integer: true })
+  const isRoot = typeof process.getuid !== 'function' || process.getuid() === 0
+  if (c.listen !== undefined && (typeof c.listen !== 'string' || !/^[^:]*:\d+$/.test(c.listen))) bad('listen must be host:port')
+  const out: ResolvedFuseConfig = {
+    mountpoint: path.resolve(c.mountpoint),
+    mgmtdAddresses,
+    attrTimeout: num(c.attrTimeout, 'attrTimeout', FUSE_DEFAULTS.attrTimeout),
+    entryTimeout: num(c.entryTimeout, 'entryTimeout', FUSE_DEFAULTS.entryTimeout),
+    periodicSyncMs: num(c.periodicSyncMs, 'periodicSyncMs', FUSE_DEFAULTS.periodicSyncMs, { integer: true }),
+    periodicSyncLimit: num(c.periodicSyncLimit, 'periodicSyncLimit', FUSE_DEFAULTS.periodicSyncLimit, { integer: true, min: 1 }),
+    writeBufferSize: num(c.writeBufferSize, 'writeBufferSize', FUSE_DEFAULTS.writeBufferSize, { integer: true }),
+    syncOnStat: bool(c.syncOnStat, 'syncOnStat', FUSE_DEFAULTS.syncOnStat),
+    uid,
+    gid,
+    groups: Array.isArray(c.groups) ? c.groups.filter((g) => Number.isInteger(g)) : uid === (process.getuid?.() ?? 0) ? (process.getgroups?.() ?? []).filter((g) => g !== gid) : [],
+    allowOther: bool(c.allowOther, 'allowOther', isRoot),
+    defaultPermissions: bool(c.defaultPermissions, 'defaultPermissions', FUSE_DEFAULTS.defaultPermissions),
+    readonly: bool(c.readonly, 'readonly', FUSE_DEFAULTS.readonly),
+    opTimeoutMs: num(c.opTimeoutMs, 'opTimeoutMs', FUSE_DEFAULTS.opTimeoutMs, { integer: true }),
+    maxReadahead: num(c.maxReadahead, 'maxReadahead', FUSE_DEFAULTS.maxReadahead, { integer: true }),
+    unmountGraceMs: num(c.unmountGraceMs, 'unmountGraceMs', FUSE_DEFAULTS.unmountGraceMs, { integer: true }),
+    debug: bool(c.debug, 'debug', FUSE_DEFAULTS.debug),
+  }
+  const meta = addrs(c.metaAddresses, 'metaAddresses')
+  if (meta?.length) out.metaAddresses = meta
+  const fallback = addrs(c.metaFallbackAddresses, 'metaFallbackAddresses')
+  if (fallback?.length) out.metaFallbackAddresses = fallback
+  if (c.clusterDir !== undefined) {
+    if (typeof c.clusterDir !== 'string') bad('clusterDir must be a path')
+    out.clusterDir = path.resolve(c.clusterDir)
+  }
+  if (c.nodeId !== undefined) out.nodeId = num(c.nodeId, 'nodeId', 0, { integer: true, min: 1 })
+  if (c.listen !== undefined) out.listen = c.listen
+  if (c.stateFile !== undefined) {
+    if (typeof c.stateFile !== 'string' || !path.isAbsolute(c.stateFile)) bad('stateFile must be an absolute path')
+    if (c.stateFile === out.mountpoint || c.stateFile.startsWith(out.mountpoint + path.sep)) bad('stateFile must not be inside the mount point')
+    out.stateFile = c.stateFile
+  }
+  if (c.storageRetry) out.storageRetry = c.storageRetry
+  if (c.metaRetry) out.metaRetry = c.metaRetry
+  if (c.readMode) out.readMode = c.readMode
+  if (c.timers) out.timers = c.timers
+  return out
+}
+
+/** A FUSE2 timeout option value: fuse-native drops falsy options, so 0 becomes 0.001 s. */
+export function fuseTimeout(seconds: number): number {
+  return seconds > 0 ? seconds : 0.001
+}
+
+/**
+ * The libfuse options fuse-native cannot name, appended to fsname (the
+ * option string is joined verbatim): 128 KiB writes instead of 4 KiB
+ * (big_writes), readahead, and no negative caching (another client may
+ * create the name any time).
+ */
+export function extraFuseOptions(c: ResolvedFuseConfig): string {
+  const extra = ['big_writes', 'max_write=131072', `max_readahead=${c.maxReadahead}`, 'negative_timeout=0']
+  return ['strata', ...extra].join(',')
+}

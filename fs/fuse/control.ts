@@ -1,0 +1,205 @@
+// `strata fs mount` / `strata fs umount`: start a FUSE daemon for a cluster
+// in the background and wait until the kernel has the mount, or stop the
+// daemon serving a mount point (and clear a mount whose daemon died).
+// Nothing here touches the mounted filesystem itself: readiness comes from
+// the daemon's state file and /proc/self/mountinfo.
+
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { StrataError } from '../common/errors.js'
+import { readClusterFile, resolveClusterDir, type ClusterProcess } from '../admin/cluster-file.js'
+import { logTail, spawnDaemon } from '../admin/process.js'
+import type { FuseDaemonConfig } from './config.js'
+import { readFuseState } from './state.js'
+import { FUSE_FSTYPE, daemonsFor, findMount, forceUnmount, isFuseMount, pidAlive, waitUnmounted } from './mounts.js'
+
+export interface MountOptions {
+  mountpoint: string
+  /** cluster directory (default: $STRATA_CLUSTER, ~/.strata/cluster) */
+  cluster?: string | null
+  attrTimeout?: number
+  entryTimeout?: number
+  periodicSyncMs?: number
+  writeBufferSize?: number
+  uid?: number
+  gid?: number
+  readonly?: boolean
+  allowOther?: boolean
+  defaultPermissions?: boolean
+  opTimeoutMs?: number
+  /** more daemon settings, merged last */
+  extra?: Partial<FuseDaemonConfig>
+  /** wait this long for the mount (default 60 s) */
+  timeoutMs?: number
+}
+
+export interface MountPlan {
+  name: string
+  config: FuseDaemonConfig
+  configFile: string
+  logFile: string
+  stateFile: string
+  dataDir: string
+}
+
+/** A file-name-safe name for a mount point: mount-<path with _>-<hash>. */
+export function mountName(mountpoint: string): string {
+  const mnt = path.resolve(mountpoint)
+  const slug = mnt.replace(/^\/+/, '').replace(/[^A-Za-z0-9._-]+/g, '_').slice(-48) || 'root'
+  const hash = crypto.createHash('sha1').update(mnt).digest('hex').slice(0, 8)
+  return `mount-${slug}-${hash}`
+}
+
+/** Where a mount's config, log and state live in the cluster directory, and its config. */
+export function planMount(o: MountOptions): MountPlan {
+  const mnt = path.resolve(o.mountpoint)
+  const dir = resolveClusterDir(o.cluster)
+  const cluster = readClusterFile(dir)
+  const name = mountName(mnt)
+  const dataDir = path.join(dir, 'data', name)
+  const stateFile = path.join(dataDir, 'state.json')
+  const metas = cluster.processes.filter((p) => p.role === 'meta').map((p) => p.address)
+  const config: FuseDaemonConfig = {
+    mountpoint: mnt,
+    mgmtdAddresses: cluster.mgmtdAddresses,
+    clusterDir: dir,
+    stateFile,
+    ...(metas.length ? { metaFallbackAddresses: metas } : {}),
+    ...(o.attrTimeout !== undefined ? { attrTimeout: o.attrTimeout } : {}),
+    ...(o.entryTimeout !== undefined ? { entryTimeout: o.entryTimeout } : {}),
+    ...(o.periodicSyncMs !== undefined ? { periodicSyncMs: o.periodicSyncMs } : {}),
+    ...(o.writeBufferSize !== undefined ? { writeBufferSize: o.writeBufferSize } : {}),
+    ...(o.uid !== undefined ? { uid: o.uid } : {}),
+    ...(o.gid !== undefined ? { gid: o.gid } : {}),
+    ...(o.readonly !== undefined ? { readonly: o.readonly } : {}),
+    ...(o.allowOther !== undefined ? { allowOther: o.allowOther } : {}),
+    ...(o.defaultPermissions !== undefined ? { defaultPermissions: o.defaultPermissions } : {}),
+    ...(o.opTimeoutMs !== undefined ? { opTimeoutMs: o.opTimeoutMs } : {}),
+    ...(cluster.settings?.timers === 'production' ? { periodicSyncMs: o.periodicSyncMs ?? 30_000 } : {}),
+    ...o.extra,
+  }
+  return { name, config, configFile: path.join(dir, 'config', `${name}.json`), logFile: path.join(dir, 'logs', `${name}.log`), stateFile, dataDir }
+}
+
+export function writeMountConfig(plan: MountPlan): void {
+  fs.mkdirSync(path.dirname(plan.configFile), { recursive: true })
+  fs.mkdirSync(plan.dataDir, { recursive: true })
+  fs.writeFileSync(plan.configFile, JSON.stringify(plan.config, null, 2) + '\n')
+}
+
+/**
+ * Waits until the daemon `pid` has mounted: its state file names it and the
+ * mount table has a Strata FUSE mount there. Fails fast when it exits.
+ */
+export async function waitMounted(o: { mountpoint: string; stateFile: string; pid: number; logFile?: string; deadline: number; isAlive?: () => boolean }): Promise<void> {
+  const mnt = path.resolve(o.mountpoint)
+  const alive = o.isAlive ?? (() => pidAlive(o.pid))
+  for (;;) {
+    const st = readFuseState(o.stateFile)
+    const m = findMount(mnt)
+    if (st && st.pid === o.pid && m && m.fstype === FUSE_FSTYPE) return
+    if (!alive()) {
+      const tail = o.logFile ? logTail(o.logFile, 20) : ''
+      throw new StrataError('INTERNAL', `FUSE daemon (pid ${o.pid}) exited before ${mnt} was mounted${tail ? `\n--- last lines of ${o.logFile}:\n${tail}` : ''}`)
+    }
+    if (Date.now() > o.deadline) {
+      const tail = o.logFile ? logTail(o.logFile, 20) : ''
+      throw new StrataError('TIMEOUT', `${mnt} was not mounted in time by pid ${o.pid}${tail ? `\n--- last lines of ${o.logFile}:\n${tail}` : ''}`)
+    }
+    await sleep(50)
+  }
+}
+
+export interface MountResult {
+  mountpoint: string
+  pid: number
+  configFile: string
+  logFile: string
+  stateFile: string
+}
+
+/** Starts `strata daemon fuse --config F` detached and waits until the mount is live. */
+export async function mountBackground(o: MountOptions): Promise<MountResult> {
+  const plan = planMount(o)
+  const mnt = plan.config.mountpoint
+  const live = daemonsFor(mnt)
+  if (live.length) throw new StrataError('CLUSTER_RUNNING', `${mnt} is already served by FUSE daemon pid ${live.map((d) => d.pid).join(', ')}`)
+  writeMountConfig(plan)
+  fs.rmSync(plan.stateFile, { force: true })
+  const proc: ClusterProcess = { name: plan.name, role: 'fuse', nodeId: 0, address: mnt, pid: null, configFile: plan.configFile, logFile: plan.logFile, dataDir: plan.dataDir }
+  const pid = spawnDaemon(proc)
+  try {
+    await waitMounted({ mountpoint: mnt, stateFile: plan.stateFile, pid, logFile: plan.logFile, deadline: Date.now() + (o.timeoutMs ?? 60_000) })
+  } catch (e) {
+    if (pidAlive(pid)) {
+      try {
+        process.kill(pid, 'SIGTERM')
+      } catch {
+        // gone
+      }
+    }
+    throw e
+  }
+  return { mountpoint: mnt, pid, configFile: plan.configFile, logFile: plan.logFile, stateFile: plan.stateFile }
+}
+
+export interface UnmountResult {
+  mountpoint: string
+  /** daemons that got SIGTERM */
+  stopped: number[]
+  /** daemons that needed SIGKILL */
+  killed: number[]
+  /** the mount had to be cleared by hand (dead or stuck daemon) */
+  forced: boolean
+}
+
+async function waitPidsGone(pids: number[], timeoutMs: number): Promise<number[]> {
+  const end = Date.now() + timeoutMs
+  let left = pids.filter(pidAlive)
+  while (left.length && Date.now() < end) {
+    await sleep(50)
+    left = left.filter(pidAlive)
+  }
+  return left
+}
+
+/**
+ * `strata fs umount MNT`: SIGTERM to the daemon serving MNT (it unmounts and
+ * flushes), SIGKILL after timeoutMs; then, if a FUSE mount is still there
+ * (dead or killed daemon), abort its connection and lazy-unmount it.
+ */
+export async function unmountFs(mountpoint: string, o: { timeoutMs?: number } = {}): Promise<UnmountResult> {
+  const mnt = path.resolve(mountpoint)
+  const daemons = daemonsFor(mnt)
+  const m = findMount(mnt)
+  if (!daemons.length && !m) throw new StrataError('NOT_FOUND', `${mnt} is not mounted`)
+  if (!daemons.length && m && !isFuseMount(m)) throw new StrataError('INVALID_ARGUMENT', `${mnt} is a ${m.fstype} mount, not a Strata FUSE mount`)
+  const pids = daemons.map((d) => d.pid)
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGTERM')
+    } catch {
+      // already gone
+    }
+  }
+  const killed = await waitPidsGone(pids, o.timeoutMs ?? 20_000)
+  for (const pid of killed) {
+    try {
+      process.kill(pid, 'SIGKILL')
+    } catch {
+      // gone
+    }
+  }
+  if (killed.length) await waitPidsGone(killed, 5000)
+  let forced = false
+  if (!(await waitUnmounted(mnt, pids.length ? 1000 : 0))) {
+    const left = findMount(mnt)
+    if (left && isFuseMount(left)) {
+      forced = true
+      if (!(await forceUnmount(mnt))) throw new StrataError('INTERNAL', `could not clear the mount at ${mnt}`)
+    }
+  }
+  return { mountpoint: mnt, stopped: pids, killed, forced }
+}

@@ -1,0 +1,57 @@
+// StrataError → the negative errno a FUSE callback returns. The error
+// catalogue names the errno of every code (ERRORS[code].errno); the number
+// comes from fuse-native's constants (Linux values), with Node's table as the
+// fallback for the few names fuse-native lacks (ENOTSUP is EOPNOTSUPP there).
+
+import os from 'node:os'
+import { ERRORS, StrataError, isErrorCode } from '../common/errors.js'
+import { fuseErrnoTable } from './native.js'
+
+const NODE_ERRNO = os.constants.errno as Record<string, number | undefined>
+const ALIASES: Record<string, string> = { ENOTSUP: 'EOPNOTSUPP', EWOULDBLOCK: 'EAGAIN', EDEADLOCK: 'EDEADLK' }
+
+/** Negative errno for an errno name ('ENOENT' → -2); unknown names → -EIO. */
+export function errnoByName(name: string): number {
+  const table = fuseErrnoTable()
+  const n = table[name] ?? table[ALIASES[name] ?? ''] ?? (NODE_ERRNO[name] !== undefined ? -NODE_ERRNO[name]! : undefined)
+  return typeof n === 'number' && n < 0 ? n : -5
+}
+
+export const E = {
+  EPERM: -1,
+  ENOENT: -2,
+  EIO: -5,
+  EBADF: -9,
+  EAGAIN: -11,
+  EACCES: -13,
+  EBUSY: -16,
+  EEXIST: -17,
+  ENOTDIR: -20,
+  EISDIR: -21,
+  EINVAL: -22,
+  EFBIG: -27,
+  ENOSPC: -28,
+  EROFS: -30,
+  ERANGE: -34,
+  ENOSYS: -38,
+  ENOTEMPTY: -39,
+  ENODATA: -61,
+  ENOTSUP: -95,
+  ETIMEDOUT: -110,
+} as const
+
+/**
+ * The negative errno for anything an operation threw: a StrataError maps
+ * through the catalogue; a Node system error (`code` 'ENOENT', …) by its name;
+ * a bare negative number passes through; everything else is -EIO.
+ */
+export function toFuseErrno(e: unknown): number {
+  if (typeof e === 'number' && Number.isInteger(e) && e < 0) return e
+  if (e instanceof StrataError) return errnoByName(ERRORS[e.code].errno)
+  const code = (e as { code?: unknown } | null)?.code
+  if (typeof code === 'string') {
+    if (isErrorCode(code)) return errnoByName(ERRORS[code].errno)
+    if (/^E[A-Z0-9]+$/.test(code)) return errnoByName(code)
+  }
+  return E.EIO
+}

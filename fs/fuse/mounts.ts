@@ -1,0 +1,281 @@
+// Mount-table helpers that never touch the mounted filesystem itself: a
+// synchronous call into a FUSE mount from the process that serves it
+// deadlocks, and a call into a mount whose daemon hangs blocks forever, so
+// everything here reads /proc/self/mountinfo, /proc/<pid>/cmdline and
+// /sys/fs/fuse/connections, and unmounts with umount2 or a child process.
+
+import fs from 'node:fs'
+import path from 'node:path'
+import { spawn, spawnSync } from 'node:child_process'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { StrataError } from '../common/errors.js'
+import { MNT, native } from '../common/native.js'
+import { registeredDaemon } from './state.js'
+
+export const FUSE_SUBTYPE = 'strata'
+export const FUSE_FSTYPE = `fuse.${FUSE_SUBTYPE}`
+export const FUSECTL_DIR = '/sys/fs/fuse/connections'
+
+export interface MountEntry {
+  mountId: number
+  major: number
+  minor: number
+  /** mount point, unescaped */
+  mountpoint: string
+  fstype: string
+  source: string
+  options: string
+}
+
+/** Undoes the octal escapes (\040 space, \011 tab, \012 newline, \134 backslash) of /proc mount tables. */
+export function unescapeMountField(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_m, oct: string) => String.fromCharCode(parseInt(oct, 8)))
+}
+
+/** Parses /proc/<pid>/mountinfo text. */
+export function parseMountinfo(text: string): MountEntry[] {
+  const out: MountEntry[] = []
+  for (const line of text.split('\n')) {
+    if (!line) continue
+    const fields = line.split(' ')
+    const sep = fields.indexOf('-')
+    if (sep < 6 || fields.length < sep + 3) continue
+    const [maj, min] = fields[2]!.split(':').map(Number)
+    out.push({
+      mountId: Number(fields[0]),
+      major: maj ?? 0,
+      minor: min ?? 0,
+      mountpoint: unescapeMountField(fields[4]!),
+      options: fields[5]!,
+      fstype: fields[sep + 1]!,
+      source: unescapeMountField(fields[sep + 2]!),
+    })
+  }
+  return out
+}
+
+export function readMounts(): MountEntry[] {
+  try {
+    return parseMountinfo(fs.readFileSync('/proc/self/mountinfo', 'utf8'))
+  } catch {
+    return []
+  }
+}
+
+/** The topmost mount at `mountpoint` (absolute, normalized), if any. */
+export function findMount(mountpoint: string, mounts: MountEntry[] = readMounts()): MountEntry | undefined {
+  const want = path.resolve(mountpoint)
+  let hit: MountEntry | undefined
+  for (const m of mounts) if (m.mountpoint === want) hit = m
+  return hit
+}
+
+export function isFuseMount(m: MountEntry | undefined): boolean {
+  return !!m && (m.fstype === 'fuse' || m.fstype.startsWith('fuse.'))
+}
+
+/** The fusectl connection number of a FUSE mount (its anonymous device's minor). */
+export function connectionId(m: MountEntry): number {
+  return m.major === 0 ? m.minor : (m.major << 20) | m.minor
+}
+
+function ensureFusectl(): boolean {
+  try {
+    if (fs.existsSync(FUSECTL_DIR) && readMounts().some((m) => m.mountpoint === FUSECTL_DIR)) return true
+    if (typeof process.getuid === 'function' && process.getuid() !== 0) return false
+    native().mount('fusectl', FUSECTL_DIR, 'fusectl', 0, null)
+    return true
+  } catch {
+    const r = spawnSync('mount', ['-t', 'fusectl', 'none', FUSECTL_DIR], { stdio: 'ignore', timeout: 5000 })
+    return r.status === 0
+  }
+}
+
+/**
+ * Aborts a FUSE connection (echo 1 > /sys/fs/fuse/connections/N/abort): every
+ * waiting and future request fails with ENOTCONN, so nothing blocks on a dead
+ * or stuck daemon. Mounts fusectl when needed (root). Returns whether it worked.
+ */
+export function abortConnection(m: MountEntry): boolean {
+  if (!isFuseMount(m) || !ensureFusectl()) return false
+  try {
+    fs.writeFileSync(path.join(FUSECTL_DIR, String(connectionId(m)), 'abort'), '1')
+    return true
+  } catch {
+    return false
+  }
+}
+
+function isRoot(): boolean {
+  return typeof process.getuid !== 'function' || process.getuid() === 0
+}
+
+/** Lazy unmount right now, synchronously (MNT_DETACH does not wait for the daemon). For exit paths. */
+export function detachNow(mountpoint: string): boolean {
+  const mnt = path.resolve(mountpoint)
+  if (isRoot()) {
+    try {
+      native().umount2(mnt, MNT.DETACH)
+      return true
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'EINVAL' && !findMount(mnt)) return true
+    }
+    if (spawnSync('umount', ['-l', '-c', mnt], { stdio: 'ignore', timeout: 5000 }).status === 0) return true
+  }
+  for (const bin of ['fusermount3', 'fusermount']) {
+    if (spawnSync(bin, ['-u', '-z', mnt], { stdio: 'ignore', timeout: 5000 }).status === 0) return true
+  }
+  return !findMount(mnt)
+}
+
+function run(cmd: string, args: string[], timeoutMs: number): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    let stderr = ''
+    const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] })
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
+    child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()))
+    child.on('error', (e) => {
+      clearTimeout(timer)
+      resolve({ code: null, stderr: e.message })
+    })
+    child.on('close', (code) => {
+      clearTimeout(timer)
+      resolve({ code, stderr })
+    })
+  })
+}
+
+/**
+ * Unmounts from a child process (`umount` as root, `fusermount3 -u`
+ * otherwise), so the caller's event loop stays free to serve the requests
+ * the unmount may cause. lazy: MNT_DETACH. Returns 'ok', 'busy' or 'error'.
+ */
+export async function unmountAsync(mountpoint: string, opts: { lazy?: boolean; timeoutMs?: number } = {}): Promise<{ result: 'ok' | 'busy' | 'error'; message: string }> {
+  const mnt = path.resolve(mountpoint)
+  const timeoutMs = opts.timeoutMs ?? 10_000
+  const attempts: Array<[string, string[]]> = []
+  if (isRoot()) attempts.push(['umount', [...(opts.lazy ? ['-l'] : []), '-c', mnt]])
+  attempts.push(['fusermount3', ['-u', ...(opts.lazy ? ['-z'] : []), mnt]], ['fusermount', ['-u', ...(opts.lazy ? ['-z'] : []), mnt]])
+  let last = ''
+  for (const [cmd, args] of attempts) {
+    const r = await run(cmd, args, timeoutMs)
+    if (r.code === 0) return { result: 'ok', message: '' }
+    if (!findMount(mnt)) return { result: 'ok', message: '' }
+    last = r.stderr.trim() || `${cmd} failed`
+    if (/busy/i.test(r.stderr)) return { result: 'busy', message: last }
+    if (r.code !== null) break // the tool ran and refused: another tool will not do better
+  }
+  return { result: 'error', message: last }
+}
+
+/**
+ * Clears a mount whose daemon is gone or stuck: abort the connection, then
+ * lazy-unmount. Safe on a healthy mount too (its users get ENOTCONN).
+ */
+export async function forceUnmount(mountpoint: string): Promise<boolean> {
+  const mnt = path.resolve(mountpoint)
+  const m = findMount(mnt)
+  if (!m) return true
+  if (isFuseMount(m)) abortConnection(m)
+  const r = await unmountAsync(mnt, { lazy: true })
+  if (r.result === 'ok') return true
+  return detachNow(mnt)
+}
+
+export async function waitUnmounted(mountpoint: string, timeoutMs: number): Promise<boolean> {
+  const end = Date.now() + timeoutMs
+  for (;;) {
+    if (!findMount(mountpoint)) return true
+    if (Date.now() > end) return false
+    await sleep(50)
+  }
+}
+
+// --- finding the daemon that serves a mount point
+
+export interface FuseDaemonProcess {
+  pid: number
+  configFile: string
+  mountpoint: string
+}
+
+function readCmdline(pid: number): string[] | null {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((x, i, a) => x !== '' || i < a.length - 1)
+  } catch {
+    return null
+  }
+}
+
+function procState(pid: number): string | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3)
+  } catch {
+    return undefined
+  }
+}
+
+export function pidAlive(pid: number | null | undefined): boolean {
+  if (!pid || pid <= 0) return false
+  try {
+    process.kill(pid, 0)
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false
+  }
+  const s = procState(pid)
+  return s !== undefined && s !== 'Z' && s !== 'X'
+}
+
+/** Every live `strata daemon fuse --config F` process with the mount point its config names. */
+export function listFuseDaemons(): FuseDaemonProcess[] {
+  const out: FuseDaemonProcess[] = []
+  let pids: string[]
+  try {
+    pids = fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))
+  } catch {
+    return out
+  }
+  for (const p of pids) {
+    const pid = Number(p)
+    if (pid === process.pid) continue
+    const argv = readCmdline(pid)
+    if (!argv) continue
+    const d = argv.indexOf('daemon')
+    if (d < 0 || argv[d + 1] !== 'fuse') continue
+    const c = argv.indexOf('--config')
+    const configFile = c >= 0 ? argv[c + 1] : undefined
+    if (!configFile) continue
+    try {
+      const cfgPath = path.isAbsolute(configFile) ? configFile : path.resolve(fs.readlinkSync(`/proc/${pid}/cwd`), configFile)
+      const cfg = JSON.parse(fs.readFileSync(cfgPath, 'utf8')) as { mountpoint?: unknown }
+      if (typeof cfg.mountpoint !== 'string') continue
+      if (!pidAlive(pid)) continue
+      out.push({ pid, configFile: cfgPath, mountpoint: path.resolve(cfg.mountpoint) })
+    } catch {
+      // unreadable config: not ours to judge
+    }
+  }
+  return out
+}
+
+/** Live daemons serving (or configured for) this mount point: `strata daemon fuse` processes and registered --foreground ones. */
+export function daemonsFor(mountpoint: string): FuseDaemonProcess[] {
+  const want = path.resolve(mountpoint)
+  const out = listFuseDaemons().filter((d) => d.mountpoint === want)
+  const reg = registeredDaemon(want)
+  if (reg && reg.pid !== process.pid && !out.some((d) => d.pid === reg.pid) && pidAlive(reg.pid) && looksLikeStrata(reg.pid)) {
+    out.push({ pid: reg.pid, configFile: reg.configFile ?? '', mountpoint: want })
+  }
+  return out
+}
+
+/** A recycled pid must not be taken for the daemon: its command line must be a node running strata. */
+function looksLikeStrata(pid: number): boolean {
+  const argv = readCmdline(pid)
+  return !!argv && argv.some((a) => /strata(\.js)?$/.test(a)) && argv.includes('mount')
+}
+
+export function notMounted(mountpoint: string): StrataError {
+  return new StrataError('NOT_FOUND', `${mountpoint} is not a Strata mount and no daemon serves it`)
+}

@@ -1,0 +1,161 @@
+// Loader and types of fuse-native (path-based libfuse 2.9 bindings, loaded
+// from its prebuilt addon by node-gyp-build, so it works without its install
+// script). Only what Strata uses is typed here.
+//
+// fuse-native facts the daemon depends on (checked against 2.2.6):
+//  - options are only passed when truthy: a 0 timeout cannot be given (FUSE2
+//    then uses 1 s), so "no caching" is 0.001;
+//  - every callback has a 15 s timeout unless `timeout: false`;
+//  - the option string is joined verbatim, so libfuse options fuse-native
+//    does not know (big_writes, max_write, negative_timeout, …) ride along in
+//    `fsname` after a comma;
+//  - the FUSE request context (caller uid/gid/pid) is not exposed;
+//  - create() receives no open flags; utimens() passes atime twice (the
+//    mtime argument is the atime);
+//  - Fuse.unmount runs `fusermount -uz`, which Debian's fuse3 does not ship
+//    (it has fusermount3), so the daemon unmounts by itself.
+
+import { createRequire } from 'node:module'
+import { StrataError } from '../common/errors.js'
+
+export interface FuseStat {
+  mode: number
+  uid: number
+  gid: number
+  size: number
+  dev?: number
+  nlink: number
+  ino?: number
+  rdev?: number
+  blksize?: number
+  blocks?: number
+  /** ms since the epoch (fuse-native accepts numbers or Dates) */
+  atime: number | Date
+  mtime: number | Date
+  ctime: number | Date
+}
+
+export interface FuseStatfs {
+  bsize: number
+  frsize: number
+  blocks: number
+  bfree: number
+  bavail: number
+  files: number
+  ffree: number
+  favail: number
+  fsid: number
+  flag: number
+  namemax: number
+}
+
+type Cb0 = (err: number) => void
+type Cb1<T> = (err: number, v?: T) => void
+
+/** The operations object fuse-native calls; every callback's first argument is 0 or a negative errno (read/write: bytes or negative errno). */
+export interface FuseOperations {
+  init?(cb: Cb0): void
+  access?(path: string, mode: number, cb: Cb0): void
+  statfs?(path: string, cb: Cb1<FuseStatfs>): void
+  getattr?(path: string, cb: Cb1<FuseStat>): void
+  fgetattr?(path: string, fd: number, cb: Cb1<FuseStat>): void
+  flush?(path: string, fd: number, cb: Cb0): void
+  fsync?(path: string, datasync: number, fd: number, cb: Cb0): void
+  fsyncdir?(path: string, datasync: number, fd: number, cb: Cb0): void
+  readdir?(path: string, cb: (err: number, names?: string[], stats?: FuseStat[]) => void): void
+  truncate?(path: string, size: number, cb: Cb0): void
+  ftruncate?(path: string, fd: number, size: number, cb: Cb0): void
+  utimens?(path: string, atime: number, mtime: number, cb: Cb0): void
+  readlink?(path: string, cb: Cb1<string>): void
+  chown?(path: string, uid: number, gid: number, cb: Cb0): void
+  chmod?(path: string, mode: number, cb: Cb0): void
+  mknod?(path: string, mode: number, dev: number, cb: Cb0): void
+  setxattr?(path: string, name: string, value: Buffer, position: number, flags: number, cb: Cb0): void
+  getxattr?(path: string, name: string, position: number, cb: Cb1<Buffer | null>): void
+  listxattr?(path: string, cb: Cb1<string[]>): void
+  removexattr?(path: string, name: string, cb: Cb0): void
+  open?(path: string, flags: number, cb: Cb1<number>): void
+  opendir?(path: string, flags: number, cb: Cb1<number>): void
+  read?(path: string, fd: number, buf: Buffer, len: number, pos: number, cb: (res: number) => void): void
+  write?(path: string, fd: number, buf: Buffer, len: number, pos: number, cb: (res: number) => void): void
+  release?(path: string, fd: number, cb: Cb0): void
+  releasedir?(path: string, fd: number, cb: Cb0): void
+  create?(path: string, mode: number, cb: Cb1<number>): void
+  unlink?(path: string, cb: Cb0): void
+  rename?(src: string, dest: string, cb: Cb0): void
+  link?(src: string, dest: string, cb: Cb0): void
+  symlink?(target: string, path: string, cb: Cb0): void
+  mkdir?(path: string, mode: number, cb: Cb0): void
+  rmdir?(path: string, cb: Cb0): void
+}
+
+export interface FuseOptions {
+  /** ms per callback, or false for none */
+  timeout?: number | false
+  debug?: boolean
+  allowOther?: boolean
+  allowRoot?: boolean
+  defaultPermissions?: boolean
+  maxRead?: number
+  fsname?: string
+  subtype?: string
+  kernelCache?: boolean
+  autoCache?: boolean
+  entryTimeout?: number
+  attrTimeout?: number
+  acAttrTimeout?: number
+  mkdir?: boolean
+  force?: boolean
+}
+
+export interface FuseInstance {
+  readonly mnt: string
+  mount(cb: (err: Error | null) => void): void
+}
+
+export interface FuseConstructor {
+  new (mnt: string, ops: FuseOperations, opts?: FuseOptions): FuseInstance
+  [errno: string]: unknown
+}
+
+let loaded: FuseConstructor | null = null
+let loadError: Error | null = null
+
+/** fuse-native's Fuse class; throws NOT_IMPLEMENTED when the addon or libfuse.so.2 is missing. */
+export function loadFuse(): FuseConstructor {
+  if (loaded) return loaded
+  if (loadError) throw new StrataError('NOT_IMPLEMENTED', `fuse-native cannot be loaded: ${loadError.message} (Debian needs libfuse2; run scripts/setup.sh)`)
+  try {
+    loaded = createRequire(import.meta.url)('fuse-native') as FuseConstructor
+    return loaded
+  } catch (e) {
+    loadError = e as Error
+    throw new StrataError('NOT_IMPLEMENTED', `fuse-native cannot be loaded: ${loadError.message} (Debian needs libfuse2; run scripts/setup.sh)`, { cause: e })
+  }
+}
+
+/** Is fuse-native usable here (addon, libfuse.so.2 and /dev/fuse)? */
+export function fuseAvailable(): { ok: true } | { ok: false; reason: string } {
+  try {
+    loadFuse()
+  } catch (e) {
+    return { ok: false, reason: (e as Error).message }
+  }
+  return { ok: true }
+}
+
+let errnoTable: Record<string, number> | null = null
+
+/** fuse-native's negative errno constants by name ({} when it cannot be loaded). */
+export function fuseErrnoTable(): Record<string, number> {
+  if (errnoTable) return errnoTable
+  const t: Record<string, number> = {}
+  try {
+    const F = loadFuse() as unknown as Record<string, unknown>
+    for (const [k, v] of Object.entries(F)) if (/^E[A-Z0-9]+$/.test(k) && typeof v === 'number') t[k] = v
+  } catch {
+    // Node's table is the fallback in errno.ts
+  }
+  errnoTable = t
+  return t
+}

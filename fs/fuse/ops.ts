@@ -1,0 +1,668 @@
+// The FUSE operations of the Strata daemon, on top of the file client
+// (FileSystem) with 3FS's FUSE semantics (src/fuse/FuseOps.cc):
+//  - data: per-inode write buffer, flushed on a non-contiguous write, when
+//    full, on flush/fsync/release and by periodic sync; flush (every close(2))
+//    is an fsync, as in 3FS, so another client sees the exact length as soon
+//    as close returns; release ends the write session;
+//  - names: every request carries a path (libfuse 2 high-level API); getattr
+//    answers from a path cache filled by stat and by listings, dropped on
+//    every change this mount makes;
+//  - `3fs-virt/` (virtual directory listed in the root): `ln -s <abs path on
+//    this mount> 3fs-virt/rm-rf/<any>` removes <path> recursively with one
+//    meta remove;
+//  - xattrs: only `hf3fs.lock` on directories (try_lock | preempt_lock |
+//    unlock | clear; get returns the holder as JSON or ENODATA). Other
+//    `hf3fs.*` names → ENOTSUP; other namespaces: set → ENOTSUP, get →
+//    ENODATA, as 3FS (cp -a and tar tolerate both).
+// fuse-native gives no caller identity, so every request runs as the
+// mount's user (config uid/gid).
+
+import path from 'node:path'
+import { constants as fsc } from 'node:fs'
+import { StrataError, toStrataError } from '../common/errors.js'
+import type { Logger } from '../common/log.js'
+import type { FileHandle, FileSystem } from '../client/file/file-system.js'
+import { pathAt } from '../client/file/flags.js'
+import type { Inode, LockAction, StatFsRsp } from '../meta/protocol.js'
+import { E, toFuseErrno } from './errno.js'
+import type { FuseOperations, FuseStat, FuseStatfs } from './native.js'
+import { PathCache, childOf, parentOf } from './path-cache.js'
+
+export const VIRT_DIR = '3fs-virt'
+export const VIRT_ROOT = `/${VIRT_DIR}`
+export const RMRF_DIR = `${VIRT_ROOT}/rm-rf`
+export const LOCK_XATTR = 'hf3fs.lock'
+const LOCK_ACTIONS: readonly LockAction[] = ['try_lock', 'preempt_lock', 'unlock', 'clear']
+
+const S_IFMT = 0o170000
+const S_IFREG = 0o100000
+const S_IFDIR = 0o040000
+const S_IFLNK = 0o120000
+const UNCHANGED_ID = 0xffffffff
+const O_ACCMODE = 3
+
+/** fuse-native turns UTIME_NOW / UTIME_OMIT (tv_sec 0, tv_nsec ≥ 10^9 − 2) into this many ms. */
+export const UTIME_SENTINEL_MS = Math.floor(((1 << 30) - 1) / 1e6)
+
+/** errnos that are answers, not failures (logged at debug only) */
+const EXPECTED = new Set<number>([-38, -2, -17, -20, -21, -39, -61, -95, -37, -13, -1, -22, -40, -36, -18, -31, -30, -9])
+
+export interface FuseOpsOptions {
+  fs: FileSystem
+  /** absolute mount point (rm-rf targets must be under it) */
+  mountpoint: string
+  /** path-cache lifetime, ms (the attr timeout) */
+  attrTimeoutMs: number
+  /** refuse every change with EROFS */
+  readonly?: boolean
+  /** identity the mount acts as (for access()) */
+  uid: number
+  gid: number
+  groups?: number[]
+  log: Logger
+  /** how long a 3fs-virt/rm-rf/<name> link stays visible after the remove (ms) */
+  rmrfLinkTtlMs?: number
+}
+
+type Handle =
+  | { kind: 'file'; fh: FileHandle; path: string }
+  | { kind: 'dir'; path: string }
+
+export interface FuseOpsStats {
+  ops: Record<string, number>
+  errors: Record<string, number>
+  inFlight: number
+  openFiles: number
+  openDirs: number
+  rmrf: number
+  cache: ReturnType<PathCache['stats']>
+  slowestMs: number
+}
+
+/** The attributes FUSE reports for an inode. */
+export function inodeToStat(inode: Inode): FuseStat {
+  const typeBits = inode.type === 'File' ? S_IFREG : inode.type === 'Directory' ? S_IFDIR : S_IFLNK
+  const size =
+    inode.type === 'File' ? (inode.file?.length ?? 0) : inode.type === 'Symlink' ? Buffer.byteLength(inode.symlink?.target ?? '') : 4096
+  return {
+    mode: typeBits | (inode.acl.perm & 0o7777),
+    uid: inode.acl.uid,
+    gid: inode.acl.gid,
+    size,
+    nlink: Math.max(1, inode.nlink),
+    blksize: inode.type === 'File' ? Math.min(inode.file?.layout.chunkSize ?? 4096, 1 << 20) : 4096,
+    blocks: Math.ceil(size / 512),
+    atime: Math.floor(inode.atime / 1000),
+    mtime: Math.floor(inode.mtime / 1000),
+    ctime: Math.floor(inode.ctime / 1000),
+  }
+}
+
+function virtDirStat(perm: number): FuseStat {
+  // 3FS: 2023-06-01 as the virtual inodes' time
+  const t = Date.UTC(2023, 5, 1)
+  return { mode: S_IFDIR | perm, uid: 0, gid: 0, size: 4096, nlink: 2, blksize: 4096, blocks: 8, atime: t, mtime: t, ctime: t }
+}
+
+/** statfs numbers in 32-bit fields (fuse-native): the block size grows until the block counts fit. */
+export function toStatfs(s: StatFsRsp): FuseStatfs {
+  let bsize = 4096
+  const cap = Math.max(0, s.capacity)
+  while (cap / bsize >= 2 ** 32 - 1) bsize *= 2
+  const blocks = Math.floor(cap / bsize)
+  const bfree = Math.min(blocks, Math.floor(Math.max(0, s.free) / bsize))
+  const files = 2 ** 31
+  return { bsize, frsize: bsize, blocks, bfree, bavail: bfree, files, ffree: files, favail: files, fsid: 0x8f3f5fff, flag: 0, namemax: 255 }
+}
+
+/** fuse-native utimens ms → meta µs; the UTIME_NOW/OMIT sentinel (and anything below it) means "now" (-1). */
+export function utimeToUs(ms: number): number {
+  if (!Number.isFinite(ms) || ms <= UTIME_SENTINEL_MS) return -1
+  return Math.round(ms) * 1000
+}
+
+function fail(errno: number, msg?: string): never {
+  throw Object.assign(new Error(msg ?? `errno ${errno}`), { fuseErrno: errno })
+}
+
+function errnoOf(e: unknown): number {
+  const fe = (e as { fuseErrno?: unknown } | null)?.fuseErrno
+  if (typeof fe === 'number') return fe
+  return toFuseErrno(e)
+}
+
+export class StrataFuseOps {
+  readonly fs: FileSystem
+  readonly cache: PathCache
+  private readonly mnt: string
+  private readonly ro: boolean
+  private readonly log: Logger
+  private readonly handles = new Map<number, Handle>()
+  private nextHandle = 1
+  /** inode id → open handles that may write it */
+  private readonly writers = new Map<bigint, number>()
+  /** 3fs-virt/rm-rf/<name> links just "created" (the kernel looks them up right after symlink) */
+  private readonly rmrfLinks = new Map<string, { target: string; until: number }>()
+  private readonly rmrfTtlMs: number
+  private readonly counters = { ops: {} as Record<string, number>, errors: {} as Record<string, number>, inFlight: 0, rmrf: 0, slowestMs: 0 }
+
+  constructor(readonly opts: FuseOpsOptions) {
+    this.fs = opts.fs
+    this.mnt = path.resolve(opts.mountpoint)
+    this.ro = !!opts.readonly
+    this.log = opts.log
+    this.cache = new PathCache(opts.attrTimeoutMs)
+    this.rmrfTtlMs = opts.rmrfLinkTtlMs ?? 2000
+  }
+
+  stats(): FuseOpsStats {
+    let openFiles = 0
+    let openDirs = 0
+    for (const h of this.handles.values()) h.kind === 'file' ? openFiles++ : openDirs++
+    return {
+      ops: { ...this.counters.ops },
+      errors: { ...this.counters.errors },
+      inFlight: this.counters.inFlight,
+      openFiles,
+      openDirs,
+      rmrf: this.counters.rmrf,
+      cache: this.cache.stats(),
+      slowestMs: this.counters.slowestMs,
+    }
+  }
+
+  /** Open file handles (for shutdown and tests). */
+  openFileHandles(): FileHandle[] {
+    const out: FileHandle[] = []
+    for (const h of this.handles.values()) if (h.kind === 'file') out.push(h.fh)
+    return out
+  }
+
+  // --- plumbing
+
+  private run<T>(op: string, fn: () => Promise<T>, done: (errno: number, v?: T) => void, what?: string): void {
+    this.counters.ops[op] = (this.counters.ops[op] ?? 0) + 1
+    this.counters.inFlight++
+    const t0 = performance.now()
+    let p: Promise<T>
+    try {
+      p = fn()
+    } catch (e) {
+      p = Promise.reject(e)
+    }
+    p.then(
+      (v) => {
+        this.finish(t0)
+        done(0, v)
+      },
+      (e: unknown) => {
+        this.finish(t0)
+        const errno = errnoOf(e)
+        this.counters.errors[op] = (this.counters.errors[op] ?? 0) + 1
+        if (EXPECTED.has(errno)) this.log.debug(`${op} failed`, { path: what, errno, err: e })
+        else this.log.warn(`${op} failed`, { path: what, errno, err: e instanceof StrataError ? e : toStrataError(e) })
+        done(errno)
+      },
+    )
+  }
+
+  private finish(t0: number): void {
+    this.counters.inFlight--
+    const ms = performance.now() - t0
+    if (ms > this.counters.slowestMs) this.counters.slowestMs = ms
+  }
+
+  private checkWritable(): void {
+    if (this.ro) fail(E.EROFS, 'read-only mount')
+  }
+
+  private isVirtual(p: string): boolean {
+    return p === VIRT_ROOT || p.startsWith(VIRT_ROOT + '/')
+  }
+
+  private addHandle(h: Handle): number {
+    let id = this.nextHandle
+    while (this.handles.has(id) || id === 0) id = id >= 0x7fffffff ? 1 : id + 1
+    this.nextHandle = id >= 0x7fffffff ? 1 : id + 1
+    this.handles.set(id, h)
+    if (h.kind === 'file' && h.fh.writable) {
+      this.writers.set(h.fh.inodeId, (this.writers.get(h.fh.inodeId) ?? 0) + 1)
+      this.cache.invalidateInode(h.fh.inodeId)
+    }
+    return id
+  }
+
+  private dropHandle(id: number): Handle | undefined {
+    const h = this.handles.get(id)
+    if (!h) return undefined
+    this.handles.delete(id)
+    if (h.kind === 'file') {
+      const ino = h.fh.inodeId
+      if (h.fh.writable) {
+        const n = (this.writers.get(ino) ?? 1) - 1
+        if (n <= 0) this.writers.delete(ino)
+        else this.writers.set(ino, n)
+      }
+      this.cache.invalidateInode(ino)
+    }
+    return h
+  }
+
+  private file(fd: number): FileHandle {
+    const h = this.handles.get(fd)
+    if (!h || h.kind !== 'file') fail(E.EBADF, `no open file ${fd}`)
+    return h.fh
+  }
+
+  /** A writable handle of this inode, if this mount has one open. */
+  private writableHandleOf(id: bigint): FileHandle | undefined {
+    for (const h of this.handles.values()) if (h.kind === 'file' && h.fh.writable && !h.fh.closed && h.fh.inodeId === id) return h.fh
+    return undefined
+  }
+
+  /** lstat through the cache (files written here skip it: their size moves). */
+  private async lookup(p: string): Promise<Inode> {
+    const hit = this.cache.get(p)
+    if (hit && !this.writers.has(hit.id)) return hit
+    const inode = await this.fs.lstat(p)
+    if (!this.writers.has(inode.id)) this.cache.set(p, inode)
+    return inode
+  }
+
+  private virtualStat(p: string): FuseStat {
+    if (p === VIRT_ROOT) return virtDirStat(0o555)
+    if (p === RMRF_DIR) return virtDirStat(0o777)
+    if (parentOf(p) === RMRF_DIR) {
+      const link = this.rmrfLinks.get(p)
+      if (link && link.until > performance.now()) {
+        const t = Date.now()
+        return { mode: S_IFLNK | 0o777, uid: this.opts.uid, gid: this.opts.gid, size: Buffer.byteLength(link.target), nlink: 1, atime: t, mtime: t, ctime: t }
+      }
+      this.rmrfLinks.delete(p)
+    }
+    fail(E.ENOENT)
+  }
+
+  // --- the operations object handed to fuse-native
+
+  operations(): FuseOperations {
+    return {
+      init: (cb) => {
+        this.log.info('FUSE session initialised', { mountpoint: this.mnt })
+        cb(0)
+      },
+      getattr: (p, cb) => this.run('getattr', () => this.getattr(p), cb, p),
+      access: (p, mode, cb) => this.run('access', () => this.access(p, mode), cb, p),
+      statfs: (p, cb) => this.run('statfs', async () => toStatfs(await this.fs.statfs()), cb, p),
+      readdir: (p, cb) =>
+        this.run(
+          'readdir',
+          () => this.readdir(p),
+          (err, v) => (err ? cb(err) : cb(0, v!.names, v!.stats)),
+          p,
+        ),
+      opendir: (p, flags, cb) => this.run('opendir', () => this.opendir(p), cb, p),
+      releasedir: (p, fd, cb) => this.run('releasedir', async () => void this.dropHandle(fd), cb, p),
+      mkdir: (p, mode, cb) => this.run('mkdir', () => this.mkdir(p, mode), cb, p),
+      rmdir: (p, cb) => this.run('rmdir', () => this.rmdir(p), cb, p),
+      unlink: (p, cb) => this.run('unlink', () => this.unlink(p), cb, p),
+      rename: (src, dest, cb) => this.run('rename', () => this.rename(src, dest), cb, `${src} -> ${dest}`),
+      link: (src, dest, cb) => this.run('link', () => this.link(src, dest), cb, `${src} -> ${dest}`),
+      symlink: (target, p, cb) => this.run('symlink', () => this.symlink(target, p), cb, p),
+      readlink: (p, cb) => this.run('readlink', () => this.readlink(p), cb, p),
+      chmod: (p, mode, cb) => this.run('chmod', () => this.setattr(p, { perm: mode & 0o7777 }), cb, p),
+      chown: (p, uid, gid, cb) =>
+        this.run(
+          'chown',
+          () => this.setattr(p, { ...(uid !== UNCHANGED_ID && uid >= 0 ? { uid } : {}), ...(gid !== UNCHANGED_ID && gid >= 0 ? { gid } : {}) }),
+          cb,
+          p,
+        ),
+      // fuse-native passes the atime in both arguments (its mtime is lost); see docs/fuse.md
+      utimens: (p, atime, mtime, cb) => this.run('utimens', () => this.setattr(p, { atime: utimeToUs(atime), mtime: utimeToUs(mtime) }), cb, p),
+      truncate: (p, size, cb) => this.run('truncate', () => this.truncate(p, size), cb, p),
+      ftruncate: (p, fd, size, cb) => this.run('ftruncate', () => this.ftruncate(p, fd, size), cb, p),
+      mknod: (p, mode, dev, cb) => this.run('mknod', () => this.mknod(p, mode), cb, p),
+      create: (p, mode, cb) => this.run('create', () => this.create(p, mode), cb, p),
+      open: (p, flags, cb) => this.run('open', () => this.open(p, flags), cb, p),
+      read: (p, fd, buf, len, pos, cb) =>
+        this.run(
+          'read',
+          async () => (await this.fs.read(this.file(fd), buf.subarray(0, len), pos)).bytesRead,
+          (err, n) => cb(err ? err : n!),
+          p,
+        ),
+      write: (p, fd, buf, len, pos, cb) =>
+        this.run(
+          'write',
+          () => {
+            if (this.ro) fail(E.EROFS)
+            return this.fs.write(this.file(fd), buf.subarray(0, len), pos)
+          },
+          (err, n) => cb(err ? err : n!),
+          p,
+        ),
+      flush: (p, fd, cb) => this.run('flush', () => this.flush(fd), cb, p),
+      fsync: (p, datasync, fd, cb) => this.run('fsync', () => this.fsync(fd), cb, p),
+      // names are durable in meta once an operation returned: nothing to sync for a directory
+      fsyncdir: (p, datasync, fd, cb) => cb(0),
+      release: (p, fd, cb) => this.run('release', () => this.release(fd), cb, p),
+      setxattr: (p, name, value, position, flags, cb) => this.run('setxattr', () => this.setxattr(p, name, value), cb, p),
+      getxattr: (p, name, position, cb) => this.run('getxattr', () => this.getxattr(p, name), cb, p),
+      listxattr: (p, cb) => this.run('listxattr', () => this.listxattr(p), cb, p),
+      removexattr: (p, name, cb) => this.run('removexattr', () => this.removexattr(p, name), cb, p),
+    }
+  }
+
+  // --- attributes and names
+
+  async getattr(p: string): Promise<FuseStat> {
+    if (this.isVirtual(p)) return this.virtualStat(p)
+    return inodeToStat(await this.lookup(p))
+  }
+
+  async access(p: string, mode: number): Promise<void> {
+    const st = await this.getattr(p)
+    if (mode === fsc.F_OK) return
+    if (mode & fsc.W_OK && this.ro) fail(E.EROFS)
+    const uid = this.opts.uid
+    const isDir = (st.mode & S_IFMT) === S_IFDIR
+    if (uid === 0) {
+      // root: rwx bypass, except execute needs some x bit on a non-directory
+      if (mode & fsc.X_OK && !isDir && !(st.mode & 0o111)) fail(E.EACCES)
+      return
+    }
+    const groups = new Set([this.opts.gid, ...(this.opts.groups ?? [])])
+    const shift = st.uid === uid ? 6 : groups.has(st.gid) ? 3 : 0
+    const bits = (st.mode >> shift) & 7
+    if ((mode & 7 & ~bits) !== 0) fail(E.EACCES)
+  }
+
+  async readdir(p: string): Promise<{ names: string[]; stats: FuseStat[] }> {
+    if (p === VIRT_ROOT) {
+      const d = virtDirStat(0o555)
+      return { names: ['.', '..', 'rm-rf'], stats: [d, d, virtDirStat(0o777)] }
+    }
+    if (p === RMRF_DIR) {
+      const d = virtDirStat(0o777)
+      return { names: ['.', '..'], stats: [d, d] }
+    }
+    if (this.isVirtual(p)) fail(E.ENOENT)
+    const { entries, inodes } = await this.fs.readdirAll(p, { status: true })
+    const names = ['.', '..']
+    const self = inodeToStat(await this.lookup(p))
+    const stats = [self, self]
+    entries.forEach((e, i) => {
+      const inode = inodes[i]
+      names.push(e.name)
+      if (inode) {
+        const child = childOf(p, e.name)
+        if (!this.writers.has(inode.id)) this.cache.set(child, inode)
+        stats.push(inodeToStat(inode))
+      } else {
+        stats.push({ ...self, mode: e.type === 'Directory' ? S_IFDIR | 0o755 : e.type === 'Symlink' ? S_IFLNK | 0o777 : S_IFREG | 0o644 })
+      }
+    })
+    if (p === '/') {
+      names.push(VIRT_DIR)
+      stats.push(virtDirStat(0o555))
+    }
+    return { names, stats }
+  }
+
+  async opendir(p: string): Promise<number> {
+    if (!this.isVirtual(p)) {
+      const inode = await this.lookup(p)
+      if (inode.type !== 'Directory') fail(E.ENOTDIR)
+    } else this.virtualStat(p)
+    return this.addHandle({ kind: 'dir', path: p })
+  }
+
+  async mkdir(p: string, mode: number): Promise<void> {
+    if (this.isVirtual(p)) fail(E.EPERM)
+    this.checkWritable()
+    this.cache.invalidate(p)
+    const inode = await this.fs.mkdir(p, { mode: mode & 0o7777 })
+    this.cache.set(p, inode)
+  }
+
+  async rmdir(p: string): Promise<void> {
+    if (this.isVirtual(p)) fail(E.EPERM)
+    this.checkWritable()
+    try {
+      await this.fs.rmdir(p)
+    } finally {
+      this.cache.invalidateTree(p)
+    }
+  }
+
+  async unlink(p: string): Promise<void> {
+    if (parentOf(p) === RMRF_DIR) {
+      // the link of a finished recursive remove: nothing to do but forget it
+      this.rmrfLinks.delete(p)
+      return
+    }
+    if (this.isVirtual(p)) fail(E.EPERM)
+    this.checkWritable()
+    const known = this.cache.get(p)
+    try {
+      await this.fs.unlink(p)
+    } finally {
+      // a non-directory: nothing below it; other names of the inode lose a link
+      this.cache.invalidate(p)
+      if (known) this.cache.invalidateInode(known.id)
+    }
+  }
+
+  async rename(src: string, dest: string): Promise<void> {
+    if (this.isVirtual(src) || this.isVirtual(dest)) fail(E.EPERM)
+    this.checkWritable()
+    const replaced = this.cache.get(dest)
+    try {
+      await this.fs.rename(src, dest)
+    } finally {
+      this.cache.invalidateTree(src)
+      this.cache.invalidateTree(dest)
+      if (replaced) this.cache.invalidateInode(replaced.id)
+    }
+  }
+
+  async link(src: string, dest: string): Promise<void> {
+    if (this.isVirtual(src) || this.isVirtual(dest)) fail(E.EPERM)
+    this.checkWritable()
+    const inode = await this.fs.link(src, dest)
+    this.cache.invalidateInode(inode.id)
+    this.cache.invalidate(src)
+    this.cache.invalidate(dest)
+  }
+
+  async symlink(target: string, p: string): Promise<void> {
+    if (parentOf(p) === RMRF_DIR) return this.rmrf(target, p)
+    if (this.isVirtual(p)) fail(E.EPERM)
+    this.checkWritable()
+    this.cache.invalidate(p)
+    const inode = await this.fs.symlink(target, p)
+    this.cache.set(p, inode)
+  }
+
+  async readlink(p: string): Promise<string> {
+    if (parentOf(p) === RMRF_DIR) {
+      const link = this.rmrfLinks.get(p)
+      if (link) return link.target
+      fail(E.ENOENT)
+    }
+    if (this.isVirtual(p)) fail(E.EINVAL)
+    const hit = this.cache.get(p)
+    if (hit?.type === 'Symlink' && hit.symlink) return hit.symlink.target
+    return this.fs.readlink(p)
+  }
+
+  /** chmod/chown/utimens on the path's own inode (the kernel already resolved symlinks; lchown/lutimes act on links). */
+  async setattr(p: string, attrs: { perm?: number; uid?: number; gid?: number; atime?: number; mtime?: number }): Promise<void> {
+    if (this.isVirtual(p)) fail(E.EPERM)
+    this.checkWritable()
+    if (Object.keys(attrs).length === 0) return
+    const known = this.cache.get(p)
+    this.cache.invalidate(p)
+    const rsp = await this.fs.meta.setAttr({ path: pathAt(p), flags: { followLastSymlink: false }, ...attrs })
+    this.cache.invalidateInode(rsp.stat.id)
+    if (known) this.cache.invalidateInode(known.id)
+    if (!this.writers.has(rsp.stat.id)) this.cache.set(p, rsp.stat)
+  }
+
+  async truncate(p: string, size: number): Promise<void> {
+    if (this.isVirtual(p)) fail(E.EPERM)
+    this.checkWritable()
+    this.cache.invalidate(p)
+    const inode = await this.fs.lstat(p)
+    if (inode.type === 'Directory') fail(E.EISDIR)
+    if (inode.type !== 'File') fail(E.EINVAL)
+    // an O_TRUNC open arrives as open + truncate(path): use the open handle (same session, same write state)
+    const fh = this.writableHandleOf(inode.id)
+    if (fh) await this.fs.ftruncate(fh, size)
+    else await this.fs.truncate(p, size)
+    this.cache.invalidateInode(inode.id)
+  }
+
+  async ftruncate(p: string, fd: number, size: number): Promise<void> {
+    this.checkWritable()
+    const fh = this.file(fd)
+    const w = fh.writable ? fh : this.writableHandleOf(fh.inodeId)
+    if (w) await this.fs.ftruncate(w, size)
+    else await this.fs.truncate(p, size)
+    this.cache.invalidateInode(fh.inodeId)
+  }
+
+  async mknod(p: string, mode: number): Promise<void> {
+    if ((mode & S_IFMT) !== S_IFREG && (mode & S_IFMT) !== 0) fail(E.ENOSYS, 'only regular files can be made with mknod')
+    if (this.isVirtual(p)) fail(E.EPERM)
+    this.checkWritable()
+    this.cache.invalidate(p)
+    const fh = await this.fs.open(p, { access: 'r', create: true, excl: true }, mode & 0o7777)
+    await this.fs.close(fh)
+  }
+
+  // --- files
+
+  async create(p: string, mode: number): Promise<number> {
+    if (this.isVirtual(p)) fail(E.EPERM)
+    this.checkWritable()
+    this.cache.invalidate(p)
+    // fuse-native does not pass the open flags of a create: the kernel only
+    // sends it after a negative lookup, so a plain O_CREAT open is assumed
+    const fh = await this.fs.open(p, { access: 'rw', create: true }, mode & 0o7777)
+    return this.addHandle({ kind: 'file', fh, path: p })
+  }
+
+  async open(p: string, flags: number): Promise<number> {
+    if (this.isVirtual(p)) fail(this.isVirtualDir(p) ? E.EISDIR : E.ENOENT)
+    const acc = flags & O_ACCMODE
+    if (this.ro && (acc !== fsc.O_RDONLY || flags & fsc.O_TRUNC)) fail(E.EROFS)
+    const fh = await this.fs.open(p, flags & (O_ACCMODE | fsc.O_APPEND | fsc.O_TRUNC))
+    return this.addHandle({ kind: 'file', fh, path: p })
+  }
+
+  private isVirtualDir(p: string): boolean {
+    return p === VIRT_ROOT || p === RMRF_DIR
+  }
+
+  /** close(2) of one descriptor: 3FS flush = fsync (write buffer to storage, exact length to meta). */
+  async flush(fd: number): Promise<void> {
+    const fh = this.file(fd)
+    if (!fh.writable) return
+    await this.fs.fsync(fh)
+    this.cache.invalidateInode(fh.inodeId)
+  }
+
+  async fsync(fd: number): Promise<void> {
+    const fh = this.file(fd)
+    await this.fs.fsync(fh)
+    this.cache.invalidateInode(fh.inodeId)
+  }
+
+  /** Last close of an open file: flush, end the write session (meta close with length). */
+  async release(fd: number): Promise<void> {
+    const h = this.dropHandle(fd)
+    if (!h || h.kind !== 'file') return
+    await this.fs.close(h.fh)
+  }
+
+  // --- 3fs-virt/rm-rf
+
+  private async rmrf(target: string, linkPath: string): Promise<void> {
+    this.checkWritable()
+    if (!path.posix.isAbsolute(target)) fail(E.EINVAL, 'rm-rf: the link target must be an absolute path on this mount')
+    const t = path.posix.normalize(target).replace(/\/+$/, '') || '/'
+    if (t !== this.mnt && !t.startsWith(this.mnt + '/')) fail(E.EINVAL, `rm-rf: ${target} is not on this mount (${this.mnt})`)
+    const inner = t.slice(this.mnt.length) || '/'
+    if (inner === '/' || this.isVirtual(inner)) fail(E.EPERM, `rm-rf: refusing to remove ${target}`)
+    this.log.info('recursive remove', { path: inner, link: linkPath })
+    try {
+      await this.fs.rm(inner, { recursive: true })
+    } finally {
+      this.cache.invalidateTree(inner)
+    }
+    this.counters.rmrf++
+    this.rmrfLinks.set(linkPath, { target, until: performance.now() + this.rmrfTtlMs })
+    const timer = setTimeout(() => {
+      const l = this.rmrfLinks.get(linkPath)
+      if (l && l.until <= performance.now()) this.rmrfLinks.delete(linkPath)
+    }, this.rmrfTtlMs + 10)
+    timer.unref()
+  }
+
+  // --- xattrs (3FS: only hf3fs.lock on directories)
+
+  private async xattrTarget(p: string): Promise<Inode> {
+    if (this.isVirtual(p)) fail(E.ENOTSUP)
+    const inode = await this.fs.lstat(p)
+    if (!this.writers.has(inode.id)) this.cache.set(p, inode)
+    return inode
+  }
+
+  async setxattr(p: string, name: string, value: Buffer): Promise<void> {
+    // 3FS: only the hf3fs namespace, and of it only hf3fs.lock, and only on directories
+    if (name !== LOCK_XATTR) fail(E.ENOTSUP)
+    const inode = await this.xattrTarget(p)
+    if (inode.type !== 'Directory') fail(E.ENOTSUP)
+    const action = value.toString('utf8').replace(/[\0\s]+$/, '') as LockAction
+    if (!LOCK_ACTIONS.includes(action)) fail(E.EINVAL, `hf3fs.lock: ${action} is not one of ${LOCK_ACTIONS.join(', ')}`)
+    await this.fs.meta.lockDirectory({ inode: inode.id, action })
+    this.cache.invalidateInode(inode.id)
+  }
+
+  async getxattr(p: string, name: string): Promise<Buffer | null> {
+    if (name !== LOCK_XATTR) {
+      if (name.startsWith('hf3fs.')) fail(E.ENOTSUP)
+      // answered without a lookup: the kernel asks for security.capability before every write
+      fail(E.ENODATA)
+    }
+    const inode = await this.xattrTarget(p)
+    if (inode.type === 'Symlink') fail(E.ENOTSUP)
+    const lock = inode.type === 'Directory' ? inode.directory?.lock : null
+    if (!lock) fail(E.ENODATA)
+    return Buffer.from(JSON.stringify(lock))
+  }
+
+  async listxattr(p: string): Promise<string[]> {
+    const inode = await this.xattrTarget(p)
+    if (inode.type === 'Symlink') fail(E.ENOTSUP)
+    return inode.type === 'Directory' && inode.directory?.lock ? [LOCK_XATTR] : []
+  }
+
+  async removexattr(p: string, name: string): Promise<void> {
+    if (this.isVirtual(p)) fail(E.EPERM)
+    if (name !== LOCK_XATTR) fail(E.ENOTSUP)
+    const inode = await this.xattrTarget(p)
+    if (inode.type === 'Symlink') fail(E.EPERM)
+    if (inode.type !== 'Directory') fail(E.ENOTDIR)
+    await this.fs.meta.lockDirectory({ inode: inode.id, action: 'clear' })
+    this.cache.invalidateInode(inode.id)
+  }
+
+  /** For tests and logs: the handle table size. */
+  get openHandleCount(): number {
+    return this.handles.size
+  }
+}
+

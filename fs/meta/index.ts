@@ -1,0 +1,8 @@
+export { startMeta, type MetaConfig, type MetaDaemon, type MetaDeps } from './main.js'
+export { MetaService, toInodeId } from './service.js'
+export { DEFAULT_META_SETTINGS, PRODUCTION_META_SETTINGS, mergeMetaSettings, type MetaSettings } from './config.js'
+export { GcManager, formatGcEntry, parseGcEntry, gcDirName } from './gc.js'
+export { ownerOf } from './distributor.js'
+export { splitPath } from './path.js'
+export * as metaKeys from './keys.js'
+export * from './protocol.js'

@@ -1,0 +1,185 @@
+// `strata fs` and the filesystem commands of `strata admin` as an operator
+// runs them (child processes) against a real cluster: mgmtd and storage
+// processes plus meta servers, found by the CLI through routing info.
+
+import test from 'ava'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { randomBytes } from 'node:crypto'
+import { layoutChainIndexes, type Layout } from '../../fs/common/layout.js'
+import { startMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
+import { ok, strata, table } from './helpers.js'
+import type { ExecutionContext } from 'ava'
+
+async function cluster(t: ExecutionContext): Promise<{ m: MetaCluster; args: string[]; dir: string }> {
+  const m = await startMetaCluster(t, { chunkSize: 65536, stripeSize: 2 })
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fs-cli-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  return { m, dir, args: ['--mgmtd-address', m.c.mgmtdAddress] }
+}
+
+test.serial('fs put/get round trips (large, small, empty, stdin/stdout), ls, stat, mkdir -p, rm -r', async (t) => {
+  t.timeout(5 * 60_000)
+  const { args, dir } = await cluster(t)
+  const fsx = (...a: string[]) => ['fs', ...args, ...a]
+  await ok(t, fsx('mkdir', '-p', '/data/sub'))
+  // a 20 MiB file, not a multiple of the chunk size
+  const big = randomBytes(20 * 1024 * 1024 + 4321)
+  const small = Buffer.from('hello strata\n')
+  fs.writeFileSync(path.join(dir, 'big.bin'), big)
+  fs.writeFileSync(path.join(dir, 'small.txt'), small)
+  fs.writeFileSync(path.join(dir, 'empty'), '')
+  fs.chmodSync(path.join(dir, 'small.txt'), 0o640)
+  const put = JSON.parse(await ok(t, fsx('put', '--json', path.join(dir, 'big.bin'), '/data/big.bin')))
+  t.is(put.bytes, big.length)
+  t.is(put.length, big.length)
+  t.regex(put.inode, /^0x[0-9a-f]{16}$/)
+  // into a directory: keeps the name and the local mode
+  await ok(t, fsx('put', path.join(dir, 'small.txt'), '/data/sub/'))
+  await ok(t, fsx('put', path.join(dir, 'empty'), '/data/empty'))
+  const got = path.join(dir, 'big.out')
+  await ok(t, fsx('get', '/data/big.bin', got))
+  t.true(fs.readFileSync(got).equals(big))
+  await ok(t, fsx('get', '/data/sub/small.txt', dir + '/'))
+  t.deepEqual(fs.readFileSync(path.join(dir, 'small.txt')), small)
+  await ok(t, fsx('get', '/data/empty', path.join(dir, 'empty.out')))
+  t.is(fs.statSync(path.join(dir, 'empty.out')).size, 0)
+  // stdout and stdin
+  t.is(await ok(t, fsx('get', '/data/sub/small.txt', '-')), small.toString())
+  const viaStdin = await strata(fsx('put', '-', '/data/stdin.txt'), { input: 'from stdin' })
+  t.is(viaStdin.code, 0, viaStdin.stderr)
+  t.is(await ok(t, fsx('get', '/data/stdin.txt', '-')), 'from stdin')
+
+  // ls: names; -l long form; --json records
+  const names = (await ok(t, fsx('ls', '/data'))).trim().split('\n')
+  t.deepEqual(names, ['big.bin', 'empty', 'stdin.txt', 'sub'])
+  const long = table(await ok(t, fsx('ls', '-l', '/data')))
+  const bigRow = long.find((r) => r[r.length - 1] === 'big.bin')!
+  t.is(bigRow[0]![0], '-')
+  t.is(bigRow[4], String(big.length))
+  t.is(long.find((r) => r[r.length - 1] === 'sub')![0]![0], 'd')
+  const recs = JSON.parse(await ok(t, fsx('ls', '--json', '/data/sub')))
+  t.is(recs.length, 1)
+  t.like(recs[0], { name: 'small.txt', type: 'File', size: small.length, perm: '0640' })
+  // stat
+  const st = JSON.parse(await ok(t, fsx('stat', '--json', '/data/big.bin')))
+  t.like(st, { path: '/data/big.bin', type: 'File', size: big.length, chunkSize: 65536, stripeSize: 2 })
+  t.is(st.layout.chains.type, 'ChainRange')
+  const text = table(await ok(t, fsx('stat', '/data/big.bin')))
+  t.deepEqual(text.find((r) => r[0] === 'Size'), ['Size', String(big.length)])
+  // errors: missing path → META_NOT_FOUND, exit 1
+  const missing = await strata(fsx('stat', '/nope'))
+  t.is(missing.code, 1)
+  t.regex(missing.stderr, /META_NOT_FOUND/)
+  // rm: a non-empty directory needs -r
+  const notEmpty = await strata(fsx('rm', '/data'))
+  t.is(notEmpty.code, 1)
+  t.regex(notEmpty.stderr, /META_NOT_EMPTY/)
+  await ok(t, fsx('rm', '/data/empty'))
+  await ok(t, fsx('rm', '-r', '/data'))
+  t.is((await ok(t, fsx('ls', '/'))).trim(), '')
+  // usage error
+  t.is((await strata(fsx('put', 'only-one-arg'))).code, 2)
+})
+
+test.serial('admin: create with stripe 2 → stat --display-layout → 5 chunks written land on the chains the layout predicts', async (t) => {
+  t.timeout(5 * 60_000)
+  const { m, args, dir } = await cluster(t)
+  const adm = (...a: string[]) => ['admin', ...args, ...a]
+  await ok(t, adm('mkdir', '-p', '/x/y', '--perm', '0750'))
+  await ok(t, adm('create', '--chain-table-id', '1', '--stripe-size', '2', '--chunk-size', '64K', '/x/y/f'))
+  // text form: 3FS columns
+  const rows = table(await ok(t, adm('stat', '--display-layout', '/x/y/f')))
+  const kv = Object.fromEntries(rows.map((r) => [r[0], r.slice(1).join(' ')]))
+  for (const k of ['Type', 'Inode', 'NLink', 'Permission', 'IFlags', 'Uid', 'Gid', 'Access', 'Change', 'Modified', 'Length']) t.true(k in kv, k)
+  for (const k of ['Layout-ChainTable', 'Layout-ChainTableVersion', 'Layout-ChunkSize', 'Layout-StripeSize', 'Layout-Type', 'Layout-Chains']) t.true(k in kv, k)
+  t.is(kv['Layout-Type'], 'ChainRange')
+  t.is(kv['Layout-ChunkSize'], '65536')
+  t.is(kv['Layout-StripeSize'], '2')
+  t.is(kv['Length'], '0@0')
+  // JSON: baseIndex and seed are exported; the chain list follows from them with the reference algorithm
+  const st = JSON.parse(await ok(t, adm('stat', '--display-layout', '--json', '/x/y/f')))
+  const layout: Layout = {
+    tableId: st.layout.tableId,
+    tableVersion: st.layout.tableVersion,
+    chunkSize: st.layout.chunkSize,
+    stripeSize: st.layout.stripeSize,
+    chains: { type: 'ChainRange', baseIndex: st.layout.baseIndex, shuffle: st.layout.shuffle, seed: BigInt(st.layout.seed) },
+  }
+  const tableChains = m.c.chains.map((c) => c.chainId)
+  const predicted = layoutChainIndexes(layout).map((i) => tableChains[(i - 1) % tableChains.length]!)
+  t.deepEqual(st.layout.chains, predicted)
+  t.is(kv['Layout-Chains'], `[${predicted.join(', ')}]`)
+  // write 5 chunks (put keeps the layout of the existing file)
+  const data = randomBytes(5 * 65536)
+  fs.writeFileSync(path.join(dir, 'five'), data)
+  await ok(t, ['fs', ...args, 'put', path.join(dir, 'five'), '/x/y/f'])
+  const ino = BigInt(st.inode)
+  for (let i = 0; i < 5; i++) {
+    const q = JSON.parse(await ok(t, adm('query-chunk', '--path', '/x/y/f', '--chunk-index', String(i), '--json')))
+    t.is(q.chainId, predicted[i % 2])
+    const idBytes = Buffer.from(q.chunkId.replace(/-/g, ''), 'hex')
+    const want = Buffer.alloc(16)
+    want.writeBigUInt64BE(ino, 2)
+    want.writeUInt32BE(i, 12)
+    t.deepEqual(idBytes, want)
+    t.is(q.chunkName, `${st.inode}-0-${i}`)
+    t.is(q.targets.length, 3)
+    for (const r of q.targets) {
+      t.truthy(r.meta, `chunk ${i} missing on target ${r.targetId}`)
+      t.is(r.meta.size, 65536)
+      t.is(r.meta.commitVer, r.meta.updateVer)
+    }
+    // the other chain does not have it
+    const other = tableChains.find((c) => c !== predicted[i % 2])!
+    const miss = JSON.parse(await ok(t, adm('query-chunk', '-c', String(other), '--chunk', q.chunkId, '--json')))
+    t.true(miss.targets.every((r: { meta: unknown }) => r.meta === null))
+  }
+  // the text form of query-chunk --path
+  const qt = await ok(t, adm('query-chunk', '--path', '/x/y/f', '--chunk-index', '3'))
+  t.regex(qt, new RegExp(`on chain ${predicted[1]}`))
+  const usage = await strata(adm('query-chunk', '--path', '/x/y/f'))
+  t.is(usage.code, 2)
+})
+
+test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async (t) => {
+  t.timeout(5 * 60_000)
+  const { args } = await cluster(t)
+  const adm = (...a: string[]) => ['admin', ...args, ...a]
+  await ok(t, adm('mkdir', '/d'))
+  await ok(t, adm('create', '-p', '600', '/d/a'))
+  await ok(t, adm('create', '/d/b'))
+  const ls = table(await ok(t, adm('ls', '/d')))
+  t.deepEqual(ls[0], ['Name', 'Type', 'Inode'])
+  t.deepEqual(
+    ls.slice(1).map((r) => [r[0], r[1]]),
+    [
+      ['a', 'File'],
+      ['b', 'File'],
+    ],
+  )
+  const lss = JSON.parse(await ok(t, adm('ls', '-s', '--json', '/d')))
+  t.like(lss[0], { name: 'a', type: 'File', length: '0@0', permission: '0600' })
+  t.is(JSON.parse(await ok(t, adm('ls', '-l', '1', '--json', '/d'))).length, 1)
+  const sp = JSON.parse(await ok(t, adm('set-perm', '--uid', '1000', '--gid', '100', '--perm', '644', '/d/a', '--json')))
+  t.like(sp, { uid: 1000, gid: 100, permission: '0644' })
+  await ok(t, adm('mv', '/d/a', '/d/c'))
+  const st = JSON.parse(await ok(t, adm('stat', '--json', '/d/c')))
+  t.like(st, { type: 'File', uid: 1000, gid: 100, permission: '0644' })
+  t.is((await strata(adm('stat', '/d/a'))).code, 1)
+  // stat by inode id
+  const byId = JSON.parse(await ok(t, adm('stat', '--inode', '--json', st.inode)))
+  t.is(byId.inode, st.inode)
+  const nonEmpty = await strata(adm('rm', '/d'))
+  t.is(nonEmpty.code, 1)
+  await ok(t, adm('rm', '/d/b'))
+  await ok(t, adm('rm', '-r', '/d'))
+  const gc = JSON.parse(await ok(t, adm('gc-list', '--json')))
+  t.true(Array.isArray(gc.entries))
+  const gct = table(await ok(t, adm('gc-list')))
+  t.deepEqual(gct[0], ['GcDir', 'Name', 'Inode', 'Type', 'OrigPath', 'User', 'RemovedAt'])
+  const pr = JSON.parse(await ok(t, adm('session-prune', '--json')))
+  t.is(typeof pr.pruned, 'number')
+  t.deepEqual(table(await ok(t, adm('session-prune')))[0]?.slice(0, 2), ['num', 'sessions'])
+})

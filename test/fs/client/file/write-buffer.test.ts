@@ -1,0 +1,179 @@
+// The per-inode write buffer and the length-hint bookkeeping, with a
+// recording fake in place of storage.
+
+import test from 'ava'
+import { randomBytes } from 'node:crypto'
+import { WriteBuffer, bufferedWrite, InodeState, mergeHint, Mutex } from '../../../../fs/client/index.js'
+import type { Inode } from '../../../../fs/meta/protocol.js'
+
+function recorder() {
+  const flushes: Array<{ off: number; data: Buffer }> = []
+  return {
+    flushes,
+    flush: async (off: number, data: Buffer) => {
+      flushes.push({ off, data: Buffer.from(data) })
+    },
+  }
+}
+
+/** Applies flushes to a model file. */
+function apply(flushes: Array<{ off: number; data: Buffer }>, size: number): Buffer {
+  const f = Buffer.alloc(size)
+  for (const { off, data } of flushes) data.copy(f, off)
+  return f
+}
+
+test('contiguous small writes coalesce into one flush when the buffer fills', async (t) => {
+  const wb = new WriteBuffer(1024)
+  const r = recorder()
+  for (let i = 0; i < 16; i++) await bufferedWrite(wb, i * 100, Buffer.alloc(100, i), r.flush)
+  // 1600 bytes: one full flush of 1024, 576 still buffered
+  t.is(r.flushes.length, 1)
+  t.is(r.flushes[0]!.off, 0)
+  t.is(r.flushes[0]!.data.length, 1024)
+  t.is(wb.off, 1024)
+  t.is(wb.len, 576)
+  t.is(wb.end, 1600)
+})
+
+test('a non-contiguous write flushes first; a write spanning the buffer end splits at the boundary', async (t) => {
+  const wb = new WriteBuffer(1000)
+  const r = recorder()
+  await bufferedWrite(wb, 0, Buffer.alloc(300, 1), r.flush)
+  await bufferedWrite(wb, 5000, Buffer.alloc(10, 2), r.flush)
+  t.deepEqual(
+    r.flushes.map((f) => [f.off, f.data.length]),
+    [[0, 300]],
+  )
+  t.is(wb.off, 5000)
+  await bufferedWrite(wb, 5010, Buffer.alloc(1500, 3), r.flush)
+  // 10 + 990 fill the buffer → flush [5000, 6000); the remaining 510 are buffered
+  t.deepEqual(
+    r.flushes.map((f) => [f.off, f.data.length]),
+    [
+      [0, 300],
+      [5000, 1000],
+    ],
+  )
+  t.is(wb.off, 6000)
+  t.is(wb.len, 510)
+})
+
+test('a large write into an empty buffer goes straight out in whole-buffer runs', async (t) => {
+  const wb = new WriteBuffer(1000)
+  const r = recorder()
+  const data = randomBytes(3500)
+  await bufferedWrite(wb, 10, data, r.flush)
+  t.deepEqual(
+    r.flushes.map((f) => [f.off, f.data.length]),
+    [[10, 3000]],
+  )
+  t.is(wb.len, 500)
+  t.is(wb.off, 3010)
+  t.deepEqual(wb.view(), data.subarray(3000))
+})
+
+test('write-through when the buffer size is 0; empty writes do nothing', async (t) => {
+  const wb = new WriteBuffer(0)
+  const r = recorder()
+  await bufferedWrite(wb, 7, Buffer.from('abc'), r.flush)
+  await bufferedWrite(wb, 10, Buffer.alloc(0), r.flush)
+  t.deepEqual(
+    r.flushes.map((f) => [f.off, f.data.toString()]),
+    [[7, 'abc']],
+  )
+  t.true(wb.empty)
+})
+
+test('random write streams through the buffer equal the same writes applied directly', async (t) => {
+  for (let round = 0; round < 20; round++) {
+    const wb = new WriteBuffer(1 + Math.floor(Math.random() * 5000))
+    const r = recorder()
+    const model = Buffer.alloc(60_000)
+    let pos = 0
+    for (let i = 0; i < 60; i++) {
+      if (Math.random() < 0.2) pos = Math.floor(Math.random() * 50_000)
+      const len = Math.min(1 + Math.floor(Math.random() * 3000), 60_000 - pos)
+      const d = randomBytes(len)
+      d.copy(model, pos)
+      await bufferedWrite(wb, pos, d, r.flush)
+      pos += len
+      if (pos >= 60_000) pos = 0
+    }
+    if (!wb.empty) await r.flush(wb.off, wb.view())
+    t.deepEqual(apply(r.flushes, 60_000), model)
+    // buffered flushes never exceed the capacity unless they are direct runs (multiples of it)
+    for (const f of r.flushes) t.true(f.data.length <= wb.capacity || f.data.length % wb.capacity === 0)
+  }
+})
+
+test('a failed flush empties the buffer and reports the error', async (t) => {
+  const wb = new WriteBuffer(100)
+  await bufferedWrite(wb, 0, Buffer.alloc(50), async () => undefined)
+  const err = await t.throwsAsync(
+    bufferedWrite(wb, 500, Buffer.alloc(10), async () => {
+      throw new Error('boom')
+    }),
+  )
+  t.is(err?.message, 'boom')
+  t.true(wb.empty)
+})
+
+function fileInode(length = 0, truncateVer = 0): Inode {
+  return {
+    id: 77n,
+    type: 'File',
+    acl: { uid: 0, gid: 0, perm: 0o644, iflags: 0 },
+    nlink: 1,
+    atime: 0,
+    ctime: 0,
+    mtime: 0,
+    file: { length, truncateVer, layout: { tableId: 1, tableVersion: 1, chunkSize: 4096, stripeSize: 1, chains: { type: 'ChainList', chainIndexes: [1] } }, flags: 0, dynStripe: 0 },
+  }
+}
+
+test('length hints: max(offset+len) under the truncate version, poisoned by a failed write, reset after sync', (t) => {
+  t.deepEqual(mergeHint({ length: 5, truncateVer: 1 }, { length: 9, truncateVer: 2 }), { length: 9, truncateVer: 2 })
+  t.is(mergeHint(null, { length: 9, truncateVer: 2 }), null)
+  const s = new InodeState(fileInode(100, 3), 1024)
+  t.deepEqual(s.hint, { length: 0, truncateVer: 3 })
+  t.is(s.beginWrite(), 3)
+  s.finishWrite(3, 0, 1000)
+  s.finishWrite(3, 5000, 10)
+  s.finishWrite(3, 10, 10)
+  t.deepEqual(s.hint, { length: 5010, truncateVer: 3 })
+  t.is(s.written, 3)
+  t.true(s.needsSync('periodic'))
+  t.true(s.needsSync('fsync'))
+  t.is(s.knownLength(), 5010)
+  // a periodic sync acknowledged up to write 3: hint reset, exact length still owed
+  s.update(fileInode(5010, 3), 3, false)
+  t.false(s.needsSync('periodic'))
+  t.true(s.needsSync('fsync'))
+  t.deepEqual(s.hint, { length: 0, truncateVer: 0 })
+  // a failed write poisons the hint
+  s.finishWrite(3, 6000, -1)
+  t.is(s.hint, null)
+  t.true(s.needsSync('periodic'))
+  // a truncate bumps the version future writes carry
+  s.update(fileInode(100, 4), 4, true)
+  t.is(s.beginWrite(), 4)
+  t.false(s.needsSync('fsync'))
+  t.true(s.needsSync('force'))
+})
+
+test('mutex serializes and tryRun skips while held', async (t) => {
+  const m = new Mutex()
+  const order: number[] = []
+  const slow = m.run(async () => {
+    await new Promise((r) => setTimeout(r, 30))
+    order.push(1)
+  })
+  const tried = await m.tryRun(async () => order.push(99))
+  t.false(tried.ran)
+  await m.run(async () => order.push(2))
+  await slow
+  t.deepEqual(order, [1, 2])
+  const ok = await m.tryRun(async () => 5)
+  t.deepEqual(ok, { ran: true, value: 5 })
+})

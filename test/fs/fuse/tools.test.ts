@@ -1,0 +1,118 @@
+// Real tools on a FUSE mount: cp -a, tar, git, fio.
+import fs from 'node:fs/promises'
+import path from 'node:path'
+import test from 'ava'
+import { tmpDir } from '../../helpers/procs.js'
+import { fuseSkipReason, ok, py, sh, startFuseCluster } from './helpers.js'
+
+const skip = fuseSkipReason()
+const t = skip ? test.skip : test.serial
+
+// A local tree with the shapes tools trip over: nesting, empty files and
+// directories, sizes around page/buffer boundaries, modes, symlinks
+// (relative, absolute, dangling), a hard link.
+const MAKE_TREE = String.raw`
+import os, random, sys
+root = sys.argv[1]
+random.seed(7)
+os.makedirs(root)
+sizes = [0, 1, 4095, 4096, 4097, 65535, 65536, 131073, 1048576 + 3]
+n = 0
+for a in range(2):
+    for b in range(3):
+        d = os.path.join(root, 'dir%d' % a, 'sub%d' % b)
+        os.makedirs(d)
+        for s in sizes[(a * 3 + b) % 3::3]:
+            p = os.path.join(d, 'f%d_%d' % (n, s))
+            with open(p, 'wb') as f:
+                f.write(random.randbytes(s))
+            n += 1
+os.makedirs(os.path.join(root, 'empty', 'deeper'))
+with open(os.path.join(root, 'mode600'), 'w') as f: f.write('secret')
+os.chmod(os.path.join(root, 'mode600'), 0o600)
+with open(os.path.join(root, 'exec.sh'), 'w') as f: f.write('#!/bin/sh\necho hi\n')
+os.chmod(os.path.join(root, 'exec.sh'), 0o755)
+os.symlink('dir0/sub0', os.path.join(root, 'rel-link'))
+os.symlink('/etc/hostname', os.path.join(root, 'abs-link'))
+os.symlink('does/not/exist', os.path.join(root, 'dangling'))
+os.link(os.path.join(root, 'mode600'), os.path.join(root, 'hardlink'))
+with open(os.path.join(root, 'name with spaces & ünïcode'), 'w') as f: f.write('x' * 100)
+print(n)
+`
+
+/** type, mode, size, link target of every entry, sorted: what must survive a copy */
+const LISTING = `find . -mindepth 1 -printf '%P %y %m %s %l\\n' | LC_ALL=C sort`
+
+t('cp -a of a tree onto the mount, diff -r against the source', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount()
+  const local = tmpDir(t, 'strata-fuse-src-')
+  const src = path.join(local, 'src')
+  ok(t, await py(MAKE_TREE, [src]), 'make tree')
+  const cp = await sh(`cp -a ${src} ${a.mnt}/copy`)
+  ok(t, cp, 'cp -a')
+  ok(t, await sh(`diff -r --no-dereference ${src} ${a.mnt}/copy`), 'diff -r')
+  const l1 = await sh(`cd ${src} && ${LISTING}`)
+  const l2 = await sh(`cd ${a.mnt}/copy && ${LISTING}`)
+  t.is(l2.stdout, l1.stdout)
+  // and back out again
+  ok(t, await sh(`cp -a ${a.mnt}/copy ${local}/back && diff -r --no-dereference ${src} ${local}/back`), 'cp -a back + diff')
+  // a source with a user xattr: cp -a tolerates the mount's ENOTSUP
+  const x = await sh(`f=${local}/xattr-src; echo data > $f; (setfattr -n user.k -v v $f 2>/dev/null || python3 -c "import os; os.setxattr('$f', 'user.k', b'v')" || true); cp -a $f ${a.mnt}/xattr-copy && cat ${a.mnt}/xattr-copy`)
+  ok(t, x, 'cp -a with xattr')
+  t.is(x.stdout.trim(), 'data')
+})
+
+t('tar round trip through the mount', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount()
+  const local = tmpDir(t, 'strata-fuse-tar-')
+  const src = path.join(local, 'src')
+  ok(t, await py(MAKE_TREE, [src]), 'make tree')
+  ok(t, await sh(`mkdir ${a.mnt}/t && tar -C ${src} -cf - . | tar -C ${a.mnt}/t -xf -`), 'tar onto the mount')
+  ok(t, await sh(`mkdir ${local}/back && tar -C ${a.mnt}/t -cf ${local}/out.tar . && tar -C ${local}/back -xf ${local}/out.tar`), 'tar off the mount')
+  ok(t, await sh(`diff -r --no-dereference ${src} ${local}/back`), 'diff -r')
+  const l1 = await sh(`cd ${src} && ${LISTING}`)
+  const l2 = await sh(`cd ${local}/back && ${LISTING}`)
+  t.is(l2.stdout, l1.stdout)
+  // a tar file written to and read from the mount
+  ok(t, await sh(`tar -C ${src} -czf ${a.mnt}/tree.tgz . && mkdir ${local}/back2 && tar -C ${local}/back2 -xzf ${a.mnt}/tree.tgz && diff -r --no-dereference ${src} ${local}/back2`), 'tgz on the mount')
+})
+
+t('git clone onto the mount, git fsck, commit, gc', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount()
+  const local = tmpDir(t, 'strata-fuse-git-')
+  const env = { GIT_AUTHOR_NAME: 't', GIT_AUTHOR_EMAIL: 't@e', GIT_COMMITTER_NAME: 't', GIT_COMMITTER_EMAIL: 't@e', HOME: local, GIT_CONFIG_NOSYSTEM: '1' }
+  const mk = await sh(
+    `git init -q -b main repo && cd repo && for i in $(seq 1 12); do mkdir -p d$((i % 4)); head -c $((i * 7919)) /dev/urandom > d$((i % 4))/bin$i; seq 1 $((i * 300)) > d$((i % 4))/text$i; git add -A; git commit -q -m "commit $i"; done && git gc -q && for i in $(seq 13 16); do echo $i >> d1/text1; git commit -qam "commit $i"; done && git rev-parse HEAD`,
+    { cwd: local, env },
+  )
+  ok(t, mk, 'make repo')
+  const head = mk.stdout.trim()
+  const clone = await sh(`git clone -q --no-hardlinks ${local}/repo ${a.mnt}/clone && cd ${a.mnt}/clone && git fsck --full --strict && git status --porcelain && git rev-parse HEAD && git log --oneline | wc -l`, { env })
+  ok(t, clone, 'clone + fsck')
+  const lines = clone.stdout.trim().split('\n')
+  t.is(lines[lines.length - 2], head)
+  t.is(lines[lines.length - 1]!.trim(), '16')
+  ok(t, await sh(`diff -r -x .git ${local}/repo ${a.mnt}/clone`), 'work tree equal')
+  // work inside the mount: commit (index.lock, renames), repack, fsck again
+  const work = await sh(`cd ${a.mnt}/clone && echo more >> d2/text2 && git commit -qam more && git gc -q --prune=now && git fsck --full --strict && git log --oneline | wc -l && git status --porcelain`, { env })
+  ok(t, work, 'commit + gc + fsck in the mount')
+  t.is(work.stdout.trim(), '17')
+})
+
+t('fio verify jobs on the mount', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount()
+  await fs.mkdir(path.join(a.mnt, 'fio'))
+  const common = `--directory=${a.mnt}/fio --ioengine=psync --verify=crc32c --do_verify=1 --verify_fatal=1 --output-format=terse`
+  // 16 MiB file, 4 KiB random writes (4 MiB of them: every random 4 KiB write is a storage write on 3 replicas)
+  const rand = await sh(`fio --name=v --rw=randwrite --bs=4k --size=16m --io_size=4m ${common}`, { timeoutMs: 240_000 })
+  ok(t, rand, 'fio randwrite 4k verify')
+  const seq = await sh(`fio --name=s --rw=write --bs=1m --size=16m ${common}`, { timeoutMs: 240_000 })
+  ok(t, seq, 'fio seq write 1m verify')
+  const mixed = await sh(`fio --name=m --rw=randrw --bs=64k --size=4m --numjobs=2 ${common}`, { timeoutMs: 240_000 })
+  ok(t, mixed, 'fio randrw 64k x2 verify')
+  t.log(`randwrite ${rand.ms} ms, seq ${seq.ms} ms, randrw ${mixed.ms} ms`)
+})

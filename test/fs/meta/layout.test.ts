@@ -1,0 +1,119 @@
+// Layout assignment at create, against a real cluster: ChainRange with a
+// round-robin base index, a safe seed and the table's latest version;
+// per-directory layouts; the 'I' directory counter; and the §2.6 placement
+// math checked end to end (chunks written where the math says, length found
+// by meta's storage query).
+
+import test from 'ava'
+import { chunkIdOf } from '../../../fs/common/chunk-id.js'
+import { isSafeSeed, shufflePermutation } from '../../../fs/common/shuffle.js'
+import type { Layout } from '../../../fs/common/layout.js'
+import { sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { codeOf } from '../../helpers/meta-client.js'
+import { until } from '../../helpers/procs.js'
+
+const FS_CHAIN_ALLOCATION_FL = 0x1000
+const CHUNK = 65536
+
+/** §2.6: stripe chain ids from (baseIndex, seed) and the table, computed independently of fs/meta. */
+function expectedChains(table: number[], layout: Layout): number[] {
+  if (layout.chains.type !== 'ChainRange') throw new Error('not a ChainRange')
+  const perm = layout.chains.shuffle ? shufflePermutation(layout.chains.seed, layout.stripeSize) : [...Array(layout.stripeSize).keys()]
+  return perm.map((p) => table[(layout.chains.type === 'ChainRange' ? layout.chains.baseIndex + p - 1 : 0) % table.length]!)
+}
+
+
+let m: MetaCluster
+let stop: (() => Promise<void>) | undefined
+
+test.before(async () => {
+  const s = await sharedMetaCluster({ chains: 4, stripeSize: 2 })
+  m = s.m
+  stop = s.close
+})
+
+test.after.always(async () => {
+  await stop?.()
+})
+
+test.serial('layout assignment, directory layouts and placement math', async (t) => {
+    const c = m.client()
+  const table = m.c.chains.map((x) => x.chainId)
+
+  // inherited from the root's Empty layout: ChainRange, round robin by stripe
+  const layouts: Layout[] = []
+  for (let i = 0; i < 6; i++) layouts.push((await c.create(`/f${i}`, { flags: { access: 'r', create: true } })).stat.file!.layout)
+  const first = layouts[0]!
+  t.is(first.tableId, 1)
+  t.is(first.tableVersion, 1)
+  t.is(first.chunkSize, CHUNK)
+  t.is(first.stripeSize, 2)
+  t.is(first.chains.type, 'ChainRange')
+  const bases = layouts.map((l) => (l.chains.type === 'ChainRange' ? l.chains.baseIndex : -1))
+  t.true((bases[0]! - 1) % 2 === 0, `first base ${bases[0]} starts at a multiple of the stripe`)
+  for (let i = 1; i < bases.length; i++) t.is(bases[i], ((bases[i - 1]! - 1 + 2) % 4) + 1, `base indexes ${bases.join(',')}`)
+  for (const l of layouts) {
+    if (l.chains.type !== 'ChainRange') continue
+    t.is(l.chains.shuffle, 1)
+    t.is(typeof l.chains.seed, 'bigint')
+    t.true(isSafeSeed(l.chains.seed, 2), `seed ${l.chains.seed} is safe`)
+  }
+
+  // placement: write 2.5 chunks where the math says; meta finds the exact length there
+  const f = await c.create('/placed', { flags: { access: 'w', create: true }, session: 's-placed' })
+  const layout = f.stat.file!.layout
+  const stripe = expectedChains(table, layout)
+  const sizes = [CHUNK, CHUNK, 1000]
+  for (let i = 0; i < sizes.length; i++) {
+    await m.storage.write(stripe[i % stripe.length]!, chunkIdOf(f.stat.id, i), 0, Buffer.alloc(sizes[i]!, i + 1), CHUNK)
+  }
+  const closed = await c.close(f.stat.id, 's-placed', true)
+  t.is(closed.file!.length, 2 * CHUNK + 1000)
+  t.is(closed.file!.truncateVer, 0)
+  for (let i = 0; i < sizes.length; i++) {
+    const q = await m.storage.queryLastChunk(stripe[i % stripe.length]!, { begin: chunkIdOf(f.stat.id, i), end: chunkIdOf(f.stat.id, i + 1) })
+    t.truthy(q.lastChunkId, `chunk ${i} on chain ${stripe[i % stripe.length]}`)
+  }
+
+  // a directory with its own default layout (mkdirs with layout), inherited by files
+  await c.mkdirs('/big', { layout: { tableId: 1, tableVersion: 0, chunkSize: 2 * CHUNK, stripeSize: 4, chains: { type: 'Empty' } } })
+  const inBig = (await c.create('/big/x', { flags: { access: 'r', create: true } })).stat.file!.layout
+  t.is(inBig.chunkSize, 2 * CHUNK)
+  t.is(inBig.stripeSize, 4)
+  t.is(inBig.chains.type, 'ChainRange')
+  t.deepEqual([...expectedChains(table, inBig)].sort(), [...table].sort())
+  // setAttr layout on a directory; not on a file
+  await c.mkdirs('/one')
+  await c.setAttr('/one', { layout: { tableId: 1, tableVersion: 0, chunkSize: CHUNK, stripeSize: 1, chains: { type: 'Empty' } } })
+  t.is((await c.create('/one/y', { flags: { access: 'r', create: true } })).stat.file!.layout.stripeSize, 1)
+  t.is(await codeOf(c.setAttr('/f0', { layout: { tableId: 1, tableVersion: 0, chunkSize: CHUNK, stripeSize: 1, chains: { type: 'Empty' } } })), 'META_NOT_DIRECTORY')
+  // explicit layouts: a chain list is kept as given; invalid ones are refused
+  const listed = await c.create('/listed', { flags: { access: 'r', create: true }, layout: { tableId: 1, tableVersion: 1, chunkSize: CHUNK, stripeSize: 2, chains: { type: 'ChainList', chainIndexes: [4, 1] } } })
+  t.deepEqual(listed.stat.file!.layout.chains, { type: 'ChainList', chainIndexes: [4, 1] })
+  t.is(await codeOf(c.create('/bad1', { flags: { access: 'r', create: true }, layout: { tableId: 1, tableVersion: 1, chunkSize: CHUNK, stripeSize: 2, chains: { type: 'ChainList', chainIndexes: [0, 1] } } })), 'META_INVALID_ARGUMENT')
+  t.is(await codeOf(c.create('/bad2', { flags: { access: 'r', create: true }, layout: { tableId: 1, tableVersion: 0, chunkSize: 3000, stripeSize: 2, chains: { type: 'Empty' } } })), 'META_INVALID_ARGUMENT')
+  // a stripe wider than the table
+  t.is(await codeOf(c.create('/wide', { flags: { access: 'r', create: true }, layout: { tableId: 1, tableVersion: 0, chunkSize: CHUNK, stripeSize: 8, chains: { type: 'Empty' } } })), 'META_INVALID_ARGUMENT')
+  t.is(await codeOf(c.create('/notable', { flags: { access: 'r', create: true }, layout: { tableId: 7, tableVersion: 0, chunkSize: CHUNK, stripeSize: 1, chains: { type: 'Empty' } } })), 'META_INVALID_ARGUMENT')
+
+  // 'I': the directory's own persisted counter, inherited by subdirectories
+  const dirI = await c.mkdirs('/I')
+  await c.setAttr('/I', { iflags: FS_CHAIN_ALLOCATION_FL })
+  const ibases: number[] = []
+  for (let i = 0; i < 3; i++) {
+    const l = (await c.create(`/I/f${i}`, { flags: { access: 'r', create: true } })).stat.file!.layout
+    ibases.push(l.chains.type === 'ChainRange' ? l.chains.baseIndex : -1)
+  }
+  for (let i = 1; i < 3; i++) t.is(ibases[i], ((ibases[i - 1]! - 1 + 2) % 4) + 1)
+  const dirAfter = await c.statById(dirI.id)
+  t.is(dirAfter.directory!.chainAllocCounter, (ibases[2]! - 1 + 2) % 4)
+  t.is((await c.mkdirs('/I/sub')).acl.iflags & FS_CHAIN_ALLOCATION_FL, FS_CHAIN_ALLOCATION_FL)
+
+  // a new chain table version: new files take the latest
+  await m.c.mgmtd.setChainTable({ chainTableId: 1, chains: [...table].reverse() })
+  const v2 = await until(async () => {
+    const l = (await c.create(`/v2-${Date.now()}`, { flags: { access: 'r', create: true } })).stat.file!.layout
+    return l.tableVersion === 2 ? l : undefined
+  }, 10000, 'table version 2 used')
+  t.is(v2.tableVersion, 2)
+})

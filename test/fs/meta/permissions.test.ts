@@ -1,0 +1,117 @@
+// Scenario 21: the permission matrix. rwx denials are EACCES
+// (META_NO_PERMISSION); ownership, sticky, immutable and tree-root denials are
+// EPERM (META_NOT_PERMITTED) — see docs/meta.md for why this differs from
+// 3FS's all-EPERM.
+
+import test from 'ava'
+import { sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { codeOf } from '../../helpers/meta-client.js'
+
+const FS_IMMUTABLE_FL = 0x10
+
+
+let m: MetaCluster
+let stop: (() => Promise<void>) | undefined
+
+test.before(async () => {
+  const s = await sharedMetaCluster({})
+  m = s.m
+  stop = s.close
+})
+
+test.after.always(async () => {
+  await stop?.()
+})
+
+test.serial('permission matrix: uid 1000 vs 1001, sticky, setgid, immutable, root bypass', async (t) => {
+    const root = m.client()
+  const u0 = { uid: 1000, gid: 1000, groups: [2000] }
+  const u1 = { uid: 1001, gid: 1001, groups: [] }
+  const a = m.client(u0)
+  const b = m.client(u1)
+
+  await root.mkdirs('/home', { perm: 0o777 })
+  // non-root users cannot create in the root directory (0755 root)
+  t.is(await codeOf(a.mkdirs('/nope')), 'META_NO_PERMISSION')
+
+  // 1000's private directory
+  const p = await a.mkdirs('/home/p', { perm: 0o700 })
+  t.deepEqual([p.acl.uid, p.acl.gid, p.acl.perm], [1000, 1000, 0o700])
+  await a.create('/home/p/f', { flags: { access: 'r', create: true }, perm: 0o644 })
+  t.is(await codeOf(b.stat('/home/p/f')), 'META_NO_PERMISSION', 'no search permission')
+  t.is(await codeOf(b.list('/home/p')), 'META_NO_PERMISSION', 'no read permission')
+  t.is(await codeOf(b.create('/home/p/g', { flags: { access: 'r', create: true } })), 'META_NO_PERMISSION', 'no write permission')
+  t.is(await codeOf(b.remove('/home/p/f')), 'META_NO_PERMISSION')
+  // root bypasses rwx
+  t.is((await root.stat('/home/p/f')).type, 'File')
+  t.is((await root.list('/home/p')).entries.length, 1)
+  await root.create('/home/p/byroot', { flags: { access: 'r', create: true } })
+
+  // file access modes
+  await a.mkdirs('/home/open', { perm: 0o755 })
+  const f = await a.create('/home/open/f', { flags: { access: 'r', create: true }, perm: 0o644 })
+  t.is((await b.open('/home/open/f', { access: 'r' })).stat.id, f.stat.id)
+  t.is(await codeOf(b.open('/home/open/f', { access: 'w' }, 's1')), 'META_NO_PERMISSION')
+  await a.setAttr('/home/open/f', { perm: 0o4666 })
+  await b.open('/home/open/f', { access: 'w' }, 's2')
+  t.is((await a.stat('/home/open/f')).acl.perm, 0o666, 'a write by a non-owner clears set-id bits')
+
+  // chmod / chown / chgrp / utimes
+  t.is(await codeOf(b.setAttr('/home/open/f', { perm: 0o600 })), 'META_NOT_PERMITTED')
+  t.is(await codeOf(a.setAttr('/home/open/f', { uid: 1001 })), 'META_NOT_PERMITTED')
+  t.is((await a.setAttr('/home/open/f', { gid: 2000 })).acl.gid, 2000, 'owner may chgrp to a group of theirs')
+  t.is(await codeOf(a.setAttr('/home/open/f', { gid: 3000 })), 'META_NOT_PERMITTED')
+  t.is((await root.setAttr('/home/open/f', { uid: 1001, gid: 1001 })).acl.uid, 1001)
+  await root.setAttr('/home/open/f', { uid: 1000, gid: 1000 })
+  t.is(await codeOf(b.setAttr('/home/open/f', { mtime: 1_000_000 })), 'META_NOT_PERMITTED', 'explicit times need ownership')
+  t.is((await b.setAttr('/home/open/f', { mtime: -1, atime: -1 })).type, 'File', '"now" needs write permission only')
+  await a.setAttr('/home/open/f', { perm: 0o644 })
+  t.is(await codeOf(b.setAttr('/home/open/f', { mtime: -1 })), 'META_NO_PERMISSION')
+  const set = await a.setAttr('/home/open/f', { mtime: 1_700_000_000_000_000, atime: 1_700_000_000_000_000 })
+  t.is(set.mtime, 1_700_000_000_000_000)
+  // tree roots keep their permissions
+  t.is(await codeOf(root.setAttr('/', { perm: 0o777 })), 'META_NOT_PERMITTED')
+
+  // sticky directory: only the owner of the file (or of the directory, or root) removes or renames
+  await root.mkdirs('/tmp', { perm: 0o1777 })
+  await a.create('/tmp/af', { flags: { access: 'r', create: true } })
+  await b.create('/tmp/bf', { flags: { access: 'r', create: true } })
+  t.is(await codeOf(b.remove('/tmp/af')), 'META_NOT_PERMITTED')
+  t.is(await codeOf(b.rename('/tmp/af', '/tmp/x')), 'META_NOT_PERMITTED')
+  t.is(await codeOf(b.rename('/tmp/bf', '/tmp/af')), 'META_NOT_PERMITTED', 'cannot replace another user\'s file either')
+  await b.remove('/tmp/bf')
+  await a.rename('/tmp/af', '/tmp/af2')
+  await root.remove('/tmp/af2')
+
+  // setgid directory: new files get the directory's group, new directories also the bit
+  await root.mkdirs('/sg', { perm: 0o2777 })
+  await root.setAttr('/sg', { gid: 50 })
+  const sf = await a.create('/sg/f', { flags: { access: 'r', create: true } })
+  t.is(sf.stat.acl.gid, 50)
+  const sd = await a.mkdirs('/sg/d', { perm: 0o755 })
+  t.is(sd.acl.gid, 50)
+  t.is(sd.acl.perm & 0o2000, 0o2000)
+  t.is((await a.create('/home/open/plain', { flags: { access: 'r', create: true } })).stat.acl.gid, 1000)
+
+  // immutable: no write open, unlink, rename or link; only root may set or clear it
+  const imm = await a.create('/home/open/imm', { flags: { access: 'r', create: true }, perm: 0o666 })
+  t.is(await codeOf(a.setAttr('/home/open/imm', { iflags: FS_IMMUTABLE_FL })), 'META_NOT_PERMITTED')
+  await root.setAttr('/home/open/imm', { iflags: FS_IMMUTABLE_FL })
+  t.is(await codeOf(a.open('/home/open/imm', { access: 'w' }, 's3')), 'META_NOT_PERMITTED')
+  t.is(await codeOf(root.open('/home/open/imm', { access: 'rw' }, 's4')), 'META_NOT_PERMITTED', 'even root')
+  t.is((await a.open('/home/open/imm', { access: 'r' })).stat.id, imm.stat.id)
+  t.is(await codeOf(a.remove('/home/open/imm')), 'META_NOT_PERMITTED')
+  t.is(await codeOf(root.remove('/home/open/imm')), 'META_NOT_PERMITTED')
+  t.is(await codeOf(a.rename('/home/open/imm', '/home/open/imm2')), 'META_NOT_PERMITTED')
+  t.is(await codeOf(a.hardLink('/home/open/imm', '/home/open/imm3')), 'META_NOT_PERMITTED')
+  t.is(await codeOf(a.setAttr('/home/open/imm', { iflags: 0 })), 'META_NOT_PERMITTED')
+  await root.setAttr('/home/open/imm', { iflags: 0 })
+  await a.remove('/home/open/imm')
+
+  // directory acl changes reach the entry's copy (used for search checks)
+  await a.setAttr('/home/open', { perm: 0o700 })
+  t.is(await codeOf(b.stat('/home/open/f')), 'META_NO_PERMISSION')
+  await a.setAttr('/home/open', { perm: 0o711 })
+  t.is((await b.stat('/home/open/f')).type, 'File')
+  t.is(await codeOf(b.list('/home/open')), 'META_NO_PERMISSION')
+})
