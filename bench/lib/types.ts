@@ -1,0 +1,53 @@
+// Shapes shared by the runner and the benchmarks.
+
+import type { Fixtures } from './fixtures.js'
+
+/** Workload sizes; `--quick` shrinks them (see sizesFor in run.ts). */
+export interface Sizes {
+  /** raw loopback: bytes per trial, trials, size of each socket.write */
+  loopbackBytes: number
+  loopbackTrials: number
+  loopbackBufBytes: number
+  /** throughput: chunk size, number of chunks written (each once), IOs in flight */
+  chunkBytes: number
+  writeChunks: number
+  writeConcurrency: number
+  /** written first and not measured (both the DFS and the disk baseline) */
+  warmupChunks: number
+  /** reads go over the written chunks this many times */
+  readPasses: number
+  readConcurrency: number
+  /** 4 KiB latency: chunk size of the chunks written into, IO size, samples (after warm-up) */
+  latencyChunkBytes: number
+  latencyIoBytes: number
+  latencySamples: number
+  latencyWarmup: number
+  /** the loaded-latency run keeps this many 4 KiB writes in flight */
+  latencyConcurrency: number
+}
+
+export interface BenchContext {
+  quick: boolean
+  sizes: Sizes
+  /** progress line on stderr (never in --json output) */
+  log: (msg: string) => void
+  fixtures: Fixtures
+}
+
+export interface Metric {
+  /** stable id used in comparisons and --json, e.g. "dfs.write.fsync" */
+  key: string
+  label: string
+  /** B/s for throughput, ms for latency */
+  value: number
+  unit: 'B/s' | 'ms' | 'ops/s'
+  detail?: string
+  /** latency percentiles and other numbers worth keeping in --json */
+  extra?: Record<string, number | string>
+}
+
+export interface Benchmark {
+  name: string
+  description: string
+  run(ctx: BenchContext): Promise<Metric[]>
+}
