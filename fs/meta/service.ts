@@ -584,16 +584,7 @@ export class MetaService {
   private syncReq(p: unknown): SyncReq {
     const r = base<SyncReq>(p)
     const req: SyncReq = { ...r, inode: toInodeId(r.inode, 'inode'), updateLength: !!r.updateLength, truncated: !!r.truncated }
-    const at = optTime(r.atime, 'atime')
-    const mt = optTime(r.mtime, 'mtime')
-    const hint = versionedLength(r.lengthHint, 'lengthHint')
-    if (at !== undefined) req.atime = at
-    else delete req.atime
-    if (mt !== undefined) req.mtime = mt
-    else delete req.mtime
-    if (hint) req.lengthHint = hint
-    else delete req.lengthHint
-    return req
+    return normalizeTimesAndHint(req, r)
   }
 
   private async sync(p: unknown) {
@@ -607,16 +598,7 @@ export class MetaService {
     const s = session(r.session)
     if (s) req.session = s
     else delete req.session
-    const at = optTime(r.atime, 'atime')
-    const mt = optTime(r.mtime, 'mtime')
-    const hint = versionedLength(r.lengthHint, 'lengthHint')
-    if (at !== undefined) req.atime = at
-    else delete req.atime
-    if (mt !== undefined) req.mtime = mt
-    else delete req.mtime
-    if (hint) req.lengthHint = hint
-    else delete req.lengthHint
-    return req
+    return normalizeTimesAndHint(req, r)
   }
 
   private async close_(p: unknown) {
@@ -786,4 +768,18 @@ export class MetaService {
       begin = keyAfter(last)
     }
   }
+}
+
+/** sync and close carry the same optional atime/mtime/length hint: validate them once. */
+function normalizeTimesAndHint<T extends { atime?: number; mtime?: number; lengthHint?: VersionedLength }>(req: T, raw: T): T {
+  const at = optTime(raw.atime, 'atime')
+  const mt = optTime(raw.mtime, 'mtime')
+  const hint = versionedLength(raw.lengthHint, 'lengthHint')
+  if (at !== undefined) req.atime = at
+  else delete req.atime
+  if (mt !== undefined) req.mtime = mt
+  else delete req.mtime
+  if (hint) req.lengthHint = hint
+  else delete req.lengthHint
+  return req
 }
