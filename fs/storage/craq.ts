@@ -181,6 +181,7 @@ export class Craq {
     const pub = publicStateIn(chain, t.record.targetId)
     if (pub !== 'SERVING' && pub !== 'SYNCING') throw new StrataError('TARGET_STATE_INVALID', `target ${t.record.targetId} is ${pub ?? 'not in chain'}`)
     if (t.localState === 'OFFLINE') throw new StrataError('TARGET_OFFLINE', `target ${t.record.targetId} is offline`)
+    const syncChainVer = options?.isSyncing && Number.isInteger(options.syncChainVer) ? options.syncChainVer : undefined
     return t.engine.withChunkLock(io.key.chunkId, async () => {
       await this.fence(io.key.chainId, io.key.chainVer)
       let applied: { updateVer: number; checksum: number; size: number }
@@ -188,7 +189,7 @@ export class Craq {
         applied = await this.applyLocal(t, io, {
           fromClient: false,
           isSyncing: options?.isSyncing ?? false,
-          chainVer: chain.chainVersion,
+          chainVer: syncChainVer ?? chain.chainVersion,
           clientId: tag.clientId,
           requestId: tag.requestId,
         })
@@ -209,7 +210,7 @@ export class Craq {
         const m = t.engine.getMeta(io.key.chunkId)
         applied = { updateVer: io.updateVer, checksum: m?.checksum ?? 0, size: m?.size ?? 0 }
       }
-      return this.forwardAndCommit(t, io, tag, applied, io)
+      return this.forwardAndCommit(t, io, tag, applied, io, syncChainVer)
     })
   }
 
@@ -238,6 +239,8 @@ export class Craq {
     tag: MessageTag,
     applied: { updateVer: number; checksum: number; size: number },
     original: UpdateIO,
+    /** resync transfer: commit at the end of the chain under this version */
+    syncChainVer?: number,
   ): Promise<IOResult> {
     let commitChainVer = 0
     let attempt = 0
@@ -251,7 +254,7 @@ export class Craq {
       }
       const succ = this.successorOf(chain, t.record.targetId)
       if (succ === undefined) {
-        commitChainVer = chain.chainVersion
+        commitChainVer = syncChainVer ?? chain.chainVersion
         break
       }
       const succState = publicStateIn(chain, succ)!

@@ -45,6 +45,13 @@ export interface UpdateOptions {
   fromClient: boolean
   /** chain version of the forwarder */
   commitChainVer: number
+  /**
+   * Resync transfer of an already committed chunk: record and commit it under
+   * the chain version the predecessor holds it at, not the current one, so a
+   * later diff of the same chunk sees equal chain versions instead of a
+   * "successor newer" divergence (3FS issue #229).
+   */
+  syncChainVer?: number
 }
 
 export interface IOResult {

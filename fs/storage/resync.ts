@@ -125,7 +125,7 @@ export class ResyncWorker {
             checksum: crc32c(whole.data),
           },
           tag: { clientId: meta.lastClientId, requestId: meta.lastRequestId, channel: { id: 0, seqnum: 0 } },
-          options: { isSyncing: true, fromClient: false, commitChainVer: chainVer },
+          options: { isSyncing: true, fromClient: false, commitChainVer: chainVer, syncChainVer: meta.chainVer },
         }
         const rsp = await this.send(addr, req)
         if (rsp.checksum !== meta.checksum) {
