@@ -184,7 +184,11 @@ async function createEnv(dir: string, nosync: boolean, opts: LmdbKvOptions): Pro
       maxDbs: 8,
       mapSize: opts.mapSizeBytes ?? 64 * 1024 ** 3,
       maxReaders: opts.maxReaders ?? 1024,
-      ...(nosync ? { noSync: true, overlappingSync: false } : {}),
+      // overlappingSync (lmdb-js 3's default) is off: with several processes
+      // sharing the env, a writer SIGKILLed mid-commit has left the env
+      // unopenable for the next writer (MDB_PROBLEM: mdb_page_touch no parent)
+      overlappingSync: false,
+      ...(nosync ? { noSync: true } : {}),
     })
   } catch (e) {
     throw toStrataError(e, 'IO_ERROR')
