@@ -110,6 +110,24 @@ export const ERRORS = {
   META_NOT_SUPPORTED: spec(false, 'ENOTSUP', 'operation not supported'),
   META_READ_ONLY: spec(false, 'EROFS', 'read-only file system'),
   META_BAD_FILE: spec(false, 'EBADF', 'bad file handle or mode'),
+
+  // --- images (sandbox/image)
+  IMAGE_NOT_FOUND: spec(false, 'ENOENT', 'no such image, tag or manifest'),
+  IMAGE_INVALID_REFERENCE: spec(false, 'EINVAL', 'the image name, tag, digest or URL is malformed'),
+  IMAGE_BAD_ARCHIVE: spec(false, 'EINVAL', 'the archive or tar stream is malformed or truncated'),
+  IMAGE_BAD_MANIFEST: spec(false, 'EINVAL', 'a manifest, index or config is malformed'),
+  IMAGE_UNSAFE_PATH: spec(false, 'EINVAL', 'an archive entry would be written outside the tree'),
+  IMAGE_DUPLICATE_ENTRY: spec(false, 'EINVAL', 'an archive holds the same path twice'),
+  IMAGE_DIGEST_MISMATCH: spec(false, 'EIO', 'content does not match its digest'),
+  IMAGE_SIZE_MISMATCH: spec(false, 'EIO', 'content does not match its declared size'),
+  IMAGE_UNSUPPORTED_MEDIA_TYPE: spec(false, 'ENOTSUP', 'the media type or compression is not supported'),
+  IMAGE_BLOB_MISSING: spec(false, 'ENOENT', 'a manifest references a blob that is not stored'),
+  IMAGE_PLATFORM_NOT_FOUND: spec(false, 'ENOENT', 'the index has no manifest for the requested platform'),
+  IMAGE_LAYER_IN_USE: spec(false, 'EBUSY', 'the layer is in use'),
+  IMAGE_BUILD_FAILED: spec(false, 'EIO', 'building the EROFS layer failed'),
+  IMAGE_REMOTE_ERROR: spec(true, 'EIO', 'the registry or object store failed'),
+  IMAGE_AUTH_FAILED: spec(false, 'EACCES', 'the registry or object store refused the credentials'),
+  IMAGE_NEEDS_ROOT: spec(false, 'EPERM', 'building layers needs root (device nodes, trusted xattrs, ownership)'),
 } as const satisfies Record<string, ErrorSpec>
 
 export type ErrorCode = keyof typeof ERRORS
