@@ -5,7 +5,7 @@
 import net from 'node:net'
 import { StrataError, toStrataError } from '../common/errors.js'
 import { CoreMethod, ServiceId } from '../common/services.js'
-import { Connection } from './connection.js'
+import { Connection, DirectReader } from './connection.js'
 import { DEFAULT_MAX_FRAME_BYTES } from './frame.js'
 import type { FaultSpec, InstalledFault } from './faults.js'
 
@@ -129,7 +129,9 @@ export class RpcClient {
   private connect(address: string, timeoutMs: number): Promise<Connection> {
     const { host, port } = parseAddress(address)
     return new Promise<Connection>((resolve, reject) => {
-      const socket = net.connect({ host, port })
+      // replies (chunk data for reads) are received in place, see FrameDecoder.readTarget
+      const reader = new DirectReader(this.opts.maxFrameBytes)
+      const socket = net.connect({ host, port, onread: reader.onread })
       const timer = setTimeout(() => {
         socket.destroy()
         reject(new StrataError('RPC_CONNECT_FAILED', `connect to ${address} timed out after ${timeoutMs} ms`))
@@ -137,7 +139,7 @@ export class RpcClient {
       socket.once('connect', () => {
         clearTimeout(timer)
         socket.removeAllListeners('error')
-        resolve(new Connection(socket, this.opts.maxFrameBytes, null))
+        resolve(new Connection(socket, this.opts.maxFrameBytes, null, null, reader))
       })
       socket.once('error', (e) => {
         clearTimeout(timer)

@@ -4,16 +4,7 @@
 
 import type { Socket } from 'node:net'
 import { StrataError, toStrataError } from '../common/errors.js'
-import {
-  decodeEnvelope,
-  encodeBody,
-  FLAG_CANCEL,
-  FLAG_REQUEST,
-  FLAG_RESPONSE,
-  FrameDecoder,
-  HEADER_BYTES,
-  type Envelope,
-} from './frame.js'
+import { decodeEnvelope, encodeFrameParts, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type Envelope } from './frame.js'
 
 interface Pending {
   resolve: (v: unknown) => void
@@ -23,6 +14,49 @@ interface Pending {
 export interface IncomingRequest {
   env: Envelope
   conn: Connection
+}
+
+/**
+ * In-place frame reception for a socket this side connects. Pass `onread` to
+ * net.connect and the reader to the Connection:
+ *   const r = new DirectReader(max); const s = net.connect({ host, port, onread: r.onread })
+ *   … new Connection(s, max, null, null, r)
+ */
+export class DirectReader {
+  readonly decoder: FrameDecoder
+  private conn: Connection | null = null
+  /** bodies or an error that arrived before the Connection was attached */
+  private early: Buffer[] = []
+  private earlyError: unknown = null
+
+  constructor(maxFrameBytes: number) {
+    this.decoder = new FrameDecoder(maxFrameBytes)
+  }
+
+  readonly onread = {
+    buffer: (): Buffer => this.decoder.readTarget(),
+    /** returns true: keep reading (false would pause the socket) */
+    callback: (nread: number): boolean => {
+      let bodies: Buffer[]
+      try {
+        bodies = this.decoder.commitRead(nread)
+      } catch (e) {
+        if (this.conn) this.conn.failDecode(e)
+        else this.earlyError ??= e
+        return true
+      }
+      if (this.conn) this.conn.deliver(bodies)
+      else this.early.push(...bodies)
+      return true
+    },
+  }
+
+  attach(conn: Connection): void {
+    this.conn = conn
+    const early = this.early.splice(0)
+    if (this.earlyError !== null) conn.failDecode(this.earlyError)
+    else if (early.length) conn.deliver(early)
+  }
 }
 
 export class Connection {
@@ -38,11 +72,18 @@ export class Connection {
     readonly maxFrameBytes: number,
     private readonly onRequest: ((req: IncomingRequest) => void) | null,
     private readonly onCancel: ((conn: Connection, id: number) => void) | null = null,
+    reader: DirectReader | null = null,
   ) {
     this.peer = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`
-    this.decoder = new FrameDecoder(maxFrameBytes)
     socket.setNoDelay(true)
-    socket.on('data', (chunk: Buffer) => this.onData(chunk))
+    if (reader) {
+      // bytes arrive through the socket's onread callback, not 'data'
+      this.decoder = reader.decoder
+      reader.attach(this)
+    } else {
+      this.decoder = new FrameDecoder(maxFrameBytes)
+      socket.on('data', (chunk: Buffer) => this.onData(chunk))
+    }
     socket.on('error', (e) => this.close(new StrataError('RPC_CONNECTION_CLOSED', `${this.peer}: ${e.message}`, { cause: e })))
     socket.on('close', () => this.close(new StrataError('RPC_CONNECTION_CLOSED', `connection to ${this.peer} closed`)))
   }
@@ -66,9 +107,20 @@ export class Connection {
     try {
       bodies = this.decoder.push(chunk)
     } catch (e) {
-      this.close(toStrataError(e, 'RPC_BAD_FRAME'))
+      this.failDecode(e)
       return
     }
+    this.deliver(bodies)
+  }
+
+  /** @internal the framing broke: this connection cannot continue */
+  failDecode(e: unknown): void {
+    this.close(toStrataError(e, 'RPC_BAD_FRAME'))
+  }
+
+  /** @internal complete frame bodies, in arrival order */
+  deliver(bodies: Buffer[]): void {
+    if (this.closedErr) return
     for (const body of bodies) {
       let env: Envelope
       try {
@@ -102,18 +154,24 @@ export class Connection {
     }
   }
 
-  /** Writes one envelope; refuses (without closing) one that exceeds the frame cap. */
-  send(env: Envelope): void {
+  /**
+   * Writes one envelope; refuses (without closing) one that exceeds the frame
+   * cap. `written` runs once the socket is done with the frame's buffers: the
+   * kernel has the bytes, or the write failed. It does not run when send throws.
+   */
+  send(env: Envelope, written?: () => void): void {
     if (this.closedErr) throw this.closedErr
-    const body = encodeBody(env)
-    if (body.length > this.maxFrameBytes) {
-      throw new StrataError('RPC_FRAME_TOO_LARGE', `frame of ${body.length} bytes exceeds the maximum of ${this.maxFrameBytes}`)
+    const frame = encodeFrameParts(env)
+    if (frame.bodyBytes > this.maxFrameBytes) {
+      throw new StrataError('RPC_FRAME_TOO_LARGE', `frame of ${frame.bodyBytes} bytes exceeds the maximum of ${this.maxFrameBytes}`)
     }
-    const header = Buffer.allocUnsafe(HEADER_BYTES)
-    header.writeUInt32BE(body.length, 0)
+    // corked, the segments leave in one writev; attachments are not copied
     this.socket.cork()
-    this.socket.write(header)
-    this.socket.write(body)
+    const last = frame.parts.length - 1
+    for (let i = 0; i < last; i++) this.socket.write(frame.parts[i]!)
+    // the callback of the last write also covers the earlier ones (same writev, or queued before it)
+    if (written) this.socket.write(frame.parts[last]!, () => written())
+    else this.socket.write(frame.parts[last]!)
     this.socket.uncork()
   }
 

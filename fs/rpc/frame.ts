@@ -1,12 +1,33 @@
-// Wire framing: a 4-byte big-endian length followed by one msgpack envelope.
-// The length is checked against the configured maximum as soon as the header
+// Wire framing: a 4-byte big-endian length followed by one frame body. The
+// length is checked against the configured maximum as soon as the header
 // arrives, so an oversized frame is refused before any of its body is held.
+//
+// A body is either
+//   - one msgpack envelope (always a map, so its first byte is never 0xc1), or
+//   - 0xc1, a 4-byte big-endian envelope length E, the msgpack envelope (E
+//     bytes), then raw attachment bytes up to the end of the frame.
+// The second form carries large Buffers (chunk data) out of band. Packed
+// inline, every byte of a chunk is copied into msgpackr's pack buffer (which
+// first has to grow to hold it) on every hop; as an attachment the Buffer is
+// handed to the socket as its own writev segment, and the receiver gets it as
+// a subarray of the frame, not a copy. In the envelope such a Buffer is an
+// extension value (type ATTACHMENT_EXT, 8 bytes: offset and length inside the
+// attachment area). Frames without large Buffers keep the first form byte for
+// byte, so small messages are unchanged on the wire.
 
-import { Packr } from 'msgpackr'
+import { Packr, addExtension } from 'msgpackr'
 import { StrataError, type WireError } from '../common/errors.js'
 
 export const DEFAULT_MAX_FRAME_BYTES = 80 * 1024 * 1024
 export const HEADER_BYTES = 4
+/** Buffers at least this large travel as attachments. */
+export const ATTACHMENT_MIN_BYTES = 64 * 1024
+/** First body byte of a frame with attachments; msgpack never uses 0xc1. */
+const ATTACHED_MARK = 0xc1
+/** marker + envelope length */
+const ATTACHED_PREFIX_BYTES = 5
+/** msgpack extension type of an attachment reference. */
+const ATTACHMENT_EXT = 0x41
 
 /** flags bits of the envelope */
 export const FLAG_REQUEST = 1
@@ -28,21 +49,112 @@ export interface Envelope {
 // shared structures (a reconnect must never misread a record id).
 const packr = new Packr({ useRecords: false, mapsAsObjects: true })
 
-export function encodeFrame(env: Envelope): Buffer {
-  const body = packr.pack(env)
-  const header = Buffer.allocUnsafe(HEADER_BYTES)
-  header.writeUInt32BE(body.length, 0)
-  return Buffer.concat([header, body], HEADER_BYTES + body.length)
+// Attachments of the frame being packed / unpacked. Packing and unpacking are
+// synchronous, so module-level state is safe; null outside those calls, in
+// which case Buffers pack inline whatever their size.
+let packing: { parts: Buffer[]; bytes: number } | null = null
+let unpacking: Buffer | null = null
+
+// msgpackr routes every Uint8Array (Buffer included) through the first
+// matching extension, and extensions added here take precedence over its
+// built-in binary encoding. msgpackr keeps one extension table per module; this
+// is the only user of this copy (lmdb bundles its own).
+addExtension({
+  Class: Uint8Array,
+  type: ATTACHMENT_EXT,
+  pack(value: Uint8Array, allocateForWrite: (size: number) => { target: Uint8Array; targetView: DataView; position: number }) {
+    const n = value.byteLength
+    if (packing && n >= ATTACHMENT_MIN_BYTES) {
+      // fixext 8: offset and length in the attachment area
+      const { target, targetView, position } = allocateForWrite(10)
+      target[position] = 0xd7
+      target[position + 1] = ATTACHMENT_EXT
+      targetView.setUint32(position + 2, packing.bytes)
+      targetView.setUint32(position + 6, n)
+      packing.parts.push(Buffer.isBuffer(value) ? value : Buffer.from(value.buffer, value.byteOffset, n))
+      packing.bytes += n
+      return
+    }
+    // msgpack bin 8/16/32, exactly what msgpackr writes for binary by itself
+    const head = n < 0x100 ? 2 : n < 0x10000 ? 3 : 5
+    const { target, targetView, position } = allocateForWrite(head + n)
+    if (head === 2) {
+      target[position] = 0xc4
+      target[position + 1] = n
+    } else if (head === 3) {
+      target[position] = 0xc5
+      targetView.setUint16(position + 1, n)
+    } else {
+      target[position] = 0xc6
+      targetView.setUint32(position + 1, n)
+    }
+    target.set(value, position + head)
+  },
+  unpack(data: Uint8Array): Buffer {
+    const area = unpacking
+    if (!area || data.length !== 8) throw new Error('attachment reference outside an attachment frame')
+    const view = new DataView(data.buffer, data.byteOffset, 8)
+    const off = view.getUint32(0)
+    const len = view.getUint32(4)
+    if (off + len > area.length) throw new Error(`attachment [${off}, +${len}) beyond the ${area.length} attached bytes`)
+    return area.subarray(off, off + len)
+  },
+  // msgpackr's typings only know pack(value) → bytes; the allocateForWrite form
+  // (write in place, no ext wrapper) is the one its own built-ins use
+} as unknown as Parameters<typeof addExtension>[0])
+
+/** One encoded frame as the segments to write, in order (one writev). */
+export interface EncodedFrame {
+  /** length header (+ attachment prefix), envelope, then the attachments themselves */
+  parts: Buffer[]
+  /** body length as announced in the header */
+  bodyBytes: number
 }
 
-export function encodeBody(env: Envelope): Buffer {
-  return packr.pack(env)
+export function encodeFrameParts(env: Envelope): EncodedFrame {
+  const collected = { parts: [] as Buffer[], bytes: 0 }
+  packing = collected
+  let envelope: Buffer
+  try {
+    envelope = packr.pack(env)
+  } finally {
+    packing = null
+  }
+  if (collected.parts.length === 0) {
+    const header = Buffer.allocUnsafe(HEADER_BYTES)
+    header.writeUInt32BE(envelope.length, 0)
+    return { parts: [header, envelope], bodyBytes: envelope.length }
+  }
+  const bodyBytes = ATTACHED_PREFIX_BYTES + envelope.length + collected.bytes
+  const header = Buffer.allocUnsafe(HEADER_BYTES + ATTACHED_PREFIX_BYTES)
+  // a body over 4 GiB cannot be announced; the frame cap refuses it before sending anyway
+  header.writeUInt32BE(Math.min(bodyBytes, 0xffffffff), 0)
+  header[HEADER_BYTES] = ATTACHED_MARK
+  header.writeUInt32BE(envelope.length, HEADER_BYTES + 1)
+  return { parts: [header, envelope, ...collected.parts], bodyBytes }
+}
+
+/** The whole frame in one Buffer (tests, tools); connections write the parts. */
+export function encodeFrame(env: Envelope): Buffer {
+  return Buffer.concat(encodeFrameParts(env).parts)
 }
 
 export function decodeEnvelope(body: Buffer): Envelope {
   let v: unknown
   try {
-    v = packr.unpack(body)
+    if (body.length > 0 && body[0] === ATTACHED_MARK) {
+      if (body.length < ATTACHED_PREFIX_BYTES) throw new Error('attachment frame without envelope length')
+      const envEnd = ATTACHED_PREFIX_BYTES + body.readUInt32BE(1)
+      if (envEnd > body.length) throw new Error('envelope length beyond the frame')
+      unpacking = body.subarray(envEnd)
+      try {
+        v = packr.unpack(body.subarray(ATTACHED_PREFIX_BYTES, envEnd))
+      } finally {
+        unpacking = null
+      }
+    } else {
+      v = packr.unpack(body)
+    }
   } catch (e) {
     throw new StrataError('RPC_BAD_FRAME', `undecodable msgpack body: ${(e as Error).message}`, { cause: e })
   }
@@ -54,15 +166,35 @@ export function decodeEnvelope(body: Buffer): Envelope {
   return env
 }
 
+/** Frames at least this large are received straight into their own buffer (see FrameDecoder.readTarget). */
+export const DIRECT_READ_MIN_BYTES = 64 * 1024
+/** Small frames and headers are read into slabs of this size, never overwritten once read. */
+const SLAB_BYTES = 64 * 1024
+/** A slab with less room left than this is retired, so reads stay reasonably large. */
+const SLAB_MIN_READ = 8 * 1024
+
 /**
- * Incremental frame splitter. Feed socket chunks; complete frame bodies come
- * out of `push`. Throws RPC_FRAME_TOO_LARGE / RPC_BAD_FRAME; the caller closes
- * only that connection.
+ * Incremental frame splitter. Two ways to feed it:
+ *   - `push(chunk)` with socket 'data' chunks (accepted sockets), or
+ *   - `readTarget()` / `commitRead(n)` as the socket's `onread` buffer and
+ *     callback (sockets we connect: Node offers onread only there). Then the
+ *     kernel copies a large frame body directly into the Buffer that is
+ *     handed out as the frame, instead of into 64 KiB read buffers that are
+ *     copied again to assemble it; reads are as large as the frame needs,
+ *     which also means fewer read calls.
+ * Complete frame bodies come out of either. Throws RPC_FRAME_TOO_LARGE /
+ * RPC_BAD_FRAME; the caller closes only that connection.
  */
 export class FrameDecoder {
   private chunks: Buffer[] = []
   private buffered = 0
   private need = -1
+  /** onread mode: frame body being filled in place, and how far */
+  private body: Buffer | null = null
+  private bodyFilled = 0
+  /** onread mode: current slab and the first byte not yet read into */
+  private slab: Buffer | null = null
+  private slabPos = 0
 
   constructor(private readonly maxFrameBytes: number) {}
 
@@ -86,6 +218,49 @@ export class FrameDecoder {
       this.need = -1
     }
     return out
+  }
+
+  /**
+   * Where the next socket read should land. Inside a large frame: the rest of
+   * that frame's own buffer (so a read never crosses into the next frame).
+   * Otherwise: the unread part of a slab; bytes once read there are never
+   * overwritten, so frames and values sliced from it stay valid.
+   */
+  readTarget(): Buffer {
+    if (!this.body && this.need >= DIRECT_READ_MIN_BYTES) {
+      // the header (and maybe the start of the body) came with an earlier read
+      const body = Buffer.allocUnsafe(this.need)
+      let off = 0
+      for (const c of this.chunks) {
+        c.copy(body, off)
+        off += c.length
+      }
+      this.chunks = []
+      this.buffered = 0
+      this.body = body
+      this.bodyFilled = off
+    }
+    if (this.body) return this.body.subarray(this.bodyFilled)
+    if (!this.slab || this.slab.length - this.slabPos < SLAB_MIN_READ) {
+      this.slab = Buffer.allocUnsafeSlow(SLAB_BYTES)
+      this.slabPos = 0
+    }
+    return this.slab.subarray(this.slabPos)
+  }
+
+  /** The first `n` bytes of the last readTarget() arrived. */
+  commitRead(n: number): Buffer[] {
+    if (this.body) {
+      this.bodyFilled += n
+      if (this.bodyFilled < this.need) return []
+      const done = this.body
+      this.body = null
+      this.need = -1
+      return [done]
+    }
+    const chunk = this.slab!.subarray(this.slabPos, this.slabPos + n)
+    this.slabPos += n
+    return this.push(chunk)
   }
 
   private take(n: number): Buffer {

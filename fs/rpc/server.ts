@@ -20,6 +20,21 @@ export interface RequestContext {
 
 export type Handler = (payload: any, ctx: RequestContext) => unknown | Promise<unknown>
 
+/**
+ * A handler may put a function under this key of the object it returns; the
+ * server calls it exactly once when the reply no longer needs the buffers it
+ * references: after the socket handed the reply to the kernel, or when the
+ * reply is dropped (caller gone, reply refused). Symbol keys are not
+ * serialized. The storage service recycles read buffers this way.
+ */
+export const AFTER_REPLY: unique symbol = Symbol('strata.rpc.afterReply')
+
+function afterReplyOf(payload: unknown): (() => void) | undefined {
+  if (payload === null || typeof payload !== 'object') return undefined
+  const fn = (payload as { [AFTER_REPLY]?: unknown })[AFTER_REPLY]
+  return typeof fn === 'function' ? (fn as () => void) : undefined
+}
+
 export interface RpcServerOptions {
   maxFrameBytes?: number
   /** name used in logs and Core.echo */
@@ -121,6 +136,7 @@ export class RpcServer {
       timer.unref()
     }
     let reply: Envelope
+    let afterReply: (() => void) | undefined
     try {
       const table = this.services.get(env.service)
       if (!table) throw new StrataError('RPC_UNKNOWN_SERVICE', `service ${env.service} is not served here`)
@@ -132,6 +148,7 @@ export class RpcServer {
         if (action.kind === 'fail') throw action.error
       }
       const payload = await handler(env.payload, { peer: conn.peer, service: env.service, method: env.method, signal: ac.signal })
+      afterReply = afterReplyOf(payload)
       reply = { id: env.id, service: env.service, method: env.method, flags: FLAG_RESPONSE, payload }
     } catch (e) {
       const err = toStrataError(e)
@@ -142,10 +159,14 @@ export class RpcServer {
       live?.delete(env.id)
     }
     if (!reply.error) this.count(key, started, false)
-    if (conn.closed || ac.signal.aborted) return
+    if (conn.closed || ac.signal.aborted) {
+      afterReply?.()
+      return
+    }
     try {
-      conn.send(reply)
+      conn.send(reply, afterReply)
     } catch (e) {
+      afterReply?.()
       const err = toStrataError(e)
       if (err.code === 'RPC_FRAME_TOO_LARGE') {
         // the reply is too big to send: tell the caller why instead of going silent

@@ -11,7 +11,8 @@ import { every } from '../common/daemon.js'
 import type { Logger } from '../common/log.js'
 import type { RoutingInfo } from '../common/types.js'
 import { MgmtdClient, type HeartbeatTarget } from '../mgmtd/index.js'
-import { RpcClient, type RpcServer } from '../rpc/index.js'
+import { AFTER_REPLY, RpcClient, type RpcServer } from '../rpc/index.js'
+import { BufferPool } from './buffer-pool.js'
 import { Craq } from './craq.js'
 import { ResyncWorker } from './resync.js'
 import { TargetMap, publicStateIn, type LocalTarget } from './target-map.js'
@@ -60,6 +61,8 @@ export class StorageService {
   private loops: Array<{ stop(): void; kick(): void }> = []
   private unwatch: (() => void) | null = null
   private address = ''
+  /** buffers of batchRead replies, reused once the reply is on the wire */
+  private readonly readBuffers = new BufferPool()
   private closing = false
   private closed: Promise<void> | null = null
 
@@ -175,6 +178,7 @@ export class StorageService {
 
   private async batchRead(p: BatchReadReq): Promise<BatchReadRsp> {
     if (!p || !Array.isArray(p.ios)) throw new StrataError('INVALID_ARGUMENT', 'batchRead needs ios')
+    const alloc = (n: number) => this.readBuffers.take(n)
     const results: ReadResult[] = await Promise.all(
       p.ios.map(async (io): Promise<ReadResult> => {
         try {
@@ -186,14 +190,19 @@ export class StorageService {
           if (pub !== 'SERVING' || t.localState !== 'UPTODATE') {
             throw new StrataError('TARGET_STATE_INVALID', `target ${t.record.targetId} is ${pub ?? 'not in chain'}/${t.localState}`)
           }
-          const r = await t.engine.read(io.chunkId, io.offset, io.length, { allowUncommitted: p.allowReadUncommitted ?? false })
+          const r = await t.engine.read(io.chunkId, io.offset, io.length, { allowUncommitted: p.allowReadUncommitted ?? false, alloc })
           return { ok: true, data: r.data, commitVer: r.commitVer, updateVer: r.updateVer, commitChainVer: r.commitChainVer, checksum: r.checksum }
         } catch (e) {
           return { ok: false, error: toStrataError(e).toWire() }
         }
       }),
     )
-    return { results }
+    // The reply is the only holder of the data (chunk bytes are never cached
+    // or kept elsewhere), so once it is written the buffers can be reused.
+    const release = () => {
+      for (const r of results) if (r.ok) this.readBuffers.release(r.data)
+    }
+    return { results, [AFTER_REPLY]: release } as BatchReadRsp
   }
 
   private anyServingTarget(chainId: number): LocalTarget {
@@ -316,6 +325,7 @@ export class StorageService {
   stats(): Record<string, unknown> {
     return {
       resync: this.resync.stats,
+      readBuffers: this.readBuffers.stats(),
       targets: this.targets.all().map((t) => ({ targetId: t.record.targetId, chainId: t.record.chainId, localState: t.localState })),
     }
   }

@@ -480,13 +480,13 @@ export class ChunkEngine {
         let data: Buffer
         try {
           if (opts.verifyChecksum && ref.size > 0) {
-            const whole = await this.files.read(this.files.pathOf(id, ref.file!), 0, ref.size)
+            const whole = await this.files.read(this.files.pathOf(id, ref.file!), 0, ref.size, opts.alloc)
             if (crc32cOf(whole) !== ref.checksum) {
               throw chunkError('CHECKSUM_MISMATCH', id, rec, 'stored data does not match the chunk checksum')
             }
             data = whole.subarray(start, end)
           } else {
-            data = end > start ? await this.files.read(this.files.pathOf(id, ref.file!), start, end - start) : EMPTY
+            data = end > start ? await this.files.read(this.files.pathOf(id, ref.file!), start, end - start, opts.alloc) : EMPTY
           }
         } catch (e) {
           // A file can vanish or shrink only after a newer update replaced it: that is a version change.
@@ -504,7 +504,11 @@ export class ChunkEngine {
           commitVer: rec.commitVer,
           updateVer: rec.updateVer,
           commitChainVer: rec.chainVer,
-          checksum: crc32cOf(data),
+          // A read of the whole content is described by the stored chunk
+          // checksum, so the client's verification then checks the bytes
+          // against what was recorded at write time, and a 1 MiB read skips
+          // a CRC pass here (~0.2 ms of this node's single thread).
+          checksum: start === 0 && end === ref.size ? ref.checksum >>> 0 : crc32cOf(data),
           chunkLength: ref.size,
           chunkChecksum: ref.checksum,
         }

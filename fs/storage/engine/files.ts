@@ -148,9 +148,12 @@ export class ChunkFiles {
     return path.join(this.root, fanoutName(crc32c(chunkId) & (FANOUT - 1)), `${chunkId.toString('hex')}.${tag}`)
   }
 
-  /** Reads exactly [offset, offset+length) of a file whose record says it holds at least that much. */
-  async read(file: string, offset: number, length: number): Promise<Buffer> {
-    const buf = Buffer.allocUnsafe(length)
+  /**
+   * Reads exactly [offset, offset+length) of a file whose record says it holds
+   * at least that much, into a buffer from `alloc` (default: a new one).
+   */
+  async read(file: string, offset: number, length: number, alloc: (n: number) => Buffer = Buffer.allocUnsafe): Promise<Buffer> {
+    const buf = alloc(length)
     if (length > 0) await this.readInto(file, buf, offset)
     return buf
   }

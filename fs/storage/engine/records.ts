@@ -111,6 +111,11 @@ export interface ReadOptions {
   allowUncommitted?: boolean
   /** Re-read the whole version and compare it with the stored chunk checksum. */
   verifyChecksum?: boolean
+  /**
+   * Where the data goes: a Buffer of the given length (default: a new one).
+   * The result's `data` is that Buffer or a view of it.
+   */
+  alloc?: (length: number) => Buffer
 }
 
 export interface ChunkReadResult {
