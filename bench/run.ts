@@ -263,13 +263,16 @@ function machineLines(m: MachineInfo): string[] {
     `kernel: ${m.kernel}`,
     `node: ${m.node}`,
     `disk: ${m.disk} (data under ${m.dataDir})`,
-    `load average (1/5/15 min) at start: ${m.loadStart.join(' / ')}, at end: ${m.loadEnd?.join(' / ') ?? '?'}${busy(m) ? ' — the machine was busy with other work; rates are depressed' : ''}`,
+    `load average (1/5/15 min) at start: ${m.loadStart.join(' / ')}, at end: ${m.loadEnd?.join(' / ') ?? '?'} (the run itself adds ~4)${busy(m) ? ' — the machine was busy with other work at the start; rates are depressed' : ''}`,
   ]
 }
 
-/** More runnable work than CPUs when the run started or ended. */
+/**
+ * Other work was running when the run started. Only the start counts: the
+ * run itself keeps five processes busy, so the load at its end says nothing.
+ */
 function busy(m: MachineInfo): boolean {
-  return Math.max(m.loadStart[0] ?? 0, m.loadEnd?.[0] ?? 0) > m.nproc * 0.75
+  return (m.loadStart[0] ?? 0) > m.nproc * 0.75
 }
 
 function efficiencyText(e: Efficiency): string {

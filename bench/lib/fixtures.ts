@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { clusterDestroy, clusterDown, clusterUp, readClusterFile } from '../../fs/admin/index.js'
+import { clusterDestroy, clusterDown, clusterKill, clusterUp, processAlive, readClusterFile } from '../../fs/admin/index.js'
 import { chunkIdOf } from '../../fs/common/chunk-id.js'
 import { MgmtdClient } from '../../fs/mgmtd/index.js'
 import { StorageClient } from '../../fs/client/index.js'
@@ -20,6 +20,8 @@ export const STORAGE_NODES = 3
 export const REPLICAS = 3
 /** 3 targets per node → 3 chains whose heads land on 3 different nodes */
 export const TARGETS_PER_NODE = 3
+/** The DFS core: the only roles the benchmarks use. */
+const CORE_ROLES = new Set(['mgmtd', 'storage'])
 /** Distinct random buffers the throughput benchmarks cycle through. */
 const POOL_SIZE = 8
 
@@ -109,6 +111,7 @@ export class Fixtures {
       // storage's own default is fsync on; an explicit `fsync: true` changes nothing
       this.setStorageFsync(true)
       if (!fsync) await this.restart(false)
+      else await this.stopExtraRoles()
     } else {
       this.closeClients()
       await this.restart(fsync)
@@ -126,6 +129,21 @@ export class Fixtures {
     await clusterDown({ dir: this.clusterDir })
     this.setStorageFsync(fsync)
     await clusterUp({ dir: this.clusterDir, timeoutMs: 120_000 })
+    await this.stopExtraRoles()
+  }
+
+  /**
+   * `cluster up` also starts roles above the DFS core (the metadata servers).
+   * Nothing here talks to them, so they are stopped: on 2 cores their
+   * background work would otherwise take CPU from the data path and show up
+   * in the CPU-per-MiB figures.
+   */
+  private async stopExtraRoles(): Promise<void> {
+    for (const p of readClusterFile(this.clusterDir).processes) {
+      if (CORE_ROLES.has(p.role) || !processAlive(p)) continue
+      this.log(`stopping ${p.name} (${p.role}): not part of the DFS core`)
+      await clusterKill({ dir: this.clusterDir, node: p.name, signal: 'TERM' })
+    }
   }
 
   private setStorageFsync(fsync: boolean): void {
@@ -145,14 +163,14 @@ export class Fixtures {
   }
 
   /**
-   * CPU seconds used so far by this process and every cluster process. The
+   * CPU seconds used so far by this process and every running cluster process. The
    * difference across a measurement is the work it cost, which unlike wall
    * time does not depend on what else the machine is running.
    */
   cpuSeconds(): number {
     const own = process.cpuUsage()
     let total = (own.user + own.system) / 1e6
-    if (this.cluster) for (const p of readClusterFile(this.clusterDir).processes) if (p.pid) total += procCpuSeconds(p.pid)
+    if (this.cluster) for (const p of readClusterFile(this.clusterDir).processes) if (processAlive(p)) total += procCpuSeconds(p.pid!)
     return total
   }
 
