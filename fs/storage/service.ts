@@ -190,7 +190,7 @@ export class StorageService {
           if (pub !== 'SERVING' || t.localState !== 'UPTODATE') {
             throw new StrataError('TARGET_STATE_INVALID', `target ${t.record.targetId} is ${pub ?? 'not in chain'}/${t.localState}`)
           }
-          const r = await t.engine.read(io.chunkId, io.offset, io.length, { allowUncommitted: p.allowReadUncommitted ?? false, alloc })
+          const r = await t.engine.read(io.chunkId, io.offset, io.length, { allowUncommitted: p.allowReadUncommitted ?? false, verifyChecksum: p.verifyChecksum ?? false, alloc })
           return { ok: true, data: r.data, commitVer: r.commitVer, updateVer: r.updateVer, commitChainVer: r.commitChainVer, checksum: r.checksum }
         } catch (e) {
           return { ok: false, error: toStrataError(e).toWire() }

@@ -1,6 +1,8 @@
 // CRAQ at the storage RPC level against real storage processes: replication,
 // version algebra, exactly-once channels, uncommitted reads, fencing.
 import test from 'ava'
+import fs from 'node:fs'
+import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { crc32c } from '@node-rs/crc32'
 import { startTestCluster, until, type TestCluster } from '../../helpers/procs.js'
@@ -174,4 +176,42 @@ test.serial('uncommitted read: strict read sees CHUNK_NOT_COMMIT while the tail 
   const after = (await read(false)).results[0]!
   t.true(after.ok)
   if (after.ok) t.deepEqual(after.data, fresh, 'never a mix: the new data after commit')
+})
+
+test.serial('a read with verifyChecksum finds a chunk file corrupted on disk; a plain read returns the bytes', async (t) => {
+  const c = await startTestCluster(t)
+  const chainId = c.chains[0]!.chainId
+  const chunkId = chunkIdOf(0x5a5an, 0)
+  const data = randomBytes(CHUNK)
+  await write(c, chainId, chunkId, 0, data, 1)
+  // flip one byte in every replica's chunk file (named <chunk id hex>.<tag> under the target's data dir)
+  const files: string[] = []
+  const walk = (d: string): void => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name)
+      if (e.isDirectory()) walk(p)
+      else if (e.name.startsWith(chunkId.toString('hex') + '.')) files.push(p)
+    }
+  }
+  walk(c.dir)
+  t.is(files.length, 3, 'one chunk file per replica')
+  for (const f of files) {
+    const fd = fs.openSync(f, 'r+')
+    const b = Buffer.alloc(1)
+    fs.readSync(fd, b, 0, 1, 100)
+    b[0] = b[0]! ^ 0xff
+    fs.writeSync(fd, b, 0, 1, 100)
+    fs.closeSync(fd)
+  }
+  const h = await head(c, chainId)
+  const read = (verifyChecksum: boolean) =>
+    c.rpc.call<BatchReadRsp>(h.address, ServiceId.Storage, StorageMethod.batchRead, {
+      ios: [{ chainId, chainVer: h.chain.chainVersion, chunkId, offset: 0, length: 512 }],
+      verifyChecksum,
+    })
+  const plain = (await read(false)).results[0]!
+  t.true(plain.ok)
+  const verified = (await read(true)).results[0]!
+  t.false(verified.ok)
+  if (!verified.ok) t.is(verified.error.code, 'CHECKSUM_MISMATCH')
 })
