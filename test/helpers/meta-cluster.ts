@@ -5,7 +5,7 @@
 
 import fs from 'node:fs'
 import path from 'node:path'
-import type { ExecutionContext } from 'ava'
+import type { ExecutionContext, TestFn } from 'ava'
 import { StorageClient } from '../../fs/client/index.js'
 import { createLogger } from '../../fs/common/log.js'
 import { startMeta, type MetaConfig, type MetaDaemon } from '../../fs/meta/index.js'
@@ -179,4 +179,20 @@ export async function sharedMetaCluster(o: MetaClusterOptions = {}): Promise<{ m
     await close()
     throw e
   }
+}
+
+/**
+ * Registers test.before / test.after.always hooks that run one cluster for
+ * every serial test of a file; `use` receives it before the first test.
+ */
+export function useSharedMetaCluster(test: TestFn, o: MetaClusterOptions, use: (m: MetaCluster) => void): void {
+  let stop: (() => Promise<void>) | undefined
+  test.before(async () => {
+    const s = await sharedMetaCluster(o)
+    stop = s.close
+    use(s.m)
+  })
+  test.after.always(async () => {
+    await stop?.()
+  })
 }

@@ -3,27 +3,16 @@
 // gets EEXIST, the directory lists 200 entries, and no inode is orphaned.
 
 import test from 'ava'
-import { sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { useSharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
 import { codeOf } from '../../helpers/meta-client.js'
 import { MetaMethod } from '../../../fs/common/services.js'
 import type { BatchStatByPathRsp } from '../../../fs/meta/protocol.js'
 
-
-let m: MetaCluster
-let stop: (() => Promise<void>) | undefined
-
-test.before(async () => {
-  const s = await sharedMetaCluster({ metas: 2 })
-  m = s.m
-  stop = s.close
-})
-
-test.after.always(async () => {
-  await stop?.()
-})
+let m!: MetaCluster
+useSharedMetaCluster(test, { metas: 2 }, (c) => (m = c))
 
 test.serial('concurrent O_EXCL creators: one winner per name, no orphan inodes', async (t) => {
-    const root = m.client()
+  const root = m.client()
   await root.mkdirs('/race', { perm: 0o777 })
   const NAMES = 200
   const CLIENTS = 8

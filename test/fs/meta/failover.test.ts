@@ -6,26 +6,15 @@
 import test from 'ava'
 import { randomUUID } from 'node:crypto'
 import { MetaMethod } from '../../../fs/common/services.js'
-import { lmdbKvAvailable, sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { lmdbKvAvailable, useSharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
 import { codeOf } from '../../helpers/meta-client.js'
 import { until } from '../../helpers/procs.js'
 
-
-let m: MetaCluster
-let stop: (() => Promise<void>) | undefined
-
-test.before(async () => {
-  const s = await sharedMetaCluster({ metas: 2, meta: { idemExpireMs: 8000, idemCleanIntervalMs: 500 } })
-  m = s.m
-  stop = s.close
-})
-
-test.after.always(async () => {
-  await stop?.()
-})
+let m!: MetaCluster
+useSharedMetaCluster(test, { metas: 2, meta: { idemExpireMs: 8000, idemCleanIntervalMs: 500 } }, (c) => (m = c))
 
 test.serial('replays with the same request uuid are answered from the first result', async (t) => {
-    const c = m.client()
+  const c = m.client()
   const on1 = m.client(undefined, c.clientId)
   on1.addresses = [m.metaAddresses[0]!]
   const on2 = m.client(undefined, c.clientId)

@@ -8,7 +8,7 @@ import test from 'ava'
 import { chunkIdOf } from '../../../fs/common/chunk-id.js'
 import { isSafeSeed, shufflePermutation } from '../../../fs/common/shuffle.js'
 import type { Layout } from '../../../fs/common/layout.js'
-import { sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { useSharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
 import { codeOf } from '../../helpers/meta-client.js'
 import { until } from '../../helpers/procs.js'
 
@@ -22,22 +22,11 @@ function expectedChains(table: number[], layout: Layout): number[] {
   return perm.map((p) => table[(layout.chains.type === 'ChainRange' ? layout.chains.baseIndex + p - 1 : 0) % table.length]!)
 }
 
-
-let m: MetaCluster
-let stop: (() => Promise<void>) | undefined
-
-test.before(async () => {
-  const s = await sharedMetaCluster({ chains: 4, stripeSize: 2 })
-  m = s.m
-  stop = s.close
-})
-
-test.after.always(async () => {
-  await stop?.()
-})
+let m!: MetaCluster
+useSharedMetaCluster(test, { chains: 4, stripeSize: 2 }, (c) => (m = c))
 
 test.serial('layout assignment, directory layouts and placement math', async (t) => {
-    const c = m.client()
+  const c = m.client()
   const table = m.c.chains.map((x) => x.chainId)
 
   // inherited from the root's Empty layout: ChainRange, round robin by stripe

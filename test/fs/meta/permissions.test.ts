@@ -4,27 +4,16 @@
 // 3FS's all-EPERM.
 
 import test from 'ava'
-import { sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { useSharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
 import { codeOf } from '../../helpers/meta-client.js'
 
 const FS_IMMUTABLE_FL = 0x10
 
-
-let m: MetaCluster
-let stop: (() => Promise<void>) | undefined
-
-test.before(async () => {
-  const s = await sharedMetaCluster({})
-  m = s.m
-  stop = s.close
-})
-
-test.after.always(async () => {
-  await stop?.()
-})
+let m!: MetaCluster
+useSharedMetaCluster(test, {}, (c) => (m = c))
 
 test.serial('permission matrix: uid 1000 vs 1001, sticky, setgid, immutable, root bypass', async (t) => {
-    const root = m.client()
+  const root = m.client()
   const u0 = { uid: 1000, gid: 1000, groups: [2000] }
   const u1 = { uid: 1001, gid: 1001, groups: [] }
   const a = m.client(u0)

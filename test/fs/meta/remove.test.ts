@@ -7,7 +7,7 @@ import test from 'ava'
 import { chunkIdOf, fileChunkRange } from '../../../fs/common/chunk-id.js'
 import { stripeChainIds } from '../../../fs/meta/chains.js'
 import type { Inode } from '../../../fs/meta/protocol.js'
-import { sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { useSharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
 import { codeOf } from '../../helpers/meta-client.js'
 import { until } from '../../helpers/procs.js'
 
@@ -20,19 +20,8 @@ async function writeChunk(m: MetaCluster, inode: Inode, index: number, length: n
   return chain
 }
 
-
-let m: MetaCluster
-let stop: (() => Promise<void>) | undefined
-
-test.before(async () => {
-  const s = await sharedMetaCluster({ meta: { recursiveRemovePermCheck: 3, gcFileDelayMs: 0, gcDirectoryDelayMs: 1500 } })
-  m = s.m
-  stop = s.close
-})
-
-test.after.always(async () => {
-  await stop?.()
-})
+let m!: MetaCluster
+useSharedMetaCluster(test, { meta: { recursiveRemovePermCheck: 3, gcFileDelayMs: 0, gcDirectoryDelayMs: 1500 } }, (c) => (m = c))
 
 test.serial('recursive remove of a 3-level tree', async (t) => {
   // a small recursive permission check: /t/c's children are not looked at before the remove
@@ -82,7 +71,7 @@ test.serial('recursive remove of a 3-level tree', async (t) => {
 })
 
 test.serial('recursive remove: a subtree the remover may not delete goes to trash/gc-orphans', async (t) => {
-    const root = m.client()
+  const root = m.client()
   const u = { uid: 1000, gid: 1000, groups: [] }
   const other = { uid: 1001, gid: 1001, groups: [] }
   await root.mkdirs('/home2', { perm: 0o777 })

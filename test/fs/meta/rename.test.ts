@@ -5,27 +5,16 @@ import test from 'ava'
 import { chunkIdOf, fileChunkRange } from '../../../fs/common/chunk-id.js'
 import { MetaMethod } from '../../../fs/common/services.js'
 import type { BatchStatByPathRsp, Inode } from '../../../fs/meta/protocol.js'
-import { sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { useSharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
 import { codeOf } from '../../helpers/meta-client.js'
 import { until } from '../../helpers/procs.js'
 import { stripeChainIds } from '../../../fs/meta/chains.js'
 
-
-let m: MetaCluster
-let stop: (() => Promise<void>) | undefined
-
-test.before(async () => {
-  const s = await sharedMetaCluster({ metas: 2, meta: { gcFileDelayMs: 0 } })
-  m = s.m
-  stop = s.close
-})
-
-test.after.always(async () => {
-  await stop?.()
-})
+let m!: MetaCluster
+useSharedMetaCluster(test, { metas: 2, meta: { gcFileDelayMs: 0 } }, (c) => (m = c))
 
 test.serial('rename atomicity under concurrent stats', async (t) => {
-    const c = m.client()
+  const c = m.client()
   await c.mkdirs('/d1/x', { recursive: true })
   await c.mkdirs('/d2')
   const FILES = 300
@@ -62,7 +51,7 @@ test.serial('rename atomicity under concurrent stats', async (t) => {
 })
 
 test.serial('rename errors and replace rules', async (t) => {
-    const c = m.client()
+  const c = m.client()
   await c.mkdirs('/a/b/c', { recursive: true })
   // into its own subtree
   t.is(await codeOf(c.rename('/a', '/a/b/c/a')), 'META_INVALID_ARGUMENT')

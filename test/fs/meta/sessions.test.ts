@@ -9,7 +9,7 @@ import { chunkIdOf, fileChunkRange } from '../../../fs/common/chunk-id.js'
 import { MetaMethod } from '../../../fs/common/services.js'
 import { stripeChainIds } from '../../../fs/meta/chains.js'
 import type { Inode } from '../../../fs/meta/protocol.js'
-import { sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { useSharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
 import { codeOf } from '../../helpers/meta-client.js'
 import { until } from '../../helpers/procs.js'
 
@@ -32,22 +32,11 @@ async function chunksLeft(m: MetaCluster, inode: Inode): Promise<number> {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
-
-let m: MetaCluster
-let stop: (() => Promise<void>) | undefined
-
-test.before(async () => {
-  const s = await sharedMetaCluster({})
-  m = s.m
-  stop = s.close
-})
-
-test.after.always(async () => {
-  await stop?.()
-})
+let m!: MetaCluster
+useSharedMetaCluster(test, {}, (c) => (m = c))
 
 test.serial('unlink while open for write: chunks stay until the session closes', async (t) => {
-    const writer = m.client()
+  const writer = m.client()
   const other = m.client()
   const f = await writer.create('/g', { flags: { access: 'w', create: true }, session: 'sess-g' })
   await writeChunk(m, f.stat, 0, CHUNK)
@@ -71,7 +60,7 @@ test.serial('unlink while open for write: chunks stay until the session closes',
 })
 
 test.serial('crashed writer: its sessions are pruned after the mgmtd client session expires', async (t) => {
-    const writer = m.client()
+  const writer = m.client()
   const admin = m.client()
   const c1 = await writer.create('/c1', { flags: { access: 'w', create: true }, session: 'w-c1' })
   const c2 = await writer.create('/c2', { flags: { access: 'w', create: true }, session: 'w-c2' })
@@ -103,7 +92,7 @@ test.serial('crashed writer: its sessions are pruned after the mgmtd client sess
 })
 
 test.serial('sessions only for write opens; lengths from hints, storage and truncation', async (t) => {
-    const c = m.client()
+  const c = m.client()
   const r = await c.create('/r', { flags: { access: 'r', create: true } })
   t.false(r.needTruncate)
   await c.open('/r', { access: 'r' })

@@ -1,25 +1,14 @@
 // Scenario 22 (symlinks) and 25 (directory lock) at the RPC level.
 
 import test from 'ava'
-import { sharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { useSharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
 import { codeOf } from '../../helpers/meta-client.js'
 
-
-let m: MetaCluster
-let stop: (() => Promise<void>) | undefined
-
-test.before(async () => {
-  const s = await sharedMetaCluster({})
-  m = s.m
-  stop = s.close
-})
-
-test.after.always(async () => {
-  await stop?.()
-})
+let m!: MetaCluster
+useSharedMetaCluster(test, {}, (c) => (m = c))
 
 test.serial('symlinks: relative and absolute, follow rules, ELOOP limits, unlink, hard links', async (t) => {
-    const c = m.client()
+  const c = m.client()
   await c.mkdirs('/d/sub', { recursive: true })
   const target = await c.create('/d/sub/file', { flags: { access: 'r', create: true } })
   const abs = await c.symlink('/abs', '/d/sub/file')
@@ -82,7 +71,7 @@ test.serial('symlinks: relative and absolute, follow rules, ELOOP limits, unlink
 })
 
 test.serial('directory lock: others cannot change the directory while a client holds it', async (t) => {
-    const root = m.client()
+  const root = m.client()
   const dir = await root.mkdirs('/locked', { perm: 0o777 })
   await root.create('/locked/existing', { flags: { access: 'r', create: true }, perm: 0o666 })
   await root.mkdirs('/elsewhere', { perm: 0o777 })
