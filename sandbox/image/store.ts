@@ -1,0 +1,767 @@
+// The content-addressed image store in the DFS (docs/images.md, "Where it
+// lives in the DFS"). Every object is written to tmp/ under a random name,
+// hashed while it is written, verified, and only then renamed into place, so
+// a name under blobs/, manifests/, diffids/ or tags/ always holds complete,
+// verified bytes. Publishing order is data first, pointer last: layers, then
+// the manifest (refused while a layer is missing), then the tag.
+//
+// gc: a manifest no tag references is collected (like `podman image prune`:
+// `image rm` untags, `image gc` frees), then every layer no remaining
+// manifest references, except layers and manifests named by a lease. An
+// import leases what it stores until its tag is written, so a concurrent gc
+// does not collect it half-way.
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import { Readable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { StrataError } from '../../fs/common/errors.js'
+import type { FileHandle, FileSystem } from '../../fs/client/index.js'
+import {
+  IMAGE_ROOT,
+  assertDigest,
+  digestHex,
+  encodeManifest,
+  isDigest,
+  isValidName,
+  isValidTag,
+  parseImageRef,
+  sha256Digest,
+  validateManifest,
+  type ImageManifest,
+  type ImageRef,
+} from './types.js'
+
+/** Bytes per DFS write or read call when streaming blobs. */
+const IO_STEP = 8 * 1024 * 1024
+/** Reads kept in flight by readBlob. */
+const READ_AHEAD = 3
+/** gc removes staging files older than this (partial pulls: PARTIAL_MAX_AGE_MS). */
+const TMP_MAX_AGE_MS = 60 * 60 * 1000
+const PARTIAL_MAX_AGE_MS = 24 * 60 * 60 * 1000
+/** Leases whose holder starts with this prefix belong to one command (an import); gc drops them after TMP_MAX_AGE_MS. */
+export const TRANSIENT_LEASE_PREFIX = 'transient-'
+
+const HOLDER_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/
+const HEX_RE = /^[0-9a-f]{64}$/
+
+export interface ImageStoreInit {
+  /** DFS directory of the store (default IMAGE_ROOT, /strata/images) */
+  root?: string
+}
+
+export interface BlobExpectation {
+  digest?: string
+  size?: number
+}
+
+export interface PutBlobOptions {
+  /** called with the bytes of each piece as it is stored */
+  onProgress?: (bytes: number) => void
+}
+
+export interface StoredBlob {
+  digest: string
+  size: number
+}
+
+export interface GcOptions {
+  /** report what would be removed, remove nothing */
+  dryRun?: boolean
+  /** manifests to keep even when no tag references them */
+  keep?: string[]
+}
+
+export interface GcResult {
+  removedBlobs: string[]
+  removedManifests: string[]
+  /** unreferenced layers kept because a lease names them */
+  keptLeased: string[]
+  freedBytes: number
+}
+
+export interface TagRecord {
+  name: string
+  tag: string
+  digest: string
+}
+
+/** `a/b` → `a%2Fb`: one directory level per image name under tags/. */
+export function encodeTagDir(name: string): string {
+  return name.replaceAll('/', '%2F')
+}
+
+export function decodeTagDir(dir: string): string {
+  return dir.replaceAll('%2F', '/')
+}
+
+function isMetaCode(e: unknown, ...codes: string[]): boolean {
+  return e instanceof StrataError && codes.includes(e.code)
+}
+
+/**
+ * The image store. Methods throw StrataError with IMAGE_* codes for image
+ * problems and the DFS client's codes (META_*, RPC_*) for transport problems.
+ */
+export class ImageStore {
+  readonly fs: FileSystem
+  readonly root: string
+  readonly #partials = new Map<string, { fh: FileHandle; length: number }>()
+  #opened: Promise<void> | null = null
+  #closed = false
+
+  constructor(fsys: FileSystem, opts: ImageStoreInit = {}) {
+    this.fs = fsys
+    this.root = (opts.root ?? IMAGE_ROOT).replace(/\/+$/, '') || '/'
+  }
+
+  // --- layout
+
+  blobPath(digest: string): string {
+    return `${this.root}/blobs/sha256/${digestHex(digest)}`
+  }
+
+  manifestPath(digest: string): string {
+    return `${this.root}/manifests/sha256/${digestHex(digest)}`
+  }
+
+  tagPath(name: string, tag: string): string {
+    return `${this.root}/tags/${encodeTagDir(name)}/${tag}`
+  }
+
+  diffIdPath(diffId: string): string {
+    return `${this.root}/diffids/sha256/${digestHex(diffId)}`
+  }
+
+  leasePath(holder: string, digest: string): string {
+    return `${this.root}/leases/${holder}/${digestHex(digest)}`
+  }
+
+  #dir(...parts: string[]): string {
+    return [this.root, ...parts].join('/')
+  }
+
+  #tmpName(kind: string): string {
+    return `${this.root}/tmp/${kind}-${Date.now().toString(36)}-${crypto.randomBytes(8).toString('hex')}`
+  }
+
+  // --- lifecycle
+
+  /** Creates the directory skeleton (idempotent). */
+  open(): Promise<void> {
+    this.#opened ??= this.#open().catch((e: unknown) => {
+      this.#opened = null
+      throw e
+    })
+    return this.#opened
+  }
+
+  async #open(): Promise<void> {
+    for (const d of ['blobs/sha256', 'manifests/sha256', 'tags', 'diffids/sha256', 'leases', 'tmp']) await this.#mkdirp(this.#dir(d))
+  }
+
+  async #mkdirp(path: string): Promise<void> {
+    try {
+      await this.fs.mkdir(path, { recursive: true, mode: 0o755 })
+    } catch (e) {
+      if (!isMetaCode(e, 'META_EXISTS')) throw e
+    }
+  }
+
+  /** Closes open partial-blob handles. Does not shut down the FileSystem. Idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    for (const p of this.#partials.values()) await this.fs.close(p.fh).catch(() => undefined)
+    this.#partials.clear()
+  }
+
+  // --- small helpers over the FileSystem
+
+  async #statLength(path: string): Promise<number | null> {
+    try {
+      const st = await this.fs.lstat(path)
+      return st.type === 'File' ? (st.file?.length ?? 0) : null
+    } catch (e) {
+      if (isMetaCode(e, 'META_NOT_FOUND')) return null
+      throw e
+    }
+  }
+
+  async #readSmall(path: string): Promise<Buffer | null> {
+    try {
+      return await this.fs.readFile(path)
+    } catch (e) {
+      if (isMetaCode(e, 'META_NOT_FOUND')) return null
+      throw e
+    }
+  }
+
+  async #unlinkQuiet(path: string): Promise<void> {
+    await this.fs.unlink(path).catch(() => undefined)
+  }
+
+  /** Writes a small file to tmp/ and renames it over `path` (atomic replace). */
+  async #writeAtomic(path: string, data: Buffer | string): Promise<void> {
+    const tmp = this.#tmpName('put')
+    try {
+      await this.fs.writeFile(tmp, data)
+      await this.fs.rename(tmp, path)
+    } catch (e) {
+      await this.#unlinkQuiet(tmp)
+      throw e
+    }
+  }
+
+  async #list(path: string): Promise<string[]> {
+    try {
+      return (await this.fs.readdirAll(path)).entries.map((e) => e.name)
+    } catch (e) {
+      if (isMetaCode(e, 'META_NOT_FOUND')) return []
+      throw e
+    }
+  }
+
+  // --- blobs
+
+  async hasBlob(digest: string): Promise<boolean> {
+    return (await this.statBlob(digest)) !== null
+  }
+
+  async statBlob(digest: string): Promise<StoredBlob | null> {
+    const size = await this.#statLength(this.blobPath(digest))
+    return size === null ? null : { digest, size }
+  }
+
+  /**
+   * Streams bytes into tmp/, hashing as it goes, checks them against
+   * `expect` (IMAGE_DIGEST_MISMATCH, IMAGE_SIZE_MISMATCH; more bytes than the
+   * expected size stop the copy at once) and renames the file into place.
+   * When `expect.digest` is already stored (with the expected size, if
+   * given) it returns at once without reading `src`.
+   */
+  async putBlob(src: Readable | AsyncIterable<Uint8Array>, expect: BlobExpectation = {}, opts: PutBlobOptions = {}): Promise<StoredBlob & { existed: boolean }> {
+    await this.open()
+    if (expect.digest !== undefined) {
+      assertDigest(expect.digest, 'expected blob digest')
+      const st = await this.statBlob(expect.digest)
+      if (st && (expect.size === undefined || st.size === expect.size)) {
+        if (src instanceof Readable) src.destroy()
+        return { ...st, existed: true }
+      }
+    }
+    const tmp = this.#tmpName('blob')
+    let fh: FileHandle | null = null
+    try {
+      fh = await this.fs.open(tmp, 'wx', 0o644)
+      const { digest, size } = await this.#streamInto(fh, src, expect.size, opts.onProgress)
+      await this.fs.fsync(fh)
+      const h = fh
+      fh = null
+      await this.fs.close(h)
+      checkExpect(digest, size, expect)
+      return { digest, size, existed: await this.#publishBlob(tmp, digest, size) }
+    } catch (e) {
+      if (src instanceof Readable) src.destroy()
+      if (fh) await this.fs.close(fh).catch(() => undefined)
+      await this.#unlinkQuiet(tmp)
+      throw e
+    }
+  }
+
+  /** Renames a verified staging file to its blob name; returns whether the blob was already there. */
+  async #publishBlob(tmp: string, digest: string, size: number): Promise<boolean> {
+    const dest = this.blobPath(digest)
+    if ((await this.#statLength(dest)) === size) {
+      await this.#unlinkQuiet(tmp)
+      return true
+    }
+    await this.fs.rename(tmp, dest)
+    return false
+  }
+
+  /** Copies `src` into an open DFS file: one write in flight while the next piece is gathered. */
+  async #streamInto(fh: FileHandle, src: Readable | AsyncIterable<Uint8Array>, limit: number | undefined, onProgress?: (bytes: number) => void): Promise<StoredBlob> {
+    const hash = crypto.createHash('sha256')
+    let size = 0
+    let pending: Buffer[] = []
+    let pendingBytes = 0
+    let inflight: Promise<unknown> | null = null
+    let written = 0
+    const flush = async () => {
+      if (pendingBytes === 0) return
+      const data = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes)
+      pending = []
+      pendingBytes = 0
+      if (inflight) await inflight
+      const at = written
+      written += data.length
+      inflight = this.fs.write(fh, data, at).then(() => onProgress?.(data.length))
+    }
+    try {
+      for await (const chunk of src) {
+        const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
+        if (buf.length === 0) continue
+        size += buf.length
+        if (limit !== undefined && size > limit) throw new StrataError('IMAGE_SIZE_MISMATCH', `blob is larger than the expected ${limit} bytes`)
+        hash.update(buf)
+        pending.push(buf)
+        pendingBytes += buf.length
+        if (pendingBytes >= IO_STEP) await flush()
+      }
+      await flush()
+      if (inflight) await inflight
+    } catch (e) {
+      if (inflight) await (inflight as Promise<unknown>).catch(() => undefined)
+      throw e
+    }
+    return { digest: 'sha256:' + hash.digest('hex'), size }
+  }
+
+  /**
+   * Stores a local file. Without an expected digest the file is hashed first,
+   * so a blob that is already stored is not copied again.
+   */
+  async putBlobFile(localPath: string, expect: BlobExpectation = {}, opts: PutBlobOptions = {}): Promise<StoredBlob & { existed: boolean }> {
+    if (expect.digest === undefined) {
+      const local = await hashLocalFile(localPath)
+      checkExpect(local.digest, local.size, expect)
+      expect = local
+    }
+    return this.putBlob(fs.createReadStream(localPath, { highWaterMark: 1024 * 1024 }), expect, opts)
+  }
+
+  // --- resumable staging (pulls)
+
+  #partialPath(digest: string): string {
+    return `${this.root}/tmp/partial-${digestHex(digest)}`
+  }
+
+  /** Bytes already staged for `digest` by earlier appendPartialBlob calls (this process or an earlier one). */
+  async partialBlobLength(digest: string): Promise<number> {
+    const open = this.#partials.get(digest)
+    if (open) return open.length
+    return (await this.#statLength(this.#partialPath(digest))) ?? 0
+  }
+
+  /** Appends bytes to tmp/partial-<hex> (the file is kept open until finishPartialBlob or close). */
+  async appendPartialBlob(digest: string, chunk: Uint8Array): Promise<void> {
+    assertDigest(digest, 'partial blob digest')
+    await this.open()
+    let p = this.#partials.get(digest)
+    if (!p) {
+      const path = this.#partialPath(digest)
+      const length = (await this.#statLength(path)) ?? 0
+      const fh = await this.fs.open(path, length > 0 ? 'r+' : 'w', 0o644)
+      p = { fh, length }
+      this.#partials.set(digest, p)
+    }
+    if (chunk.byteLength === 0) return
+    const at = p.length
+    p.length += chunk.byteLength
+    try {
+      await this.fs.write(p.fh, chunk, at)
+    } catch (e) {
+      // the file's length is unknown now: forget the handle, a later call re-reads it
+      this.#partials.delete(digest)
+      await this.fs.close(p.fh).catch(() => undefined)
+      throw e
+    }
+  }
+
+  /**
+   * Re-hashes the whole partial file; on a match renames it to the blob.
+   * IMAGE_SIZE_MISMATCH or IMAGE_DIGEST_MISMATCH (and the partial file is
+   * deleted) otherwise.
+   */
+  async finishPartialBlob(digest: string, expectSize?: number): Promise<StoredBlob> {
+    assertDigest(digest, 'partial blob digest')
+    const p = this.#partials.get(digest)
+    if (p) {
+      this.#partials.delete(digest)
+      await this.fs.fsync(p.fh).catch(() => undefined)
+      await this.fs.close(p.fh)
+    }
+    const path = this.#partialPath(digest)
+    const hash = crypto.createHash('sha256')
+    let size = 0
+    for await (const chunk of this.#readFile(path, 0, undefined, () => new StrataError('IMAGE_BLOB_MISSING', `no partial blob staged for ${digest}`))) {
+      hash.update(chunk)
+      size += chunk.length
+    }
+    const got = 'sha256:' + hash.digest('hex')
+    try {
+      checkExpect(got, size, { digest, ...(expectSize !== undefined ? { size: expectSize } : {}) })
+    } catch (e) {
+      await this.#unlinkQuiet(path)
+      throw e
+    }
+    await this.#publishBlob(path, digest, size)
+    return { digest, size }
+  }
+
+  // --- reading blobs
+
+  /** Streams a blob (or the byte range [start, end)) from the DFS; IMAGE_BLOB_MISSING if it is not stored. */
+  readBlob(digest: string, opts: { start?: number; end?: number } = {}): Readable {
+    const path = this.blobPath(digest)
+    return Readable.from(
+      this.#readFile(path, opts.start ?? 0, opts.end, () => new StrataError('IMAGE_BLOB_MISSING', `blob ${digest} is not stored`)),
+      { objectMode: false, highWaterMark: IO_STEP },
+    )
+  }
+
+  async *#readFile(path: string, start: number, end: number | undefined, missing: () => StrataError): AsyncGenerator<Buffer> {
+    let fh: FileHandle
+    try {
+      fh = await this.fs.open(path, 'r')
+    } catch (e) {
+      if (isMetaCode(e, 'META_NOT_FOUND')) throw missing()
+      throw e
+    }
+    const reads: Array<Promise<Buffer>> = []
+    try {
+      const length = fh.inode.file?.length ?? 0
+      const stop = Math.min(end ?? length, length)
+      let next = Math.max(0, start)
+      const issue = () => {
+        const at = next
+        const n = Math.min(IO_STEP, stop - at)
+        next += n
+        const p = this.fs.read(fh, n, at).then((r) => {
+          if (r.bytesRead !== n) throw new StrataError('IMAGE_SIZE_MISMATCH', `${path}: short read at ${at} (${r.bytesRead} of ${n} bytes)`)
+          return r.buffer
+        })
+        p.catch(() => undefined)
+        reads.push(p)
+      }
+      while (next < stop || reads.length > 0) {
+        while (next < stop && reads.length < READ_AHEAD) issue()
+        yield await reads.shift()!
+      }
+    } finally {
+      for (const r of reads) await r.catch(() => undefined)
+      await this.fs.close(fh).catch(() => undefined)
+    }
+  }
+
+  /** Copies a blob to a local file (created or truncated). */
+  async copyBlobToFile(digest: string, localPath: string): Promise<void> {
+    await pipeline(this.readBlob(digest), fs.createWriteStream(localPath))
+  }
+
+  // --- manifests
+
+  /**
+   * Validates and stores a manifest (its bytes as given, or encodeManifest(m)).
+   * IMAGE_BLOB_MISSING if a layer is not stored or is stored with another
+   * size. Storing an existing manifest again is a no-op.
+   */
+  async putManifest(m: ImageManifest | Buffer): Promise<{ digest: string; bytes: Buffer }> {
+    await this.open()
+    const bytes = Buffer.isBuffer(m) ? m : encodeManifest(validateManifest(m))
+    const manifest = Buffer.isBuffer(m) ? parseManifestBytes(bytes) : m
+    const digest = sha256Digest(bytes)
+    const seen = new Map<string, number>()
+    for (const l of manifest.layers) {
+      if (seen.has(l.digest)) {
+        if (seen.get(l.digest) !== l.size) throw new StrataError('IMAGE_BAD_MANIFEST', `layer ${l.digest} is listed with two sizes`)
+        continue
+      }
+      seen.set(l.digest, l.size)
+    }
+    await Promise.all(
+      [...seen].map(async ([d, size]) => {
+        const st = await this.statBlob(d)
+        if (!st) throw new StrataError('IMAGE_BLOB_MISSING', `layer ${d} is not stored`, { detail: { digest: d } })
+        if (st.size !== size) throw new StrataError('IMAGE_BLOB_MISSING', `layer ${d} is stored with ${st.size} bytes, the manifest says ${size}`, { detail: { digest: d } })
+      }),
+    )
+    const path = this.manifestPath(digest)
+    if ((await this.#statLength(path)) !== bytes.length) await this.#writeAtomic(path, bytes)
+    return { digest, bytes }
+  }
+
+  /** A stored manifest; IMAGE_NOT_FOUND if absent, IMAGE_DIGEST_MISMATCH if its bytes were altered. */
+  async getManifest(digest: string): Promise<{ digest: string; bytes: Buffer; manifest: ImageManifest }> {
+    assertDigest(digest, 'manifest digest')
+    const bytes = await this.#readSmall(this.manifestPath(digest))
+    if (!bytes) throw new StrataError('IMAGE_NOT_FOUND', `no manifest ${digest}`)
+    const got = sha256Digest(bytes)
+    if (got !== digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `stored manifest ${digest} hashes to ${got}`)
+    return { digest, bytes, manifest: parseManifestBytes(bytes) }
+  }
+
+  async hasManifest(digest: string): Promise<boolean> {
+    return (await this.#statLength(this.manifestPath(digest))) !== null
+  }
+
+  /** NAME[:TAG] or NAME@sha256:… → its manifest; IMAGE_NOT_FOUND if the tag or manifest does not exist. */
+  async resolve(ref: string | ImageRef): Promise<{ ref: ImageRef; digest: string; bytes: Buffer; manifest: ImageManifest }> {
+    const r = typeof ref === 'string' ? parseImageRef(ref) : ref
+    let digest = r.digest
+    if (digest === undefined) {
+      const d = await this.getTag(r.name, r.tag ?? 'latest')
+      if (!d) throw new StrataError('IMAGE_NOT_FOUND', `no image ${r.name}:${r.tag ?? 'latest'}`)
+      digest = d
+    }
+    return { ref: r, ...(await this.getManifest(digest)) }
+  }
+
+  // --- tags
+
+  /** The manifest digest a tag points at, or null. */
+  async getTag(name: string, tag: string): Promise<string | null> {
+    checkNameTag(name, tag)
+    const b = await this.#readSmall(this.tagPath(name, tag))
+    if (!b) return null
+    const d = b.toString('utf8').trim()
+    if (!isDigest(d)) throw new StrataError('IMAGE_BAD_MANIFEST', `tag ${name}:${tag} holds ${JSON.stringify(d.slice(0, 80))}, not a digest`)
+    return d
+  }
+
+  /** Points NAME:TAG at a stored manifest (tmp + rename: readers see the old or the new digest). */
+  async setTag(name: string, tag: string, digest: string): Promise<void> {
+    checkNameTag(name, tag)
+    assertDigest(digest, 'manifest digest')
+    await this.open()
+    if (!(await this.hasManifest(digest))) throw new StrataError('IMAGE_NOT_FOUND', `no manifest ${digest} to tag`)
+    await this.#mkdirp(`${this.root}/tags/${encodeTagDir(name)}`)
+    await this.#writeAtomic(this.tagPath(name, tag), `${digest}\n`)
+  }
+
+  /** Removes a tag; IMAGE_NOT_FOUND if it does not exist. */
+  async removeTag(name: string, tag: string): Promise<void> {
+    checkNameTag(name, tag)
+    try {
+      await this.fs.unlink(this.tagPath(name, tag))
+    } catch (e) {
+      if (isMetaCode(e, 'META_NOT_FOUND')) throw new StrataError('IMAGE_NOT_FOUND', `no image ${name}:${tag}`)
+      throw e
+    }
+    // drop the name's directory once its last tag is gone (a concurrent setTag may refill it)
+    await this.fs.rmdir(`${this.root}/tags/${encodeTagDir(name)}`).catch(() => undefined)
+  }
+
+  /** Every tag, sorted by name then tag. */
+  async listTags(): Promise<TagRecord[]> {
+    const out: TagRecord[] = []
+    for (const dir of await this.#list(`${this.root}/tags`)) {
+      const name = decodeTagDir(dir)
+      if (!isValidName(name)) continue
+      const tags = await this.#list(`${this.root}/tags/${dir}`)
+      const recs = await Promise.all(
+        tags.filter(isValidTag).map(async (tag) => {
+          const digest = await this.getTag(name, tag).catch(() => null)
+          return digest ? { name, tag, digest } : null
+        }),
+      )
+      for (const r of recs) if (r) out.push(r)
+    }
+    return out.sort((a, b) => (a.name === b.name ? (a.tag < b.tag ? -1 : a.tag > b.tag ? 1 : 0) : a.name < b.name ? -1 : 1))
+  }
+
+  // --- listings
+
+  async listManifests(): Promise<string[]> {
+    return (await this.#list(`${this.root}/manifests/sha256`)).filter((n) => HEX_RE.test(n)).map((n) => 'sha256:' + n)
+  }
+
+  async listBlobs(): Promise<StoredBlob[]> {
+    const dir = `${this.root}/blobs/sha256`
+    let all: { entries: Array<{ name: string }>; inodes: Array<{ file?: { length: number } }> }
+    try {
+      all = await this.fs.readdirAll(dir, { status: true })
+    } catch (e) {
+      if (isMetaCode(e, 'META_NOT_FOUND')) return []
+      throw e
+    }
+    const out: StoredBlob[] = []
+    all.entries.forEach((e, i) => {
+      if (HEX_RE.test(e.name)) out.push({ digest: 'sha256:' + e.name, size: all.inodes[i]?.file?.length ?? 0 })
+    })
+    return out
+  }
+
+  // --- diffId cache
+
+  /** The layer built from an uncompressed layer tar with this diffId, if that layer is still stored. */
+  async lookupDiffId(diffId: string): Promise<string | null> {
+    assertDigest(diffId, 'diffId')
+    const b = await this.#readSmall(this.diffIdPath(diffId))
+    if (!b) return null
+    const d = b.toString('utf8').trim()
+    if (!isDigest(d)) return null
+    return (await this.hasBlob(d)) ? d : null
+  }
+
+  async recordDiffId(diffId: string, layerDigest: string): Promise<void> {
+    assertDigest(diffId, 'diffId')
+    assertDigest(layerDigest, 'layer digest')
+    await this.open()
+    await this.#writeAtomic(this.diffIdPath(diffId), `${layerDigest}\n`)
+  }
+
+  // --- leases
+
+  /** Marks a layer (or manifest) as in use by `holder`; gc never removes it while the lease exists. */
+  async addLease(holder: string, layerDigest: string): Promise<void> {
+    checkHolder(holder)
+    assertDigest(layerDigest, 'leased digest')
+    await this.open()
+    const dir = `${this.root}/leases/${holder}`
+    const path = this.leasePath(holder, layerDigest)
+    const create = () => this.fs.writeFile(path, `${layerDigest}\n`)
+    try {
+      await create()
+    } catch (e) {
+      if (!isMetaCode(e, 'META_NOT_FOUND')) throw e
+      await this.#mkdirp(dir)
+      await create()
+    }
+  }
+
+  /** Drops a lease (no error if it does not exist). */
+  async removeLease(holder: string, layerDigest: string): Promise<void> {
+    checkHolder(holder)
+    try {
+      await this.fs.unlink(this.leasePath(holder, layerDigest))
+    } catch (e) {
+      if (!isMetaCode(e, 'META_NOT_FOUND')) throw e
+    }
+    await this.fs.rmdir(`${this.root}/leases/${holder}`).catch(() => undefined)
+  }
+
+  /** Every lease as {holder, digest}. */
+  async listLeases(): Promise<Array<{ holder: string; digest: string }>> {
+    const out: Array<{ holder: string; digest: string }> = []
+    for (const holder of await this.#list(`${this.root}/leases`)) {
+      for (const n of await this.#list(`${this.root}/leases/${holder}`)) if (HEX_RE.test(n)) out.push({ holder, digest: 'sha256:' + n })
+    }
+    return out
+  }
+
+  // --- gc
+
+  /**
+   * Removes manifests no tag references (unless leased or listed in `keep`),
+   * then layers no remaining manifest references and no lease names, the
+   * diffId records of removed layers, staging files older than an hour
+   * (partial pulls: a day) and transient leases older than an hour.
+   * Listings are read blobs first, references last, so an object that
+   * appears during gc is never mistaken for garbage.
+   */
+  async gc(opts: GcOptions = {}): Promise<GcResult> {
+    await this.open()
+    const dry = !!opts.dryRun
+    const now = Date.now()
+    const blobs = await this.listBlobs()
+    const manifests = await this.listManifests()
+    const tmpEntries = await this.fs.readdirAll(`${this.root}/tmp`, { status: true }).catch(() => ({ entries: [], inodes: [] }))
+
+    // transient leases whose command died long ago
+    if (!dry) {
+      for (const holder of await this.#list(`${this.root}/leases`)) {
+        if (!holder.startsWith(TRANSIENT_LEASE_PREFIX)) continue
+        const st = await this.fs.lstat(`${this.root}/leases/${holder}`).catch(() => null)
+        if (st && now - st.mtime / 1000 > TMP_MAX_AGE_MS) await this.fs.rm(`${this.root}/leases/${holder}`, { recursive: true }).catch(() => undefined)
+      }
+    }
+    const tags = await this.listTags()
+    const leases = await this.listLeases()
+    const leased = new Set(leases.map((l) => l.digest))
+    const keep = new Set<string>([...tags.map((t) => t.digest), ...(opts.keep ?? []), ...[...leased].filter((d) => manifests.includes(d))])
+
+    const removedManifests: string[] = []
+    const referenced = new Set<string>()
+    let freedBytes = 0
+    for (const d of manifests) {
+      if (keep.has(d)) {
+        try {
+          for (const l of (await this.getManifest(d)).manifest.layers) referenced.add(l.digest)
+        } catch (e) {
+          // an unreadable manifest that is still referenced keeps nothing alive but is not removed either
+          if (!isMetaCode(e, 'IMAGE_DIGEST_MISMATCH', 'IMAGE_BAD_MANIFEST', 'IMAGE_NOT_FOUND')) throw e
+        }
+        continue
+      }
+      removedManifests.push(d)
+    }
+    const removedBlobs: string[] = []
+    const keptLeased: string[] = []
+    for (const b of blobs) {
+      if (referenced.has(b.digest)) continue
+      if (leased.has(b.digest)) {
+        keptLeased.push(b.digest)
+        continue
+      }
+      removedBlobs.push(b.digest)
+      freedBytes += b.size
+    }
+    if (!dry) {
+      // a lease or tag taken while we were deciding wins
+      const lateLeases = new Set((await this.listLeases()).map((l) => l.digest))
+      const lateTags = new Set((await this.listTags()).map((t) => t.digest))
+      for (const d of removedManifests) {
+        if (lateLeases.has(d) || lateTags.has(d)) continue
+        const len = await this.#statLength(this.manifestPath(d))
+        await this.#unlinkQuiet(this.manifestPath(d))
+        freedBytes += len ?? 0
+      }
+      for (const d of removedBlobs) {
+        if (lateLeases.has(d)) continue
+        await this.#unlinkQuiet(this.blobPath(d))
+      }
+      // diffId records of layers that are gone
+      const gone = new Set(removedBlobs)
+      for (const n of await this.#list(`${this.root}/diffids/sha256`)) {
+        if (!HEX_RE.test(n)) continue
+        const b = await this.#readSmall(`${this.root}/diffids/sha256/${n}`)
+        const d = b?.toString('utf8').trim() ?? ''
+        if (!isDigest(d) || gone.has(d)) await this.#unlinkQuiet(`${this.root}/diffids/sha256/${n}`)
+      }
+      for (const [i, e] of tmpEntries.entries.entries()) {
+        const ino = tmpEntries.inodes[i]
+        if (!ino) continue
+        const age = now - ino.mtime / 1000
+        const maxAge = e.name.startsWith('partial-') ? PARTIAL_MAX_AGE_MS : TMP_MAX_AGE_MS
+        if (age > maxAge) await this.fs.rm(`${this.root}/tmp/${e.name}`, { recursive: true }).catch(() => undefined)
+      }
+    }
+    return { removedBlobs, removedManifests, keptLeased, freedBytes }
+  }
+}
+
+function checkExpect(digest: string, size: number, expect: BlobExpectation): void {
+  if (expect.size !== undefined && size !== expect.size) throw new StrataError('IMAGE_SIZE_MISMATCH', `blob has ${size} bytes, expected ${expect.size}`, { detail: { expected: expect.size, actual: size } })
+  if (expect.digest !== undefined && digest !== expect.digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `blob hashes to ${digest}, expected ${expect.digest}`, { detail: { expected: expect.digest, actual: digest } })
+}
+
+function checkNameTag(name: string, tag: string): void {
+  if (!isValidName(name)) throw new StrataError('IMAGE_INVALID_REFERENCE', `invalid image name ${JSON.stringify(name)}`)
+  if (!isValidTag(tag)) throw new StrataError('IMAGE_INVALID_REFERENCE', `invalid tag ${JSON.stringify(tag)}`)
+}
+
+function checkHolder(holder: string): void {
+  if (!HOLDER_RE.test(holder)) throw new StrataError('INVALID_ARGUMENT', `lease holder ${JSON.stringify(holder)} must match ${HOLDER_RE.source}`)
+}
+
+function parseManifestBytes(bytes: Buffer): ImageManifest {
+  let v: unknown
+  try {
+    v = JSON.parse(bytes.toString('utf8'))
+  } catch (e) {
+    throw new StrataError('IMAGE_BAD_MANIFEST', `manifest is not JSON: ${(e as Error).message}`, { cause: e })
+  }
+  return validateManifest(v)
+}
+
+/** sha256 and size of a local file, streamed. */
+export async function hashLocalFile(path: string): Promise<StoredBlob> {
+  const hash = crypto.createHash('sha256')
+  let size = 0
+  for await (const chunk of fs.createReadStream(path, { highWaterMark: 1024 * 1024 })) {
+    hash.update(chunk as Buffer)
+    size += (chunk as Buffer).length
+  }
+  return { digest: 'sha256:' + hash.digest('hex'), size }
+}
