@@ -178,17 +178,4 @@ export function ok(t: ExecutionContext, r: ShResult, what: string): void {
   else t.pass(what)
 }
 
-/** Deterministic pseudo-random bytes (xorshift32). */
-export function patternBytes(n: number, seed = 1): Buffer {
-  const b = Buffer.allocUnsafe(n)
-  let x = seed >>> 0 || 1
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13
-    x >>>= 0
-    x ^= x >>> 17
-    x ^= x << 5
-    x >>>= 0
-    b[i] = x & 0xff
-  }
-  return b
-}
+export { patternBytes } from '../../helpers/random.js'
