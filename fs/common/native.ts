@@ -10,10 +10,23 @@ export interface NativeAddon {
   mount(source: string | null, target: string, fstype: string | null, flags: number, data?: string | null): void
   umount2(target: string, flags: number): void
   gettid(): number
+  /** mknod(2); `mode` carries the file type (S_IFCHR, S_IFBLK, S_IFIFO) and permission bits. */
+  mknod(path: string, mode: number, major: number, minor: number): void
+  /** lsetxattr(2): never follows a final symlink. `flags` is XATTR.CREATE / XATTR.REPLACE or 0. */
+  lsetxattr(path: string, name: string, value: Buffer, flags?: number): void
+  /** lgetxattr(2); throws code ENODATA when the attribute is absent. */
+  lgetxattr(path: string, name: string): Buffer
+  /** llistxattr(2): attribute names in the order the filesystem lists them. */
+  llistxattr(path: string): string[]
+  lremovexattr(path: string, name: string): void
+  /** utimensat(AT_FDCWD, path, times, AT_SYMLINK_NOFOLLOW) with exact nanoseconds. */
+  lutimens(path: string, atimeSec: number, atimeNsec: number, mtimeSec: number, mtimeNsec: number): void
 }
 
 /** mount(2) flags used by Strata (linux/mount.h) */
 export const MS = { RDONLY: 1, NOSUID: 2, NODEV: 4, NOEXEC: 8, REMOUNT: 32, BIND: 4096, REC: 16384, PRIVATE: 1 << 18 } as const
+/** lsetxattr(2) flags */
+export const XATTR = { CREATE: 1, REPLACE: 2 } as const
 /** umount2(2) flags */
 export const MNT = { FORCE: 1, DETACH: 2, EXPIRE: 4 } as const
 

@@ -1,4 +1,5 @@
-// Small N-API addon for the system calls Node does not expose. Policy stays in
+// Small N-API addon for the system calls Node does not expose (mount family,
+// mknod, l*xattr, utimensat with nanoseconds). Policy stays in
 // TypeScript; this file only moves arguments across the boundary and reports
 // failures as errors whose `code` is the errno name (EPERM, EBUSY, ...), so the
 // TS side matches on `code` exactly as it does for Node's own fs errors.
@@ -10,6 +11,11 @@
 #include <sys/mount.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <fcntl.h>
+#include <stdint.h>
 
 static const char *errno_name(int e) {
   switch (e) {
@@ -20,13 +26,17 @@ static const char *errno_name(int e) {
     case ELOOP: return "ELOOP"; case EMFILE: return "EMFILE"; case ENAMETOOLONG: return "ENAMETOOLONG";
     case EFAULT: return "EFAULT"; case ENOSPC: return "ENOSPC"; case EEXIST: return "EEXIST";
     case ENOSYS: return "ENOSYS"; case EOPNOTSUPP: return "EOPNOTSUPP";
+    case ENODATA: return "ENODATA"; case E2BIG: return "E2BIG"; case ERANGE: return "ERANGE";
+    case EDQUOT: return "EDQUOT"; case EBADF: return "EBADF"; case ENOTEMPTY: return "ENOTEMPTY";
+    case EISDIR: return "EISDIR"; case EXDEV: return "EXDEV"; case EMLINK: return "EMLINK";
     default: return "EUNKNOWN";
   }
 }
 
-static napi_value throw_errno(napi_env env, const char *syscall_name, int e) {
-  char msg[256];
-  snprintf(msg, sizeof msg, "%s: %s", syscall_name, strerror(e));
+static napi_value throw_errno_path(napi_env env, const char *syscall_name, int e, const char *path) {
+  char msg[512];
+  if (path) snprintf(msg, sizeof msg, "%s: %s, %s '%s'", errno_name(e), strerror(e), syscall_name, path);
+  else snprintf(msg, sizeof msg, "%s: %s", syscall_name, strerror(e));
   napi_value code, message, err, errnum;
   napi_create_string_utf8(env, errno_name(e), NAPI_AUTO_LENGTH, &code);
   napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &message);
@@ -36,8 +46,17 @@ static napi_value throw_errno(napi_env env, const char *syscall_name, int e) {
   napi_value sc;
   napi_create_string_utf8(env, syscall_name, NAPI_AUTO_LENGTH, &sc);
   napi_set_named_property(env, err, "syscall", sc);
+  if (path) {
+    napi_value p;
+    napi_create_string_utf8(env, path, NAPI_AUTO_LENGTH, &p);
+    napi_set_named_property(env, err, "path", p);
+  }
   napi_throw(env, err);
   return NULL;
+}
+
+static napi_value throw_errno(napi_env env, const char *syscall_name, int e) {
+  return throw_errno_path(env, syscall_name, e, NULL);
 }
 
 // Returns a malloc'd copy of a string argument, or NULL for null/undefined.
@@ -96,11 +115,199 @@ static napi_value js_gettid(napi_env env, napi_callback_info info) {
   return r;
 }
 
+
+// Reads argv[i] as a finite number into *out; throws a TypeError naming `what` otherwise.
+static int num_arg(napi_env env, napi_value v, const char *what, double *out) {
+  napi_valuetype t;
+  napi_typeof(env, v, &t);
+  if (t != napi_number) { napi_throw_type_error(env, "EINVAL", what); return 0; }
+  napi_get_value_double(env, v, out);
+  return 1;
+}
+
+// A string argument that must be present; throws a TypeError otherwise.
+static char *req_string(napi_env env, napi_value v, const char *what) {
+  char *s = opt_string(env, v);
+  if (!s) napi_throw_type_error(env, "EINVAL", what);
+  return s;
+}
+
+// mknod(path, mode, major, minor): mode carries the file type (S_IFCHR, S_IFBLK, S_IFIFO).
+static napi_value js_mknod(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 4) { napi_throw_type_error(env, "EINVAL", "mknod(path, mode, major, minor)"); return NULL; }
+  double mode, maj, min;
+  if (!num_arg(env, argv[1], "mode must be a number", &mode) || !num_arg(env, argv[2], "major must be a number", &maj) ||
+      !num_arg(env, argv[3], "minor must be a number", &min)) return NULL;
+  if (mode < 0 || mode > 0xffff || maj < 0 || maj > 0xfff || min < 0 || min > 0xfffff) {
+    napi_throw_range_error(env, "EINVAL", "mknod: mode, major or minor out of range");
+    return NULL;
+  }
+  char *path = req_string(env, argv[0], "path must be a string");
+  if (!path) return NULL;
+  int rc = mknod(path, (mode_t)mode, makedev((unsigned)maj, (unsigned)min));
+  int e = errno;
+  napi_value r = NULL;
+  if (rc != 0) r = throw_errno_path(env, "mknod", e, path);
+  free(path);
+  return r;
+}
+
+// lsetxattr(path, name, value: Buffer, flags?)
+static napi_value js_lsetxattr(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 3) { napi_throw_type_error(env, "EINVAL", "lsetxattr(path, name, value, flags?)"); return NULL; }
+  bool isbuf = false;
+  napi_is_buffer(env, argv[2], &isbuf);
+  if (!isbuf) { napi_throw_type_error(env, "EINVAL", "value must be a Buffer"); return NULL; }
+  void *data = NULL;
+  size_t len = 0;
+  napi_get_buffer_info(env, argv[2], &data, &len);
+  int32_t flags = 0;
+  if (argc > 3) napi_get_value_int32(env, argv[3], &flags);
+  char *path = req_string(env, argv[0], "path must be a string");
+  if (!path) return NULL;
+  char *name = req_string(env, argv[1], "name must be a string");
+  if (!name) { free(path); return NULL; }
+  int rc = lsetxattr(path, name, data, len, flags);
+  int e = errno;
+  napi_value r = NULL;
+  if (rc != 0) r = throw_errno_path(env, "lsetxattr", e, path);
+  free(path); free(name);
+  return r;
+}
+
+// lgetxattr(path, name) -> Buffer; ENODATA when the attribute is absent.
+static napi_value js_lgetxattr(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2) { napi_throw_type_error(env, "EINVAL", "lgetxattr(path, name)"); return NULL; }
+  char *path = req_string(env, argv[0], "path must be a string");
+  if (!path) return NULL;
+  char *name = req_string(env, argv[1], "name must be a string");
+  if (!name) { free(path); return NULL; }
+  napi_value r = NULL;
+  for (int attempt = 0; attempt < 4; attempt++) {
+    ssize_t n = lgetxattr(path, name, NULL, 0);
+    if (n < 0) { r = throw_errno_path(env, "lgetxattr", errno, path); break; }
+    char *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!buf) { r = throw_errno_path(env, "lgetxattr", ENOMEM, path); break; }
+    ssize_t m = n > 0 ? lgetxattr(path, name, buf, (size_t)n) : 0;
+    if (m < 0) {
+      int e = errno;
+      free(buf);
+      if (e == ERANGE) continue;  // the value grew between the two calls
+      r = throw_errno_path(env, "lgetxattr", e, path);
+      break;
+    }
+    void *out = NULL;
+    napi_create_buffer_copy(env, (size_t)m, buf, &out, &r);
+    free(buf);
+    break;
+  }
+  free(path); free(name);
+  return r;
+}
+
+// llistxattr(path) -> string[]
+static napi_value js_llistxattr(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1) { napi_throw_type_error(env, "EINVAL", "llistxattr(path)"); return NULL; }
+  char *path = req_string(env, argv[0], "path must be a string");
+  if (!path) return NULL;
+  napi_value r = NULL;
+  for (int attempt = 0; attempt < 4; attempt++) {
+    ssize_t n = llistxattr(path, NULL, 0);
+    if (n < 0) { r = throw_errno_path(env, "llistxattr", errno, path); break; }
+    char *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!buf) { r = throw_errno_path(env, "llistxattr", ENOMEM, path); break; }
+    ssize_t m = n > 0 ? llistxattr(path, buf, (size_t)n) : 0;
+    if (m < 0) {
+      int e = errno;
+      free(buf);
+      if (e == ERANGE) continue;
+      r = throw_errno_path(env, "llistxattr", e, path);
+      break;
+    }
+    napi_create_array(env, &r);
+    uint32_t idx = 0;
+    for (ssize_t off = 0; off < m;) {
+      size_t l = strnlen(buf + off, (size_t)(m - off));
+      if (l > 0) {
+        napi_value s;
+        napi_create_string_utf8(env, buf + off, l, &s);
+        napi_set_element(env, r, idx++, s);
+      }
+      off += (ssize_t)l + 1;
+    }
+    free(buf);
+    break;
+  }
+  free(path);
+  return r;
+}
+
+// lremovexattr(path, name)
+static napi_value js_lremovexattr(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2) { napi_throw_type_error(env, "EINVAL", "lremovexattr(path, name)"); return NULL; }
+  char *path = req_string(env, argv[0], "path must be a string");
+  if (!path) return NULL;
+  char *name = req_string(env, argv[1], "name must be a string");
+  if (!name) { free(path); return NULL; }
+  int rc = lremovexattr(path, name);
+  int e = errno;
+  napi_value r = NULL;
+  if (rc != 0) r = throw_errno_path(env, "lremovexattr", e, path);
+  free(path); free(name);
+  return r;
+}
+
+// lutimens(path, atimeSec, atimeNsec, mtimeSec, mtimeNsec): utimensat(AT_SYMLINK_NOFOLLOW)
+// with exact nanoseconds (fs.lutimes goes through a double and loses them).
+static napi_value js_lutimens(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 5) { napi_throw_type_error(env, "EINVAL", "lutimens(path, atimeSec, atimeNsec, mtimeSec, mtimeNsec)"); return NULL; }
+  double v[4];
+  for (int i = 0; i < 4; i++) if (!num_arg(env, argv[i + 1], "times must be numbers", &v[i])) return NULL;
+  if (v[1] < 0 || v[1] > 999999999 || v[3] < 0 || v[3] > 999999999 ||
+      v[0] < -9007199254740991.0 || v[0] > 9007199254740991.0 || v[2] < -9007199254740991.0 || v[2] > 9007199254740991.0) {
+    napi_throw_range_error(env, "EINVAL", "lutimens: time out of range");
+    return NULL;
+  }
+  char *path = req_string(env, argv[0], "path must be a string");
+  if (!path) return NULL;
+  struct timespec ts[2] = { { (time_t)v[0], (long)v[1] }, { (time_t)v[2], (long)v[3] } };
+  int rc = utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW);
+  int e = errno;
+  napi_value r = NULL;
+  if (rc != 0) r = throw_errno_path(env, "utimensat", e, path);
+  free(path);
+  return r;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"mount", NULL, js_mount, NULL, NULL, NULL, napi_default, NULL},
     {"umount2", NULL, js_umount2, NULL, NULL, NULL, napi_default, NULL},
     {"gettid", NULL, js_gettid, NULL, NULL, NULL, napi_default, NULL},
+    {"mknod", NULL, js_mknod, NULL, NULL, NULL, napi_default, NULL},
+    {"lsetxattr", NULL, js_lsetxattr, NULL, NULL, NULL, napi_default, NULL},
+    {"lgetxattr", NULL, js_lgetxattr, NULL, NULL, NULL, napi_default, NULL},
+    {"llistxattr", NULL, js_llistxattr, NULL, NULL, NULL, napi_default, NULL},
+    {"lremovexattr", NULL, js_lremovexattr, NULL, NULL, NULL, napi_default, NULL},
+    {"lutimens", NULL, js_lutimens, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;
