@@ -1,0 +1,213 @@
+// ImageStore against a real cluster: staging and verification of blobs,
+// manifests that reference missing layers, atomic tags, the diffId cache,
+// resumable partial blobs, leases and gc.
+import test from 'ava'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { Readable } from 'node:stream'
+import { startImageCluster, localTmp, type ImageCluster } from '../../helpers/image-cluster.js'
+import { MANIFEST_MEDIA_TYPE, emptyConfig, sha256Digest, type ImageManifest } from '../../../sandbox/image/types.js'
+import type { ImageStore } from '../../../sandbox/image/store.js'
+
+let ic: ImageCluster
+let n = 0
+
+test.before(async () => {
+  ic = await startImageCluster()
+})
+test.after.always(async () => {
+  await ic?.close()
+})
+
+async function fresh(): Promise<ImageStore> {
+  return ic.store(`/img-store-${++n}`)
+}
+
+function manifestOf(layers: Array<{ digest: string; size: number }>, extra: Partial<ImageManifest> = {}): ImageManifest {
+  return {
+    schemaVersion: 1,
+    mediaType: MANIFEST_MEDIA_TYPE,
+    layers: layers.map((l) => ({ ...l, kind: 'base' as const })),
+    config: emptyConfig(),
+    source: { type: 'rootfs', ref: '/test' },
+    created: '2026-01-01T00:00:00.000Z',
+    ...extra,
+  }
+}
+
+async function tmpNames(s: ImageStore): Promise<string[]> {
+  return (await s.fs.readdirAll(`${s.root}/tmp`)).entries.map((e) => e.name)
+}
+
+test.serial('putBlob streams, verifies and stores once; bad digest or size leaves nothing behind', async (t) => {
+  const s = await fresh()
+  const data = crypto.randomBytes(20 * 1024 * 1024 + 17)
+  const digest = sha256Digest(data)
+  let progress = 0
+  const chunks = Array.from({ length: 21 }, (_, i) => data.subarray(i * 1024 * 1024, (i + 1) * 1024 * 1024))
+  const r = await s.putBlob(Readable.from(chunks), { digest, size: data.length }, { onProgress: (b) => (progress += b) })
+  t.deepEqual(r, { digest, size: data.length, existed: false })
+  t.is(progress, data.length)
+  t.true(await s.hasBlob(digest))
+  t.deepEqual(await s.statBlob(digest), { digest, size: data.length })
+  // already stored: returns at once without reading the source
+  let read = false
+  const again = await s.putBlob(
+    (async function* () {
+      read = true
+      yield data
+    })(),
+    { digest },
+  )
+  t.true(again.existed)
+  t.false(read)
+  // readBlob, ranges, copyBlobToFile
+  const back: Buffer[] = []
+  for await (const c of s.readBlob(digest)) back.push(c as Buffer)
+  t.true(Buffer.concat(back).equals(data))
+  const part: Buffer[] = []
+  for await (const c of s.readBlob(digest, { start: 9 * 1024 * 1024 - 3, end: 9 * 1024 * 1024 + 5 })) part.push(c as Buffer)
+  t.true(Buffer.concat(part).equals(data.subarray(9 * 1024 * 1024 - 3, 9 * 1024 * 1024 + 5)))
+  const dir = localTmp(t)
+  await s.copyBlobToFile(digest, path.join(dir, 'copy'))
+  t.true(fs.readFileSync(path.join(dir, 'copy')).equals(data))
+  // without expectations the digest is computed
+  const small = Buffer.from('hello layer\n')
+  t.deepEqual(await s.putBlob(Readable.from([small])), { digest: sha256Digest(small), size: small.length, existed: false })
+  // mismatches: nothing published, tmp/ empty
+  const other = Buffer.from('other bytes')
+  await t.throwsAsync(s.putBlob(Readable.from([other]), { digest: sha256Digest(Buffer.from('x')) }), { code: 'IMAGE_DIGEST_MISMATCH' })
+  await t.throwsAsync(s.putBlob(Readable.from([other]), { size: 3 }), { code: 'IMAGE_SIZE_MISMATCH' })
+  await t.throwsAsync(s.putBlob(Readable.from([other]), { size: 100 }), { code: 'IMAGE_SIZE_MISMATCH' })
+  t.false(await s.hasBlob(sha256Digest(other)))
+  t.deepEqual(await tmpNames(s), [])
+  // a failing source also leaves nothing
+  const failing = new Readable({
+    read() {
+      this.destroy(new Error('boom'))
+    },
+  })
+  await t.throwsAsync(s.putBlob(failing))
+  t.deepEqual(await tmpNames(s), [])
+  // missing blob
+  const missing = sha256Digest('nope')
+  await t.throwsAsync(s.copyBlobToFile(missing, path.join(dir, 'x')), { code: 'IMAGE_BLOB_MISSING' })
+  t.is(await s.statBlob(missing), null)
+  // putBlobFile hashes first and skips stored content
+  fs.writeFileSync(path.join(dir, 'f'), data)
+  t.true((await s.putBlobFile(path.join(dir, 'f'))).existed)
+  t.deepEqual((await s.listBlobs()).map((b) => b.digest).sort(), [digest, sha256Digest(small)].sort())
+})
+
+test.serial('manifests need their layers; tags move atomically; resolve and list', async (t) => {
+  const s = await fresh()
+  const a = Buffer.from('layer a')
+  const b = Buffer.from('layer b')
+  const la = await s.putBlob(Readable.from([a]))
+  const m1 = manifestOf([la, { digest: sha256Digest(b), size: b.length }])
+  await t.throwsAsync(s.putManifest(m1), { code: 'IMAGE_BLOB_MISSING' })
+  t.deepEqual(await s.listManifests(), [])
+  const lb = await s.putBlob(Readable.from([b]))
+  // wrong size is refused too
+  await t.throwsAsync(s.putManifest(manifestOf([la, { digest: lb.digest, size: 99 }])), { code: 'IMAGE_BLOB_MISSING' })
+  await t.throwsAsync(s.putManifest(Buffer.from('{"schemaVersion":2}')), { code: 'IMAGE_BAD_MANIFEST' })
+  await t.throwsAsync(s.putManifest(Buffer.from('not json')), { code: 'IMAGE_BAD_MANIFEST' })
+  const p1 = await s.putManifest(m1)
+  t.is(p1.digest, sha256Digest(p1.bytes))
+  t.deepEqual(await s.putManifest(m1), p1)
+  const got = await s.getManifest(p1.digest)
+  t.deepEqual(got.manifest, m1)
+  await t.throwsAsync(s.getManifest(sha256Digest('zzz')), { code: 'IMAGE_NOT_FOUND' })
+  // tags
+  await t.throwsAsync(s.setTag('app', 'v1', sha256Digest('nothing')), { code: 'IMAGE_NOT_FOUND' })
+  await t.throwsAsync(s.setTag('App', 'v1', p1.digest), { code: 'IMAGE_INVALID_REFERENCE' })
+  await s.setTag('app', 'v1', p1.digest)
+  await s.setTag('localhost:5000/team/app', 'latest', p1.digest)
+  t.is((await s.resolve('app:v1')).digest, p1.digest)
+  t.is((await s.resolve('localhost:5000/team/app')).digest, p1.digest)
+  t.is((await s.resolve(`whatever@${p1.digest}`)).digest, p1.digest)
+  await t.throwsAsync(s.resolve('app:v2'), { code: 'IMAGE_NOT_FOUND' })
+  await t.throwsAsync(s.resolve('Bad Name'), { code: 'IMAGE_INVALID_REFERENCE' })
+  const p2 = await s.putManifest(manifestOf([lb]))
+  await s.setTag('app', 'v1', p2.digest)
+  t.is((await s.resolve('app:v1')).digest, p2.digest)
+  t.deepEqual(await s.listTags(), [
+    { name: 'app', tag: 'v1', digest: p2.digest },
+    { name: 'localhost:5000/team/app', tag: 'latest', digest: p1.digest },
+  ])
+  t.deepEqual((await s.listManifests()).sort(), [p1.digest, p2.digest].sort())
+  await s.removeTag('app', 'v1')
+  await t.throwsAsync(s.removeTag('app', 'v1'), { code: 'IMAGE_NOT_FOUND' })
+  t.deepEqual(
+    (await s.listTags()).map((x) => x.name),
+    ['localhost:5000/team/app'],
+  )
+  t.deepEqual(await tmpNames(s), [])
+})
+
+test.serial('diffId cache, partial blobs, leases and gc', async (t) => {
+  const s = await fresh()
+  const base = await s.putBlob(Readable.from([Buffer.from('base layer')]))
+  const top = await s.putBlob(Readable.from([Buffer.from('top layer')]))
+  const stray = await s.putBlob(Readable.from([Buffer.from('stray layer')]))
+  const leasedOnly = await s.putBlob(Readable.from([Buffer.from('leased layer')]))
+  const diffId = sha256Digest('some tar')
+  t.is(await s.lookupDiffId(diffId), null)
+  await s.recordDiffId(diffId, stray.digest)
+  t.is(await s.lookupDiffId(diffId), stray.digest)
+
+  // partial blob: appended in pieces, resumed by a second store instance, verified at the end
+  const big = crypto.randomBytes(3 * 1024 * 1024 + 5)
+  const bigDigest = sha256Digest(big)
+  t.is(await s.partialBlobLength(bigDigest), 0)
+  await s.appendPartialBlob(bigDigest, big.subarray(0, 1024 * 1024))
+  await s.appendPartialBlob(bigDigest, big.subarray(1024 * 1024, 2 * 1024 * 1024))
+  t.is(await s.partialBlobLength(bigDigest), 2 * 1024 * 1024)
+  await s.close()
+  const s2 = await ic.store(s.root)
+  t.is(await s2.partialBlobLength(bigDigest), 2 * 1024 * 1024)
+  await s2.appendPartialBlob(bigDigest, big.subarray(2 * 1024 * 1024))
+  t.deepEqual(await s2.finishPartialBlob(bigDigest, big.length), { digest: bigDigest, size: big.length })
+  t.true(await s2.hasBlob(bigDigest))
+  // a corrupt partial is deleted
+  const bad = sha256Digest('expected')
+  await s2.appendPartialBlob(bad, Buffer.from('something else'))
+  await t.throwsAsync(s2.finishPartialBlob(bad), { code: 'IMAGE_DIGEST_MISMATCH' })
+  t.is(await s2.partialBlobLength(bad), 0)
+  await t.throwsAsync(s2.finishPartialBlob(bad), { code: 'IMAGE_BLOB_MISSING' })
+
+  const tagged = await s2.putManifest(manifestOf([base, top]))
+  await s2.setTag('img', 'latest', tagged.digest)
+  const untagged = await s2.putManifest(manifestOf([base, stray]))
+  await s2.addLease('node-1', leasedOnly.digest)
+  await s2.addLease('node-1', base.digest)
+
+  const dry = await s2.gc({ dryRun: true })
+  t.deepEqual(dry.removedManifests, [untagged.digest])
+  t.deepEqual(dry.removedBlobs.sort(), [stray.digest, bigDigest].sort())
+  t.deepEqual(dry.keptLeased, [leasedOnly.digest])
+  t.true(await s2.hasBlob(stray.digest))
+  // keep: an untagged manifest can be kept explicitly
+  const kept = await s2.gc({ dryRun: true, keep: [untagged.digest] })
+  t.deepEqual(kept.removedManifests, [])
+  t.deepEqual(kept.removedBlobs, [bigDigest])
+
+  const res = await s2.gc()
+  t.deepEqual(res.removedManifests, [untagged.digest])
+  t.is(res.freedBytes, stray.size + big.length + (await Promise.resolve(untagged.bytes.length)))
+  t.false(await s2.hasBlob(stray.digest))
+  t.false(await s2.hasBlob(bigDigest))
+  t.true(await s2.hasBlob(leasedOnly.digest))
+  t.true(await s2.hasBlob(base.digest))
+  t.true(await s2.hasBlob(top.digest))
+  t.is(await s2.lookupDiffId(diffId), null)
+  t.deepEqual((await s2.listManifests()), [tagged.digest])
+  // the lease goes: the layer goes at the next gc
+  await s2.removeLease('node-1', leasedOnly.digest)
+  await s2.removeLease('node-1', leasedOnly.digest)
+  const res2 = await s2.gc()
+  t.deepEqual(res2.removedBlobs, [leasedOnly.digest])
+  t.deepEqual(await s2.listLeases(), [{ holder: 'node-1', digest: base.digest }])
+  await t.throwsAsync(s2.addLease('../x', base.digest), { code: 'INVALID_ARGUMENT' })
+})
