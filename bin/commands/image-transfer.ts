@@ -1,0 +1,194 @@
+// `strata image push|pull`: moves images between the cluster's image store
+// and an object store (s3://, sandbox/image/s3) or an OCI registry
+// (docker://, sandbox/image/registry). bin/commands/image.ts calls
+// registerImageTransfer on its `image` group, whose options (--cluster,
+// --mgmtd-address, --json …) reach these commands through withFileSystem.
+import os from 'node:os'
+import path from 'node:path'
+import type { Command } from 'commander'
+import { StrataError } from '../../fs/common/errors.js'
+import type { FileSystem } from '../../fs/client/index.js'
+import { ImageStore } from '../../sandbox/image/store.js'
+import { createProgress, formatBytes, type ProgressSink } from '../../sandbox/image/progress.js'
+import { pullS3, pushS3, type PullResult, type PushResult, type S3TransferOptions } from '../../sandbox/image/s3/index.js'
+import { withFileSystem } from './fs.js'
+import { intArg, out, printJson, sizeArg } from './output.js'
+
+/** What sandbox/image/registry/index.ts provides (see the image API contract). */
+interface RegistryTransferOptions {
+  progress?: ProgressSink
+  signal?: AbortSignal
+  insecure?: boolean
+  username?: string
+  password?: string
+  platform?: string
+}
+interface RegistryModule {
+  pushRegistry(store: ImageStore, ref: string, url: string, opts?: RegistryTransferOptions): Promise<PushResult>
+  pullRegistry(store: ImageStore, url: string, opts?: RegistryTransferOptions & { name?: string }): Promise<PullResult>
+}
+
+// Loaded when first needed, by a computed specifier, so that this file
+// builds before the registry module exists.
+const REGISTRY_MODULE = '../../sandbox/image/registry/index.js'
+
+async function registry(): Promise<RegistryModule> {
+  try {
+    return (await import(REGISTRY_MODULE as string)) as RegistryModule
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND') throw new StrataError('IMAGE_REMOTE_ERROR', 'registry transfers (docker://) are not built into this strata', { cause: e })
+    throw e
+  }
+}
+
+interface TransferCliOpts {
+  endpoint?: string
+  region?: string
+  forcePathStyle?: boolean
+  partSize?: number
+  concurrency?: number
+  insecure?: boolean
+  username?: string
+  password?: string
+  platform?: string
+  name?: string
+  json?: boolean
+}
+
+function scheme(url: string): 's3' | 'docker' {
+  if (url.startsWith('s3://')) return 's3'
+  if (url.startsWith('docker://')) return 'docker'
+  throw new StrataError('IMAGE_INVALID_REFERENCE', `${JSON.stringify(url)}: expected s3://BUCKET[/PREFIX]… or docker://HOST[:PORT]/REPO…`)
+}
+
+/** S3 options of a command: flags first, then the AWS environment the SDK also reads. */
+function s3Options(o: TransferCliOpts): S3TransferOptions {
+  const endpoint = o.endpoint ?? (process.env.AWS_ENDPOINT_URL_S3 || process.env.AWS_ENDPOINT_URL || undefined)
+  if (endpoint !== undefined) {
+    let u: URL | undefined
+    try {
+      u = new URL(endpoint)
+    } catch {
+      u = undefined
+    }
+    if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) throw new StrataError('IMAGE_INVALID_REFERENCE', `S3 endpoint ${JSON.stringify(endpoint)} is not an http(s):// URL`)
+  }
+  return {
+    ...(endpoint !== undefined ? { endpoint } : {}),
+    ...(o.region ? { region: o.region } : {}),
+    ...(o.forcePathStyle ? { forcePathStyle: true } : {}),
+    ...(o.partSize !== undefined ? { partSize: o.partSize } : {}),
+    ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),
+    // unfinished multipart uploads, for servers that cannot list them
+    stateDir: path.join(os.homedir(), '.strata', 's3-uploads'),
+  }
+}
+
+function registryOptions(o: TransferCliOpts): RegistryTransferOptions {
+  return {
+    ...(o.insecure ? { insecure: true } : {}),
+    ...(o.username !== undefined ? { username: o.username } : {}),
+    ...(o.password !== undefined ? { password: o.password } : {}),
+    ...(o.platform !== undefined ? { platform: o.platform } : {}),
+  }
+}
+
+/**
+ * Runs a transfer with the store opened on the command's cluster, progress
+ * on stderr (none with --json) and SIGINT/SIGTERM turned into a cancel that
+ * leaves the partial transfer for the next run (a second SIGINT exits at once).
+ */
+async function transfer<T>(cmd: Command, fn: (store: ImageStore, progress: ProgressSink, signal: AbortSignal, json: boolean) => Promise<T>): Promise<T> {
+  return withFileSystem(cmd, async (fsys: FileSystem, json) => {
+    const store = new ImageStore(fsys)
+    const progress = createProgress({ quiet: json })
+    const ac = new AbortController()
+    let signals = 0
+    const onSignal = () => {
+      if (++signals > 1) process.exit(130)
+      ac.abort(new StrataError('CANCELLED', 'interrupted'))
+    }
+    process.on('SIGINT', onSignal)
+    process.on('SIGTERM', onSignal)
+    try {
+      await store.open()
+      return await fn(store, progress, ac.signal, json)
+    } finally {
+      process.off('SIGINT', onSignal)
+      process.off('SIGTERM', onSignal)
+      progress.stop()
+      await store.close()
+    }
+  })
+}
+
+function transferOpts(c: Command): Command {
+  return c
+    .option('--endpoint <url>', 's3: endpoint URL (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the AWS profile, then AWS)')
+    .option('--region <region>', 's3: region (default: $AWS_REGION, the AWS profile, then us-east-1)')
+    .option('--force-path-style', 's3: address buckets as ENDPOINT/BUCKET (most local S3 servers need it)')
+    .option('--part-size <size>', 's3: multipart part size, at least 5M (default 16M)', sizeArg('--part-size'))
+    .option('--concurrency <n>', 'requests in flight (default 4)', intArg('--concurrency', { min: 1, max: 64 }))
+    .option('--insecure', 'docker: plain http to the registry')
+    .option('--username <user>', 'docker: registry user (default: $STRATA_REGISTRY_USER, ~/.docker/config.json)')
+    .option('--password <password>', 'docker: registry password (default: $STRATA_REGISTRY_PASSWORD)')
+    .option('--json', 'print JSON')
+}
+
+/** Adds `push` and `pull` to the `strata image` group. */
+export function registerImageTransfer(image: Command): void {
+  transferOpts(
+    image
+      .command('push')
+      .description('copy a stored image to an object store (s3://) or a registry (docker://); an interrupted push resumes when run again')
+      .argument('<image>', 'NAME[:TAG] or NAME@sha256:…')
+      .argument('<destination>', 's3://BUCKET[/PREFIX] or docker://HOST[:PORT]/REPO[:TAG]'),
+  )
+    .addHelpText(
+      'after',
+      `
+S3 layout under PREFIX: blobs/sha256/<hex> (layers), manifests/sha256/<hex>,
+tags/<name>/<tag> (written last). Credentials: AWS_ACCESS_KEY_ID /
+AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
+    )
+    .action((ref: string, dest: string, o: TransferCliOpts, cmd: Command) =>
+      transfer(cmd, async (store, progress, signal, json) => {
+        const t0 = Date.now()
+        const r =
+          scheme(dest) === 's3'
+            ? await pushS3(store, ref, dest, { ...s3Options(o), progress, signal })
+            : await (await registry()).pushRegistry(store, ref, dest, { ...registryOptions(o), progress, signal })
+        const seconds = (Date.now() - t0) / 1000
+        if (json) return printJson({ ...r, seconds })
+        out(
+          `pushed ${r.ref} (${r.digest}) to ${r.url}: ${r.blobsPushed} blob(s) pushed, ${r.blobsSkipped} already there, ` +
+            `${formatBytes(r.bytesSent)} sent in ${seconds.toFixed(1)} s`,
+        )
+      }),
+    )
+
+  transferOpts(
+    image
+      .command('pull')
+      .description('copy an image from an object store (s3://) or a registry (docker://) into the cluster; an interrupted pull resumes when run again')
+      .argument('<source>', 's3://BUCKET[/PREFIX]/NAME[:TAG|@sha256:…] or docker://HOST[:PORT]/REPO[:TAG|@sha256:…]')
+      .option('--name <name>', 'local NAME[:TAG] (default: the remote name and tag)')
+      .option('--platform <os/arch>', 'docker: platform to pick from a manifest list (default linux/amd64)'),
+  ).action((src: string, o: TransferCliOpts, cmd: Command) =>
+    transfer(cmd, async (store, progress, signal, json) => {
+      const t0 = Date.now()
+      const named = o.name !== undefined ? { name: o.name } : {}
+      const r =
+        scheme(src) === 's3'
+          ? await pullS3(store, src, { ...s3Options(o), ...named, progress, signal })
+          : await (await registry()).pullRegistry(store, src, { ...registryOptions(o), ...named, progress, signal })
+      const seconds = (Date.now() - t0) / 1000
+      if (json) return printJson({ ...r, seconds })
+      const as = r.tag ? `${r.name}:${r.tag}` : `${r.name}@${r.digest}`
+      out(
+        `pulled ${r.url} as ${as} (${r.digest}): ${r.blobsFetched} blob(s) fetched, ${r.blobsSkipped} already stored, ` +
+          `${formatBytes(r.bytesReceived)} received in ${seconds.toFixed(1)} s`,
+      )
+    }),
+  )
+}

@@ -1,0 +1,120 @@
+// The S3 client of image push/pull (@aws-sdk/client-s3) and the mapping of
+// its failures onto the image error codes.
+import { S3Client, type S3ClientConfig } from '@aws-sdk/client-s3'
+import { StrataError } from '../../../fs/common/errors.js'
+
+/** Where and how to reach the object store. Unset fields come from the SDK's default chain (env, profile files). */
+export interface S3ClientInit {
+  /** `http(s)://host:port` of an S3-compatible server; default: the SDK's (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, profile endpoint_url, AWS). */
+  endpoint?: string
+  /** default: AWS_REGION / profile, then `us-east-1` */
+  region?: string
+  /** `http://endpoint/bucket/key` instead of `http://bucket.endpoint/key` (needed by most local servers) */
+  forcePathStyle?: boolean
+  /** default: the SDK's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files, SSO, IMDS) */
+  credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string }
+  /** attempts per request, SDK retry strategy (default 3) */
+  maxAttempts?: number
+  /** ms a request may stay without progress on its socket before it fails (default 120 s) */
+  requestTimeoutMs?: number
+  /** parallel connections (default 16) */
+  maxSockets?: number
+}
+
+/**
+ * An S3Client for `init`. The SDK warns once per process that its releases
+ * after January 2027 need Node >= 22; Strata runs on Node 20 with this pinned
+ * release, so that one warning is turned off through the SDK's own switch
+ * (AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED, read by
+ * @aws-sdk/core emitWarningIfUnsupportedVersion when a client is built).
+ * Every other warning still reaches process 'warning' listeners.
+ */
+export async function createS3Client(init: S3ClientInit = {}): Promise<S3Client> {
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true'
+  const base: S3ClientConfig = {
+    ...(init.endpoint ? { endpoint: init.endpoint } : {}),
+    ...(init.forcePathStyle !== undefined ? { forcePathStyle: init.forcePathStyle } : {}),
+    ...(init.credentials ? { credentials: init.credentials } : {}),
+    maxAttempts: init.maxAttempts ?? 3,
+    requestHandler: {
+      requestTimeout: init.requestTimeoutMs ?? 120_000,
+      connectionTimeout: 10_000,
+      httpAgent: { keepAlive: true, maxSockets: init.maxSockets ?? 16 },
+      httpsAgent: { keepAlive: true, maxSockets: init.maxSockets ?? 16 },
+    },
+  }
+  if (init.region) return new S3Client({ ...base, region: init.region })
+  // region from the default chain; a custom endpoint without one still works
+  const probe = new S3Client(base)
+  try {
+    await probe.config.region()
+    return probe
+  } catch {
+    probe.destroy()
+    return new S3Client({ ...base, region: 'us-east-1' })
+  }
+}
+
+interface SdkError {
+  name?: string
+  code?: string
+  message?: string
+  $fault?: 'client' | 'server'
+  $metadata?: { httpStatusCode?: number }
+}
+
+const AUTH_NAMES = new Set([
+  'InvalidAccessKeyId',
+  'SignatureDoesNotMatch',
+  'AccessDenied',
+  'ExpiredToken',
+  'InvalidToken',
+  'TokenRefreshRequired',
+  'CredentialsProviderError',
+  'AuthorizationHeaderMalformed',
+  'InvalidSecurity',
+  'AllAccessDisabled',
+])
+
+/** HTTP status of an SDK error (undefined for transport failures). */
+export function statusOf(e: unknown): number | undefined {
+  return (e as SdkError)?.$metadata?.httpStatusCode
+}
+
+/** S3 error name (`NoSuchKey`, `NotFound`, …) or a Node error code (`ECONNREFUSED`). */
+export function errorName(e: unknown): string {
+  const err = e as SdkError
+  return err?.name && err.name !== 'Error' ? err.name : (err?.code ?? 'Error')
+}
+
+export function isNotFound(e: unknown): boolean {
+  const n = errorName(e)
+  return n === 'NoSuchKey' || n === 'NotFound' || (statusOf(e) === 404 && n !== 'NoSuchBucket' && n !== 'NoSuchUpload')
+}
+
+/** The server does not implement the operation (s3rver has no ListMultipartUploads/ListParts). */
+export function isNotImplemented(e: unknown): boolean {
+  const n = errorName(e)
+  const s = statusOf(e)
+  return n === 'NotImplemented' || n === 'MethodNotAllowed' || s === 501 || s === 405
+}
+
+/**
+ * Maps an SDK failure to IMAGE_AUTH_FAILED (credentials missing or refused),
+ * IMAGE_NOT_FOUND (missing bucket, when `missingBucket` says so) or
+ * IMAGE_REMOTE_ERROR (anything else: refused connections, resets, timeouts,
+ * 5xx), keeping the SDK error as the cause.
+ */
+export function s3Error(e: unknown, what: string, opts: { missingBucket?: 'IMAGE_NOT_FOUND' | 'IMAGE_REMOTE_ERROR' } = {}): StrataError {
+  if (e instanceof StrataError) return e
+  const name = errorName(e)
+  const status = statusOf(e)
+  const msg = (e as SdkError)?.message || name
+  if (AUTH_NAMES.has(name) || status === 401 || status === 403) {
+    const why = name === 'CredentialsProviderError' ? 'no AWS credentials found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/credentials)' : `${name}: ${msg}`
+    return new StrataError('IMAGE_AUTH_FAILED', `${what}: the object store refused the credentials: ${why}`, { cause: e })
+  }
+  if (name === 'NoSuchBucket') return new StrataError(opts.missingBucket ?? 'IMAGE_REMOTE_ERROR', `${what}: the bucket does not exist`, { cause: e })
+  const where = status !== undefined ? `HTTP ${status} ${name}` : name
+  return new StrataError('IMAGE_REMOTE_ERROR', `${what}: ${where}: ${msg}`, { cause: e })
+}

@@ -1,0 +1,275 @@
+// `strata image pull s3://BUCKET/PREFIX/NAME:TAG`: the tag object names the
+// manifest, the manifest is checked against that digest, each missing blob is
+// streamed into the store's resumable partial file (Range GET from where an
+// earlier run stopped) and verified when complete; then the manifest is
+// stored and the local tag set, last.
+import { GetObjectCommand, HeadObjectCommand, type GetObjectCommandOutput, type S3Client } from '@aws-sdk/client-s3'
+import type { Readable } from 'node:stream'
+import { StrataError } from '../../../fs/common/errors.js'
+import { DEFAULT_TAG, isDigest, parseImageRef, sha256Digest, validateManifest, type LayerRef } from '../types.js'
+import { createS3Client, isNotFound, s3Error } from './client.js'
+import { Limiter, allOrAbort, cancelled, shortDigest, type PullResult, type S3TransferOptions, type TransferStore } from './common.js'
+import { blobKey, formatS3, manifestKey, parseS3ImageUrl, tagKey } from './url.js'
+
+/** Largest manifest or tag object accepted. */
+const MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+/** Bytes handed to the store per append. */
+const APPEND_STEP = 4 * 1024 * 1024
+/** Times one blob's body is re-requested after the connection broke mid-stream. */
+const BODY_ATTEMPTS = 3
+
+interface PullCtx {
+  client: S3Client
+  store: TransferStore
+  bucket: string
+  prefix: string
+  opts: S3TransferOptions
+  limiter: Limiter
+  stats: { bytesReceived: number; bytesResumed: number }
+}
+
+/**
+ * Pulls `s3://BUCKET[/PREFIX]/NAME[:TAG|@DIGEST]` into the store and tags it
+ * `opts.name` (NAME[:TAG]; without a tag the remote one) or the remote
+ * NAME:TAG. Errors: IMAGE_INVALID_REFERENCE (URL, or a PREFIX/NAME split that
+ * matches two images), IMAGE_NOT_FOUND (no such tag or manifest),
+ * IMAGE_DIGEST_MISMATCH / IMAGE_SIZE_MISMATCH (an object does not match its
+ * digest: nothing is tagged), IMAGE_BAD_MANIFEST, IMAGE_AUTH_FAILED,
+ * IMAGE_REMOTE_ERROR, CANCELLED. Running it again resumes partial blobs.
+ */
+export async function pullS3(store: TransferStore, url: string, opts: S3TransferOptions & { name?: string } = {}): Promise<PullResult> {
+  const parsed = parseS3ImageUrl(url)
+  let local: { name: string; tag?: string } | undefined
+  if (opts.name !== undefined) {
+    const r = parseImageRef(opts.name)
+    if (r.digest) throw new StrataError('IMAGE_INVALID_REFERENCE', `--name ${JSON.stringify(opts.name)}: a local name takes a tag, not a digest`)
+    const hasTag = opts.name.lastIndexOf(':') > opts.name.lastIndexOf('/')
+    local = hasTag ? { name: r.name, tag: r.tag ?? DEFAULT_TAG } : { name: r.name }
+  }
+  const client = opts.client ?? (await createS3Client(opts))
+  const what = `pull ${url}`
+  try {
+    // which PREFIX/NAME split names an image in the bucket
+    const found: Array<{ prefix: string; name: string; tag?: string; digest: string }> = []
+    for (const c of parsed.candidates) {
+      if (c.ref.digest) {
+        if ((await headSize(client, parsed.bucket, manifestKey(c.prefix, c.ref.digest), opts.signal)) !== null) {
+          found.push({ prefix: c.prefix, name: c.ref.name, ...(c.ref.tag ? { tag: c.ref.tag } : {}), digest: c.ref.digest })
+        }
+        continue
+      }
+      const key = tagKey(c.prefix, c.ref.name, c.ref.tag ?? DEFAULT_TAG)
+      const body = await getSmall(client, parsed.bucket, key, opts.signal)
+      if (body === null) continue
+      const digest = body.toString('utf8').trim()
+      if (!isDigest(digest)) throw new StrataError('IMAGE_BAD_MANIFEST', `${formatS3(parsed.bucket, key)} does not hold a manifest digest`)
+      found.push({ prefix: c.prefix, name: c.ref.name, tag: c.ref.tag ?? DEFAULT_TAG, digest })
+    }
+    if (found.length === 0) {
+      const c = parsed.candidates[0]!
+      const which = c.ref.digest ? `manifest ${c.ref.digest}` : `tag ${c.ref.name}:${c.ref.tag ?? DEFAULT_TAG}`
+      throw new StrataError('IMAGE_NOT_FOUND', `${url}: no ${which} in ${formatS3(parsed.bucket)}`)
+    }
+    if (found.length > 1) {
+      throw new StrataError(
+        'IMAGE_INVALID_REFERENCE',
+        `${url} is ambiguous: ${found.map((f) => `prefix ${JSON.stringify(f.prefix)} name ${f.name}`).join(' and ')} both exist`,
+      )
+    }
+    const src = found[0]!
+    const mKey = manifestKey(src.prefix, src.digest)
+    const bytes = await getSmall(client, parsed.bucket, mKey, opts.signal)
+    if (bytes === null) throw new StrataError('IMAGE_NOT_FOUND', `${formatS3(parsed.bucket, mKey)}: the tag names manifest ${src.digest}, which the bucket does not have`)
+    const got = sha256Digest(bytes)
+    if (got !== src.digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `${formatS3(parsed.bucket, mKey)} has digest ${got}, expected ${src.digest}`)
+    let parsedJson: unknown
+    try {
+      parsedJson = JSON.parse(bytes.toString('utf8'))
+    } catch (e) {
+      throw new StrataError('IMAGE_BAD_MANIFEST', `${formatS3(parsed.bucket, mKey)} is not JSON`, { cause: e })
+    }
+    const manifest = validateManifest(parsedJson)
+
+    const ctx: PullCtx = {
+      client,
+      store,
+      bucket: parsed.bucket,
+      prefix: src.prefix,
+      opts,
+      limiter: new Limiter(opts.concurrency ?? 4),
+      stats: { bytesReceived: 0, bytesResumed: 0 },
+    }
+    const layers = new Map<string, LayerRef>()
+    for (const l of manifest.layers) layers.set(l.digest, l)
+    const fetched = await allOrAbort(
+      opts.signal,
+      [...layers.values()].map((l) => (signal: AbortSignal) => ctx.limiter.run(() => pullBlob(ctx, l, signal))),
+    )
+    const put = await store.putManifest(bytes)
+    if (put.digest !== src.digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `the store addressed the manifest as ${put.digest}, expected ${src.digest}`)
+    const name = local?.name ?? src.name
+    const tag = local?.tag ?? src.tag ?? ''
+    if (tag) await store.setTag(name, tag, src.digest)
+    return {
+      url,
+      name,
+      tag,
+      digest: src.digest,
+      blobsFetched: fetched.filter((f) => f).length,
+      blobsSkipped: fetched.filter((f) => !f).length,
+      bytesResumed: ctx.stats.bytesResumed,
+      bytesReceived: ctx.stats.bytesReceived,
+    }
+  } catch (e) {
+    if (opts.signal?.aborted) throw cancelled(what)
+    throw s3Error(e, what, { missingBucket: 'IMAGE_NOT_FOUND' })
+  } finally {
+    if (!opts.client) client.destroy()
+  }
+}
+
+async function headSize(client: S3Client, bucket: string, key: string, signal?: AbortSignal): Promise<number | null> {
+  try {
+    const r = await client.send(new HeadObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal })
+    return r.ContentLength ?? null
+  } catch (e) {
+    if (isNotFound(e)) return null
+    throw s3Error(e, `HEAD ${formatS3(bucket, key)}`, { missingBucket: 'IMAGE_NOT_FOUND' })
+  }
+}
+
+/** A small object's bytes (tag or manifest), null when it does not exist. */
+async function getSmall(client: S3Client, bucket: string, key: string, signal?: AbortSignal): Promise<Buffer | null> {
+  let r: GetObjectCommandOutput
+  try {
+    r = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal })
+  } catch (e) {
+    if (isNotFound(e)) return null
+    throw s3Error(e, `GET ${formatS3(bucket, key)}`, { missingBucket: 'IMAGE_NOT_FOUND' })
+  }
+  if ((r.ContentLength ?? 0) > MAX_MANIFEST_BYTES) {
+    ;(r.Body as Readable | undefined)?.destroy()
+    throw new StrataError('IMAGE_BAD_MANIFEST', `${formatS3(bucket, key)} is ${r.ContentLength} bytes, more than a manifest may be`)
+  }
+  const chunks: Buffer[] = []
+  let n = 0
+  try {
+    for await (const c of r.Body as AsyncIterable<Uint8Array>) {
+      n += c.length
+      if (n > MAX_MANIFEST_BYTES) {
+        ;(r.Body as Readable).destroy()
+        throw new StrataError('IMAGE_BAD_MANIFEST', `${formatS3(bucket, key)} is more than ${MAX_MANIFEST_BYTES} bytes`)
+      }
+      chunks.push(Buffer.from(c.buffer, c.byteOffset, c.length))
+    }
+  } catch (e) {
+    throw s3Error(e, `GET ${formatS3(bucket, key)}`)
+  }
+  return Buffer.concat(chunks)
+}
+
+/** Total object size from `Content-Range: bytes a-b/total`. */
+function rangeTotal(cr: string | undefined): number | undefined {
+  const m = /\/(\d+)\s*$/.exec(cr ?? '')
+  return m ? Number(m[1]) : undefined
+}
+
+/** Stores one blob unless the store has it; true when bytes were fetched. */
+async function pullBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal): Promise<boolean> {
+  const { store, bucket } = ctx
+  const task = ctx.opts.progress?.start(`pull ${shortDigest(layer.digest)}`, layer.size)
+  const have = await store.statBlob(layer.digest)
+  if (have && have.size === layer.size) {
+    task?.tick(layer.size)
+    task?.done('exists')
+    return false
+  }
+  const key = blobKey(ctx.prefix, layer.digest)
+  let offset = await store.partialBlobLength(layer.digest)
+  if (offset > layer.size) {
+    // longer than the blob can be: let the store verify (and drop) it
+    await store.finishPartialBlob(layer.digest, layer.size).catch(() => undefined)
+    offset = await store.partialBlobLength(layer.digest)
+  }
+  if (offset > 0) {
+    ctx.stats.bytesResumed += offset
+    task?.tick(offset)
+  }
+  for (let attempt = 1; offset < layer.size; attempt++) {
+    try {
+      offset = await fetchRange(ctx, key, layer, offset, signal, (n) => task?.tick(n))
+    } catch (e) {
+      const err = s3Error(e, `GET ${formatS3(bucket, key)}`, { missingBucket: 'IMAGE_NOT_FOUND' })
+      // a body cut off mid-stream is retried from what reached the store
+      if (signal.aborted || err.code !== 'IMAGE_REMOTE_ERROR' || attempt >= BODY_ATTEMPTS) throw err
+      offset = await store.partialBlobLength(layer.digest)
+    }
+  }
+  await store.finishPartialBlob(layer.digest, layer.size)
+  task?.done()
+  return true
+}
+
+/** GETs `key` from `offset` to the end into the partial blob; returns the new length. */
+async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: number, signal: AbortSignal, tick: (n: number) => void): Promise<number> {
+  let r: GetObjectCommandOutput
+  try {
+    r = await ctx.client.send(new GetObjectCommand({ Bucket: ctx.bucket, Key: key, ...(offset > 0 ? { Range: `bytes=${offset}-` } : {}) }), { abortSignal: signal })
+  } catch (e) {
+    if (isNotFound(e)) throw new StrataError('IMAGE_BLOB_MISSING', `${formatS3(ctx.bucket, key)}: the manifest references blob ${layer.digest}, which the bucket does not have`)
+    if ((e as { name?: string })?.name === 'InvalidRange') throw new StrataError('IMAGE_SIZE_MISMATCH', `${formatS3(ctx.bucket, key)} is shorter than the ${layer.size} bytes the manifest says`, { cause: e })
+    throw e
+  }
+  const body = r.Body as Readable
+  // a server that ignored the Range header sends the whole object again
+  let skip = offset > 0 && !r.ContentRange ? offset : 0
+  const objectSize = r.ContentRange ? rangeTotal(r.ContentRange) : r.ContentLength
+  if (objectSize !== undefined && objectSize !== layer.size) {
+    body.destroy()
+    throw new StrataError('IMAGE_SIZE_MISMATCH', `${formatS3(ctx.bucket, key)} is ${objectSize} bytes, the manifest says ${layer.size} for ${layer.digest}`)
+  }
+  let pending: Buffer[] = []
+  let pendingBytes = 0
+  let writing: Promise<void> = Promise.resolve()
+  let pos = offset
+  const flush = async () => {
+    if (pendingBytes === 0) return
+    const chunk = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes)
+    pending = []
+    pendingBytes = 0
+    // one append in flight while the next batch arrives
+    await writing
+    writing = ctx.store.appendPartialBlob(layer.digest, chunk).then(() => {
+      pos += chunk.length
+      ctx.stats.bytesReceived += chunk.length
+      tick(chunk.length)
+      ctx.opts.onReceive?.({ digest: layer.digest, bytes: chunk.length })
+    })
+  }
+  let seen = offset
+  try {
+    for await (const raw of body as AsyncIterable<Uint8Array>) {
+      let c = Buffer.from(raw.buffer, raw.byteOffset, raw.length)
+      if (skip > 0) {
+        const k = Math.min(skip, c.length)
+        skip -= k
+        c = c.subarray(k)
+        if (c.length === 0) continue
+      }
+      seen += c.length
+      if (seen > layer.size) throw new StrataError('IMAGE_SIZE_MISMATCH', `${formatS3(ctx.bucket, key)} has more than the ${layer.size} bytes the manifest says`)
+      // each chunk is its own allocation (node:http), kept without a copy
+      pending.push(c)
+      pendingBytes += c.length
+      if (pendingBytes >= APPEND_STEP) await flush()
+      if (signal.aborted) throw signal.reason ?? new Error('aborted')
+    }
+    await flush()
+  } finally {
+    // whatever was appended stays for the next attempt
+    await writing.catch(() => undefined)
+    if (!body.destroyed) body.destroy()
+  }
+  await writing
+  return pos
+}

@@ -1,0 +1,327 @@
+// `strata image push NAME[:TAG] s3://BUCKET/PREFIX`: layer blobs first
+// (skipped when the bucket has them; multipart and resumable when large),
+// then the manifest, then the tag object. A reader that finds the tag finds
+// everything it references.
+import crypto from 'node:crypto'
+import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
+  CreateMultipartUploadCommand,
+  HeadObjectCommand,
+  ListMultipartUploadsCommand,
+  ListPartsCommand,
+  PutObjectCommand,
+  UploadPartCommand,
+  type S3Client,
+} from '@aws-sdk/client-s3'
+import { StrataError } from '../../../fs/common/errors.js'
+import { formatImageRef, type LayerRef } from '../types.js'
+import { createS3Client, errorName, isNotFound, isNotImplemented, s3Error, statusOf } from './client.js'
+import {
+  DEFAULT_PART_SIZE,
+  Limiter,
+  MAX_PARTS,
+  MIN_PART_SIZE,
+  allOrAbort,
+  cancelled,
+  isAbort,
+  readExactly,
+  shortDigest,
+  type PushResult,
+  type S3TransferOptions,
+  type TransferStore,
+} from './common.js'
+import { UploadJournal, type JournalPart } from './journal.js'
+import { blobKey, formatS3, manifestKey, parseS3Location, tagKey } from './url.js'
+
+interface PushCtx {
+  client: S3Client
+  store: TransferStore
+  bucket: string
+  endpoint: string
+  partSize: number
+  limiter: Limiter
+  journal: UploadJournal | null
+  opts: S3TransferOptions
+  stats: { bytesSent: number; partsResumed: number }
+  /** the server lists multipart uploads (null: not asked yet) */
+  canList: boolean | null
+}
+
+function partRange(size: number, partSize: number, n: number): { start: number; end: number } {
+  const start = (n - 1) * partSize
+  return { start, end: Math.min(size, start + partSize) }
+}
+
+function md5Hex(b: Uint8Array): string {
+  return crypto.createHash('md5').update(b).digest('hex')
+}
+
+const unquote = (etag: string | undefined) => (etag ?? '').replace(/"/g, '')
+
+/**
+ * Pushes the stored image `ref` (NAME[:TAG] or NAME@DIGEST) to
+ * `s3://BUCKET[/PREFIX]`. Blobs the bucket already has with the right size are
+ * skipped; blobs larger than the part size go up in parts, several at once,
+ * and an upload interrupted earlier is found again (server listing, else the
+ * local journal) and continued. The tag object is written after the manifest
+ * and every blob. Errors: IMAGE_INVALID_REFERENCE, IMAGE_NOT_FOUND (local
+ * image), IMAGE_AUTH_FAILED, IMAGE_REMOTE_ERROR (the store failed, nothing is
+ * tagged), CANCELLED (opts.signal).
+ */
+export async function pushS3(store: TransferStore, ref: string, url: string, opts: S3TransferOptions = {}): Promise<PushResult> {
+  const loc = parseS3Location(url)
+  const partSize = opts.partSize ?? DEFAULT_PART_SIZE
+  if (!Number.isSafeInteger(partSize) || partSize < MIN_PART_SIZE) {
+    throw new StrataError('INVALID_ARGUMENT', `part size ${partSize} is below the S3 minimum of ${MIN_PART_SIZE} bytes`)
+  }
+  const img = await store.resolve(ref)
+  const client = opts.client ?? (await createS3Client(opts))
+  const ctx: PushCtx = {
+    client,
+    store,
+    bucket: loc.bucket,
+    endpoint: opts.endpoint ?? '',
+    partSize,
+    limiter: new Limiter(opts.concurrency ?? 4),
+    journal: opts.stateDir ? new UploadJournal(opts.stateDir) : null,
+    opts,
+    stats: { bytesSent: 0, partsResumed: 0 },
+    canList: null,
+  }
+  const what = `push ${formatImageRef(img.ref)} to ${formatS3(loc.bucket, loc.prefix)}`
+  try {
+    const layers = new Map<string, LayerRef>()
+    for (const l of img.manifest.layers) layers.set(l.digest, l)
+    const pushed = await allOrAbort(
+      opts.signal,
+      [...layers.values()].map((l) => (signal: AbortSignal) => pushBlob(ctx, blobKey(loc.prefix, l.digest), l, signal)),
+    )
+    // the manifest once every blob is there, the tag last
+    const mKey = manifestKey(loc.prefix, img.digest)
+    const mHead = await head(ctx, mKey, opts.signal)
+    if (mHead !== img.bytes.length) await put(ctx, mKey, img.bytes, 'application/vnd.strata.image.manifest.v1+json', opts.signal)
+    let tag: string | undefined
+    if (img.ref.tag !== undefined && !img.ref.digest) {
+      await put(ctx, tagKey(loc.prefix, img.ref.name, img.ref.tag), Buffer.from(`${img.digest}\n`), 'text/plain', opts.signal)
+      tag = `${img.ref.name}:${img.ref.tag}`
+    }
+    return {
+      ref: formatImageRef(img.ref),
+      url: formatS3(loc.bucket, loc.prefix),
+      digest: img.digest,
+      ...(tag ? { tag } : {}),
+      blobsPushed: pushed.filter((p) => p).length,
+      blobsSkipped: pushed.filter((p) => !p).length,
+      partsResumed: ctx.stats.partsResumed,
+      bytesSent: ctx.stats.bytesSent,
+    }
+  } catch (e) {
+    if (opts.signal?.aborted) throw cancelled(what)
+    throw s3Error(e, what)
+  } finally {
+    if (!opts.client) client.destroy()
+  }
+}
+
+/** HeadObject: the object's size, or null when there is none. */
+async function head(ctx: PushCtx, key: string, signal?: AbortSignal): Promise<number | null> {
+  try {
+    const r = await ctx.limiter.run(() => ctx.client.send(new HeadObjectCommand({ Bucket: ctx.bucket, Key: key }), { abortSignal: signal }))
+    return r.ContentLength ?? null
+  } catch (e) {
+    if (isNotFound(e)) return null
+    throw s3Error(e, `HEAD ${formatS3(ctx.bucket, key)}`)
+  }
+}
+
+async function put(ctx: PushCtx, key: string, body: Buffer, contentType: string, signal?: AbortSignal): Promise<void> {
+  try {
+    await ctx.limiter.run(() =>
+      ctx.client.send(
+        new PutObjectCommand({ Bucket: ctx.bucket, Key: key, Body: body, ContentLength: body.length, ContentType: contentType, ContentMD5: crypto.createHash('md5').update(body).digest('base64') }),
+        { abortSignal: signal },
+      ),
+    )
+    ctx.stats.bytesSent += body.length
+  } catch (e) {
+    throw s3Error(e, `PUT ${formatS3(ctx.bucket, key)}`)
+  }
+}
+
+/** Uploads one blob unless the bucket has it; true when bytes were sent. */
+async function pushBlob(ctx: PushCtx, key: string, layer: LayerRef, signal: AbortSignal): Promise<boolean> {
+  const task = ctx.opts.progress?.start(`push ${shortDigest(layer.digest)}`, layer.size)
+  const existing = await head(ctx, key, signal)
+  if (existing === layer.size) {
+    task?.tick(layer.size)
+    task?.done('exists')
+    if (ctx.journal) await ctx.journal.remove(ctx.endpoint, ctx.bucket, key)
+    return false
+  }
+  if (layer.size <= ctx.partSize) {
+    const body = await readExactly(ctx.store.readBlob(layer.digest), layer.size, `blob ${layer.digest}`)
+    await put(ctx, key, body, 'application/octet-stream', signal)
+    ctx.opts.onUpload?.({ digest: layer.digest, partNumber: 0, bytes: body.length })
+    task?.tick(body.length)
+  } else {
+    await multipart(ctx, key, layer, signal, (n) => task?.tick(n))
+  }
+  // what the bucket holds now must be what was meant
+  const now = await head(ctx, key, signal)
+  if (now !== layer.size) throw new StrataError('IMAGE_REMOTE_ERROR', `${formatS3(ctx.bucket, key)} holds ${now ?? 'no'} bytes after upload, expected ${layer.size}`)
+  task?.done()
+  return true
+}
+
+interface Resumed {
+  uploadId: string
+  partSize: number
+  parts: Map<number, JournalPart>
+  from: 'server' | 'journal'
+}
+
+/** Finds an unfinished upload of `key` and the parts of it that still match the blob. */
+async function findUpload(ctx: PushCtx, key: string, layer: LayerRef, signal: AbortSignal): Promise<Resumed | null> {
+  if (ctx.canList !== false) {
+    try {
+      const uploads: Array<{ id: string; at: number }> = []
+      let keyMarker: string | undefined
+      let idMarker: string | undefined
+      for (;;) {
+        const r = await ctx.limiter.run(() =>
+          ctx.client.send(new ListMultipartUploadsCommand({ Bucket: ctx.bucket, Prefix: key, KeyMarker: keyMarker, UploadIdMarker: idMarker }), { abortSignal: signal }),
+        )
+        for (const u of r.Uploads ?? []) if (u.Key === key && u.UploadId) uploads.push({ id: u.UploadId, at: u.Initiated?.getTime() ?? 0 })
+        if (!r.IsTruncated) break
+        keyMarker = r.NextKeyMarker
+        idMarker = r.NextUploadIdMarker
+      }
+      ctx.canList = true
+      uploads.sort((a, b) => b.at - a.at)
+      const newest = uploads[0]
+      if (!newest) return null
+      const listed = new Map<number, { size: number; etag: string }>()
+      let partMarker: string | undefined
+      for (;;) {
+        const r = await ctx.limiter.run(() =>
+          ctx.client.send(new ListPartsCommand({ Bucket: ctx.bucket, Key: key, UploadId: newest.id, PartNumberMarker: partMarker }), { abortSignal: signal }),
+        )
+        for (const p of r.Parts ?? []) if (p.PartNumber && p.Size !== undefined) listed.set(p.PartNumber, { size: p.Size, etag: unquote(p.ETag) })
+        if (!r.IsTruncated) break
+        partMarker = r.NextPartNumberMarker
+      }
+      // a part counts only if its size is what this blob's part needs and
+      // its ETag is the MD5 of those bytes (S3's ETag of an unencrypted or
+      // SSE-S3 part); anything else is uploaded again under the same number
+      const parts = new Map<number, JournalPart>()
+      const total = Math.ceil(layer.size / ctx.partSize)
+      for (const [n, p] of listed) {
+        if (n > total) continue
+        const { start, end } = partRange(layer.size, ctx.partSize, n)
+        if (p.size !== end - start) continue
+        const bytes = await readExactly(ctx.store.readBlob(layer.digest, { start, end }), end - start, `blob ${layer.digest} part ${n}`)
+        if (md5Hex(bytes) === p.etag) parts.set(n, { size: p.size, etag: p.etag })
+      }
+      return { uploadId: newest.id, partSize: ctx.partSize, parts, from: 'server' }
+    } catch (e) {
+      if (!isNotImplemented(e)) throw s3Error(e, `list uploads of ${formatS3(ctx.bucket, key)}`)
+      ctx.canList = false
+    }
+  }
+  const j = await ctx.journal?.load(ctx.endpoint, ctx.bucket, key)
+  if (!j || j.size !== layer.size || j.partSize < MIN_PART_SIZE) return null
+  const parts = new Map<number, JournalPart>()
+  for (const [n, p] of Object.entries(j.parts)) {
+    const { start, end } = partRange(layer.size, j.partSize, Number(n))
+    if (p.size === end - start && end > start) parts.set(Number(n), p)
+  }
+  return { uploadId: j.uploadId, partSize: j.partSize, parts, from: 'journal' }
+}
+
+async function multipart(ctx: PushCtx, key: string, layer: LayerRef, signal: AbortSignal, tick: (n: number) => void): Promise<void> {
+  let resumed = await findUpload(ctx, key, layer, signal)
+  for (let attempt = 0; ; attempt++) {
+    let uploadId: string
+    let partSize = ctx.partSize
+    const done = new Map<number, JournalPart>()
+    if (resumed) {
+      uploadId = resumed.uploadId
+      partSize = resumed.partSize
+      for (const [n, p] of resumed.parts) done.set(n, p)
+    } else {
+      try {
+        const r = await ctx.limiter.run(() =>
+          ctx.client.send(new CreateMultipartUploadCommand({ Bucket: ctx.bucket, Key: key, ContentType: 'application/octet-stream' }), { abortSignal: signal }),
+        )
+        if (!r.UploadId) throw new StrataError('IMAGE_REMOTE_ERROR', `${formatS3(ctx.bucket, key)}: CreateMultipartUpload returned no upload id`)
+        uploadId = r.UploadId
+      } catch (e) {
+        throw s3Error(e, `start upload of ${formatS3(ctx.bucket, key)}`)
+      }
+    }
+    const total = Math.ceil(layer.size / partSize)
+    if (total > MAX_PARTS) throw new StrataError('INVALID_ARGUMENT', `blob ${layer.digest} needs ${total} parts of ${partSize} bytes; S3 allows ${MAX_PARTS}: use a larger part size`)
+    const record = () =>
+      ctx.journal?.save({
+        version: 1,
+        endpoint: ctx.endpoint,
+        bucket: ctx.bucket,
+        key,
+        uploadId,
+        size: layer.size,
+        partSize,
+        parts: Object.fromEntries([...done].map(([n, p]) => [String(n), p])),
+      })
+    await record()
+    let resumedBytes = 0
+    for (const p of done.values()) resumedBytes += p.size
+    ctx.stats.partsResumed += done.size
+    if (resumedBytes) tick(resumedBytes)
+
+    const missing = [...Array(total).keys()].map((i) => i + 1).filter((n) => !done.has(n))
+    await allOrAbort(
+      signal,
+      missing.map((n) => async (s: AbortSignal) => {
+        await ctx.limiter.run(async () => {
+          const { start, end } = partRange(layer.size, partSize, n)
+          const body = await readExactly(ctx.store.readBlob(layer.digest, { start, end }), end - start, `blob ${layer.digest} part ${n}`)
+          const md5 = crypto.createHash('md5').update(body)
+          const md5b64 = md5.copy().digest('base64')
+          let etag: string
+          try {
+            const r = await ctx.client.send(
+              new UploadPartCommand({ Bucket: ctx.bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: body, ContentLength: body.length, ContentMD5: md5b64 }),
+              { abortSignal: s },
+            )
+            etag = unquote(r.ETag)
+          } catch (e) {
+            throw s3Error(e, `upload part ${n} of ${formatS3(ctx.bucket, key)}`)
+          }
+          done.set(n, { size: body.length, etag })
+          ctx.stats.bytesSent += body.length
+          tick(body.length)
+          await record()
+          ctx.opts.onUpload?.({ digest: layer.digest, partNumber: n, bytes: body.length })
+        })
+      }),
+    )
+    try {
+      const parts = [...done].sort((a, b) => a[0] - b[0]).map(([n, p]) => ({ PartNumber: n, ETag: `"${p.etag}"` }))
+      await ctx.limiter.run(() =>
+        ctx.client.send(new CompleteMultipartUploadCommand({ Bucket: ctx.bucket, Key: key, UploadId: uploadId, MultipartUpload: { Parts: parts } }), { abortSignal: signal }),
+      )
+    } catch (e) {
+      // a resumed upload that the server no longer has (completed, aborted,
+      // expired) or whose parts it rejects: start this blob over, once
+      const stale = resumed && attempt === 0 && !isAbort(e) && statusOf(e) !== undefined && (statusOf(e)! < 500 || errorName(e) === 'InternalError')
+      if (!stale) throw s3Error(e, `complete upload of ${formatS3(ctx.bucket, key)}`)
+      await ctx.client.send(new AbortMultipartUploadCommand({ Bucket: ctx.bucket, Key: key, UploadId: uploadId })).catch(() => undefined)
+      ctx.stats.partsResumed -= resumed!.parts.size
+      resumed = null
+      continue
+    }
+    await ctx.journal?.remove(ctx.endpoint, ctx.bucket, key)
+    return
+  }
+}
