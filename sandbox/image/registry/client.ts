@@ -28,6 +28,8 @@ export interface RegistryClientOptions {
   retries?: number
   /** first backoff delay, doubled per retry (default 250 ms) */
   retryDelayMs?: number
+  /** aborts requests and backoffs: CANCELLED */
+  signal?: AbortSignal
 }
 
 export const DEFAULT_CHUNK_SIZE = 8 << 20
@@ -71,11 +73,30 @@ function isRetryable(e: unknown): boolean {
   return !(e instanceof StrataError) || e.code === 'IMAGE_REMOTE_ERROR'
 }
 
+function cancelledError(signal: AbortSignal): StrataError {
+  const r: unknown = signal.reason
+  if (r instanceof StrataError) return r
+  return new StrataError('CANCELLED', 'registry transfer cancelled', { cause: r })
+}
+
 async function discard(res: Response): Promise<void> {
   await res.body?.cancel().catch(() => undefined)
 }
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(cancelledError(signal))
+    const onAbort = () => {
+      clearTimeout(timer)
+      reject(cancelledError(signal!))
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort)
+      resolve()
+    }, ms)
+    signal?.addEventListener('abort', onAbort, { once: true })
+  })
+}
 
 export class RegistryClient {
   readonly base: string
@@ -84,6 +105,7 @@ export class RegistryClient {
   readonly #retryDelayMs: number
   readonly #creds: Credentials | undefined
   readonly #actions: string
+  readonly signal: AbortSignal | undefined
   #authorization: string | undefined
   #ping: Promise<void> | undefined
 
@@ -99,6 +121,18 @@ export class RegistryClient {
     this.#retryDelayMs = opts.retryDelayMs ?? 250
     this.#creds = resolveCredentials(host, opts)
     this.#actions = opts.actions ?? 'pull'
+    this.signal = opts.signal
+  }
+
+  /** Wraps a failure: CANCELLED once the signal fired, IMAGE_REMOTE_ERROR for network errors, StrataErrors as they are. */
+  fail(e: unknown, what: string): StrataError {
+    if (this.signal?.aborted) return cancelledError(this.signal)
+    return networkError(e, what)
+  }
+
+  /** Whether a failure may be retried (network and remote errors, never a cancel). */
+  retryable(e: unknown): boolean {
+    return !this.signal?.aborted && isRetryable(e)
   }
 
   /** `/v2/<repo>/<rest>` as an absolute URL. */
@@ -107,7 +141,7 @@ export class RegistryClient {
   }
 
   backoff(attempt: number): Promise<void> {
-    return sleep(Math.min(this.#retryDelayMs * 2 ** attempt, 5000))
+    return sleep(Math.min(this.#retryDelayMs * 2 ** attempt, 5000), this.signal)
   }
 
   /** GET /v2/ once, to learn the auth scheme before the first real request. */
@@ -157,13 +191,13 @@ export class RegistryClient {
       if (this.#authorization) headers.authorization = this.#authorization
       let res: Response
       try {
-        res = await fetch(url, { method, headers, ...(init.body !== undefined ? { body: init.body } : {}), redirect: 'follow' })
+        res = await fetch(url, { method, headers, ...(init.body !== undefined ? { body: init.body } : {}), redirect: 'follow', ...(this.signal ? { signal: this.signal } : {}) })
       } catch (e) {
-        if (init.retry && attempt < this.retries) {
+        if (init.retry && attempt < this.retries && this.retryable(e)) {
           await this.backoff(attempt)
           continue
         }
-        throw networkError(e, `${what}: ${method} ${url}`)
+        throw this.fail(e, `${what}: ${method} ${url}`)
       }
       if (init.retry && (res.status >= 500 || res.status === 429) && attempt < this.retries) {
         await discard(res)
@@ -207,7 +241,7 @@ export class RegistryClient {
     if (this.#creds) headers.authorization = basicAuthorization(this.#creds)
     for (let attempt = 0; ; attempt++) {
       try {
-        const res = await fetch(u, { headers, redirect: 'follow' })
+        const res = await fetch(u, { headers, redirect: 'follow', ...(this.signal ? { signal: this.signal } : {}) })
         if (res.status === 401 || res.status === 403) await failFrom(res, `token from ${u.origin}${u.pathname}: the token service refused the credentials`)
         if (res.status >= 500 && attempt < this.retries) {
           await discard(res)
@@ -220,11 +254,11 @@ export class RegistryClient {
         if (!token) throw new StrataError('IMAGE_AUTH_FAILED', `token from ${u.origin}${u.pathname}: the answer holds no token`)
         return token
       } catch (e) {
-        if (isRetryable(e) && !(e instanceof StrataError) && attempt < this.retries) {
+        if (this.retryable(e) && !(e instanceof StrataError) && attempt < this.retries) {
           await this.backoff(attempt)
           continue
         }
-        throw networkError(e, `token from ${u.origin}${u.pathname}`)
+        throw this.fail(e, `token from ${u.origin}${u.pathname}`)
       }
     }
   }
@@ -262,7 +296,7 @@ export class RegistryClient {
         return { bytes, digest, mediaType }
       } catch (e) {
         // a reset while reading the body: fetch the whole manifest again
-        if (e instanceof StrataError || attempt >= this.retries) throw networkError(e, what)
+        if (e instanceof StrataError || attempt >= this.retries || !this.retryable(e)) throw this.fail(e, what)
         await this.backoff(attempt)
       }
     }
@@ -280,7 +314,7 @@ export class RegistryClient {
         verify(bytes.length, sha256Digest(bytes), digest, size, what)
         return bytes
       } catch (e) {
-        if (e instanceof StrataError || attempt >= this.retries) throw networkError(e, what)
+        if (e instanceof StrataError || attempt >= this.retries || !this.retryable(e)) throw this.fail(e, what)
         await this.backoff(attempt)
       }
     }
@@ -323,7 +357,7 @@ export class RegistryClient {
           }
           break
         } catch (e) {
-          if (e instanceof StrataError || attempt >= this.retries) throw networkError(e, what)
+          if (e instanceof StrataError || attempt >= this.retries || !this.retryable(e)) throw this.fail(e, what)
           await this.backoff(attempt++)
         }
       }
@@ -395,7 +429,7 @@ export class RegistryClient {
         await discard(put)
         return
       } catch (e) {
-        if (!isRetryable(e) || attempt >= this.retries) throw networkError(e, what)
+        if (!this.retryable(e) || attempt >= this.retries) throw this.fail(e, what)
         if (location) void fetch(location, { method: 'DELETE', headers: this.#authorization ? { authorization: this.#authorization } : {} }).then(discard, () => undefined)
         await this.backoff(attempt)
         const have = await this.headBlob(digest).catch(() => null)
