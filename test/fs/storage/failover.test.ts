@@ -224,7 +224,10 @@ test.serial('concurrent writers on one chunk: versions advance by one per write;
 })
 
 test.serial('mgmtd SIGKILL and restart: routing version continues, no spurious OFFLINE, I/O goes on', async (t) => {
-  const c = await startTestCluster(t, { chains: 2 })
+  // A fail interval with room for a loaded 2-core CI machine: the property is
+  // that the restart itself demotes nothing, not how fast heartbeats are.
+  const failMs = 6000
+  const c = await startTestCluster(t, { chains: 2, timers: { heartbeatFailIntervalMs: failMs } })
   const sc = client(t, c)
   const chainId = c.chains[0]!.chainId
   const before = await c.routing()
@@ -237,7 +240,7 @@ test.serial('mgmtd SIGKILL and restart: routing version continues, no spurious O
   const mark = w.acked
   await until(() => w.acked >= mark + 20, 20000, 'writes continue')
   // wait past the fail interval: nothing may have been demoted
-  await new Promise((r) => setTimeout(r, 2000))
+  await new Promise((r) => setTimeout(r, failMs))
   const { acked, errors } = await w.stop()
   t.deepEqual(errors, [])
   const after = await c.routing()
