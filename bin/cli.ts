@@ -7,6 +7,7 @@ import { registerClusterCommands } from './commands/cluster.js'
 import { registerAdminCommands } from './commands/admin.js'
 import { registerFsCommands } from './commands/fs.js'
 import { registerFsMountCommands } from './commands/fs-mount.js'
+import { registerImageCommands } from './commands/image.js'
 import { describeFailure } from './commands/output.js'
 
 const program = new Command()
@@ -25,6 +26,7 @@ registerDaemonCommand(program)
 registerClusterCommands(program)
 registerAdminCommands(program)
 registerFsMountCommands(registerFsCommands(program))
+registerImageCommands(program)
 
 // Errors print `strata: CODE: message` and exit 1; usage errors exit 2.
 program.parseAsync(process.argv).catch((e: unknown) => {

@@ -1,0 +1,271 @@
+// `strata image import|compose|ls|inspect|tag|rm|gc|export` (and push/pull
+// from image-transfer.ts): images in the cluster's store under
+// /strata/images, reached through the file client like `strata fs`.
+import type { Command } from 'commander'
+import { formatTable } from '../../fs/admin/index.js'
+import { StrataError } from '../../fs/common/errors.js'
+import type { FileSystem } from '../../fs/client/index.js'
+import { composeImage } from '../../sandbox/image/compose.js'
+import { exportOciArchive } from '../../sandbox/image/oci/export.js'
+import { importPath } from '../../sandbox/image/oci/import.js'
+import { createProgress, formatBytes, type ProgressSink } from '../../sandbox/image/progress.js'
+import { ImageStore } from '../../sandbox/image/store.js'
+import { LAYER_KINDS, formatImageRef, parseImageRef, type ImageManifest, type LayerKind } from '../../sandbox/image/types.js'
+import { registerImageTransfer } from './image-transfer.js'
+import { withFileSystem } from './fs.js'
+import { choiceArg, intArg, out, printJson } from './output.js'
+
+/** Runs `fn` with the store opened on the command's cluster and progress on stderr (none with --json). */
+async function withStore<T>(cmd: Command, fn: (store: ImageStore, json: boolean, progress: ProgressSink) => Promise<T>): Promise<T> {
+  return withFileSystem(cmd, async (fsys: FileSystem, json) => {
+    const store = new ImageStore(fsys)
+    const progress = createProgress({ quiet: json })
+    try {
+      await store.open()
+      return await fn(store, json, progress)
+    } finally {
+      progress.stop()
+      await store.close()
+    }
+  })
+}
+
+function short(digest: string): string {
+  return digest.slice('sha256:'.length, 'sha256:'.length + 12)
+}
+
+function imageSize(m: ImageManifest): number {
+  const seen = new Map<string, number>()
+  for (const l of m.layers) seen.set(l.digest, l.size)
+  return [...seen.values()].reduce((a, b) => a + b, 0)
+}
+
+/** NAME[:TAG] of a destination (a digest is not a name). */
+function targetName(s: string, what: string): { name: string; tag: string } {
+  const r = parseImageRef(s)
+  if (r.digest) throw new StrataError('IMAGE_INVALID_REFERENCE', `${what} ${JSON.stringify(s)} must be NAME[:TAG], not a digest`)
+  return { name: r.name, tag: r.tag ?? 'latest' }
+}
+
+function secs(t0: number): number {
+  return Math.round((Date.now() - t0) / 100) / 10
+}
+
+/** Registers `strata image …`. */
+export function registerImageCommands(program: Command): Command {
+  const g = program
+    .command('image')
+    .description('images: EROFS layers in the DFS (/strata/images), OCI import and export, compose, push and pull')
+    .enablePositionalOptions(false)
+    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory')
+    .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)')
+    .option('--timeout <seconds>', 'how long one DFS operation may retry', intArg('--timeout', { min: 1 }), 60)
+    .option('--json', 'print JSON')
+    .addHelpText('after', '\nErrors print "strata: CODE: message" and exit 1; usage errors exit 2. Codes: docs/errors.md (IMAGE_*).')
+
+  g.command('import')
+    .description('import a docker-save tarball, OCI archive, OCI layout directory, rootfs tarball (.tar, .tar.gz, .tar.zst) or rootfs directory')
+    .argument('<path>', 'what to import')
+    .option('--name <name[:tag]>', 'name of the image (default: the name the archive gives it)')
+    .option('--kind <kind>', 'kind of the imported layers: base, workspace or toolkit', choiceArg('--kind', LAYER_KINDS), 'base')
+    .option('--squash', 'squash all layers into one')
+    .option('--platform <os/arch[/variant]>', 'image to take from a multi-platform index (default linux/amd64)')
+    .option('--ref <name>', 'image to take from an archive that holds several (a RepoTag or ref.name)')
+    .option('--compress <algo>', 'compress layer file data: lz4 or lz4hc (default: none)', choiceArg('--compress', ['lz4', 'lz4hc'] as const))
+    .option('--work-dir <dir>', 'local directory for unpacking and building layers (default: the system temp dir)')
+    .option('--json', 'print JSON')
+    .action((input: string, o: { name?: string; kind: LayerKind; squash?: boolean; platform?: string; ref?: string; compress?: 'lz4' | 'lz4hc'; workDir?: string }, cmd: Command) =>
+      withStore(cmd, async (store, json, progress) => {
+        const t0 = Date.now()
+        const target = o.name !== undefined ? targetName(o.name, '--name') : null
+        const r = await importPath(store, input, {
+          ...(target ? { name: target.name, tag: target.tag } : {}),
+          requireName: true,
+          kind: o.kind,
+          ...(o.squash ? { squash: true } : {}),
+          ...(o.platform ? { platform: o.platform } : {}),
+          ...(o.ref ? { ref: o.ref } : {}),
+          ...(o.compress ? { compress: o.compress } : {}),
+          ...(o.workDir ? { workDir: o.workDir } : {}),
+          onProgress: progress,
+        })
+        const seconds = secs(t0)
+        const image = `${r.name}:${r.tag}`
+        if (json) {
+          return printJson({
+            image,
+            name: r.name,
+            tag: r.tag,
+            digest: r.digest,
+            source: r.manifest.source,
+            layers: r.manifest.layers,
+            layersBuilt: r.layersBuilt,
+            layersReused: r.layersReused,
+            size: imageSize(r.manifest),
+            seconds,
+          })
+        }
+        out(`imported ${image} ${r.digest} (${r.manifest.layers.length} layer(s): ${r.layersBuilt} built, ${r.layersReused} reused; ${formatBytes(imageSize(r.manifest))}) in ${seconds} s`)
+      }),
+    )
+
+  g.command('compose')
+    .description('make an image from stored images\' layers (no data copied): base, then workspace, then toolkits')
+    .argument('<name>', 'NAME[:TAG] of the new image')
+    .requiredOption('--base <image>', 'base image (OS and runtimes)')
+    .option('--workspace <image>', 'workspace image (repository and task dependencies)')
+    .option('--toolkit <image>', 'toolkit image (repeatable, stacked in order)', (v: string, prev: string[] | undefined) => [...(prev ?? []), v])
+    .option('--json', 'print JSON')
+    .action((nameArg: string, o: { base: string; workspace?: string; toolkit?: string[] }, cmd: Command) =>
+      withStore(cmd, async (store, json) => {
+        const target = targetName(nameArg, 'image name')
+        const r = await composeImage(store, {
+          base: o.base,
+          ...(o.workspace ? { workspace: o.workspace } : {}),
+          ...(o.toolkit ? { toolkits: o.toolkit } : {}),
+          name: target.name,
+          tag: target.tag,
+        })
+        const image = `${target.name}:${target.tag}`
+        if (json) return printJson({ image, digest: r.digest, parts: r.parts, layers: r.manifest.layers, config: r.manifest.config })
+        out(`composed ${image} ${r.digest}: ${r.parts.map((p) => `${p.kind} ${p.ref} (${p.layers} layer(s))`).join(', ')}`)
+      }),
+    )
+
+  g.command('ls')
+    .description('list images: NAME TAG DIGEST LAYERS SIZE CREATED')
+    .option('-a, --all', 'also list manifests no tag points at (as <none>)')
+    .option('--json', 'print JSON')
+    .action((o: { all?: boolean }, cmd: Command) =>
+      withStore(cmd, async (store, json) => {
+        const tags = await store.listTags()
+        const digests = new Set(tags.map((t) => t.digest))
+        const rows: Array<{ name: string; tag: string; digest: string }> = [...tags]
+        if (o.all) for (const d of await store.listManifests()) if (!digests.has(d)) rows.push({ name: '<none>', tag: '<none>', digest: d })
+        const manifests = new Map<string, ImageManifest | null>()
+        for (const r of rows) {
+          if (!manifests.has(r.digest)) manifests.set(r.digest, await store.getManifest(r.digest).then((x) => x.manifest, () => null))
+        }
+        const recs = rows.map((r) => {
+          const m = manifests.get(r.digest)
+          return { name: r.name, tag: r.tag, digest: r.digest, layers: m?.layers.length ?? null, size: m ? imageSize(m) : null, created: m?.created ?? null }
+        })
+        if (json) return printJson(recs)
+        out(
+          formatTable([
+            ['NAME', 'TAG', 'DIGEST', 'LAYERS', 'SIZE', 'CREATED'],
+            ...recs.map((r) => [r.name, r.tag, short(r.digest), r.layers === null ? '?' : String(r.layers), r.size === null ? '?' : formatBytes(r.size), r.created ? r.created.replace('T', ' ').slice(0, 19) : '?']),
+          ]),
+        )
+      }),
+    )
+
+  g.command('inspect')
+    .description('an image\'s manifest and layers (with their DFS paths)')
+    .argument('<image>', 'NAME[:TAG] or NAME@sha256:…')
+    .option('--json', 'print JSON')
+    .action((ref: string, _o, cmd: Command) =>
+      withStore(cmd, async (store, json) => {
+        const r = await store.resolve(ref)
+        const tags = (await store.listTags()).filter((t) => t.digest === r.digest).map((t) => `${t.name}:${t.tag}`)
+        const layers = r.manifest.layers.map((l) => ({ ...l, path: store.blobPath(l.digest) }))
+        if (json) return printJson({ ref: formatImageRef(r.ref), digest: r.digest, path: store.manifestPath(r.digest), tags, size: imageSize(r.manifest), manifest: r.manifest, layers })
+        const c = r.manifest.config
+        out(
+          formatTable([
+            ['Image', formatImageRef(r.ref)],
+            ['Digest', r.digest],
+            ['Tags', tags.join(' ') || '<none>'],
+            ['Created', r.manifest.created],
+            ['Source', `${r.manifest.source.type} ${r.manifest.source.ref}${r.manifest.source.platform ? ` (${r.manifest.source.platform})` : ''}`],
+            ['Size', formatBytes(imageSize(r.manifest))],
+            ['Entrypoint', JSON.stringify(c.entrypoint)],
+            ['Cmd', JSON.stringify(c.cmd)],
+            ['Workdir', c.workdir || '/'],
+            ['User', c.user || '(default)'],
+            ['Env', c.env.join(' ')],
+            ['Labels', Object.entries(c.labels).map(([k, v]) => `${k}=${v}`).join(' ')],
+          ]),
+        )
+        out('')
+        out(formatTable([['#', 'KIND', 'DIGEST', 'SIZE', 'PATH'], ...layers.map((l, i) => [String(i + 1), l.kind, l.digest, formatBytes(l.size), l.path])]))
+      }),
+    )
+
+  g.command('tag')
+    .description('point NAME[:TAG] at an existing image')
+    .argument('<source>', 'NAME[:TAG] or NAME@sha256:…')
+    .argument('<target>', 'NAME[:TAG]')
+    .option('--json', 'print JSON')
+    .action((src: string, dst: string, _o, cmd: Command) =>
+      withStore(cmd, async (store, json) => {
+        const target = targetName(dst, 'target')
+        const r = await store.resolve(src)
+        await store.setTag(target.name, target.tag, r.digest)
+        if (json) return printJson({ image: `${target.name}:${target.tag}`, digest: r.digest })
+        out(`${target.name}:${target.tag} -> ${r.digest}`)
+      }),
+    )
+
+  g.command('rm')
+    .description('untag images (NAME@sha256:… removes every tag of NAME on that manifest); `image gc` frees the space')
+    .argument('<images...>', 'NAME[:TAG] or NAME@sha256:…')
+    .option('--json', 'print JSON')
+    .action((refs: string[], _o, cmd: Command) =>
+      withStore(cmd, async (store, json) => {
+        const parsed = refs.map((r) => parseImageRef(r))
+        const untagged: Array<{ image: string; digest: string }> = []
+        for (const r of parsed) {
+          if (r.digest) {
+            const hits = (await store.listTags()).filter((t) => t.name === r.name && t.digest === r.digest)
+            if (hits.length === 0) throw new StrataError('IMAGE_NOT_FOUND', `no tag of ${r.name} points at ${r.digest}`)
+            for (const h of hits) {
+              await store.removeTag(h.name, h.tag)
+              untagged.push({ image: `${h.name}:${h.tag}`, digest: h.digest })
+            }
+          } else {
+            const tag = r.tag ?? 'latest'
+            const d = await store.getTag(r.name, tag)
+            if (!d) throw new StrataError('IMAGE_NOT_FOUND', `no image ${r.name}:${tag}`)
+            await store.removeTag(r.name, tag)
+            untagged.push({ image: `${r.name}:${tag}`, digest: d })
+          }
+        }
+        if (json) return printJson({ untagged })
+        out(untagged.map((u) => `untagged ${u.image} (${u.digest})`).join('\n'))
+      }),
+    )
+
+  g.command('gc')
+    .description('remove manifests no tag points at and layers no remaining manifest uses; leased layers (in use on a node) are kept')
+    .option('--dry-run', 'only report what would be removed')
+    .option('--json', 'print JSON')
+    .action((o: { dryRun?: boolean }, cmd: Command) =>
+      withStore(cmd, async (store, json) => {
+        const r = await store.gc({ dryRun: !!o.dryRun })
+        if (json) return printJson({ dryRun: !!o.dryRun, ...r })
+        const verb = o.dryRun ? 'would remove' : 'removed'
+        out(`${verb} ${r.removedManifests.length} manifest(s) and ${r.removedBlobs.length} layer(s), ${formatBytes(r.freedBytes)}; ${r.keptLeased.length} unreferenced layer(s) kept (leased)`)
+      }),
+    )
+
+  g.command('export')
+    .description('write an image as an OCI archive (for podman load, skopeo oci-archive:, docker load)')
+    .argument('<image>', 'NAME[:TAG] or NAME@sha256:…')
+    .argument('<out>', 'output .tar file')
+    .option('--work-dir <dir>', 'local directory for converting layers (default: the system temp dir)')
+    .option('--json', 'print JSON')
+    .action((ref: string, outFile: string, o: { workDir?: string }, cmd: Command) =>
+      withStore(cmd, async (store, json, progress) => {
+        const t0 = Date.now()
+        const r = await exportOciArchive(store, ref, outFile, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress })
+        const seconds = secs(t0)
+        if (json) return printJson({ ...r, out: outFile, seconds })
+        out(`exported ${r.refName ?? r.digest} to ${outFile}: ${r.layers.length} layer(s), ${formatBytes(r.bytes)} in ${seconds} s`)
+      }),
+    )
+
+  registerImageTransfer(g)
+  return g
+}

@@ -1,0 +1,8 @@
+// sandbox/image: images as EROFS layers in the DFS (docs/images.md).
+export * from './types.js'
+export * from './store.js'
+export * from './progress.js'
+export * from './compose.js'
+export * from './oci/index.js'
+export * from './layer/index.js'
+export * from './s3/index.js'

@@ -1,0 +1,561 @@
+// The import pipeline: an OCI image (from an archive, a layout, a registry,
+// S3) or a rootfs (tarball or directory) → EROFS layers in the store → a
+// manifest → the tag.
+//
+// Per OCI layer: the raw blob is streamed once, hashed against its digest
+// and size, decompressed, hashed against its diff_id and unpacked into a
+// work directory (sandbox/image/layer: whiteouts become overlay whiteouts);
+// mkfs.erofs builds the layer, which is stored (staged in tmp/, verified,
+// renamed) and its diffId recorded. A diffId the store already has a layer
+// for is not read at all. Layers are built two at a time.
+//
+// Nothing is half-published: the manifest is stored only after every layer,
+// the tag only after the manifest. Everything the import stores is leased
+// (a transient lease) until the tag is written, so a concurrent gc keeps
+// it; on failure the layers and manifest this import created (and that no
+// one else leased meanwhile) are removed again, with their diffId records.
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { Readable, Transform, Writable, finished, pipeline, type TransformCallback } from 'node:stream'
+import { StrataError } from '../../../fs/common/errors.js'
+import { buildErofs, layerToTar, unpackLayer } from '../layer/index.js'
+import { decompressStream } from '../layer/decompress.js'
+import { NO_PROGRESS, formatBytes, type ProgressSink, type ProgressTask } from '../progress.js'
+import { TRANSIENT_LEASE_PREFIX, hashLocalFile, type ImageStore } from '../store.js'
+import {
+  MANIFEST_MEDIA_TYPE,
+  emptyConfig,
+  encodeManifest,
+  parseImageRef,
+  sha256Digest,
+  type ImageConfig,
+  type ImageManifest,
+  type ImageSource,
+  type LayerKind,
+  type LayerRef,
+} from '../types.js'
+import { openImportInput } from './source.js'
+import type { ReadImageOptions } from './layout.js'
+import { parsePlatform } from './platform.js'
+import type { OciImageConfig, OciImageSource, OciLayerSource } from './types.js'
+
+export type { OciImageConfig, OciImageSource, OciLayerSource } from './types.js'
+
+export interface ImportOptions {
+  /** tag the image as name:tag (default tag `latest`); without a name the manifest is stored untagged */
+  name?: string
+  tag?: string
+  /** kind of every layer (default base) */
+  kind?: LayerKind
+  /** squash all layers into one */
+  squash?: boolean
+  /** where layers are unpacked and built (default os.tmpdir()); a private directory is made inside and removed */
+  workDir?: string
+  /** mkfs.erofs compression of file data (default none) */
+  compress?: 'lz4' | 'lz4hc'
+  onProgress?: ProgressSink
+  /** layers built at the same time (default 2) */
+  concurrency?: number
+}
+
+export interface ImportResult {
+  digest: string
+  manifest: ImageManifest
+  layersBuilt: number
+  layersReused: number
+}
+
+const noop = (): void => undefined
+
+/** Hashes bytes passing through and checks them at the end (and the size as they pass). */
+class DigestCheck extends Transform {
+  readonly #hash = crypto.createHash('sha256')
+  #bytes = 0
+  #digest = ''
+
+  constructor(
+    readonly expect: { digest?: string; size?: number },
+    readonly what: string,
+    readonly onBytes?: (n: number) => void,
+  ) {
+    super()
+  }
+
+  get digest(): string {
+    return this.#digest
+  }
+
+  get bytes(): number {
+    return this.#bytes
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    this.#bytes += chunk.length
+    if (this.expect.size !== undefined && this.#bytes > this.expect.size) {
+      cb(new StrataError('IMAGE_SIZE_MISMATCH', `${this.what} is larger than the declared ${this.expect.size} bytes`))
+      return
+    }
+    this.#hash.update(chunk)
+    this.onBytes?.(chunk.length)
+    cb(null, chunk)
+  }
+
+  override _flush(cb: TransformCallback): void {
+    this.#digest = 'sha256:' + this.#hash.digest('hex')
+    if (this.expect.size !== undefined && this.#bytes !== this.expect.size) {
+      cb(new StrataError('IMAGE_SIZE_MISMATCH', `${this.what} has ${this.#bytes} bytes, declared ${this.expect.size}`))
+      return
+    }
+    if (this.expect.digest !== undefined && this.#digest !== this.expect.digest) {
+      cb(new StrataError('IMAGE_DIGEST_MISMATCH', `${this.what} hashes to ${this.#digest}, declared ${this.expect.digest}`, { detail: { expected: this.expect.digest, actual: this.#digest } }))
+      return
+    }
+    cb()
+  }
+}
+
+/** Reads a stream to its end (after a consumer stopped early) and waits for its checks. */
+async function drain(s: Readable): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    finished(s, (err) => (err ? reject(err) : resolve()))
+    s.resume()
+  })
+}
+
+/** A Writable that only counts (layerToTar's output when only the diffId is wanted). */
+function nullSink(): Writable {
+  return new Writable({
+    highWaterMark: 1024 * 1024,
+    write(_c, _e, cb) {
+      cb()
+    },
+  })
+}
+
+/** `a=b` strings → key order kept, later values win. */
+function mergeEnv(...lists: string[][]): string[] {
+  const m = new Map<string, string>()
+  for (const l of lists) {
+    for (const kv of l) {
+      const eq = kv.indexOf('=')
+      m.set(eq < 0 ? kv : kv.slice(0, eq), kv)
+    }
+  }
+  return [...m.values()]
+}
+
+/** An OCI / Docker image config's Env, Entrypoint, Cmd, WorkingDir, User and Labels as an ImageConfig. */
+export function imageConfigOf(c: OciImageConfig): ImageConfig {
+  const cfg = emptyConfig()
+  const x = c.config
+  if (!x) return cfg
+  const strings = (v: unknown, what: string): string[] => {
+    if (v === undefined || v === null) return []
+    if (!Array.isArray(v) || !v.every((s) => typeof s === 'string')) throw new StrataError('IMAGE_BAD_MANIFEST', `image config ${what} is not an array of strings`)
+    return v as string[]
+  }
+  const str = (v: unknown, what: string): string => {
+    if (v === undefined || v === null) return ''
+    if (typeof v !== 'string') throw new StrataError('IMAGE_BAD_MANIFEST', `image config ${what} is not a string`)
+    return v
+  }
+  cfg.env = mergeEnv(strings(x.Env, 'Env'))
+  cfg.entrypoint = strings(x.Entrypoint, 'Entrypoint')
+  cfg.cmd = strings(x.Cmd, 'Cmd')
+  cfg.workdir = str(x.WorkingDir, 'WorkingDir')
+  cfg.user = str(x.User, 'User')
+  if (x.Labels !== undefined && x.Labels !== null) {
+    if (typeof x.Labels !== 'object' || Array.isArray(x.Labels)) throw new StrataError('IMAGE_BAD_MANIFEST', 'image config Labels is not an object')
+    for (const [k, v] of Object.entries(x.Labels)) if (typeof v === 'string') cfg.labels[k] = v
+  }
+  return cfg
+}
+
+function createdOf(c: OciImageConfig | null): string {
+  const t = c?.created ? Date.parse(c.created) : NaN
+  return Number.isFinite(t) ? new Date(t).toISOString() : new Date().toISOString()
+}
+
+function shortDigest(d: string): string {
+  return d.slice('sha256:'.length, 'sha256:'.length + 12)
+}
+
+/**
+ * One import run: its work directory, the leases it holds and what it
+ * created, so that a failure can take back exactly that.
+ */
+class ImportRun {
+  readonly holder = `${TRANSIENT_LEASE_PREFIX}import-${process.pid}-${crypto.randomBytes(6).toString('hex')}`
+  readonly leased = new Set<string>()
+  readonly createdBlobs = new Set<string>()
+  readonly recorded = new Map<string, string>()
+  createdManifest: string | null = null
+  workDir = ''
+  layersBuilt = 0
+  layersReused = 0
+  readonly progress: ProgressSink
+
+  constructor(
+    readonly store: ImageStore,
+    readonly opts: ImportOptions,
+  ) {
+    this.progress = opts.onProgress ?? NO_PROGRESS
+  }
+
+  async begin(): Promise<void> {
+    const base = this.opts.workDir ?? os.tmpdir()
+    await fs.promises.mkdir(base, { recursive: true })
+    this.workDir = await fs.promises.mkdtemp(path.join(base, 'strata-import-'))
+  }
+
+  async lease(digest: string): Promise<void> {
+    if (this.leased.has(digest)) return
+    await this.store.addLease(this.holder, digest)
+    this.leased.add(digest)
+  }
+
+  /** Stores a built EROFS file and records the diffId it stands for. */
+  async storeLayer(file: string, built: { digest: string; size: number }, diffId: string, task: ProgressTask): Promise<void> {
+    await this.lease(built.digest)
+    const put = await this.store.putBlobFile(file, built)
+    if (!put.existed) this.createdBlobs.add(built.digest)
+    await fs.promises.rm(file, { force: true })
+    if ((await this.store.lookupDiffId(diffId)) !== built.digest) {
+      await this.store.recordDiffId(diffId, built.digest)
+      this.recorded.set(diffId, built.digest)
+    }
+    task.done(put.existed ? `layer ${shortDigest(built.digest)} already stored` : `built ${formatBytes(built.size)} layer ${shortDigest(built.digest)}`)
+  }
+
+  /** A stored layer for `diffId`, leased, if the store has one. */
+  async reuse(diffId: string): Promise<{ digest: string; size: number } | null> {
+    const d = await this.store.lookupDiffId(diffId)
+    if (!d) return null
+    await this.lease(d)
+    const st = await this.store.statBlob(d)
+    return st
+  }
+
+  async publish(layers: LayerRef[], config: ImageConfig, source: ImageSource, created: string): Promise<ImportResult> {
+    const manifest: ImageManifest = { schemaVersion: 1, mediaType: MANIFEST_MEDIA_TYPE, layers, config, source, created }
+    const digest = sha256Digest(encodeManifest(manifest))
+    await this.lease(digest)
+    const existed = await this.store.hasManifest(digest)
+    await this.store.putManifest(manifest)
+    if (!existed) this.createdManifest = digest
+    if (this.opts.name) await this.store.setTag(this.opts.name, this.opts.tag ?? 'latest', digest)
+    this.createdManifest = null
+    this.createdBlobs.clear()
+    this.recorded.clear()
+    return { digest, manifest, layersBuilt: this.layersBuilt, layersReused: this.layersReused }
+  }
+
+  /** Ends the run: leases dropped, work dir removed; after a failure, what it created is removed too. */
+  async end(failed: boolean): Promise<void> {
+    if (failed) {
+      const others = new Set((await this.store.listLeases().catch(() => [])).filter((l) => l.holder !== this.holder).map((l) => l.digest))
+      if (this.createdManifest && !others.has(this.createdManifest)) await this.store.fs.unlink(this.store.manifestPath(this.createdManifest)).catch(noop)
+      for (const d of this.createdBlobs) if (!others.has(d)) await this.store.fs.unlink(this.store.blobPath(d)).catch(noop)
+      for (const [diffId, d] of this.recorded) if (!others.has(d)) await this.store.fs.unlink(this.store.diffIdPath(diffId)).catch(noop)
+    }
+    for (const d of this.leased) await this.store.removeLease(this.holder, d).catch(noop)
+    if (this.workDir) await fs.promises.rm(this.workDir, { recursive: true, force: true }).catch(noop)
+  }
+}
+
+/**
+ * The uncompressed tar of an OCI layer as a stream that fails with
+ * IMAGE_SIZE_MISMATCH / IMAGE_DIGEST_MISMATCH when the blob or the tar does
+ * not match the digest, size and diff_id declared for it.
+ */
+async function verifiedLayerTar(layer: OciLayerSource, diffId: string, label: string, onBytes?: (n: number) => void): Promise<Readable> {
+  const raw = await layer.open()
+  const rawCheck = new DigestCheck({ digest: layer.digest, size: layer.size }, `${label} blob`, onBytes)
+  const rawV = pipeline(raw, rawCheck, noop) as unknown as Readable
+  const plain = await decompressStream(rawV, layer.mediaType)
+  return pipeline(plain, new DigestCheck({ digest: diffId }, `${label} (uncompressed, diff_id)`), noop) as unknown as Readable
+}
+
+/**
+ * After unpacking failed, tells whether the blob itself was bad: a tampered or
+ * truncated blob usually breaks decompression or the tar before its digest is
+ * known, and the digest is the better reason to report.
+ */
+async function blobMismatch(layer: OciLayerSource, label: string): Promise<StrataError | null> {
+  try {
+    const check = new DigestCheck({ digest: layer.digest, size: layer.size }, `${label} blob`)
+    await drain(pipeline(await layer.open(), check, noop) as unknown as Readable)
+    return null
+  } catch (e) {
+    return e instanceof StrataError && (e.code === 'IMAGE_DIGEST_MISMATCH' || e.code === 'IMAGE_SIZE_MISMATCH') ? e : null
+  }
+}
+
+/** Unpacks one verified OCI layer into `dir`. */
+async function unpackVerified(layer: OciLayerSource, diffId: string, dir: string, mode: 'layer' | 'apply', label: string, task: ProgressTask): Promise<void> {
+  let tar: Readable | null = null
+  try {
+    tar = await verifiedLayerTar(layer, diffId, label, (n) => task.tick(n))
+    await unpackLayer(tar, dir, { mode })
+    await drain(tar)
+  } catch (e) {
+    tar?.destroy()
+    if (e instanceof StrataError && (e.code === 'IMAGE_DIGEST_MISMATCH' || e.code === 'IMAGE_SIZE_MISMATCH')) throw e
+    throw (await blobMismatch(layer, label)) ?? e
+  }
+}
+
+/** Runs `fn` over `items` with at most `limit` at a time, keeping result order. */
+async function mapLimit<T, R>(items: T[], limit: number, fn: (item: T, i: number) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length)
+  let next = 0
+  let failed: unknown = null
+  const worker = async () => {
+    while (failed === null && next < items.length) {
+      const i = next++
+      try {
+        out[i] = await fn(items[i]!, i)
+      } catch (e) {
+        failed ??= e
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker))
+  if (failed !== null) throw failed
+  return out
+}
+
+/**
+ * Imports an OCI image (see the file comment). Returns the manifest digest
+ * and how many layers were built and reused. With `name` the tag is set last.
+ */
+export async function importOciImage(store: ImageStore, src: OciImageSource, opts: ImportOptions = {}): Promise<ImportResult> {
+  const run = new ImportRun(store, opts)
+  let failed = true
+  try {
+    await run.begin()
+    const result = await importInto(run, src)
+    failed = false
+    return result
+  } finally {
+    await run.end(failed)
+  }
+}
+
+async function importInto(run: ImportRun, src: OciImageSource): Promise<ImportResult> {
+  const { store, opts } = run
+  const kind = opts.kind ?? 'base'
+  const diffIds = src.config.rootfs?.diff_ids ?? []
+  if (src.layers.length === 0) throw new StrataError('IMAGE_BAD_MANIFEST', 'the image has no layers')
+  const layerDiffId = (l: OciLayerSource, i: number): string => {
+    const d = l.diffId ?? diffIds[i]
+    if (!d) throw new StrataError('IMAGE_BAD_MANIFEST', `layer ${i + 1} has no diff_id in the image config`)
+    if (l.diffId && diffIds[i] && l.diffId !== diffIds[i]) throw new StrataError('IMAGE_BAD_MANIFEST', `layer ${i + 1}: diff_id ${l.diffId} differs from the config's ${diffIds[i]}`)
+    return d
+  }
+  const n = src.layers.length
+  const config = imageConfigOf(src.config)
+  const created = createdOf(src.config)
+  await store.open()
+
+  if (opts.squash) {
+    const dir = path.join(run.workDir, 'squash')
+    await fs.promises.mkdir(dir)
+    for (const [i, l] of src.layers.entries()) {
+      const label = `layer ${i + 1}/${n} ${shortDigest(l.digest)}`
+      const task = run.progress.start(`apply ${label}`, l.size)
+      try {
+        await unpackVerified(l, layerDiffId(l, i), dir, 'apply', label, task)
+      } finally {
+        task.done()
+      }
+    }
+    const ref = await buildFromDir(run, dir, 'squashed layer', true)
+    return run.publish([{ ...ref, kind }], config, src.source, created)
+  }
+
+  // one build per distinct diffId (images may repeat a layer, e.g. empty ones)
+  const builds = new Map<string, Promise<{ digest: string; size: number }>>()
+  const refs = await mapLimit(src.layers, opts.concurrency ?? 2, async (l, i) => {
+    const diffId = layerDiffId(l, i)
+    let p = builds.get(diffId)
+    if (!p) {
+      p = buildOciLayer(run, l, diffId, `layer ${i + 1}/${n} ${shortDigest(l.digest)}`, i)
+      builds.set(diffId, p)
+    }
+    const built = await p
+    return { digest: built.digest, size: built.size, kind, diffId } satisfies LayerRef
+  })
+  return run.publish(refs, config, src.source, created)
+}
+
+async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, label: string, i: number): Promise<{ digest: string; size: number }> {
+  const reused = await run.reuse(diffId)
+  if (reused) {
+    run.layersReused++
+    const t = run.progress.start(label)
+    t.done(`reused ${shortDigest(reused.digest)}`)
+    return reused
+  }
+  const task = run.progress.start(label, l.size)
+  try {
+    const dir = path.join(run.workDir, `layer-${i}`)
+    await fs.promises.mkdir(dir)
+    await unpackVerified(l, diffId, dir, 'layer', label, task)
+    const file = `${dir}.erofs`
+    const built = await buildErofs(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
+    await fs.promises.rm(dir, { recursive: true, force: true })
+    await run.storeLayer(file, built, diffId, task)
+    run.layersBuilt++
+    return built
+  } finally {
+    task.done()
+  }
+}
+
+/**
+ * Builds a layer straight from a directory tree; its diffId is the digest of
+ * the tar layerToTar makes of the built layer. `own`: the directory is ours
+ * and is removed after the build.
+ */
+async function buildFromDir(run: ImportRun, dir: string, label: string, own: boolean): Promise<{ digest: string; size: number; diffId: string }> {
+  const task = run.progress.start(`build ${label}`)
+  try {
+    const file = path.join(run.workDir, `${path.basename(dir)}-${crypto.randomBytes(4).toString('hex')}.erofs`)
+    const built = await buildErofs(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
+    if (own) await fs.promises.rm(dir, { recursive: true, force: true })
+    const { diffId } = await layerToTar(file, nullSink(), { tmpDir: run.workDir })
+    await run.storeLayer(file, built, diffId, task)
+    run.layersBuilt++
+    return { ...built, diffId }
+  } finally {
+    task.done()
+  }
+}
+
+/**
+ * Imports a rootfs tarball (an uncompressed tar file; `importPath`
+ * decompresses others first) as one layer. Its diffId is the tar's sha256,
+ * so importing the same tarball again reuses the layer without unpacking.
+ */
+export async function importRootfsTar(store: ImageStore, file: string, source: ImageSource, opts: ImportOptions = {}): Promise<ImportResult> {
+  const run = new ImportRun(store, opts)
+  let failed = true
+  try {
+    await run.begin()
+    await store.open()
+    const kind = opts.kind ?? 'base'
+    const { digest: diffId, size } = await hashLocalFile(file)
+    let ref: { digest: string; size: number }
+    const reused = await run.reuse(diffId)
+    if (reused) {
+      run.layersReused++
+      run.progress.start('rootfs').done(`reused ${shortDigest(reused.digest)}`)
+      ref = reused
+    } else {
+      const task = run.progress.start('rootfs', size)
+      try {
+        const dir = path.join(run.workDir, 'rootfs')
+        await fs.promises.mkdir(dir)
+        const tar = pipeline(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), new DigestCheck({ digest: diffId, size }, 'rootfs tarball', (b) => task.tick(b)), noop) as unknown as Readable
+        try {
+          await unpackLayer(tar, dir, { mode: 'layer' })
+          await drain(tar)
+        } catch (e) {
+          tar.destroy()
+          throw e
+        }
+        const out = `${dir}.erofs`
+        const built = await buildErofs(dir, out, opts.compress ? { compress: opts.compress } : {})
+        await fs.promises.rm(dir, { recursive: true, force: true })
+        await run.storeLayer(out, built, diffId, task)
+        run.layersBuilt++
+        ref = built
+      } finally {
+        task.done()
+      }
+    }
+    const result = await run.publish([{ digest: ref.digest, size: ref.size, kind, diffId }], emptyConfig(), source, new Date().toISOString())
+    failed = false
+    return result
+  } finally {
+    await run.end(failed)
+  }
+}
+
+/** Imports a rootfs directory as one layer, built by mkfs.erofs from the directory itself (no copy). */
+export async function importRootfsDir(store: ImageStore, dir: string, source: ImageSource, opts: ImportOptions = {}): Promise<ImportResult> {
+  const run = new ImportRun(store, opts)
+  let failed = true
+  try {
+    await run.begin()
+    await store.open()
+    const ref = await buildFromDir(run, dir, 'rootfs', false)
+    const result = await run.publish([{ ...ref, kind: opts.kind ?? 'base' }], emptyConfig(), source, new Date().toISOString())
+    failed = false
+    return result
+  } finally {
+    await run.end(failed)
+  }
+}
+
+export interface ImportPathOptions extends ImportOptions {
+  /** platform os/arch[/variant] to pick from an index (default linux/amd64) */
+  platform?: string
+  /** which image of a multi-image archive */
+  ref?: string
+  /** fail (IMAGE_INVALID_REFERENCE) before importing anything when there is no name to tag the image with */
+  requireName?: boolean
+}
+
+export interface ImportPathResult extends ImportResult {
+  name?: string
+  tag?: string
+  sourceType: ImageSource['type']
+}
+
+/**
+ * Imports whatever `input` is (see oci/source.ts): a `docker save` tarball,
+ * an OCI archive or layout, a rootfs tarball or directory. Without
+ * `opts.name` an image archive's own name (RepoTags, ref.name) is used.
+ */
+export async function importPath(store: ImageStore, input: string, opts: ImportPathOptions = {}): Promise<ImportPathResult> {
+  const base = opts.workDir ?? os.tmpdir()
+  await fs.promises.mkdir(base, { recursive: true })
+  const scratch = await fs.promises.mkdtemp(path.join(base, 'strata-input-'))
+  try {
+    const readOpts: ReadImageOptions = {}
+    if (opts.platform) readOpts.platform = parsePlatform(opts.platform)
+    if (opts.ref) readOpts.ref = opts.ref
+    const inp = await openImportInput(input, scratch, readOpts)
+    let name = opts.name
+    let tag = opts.tag
+    if (!name && inp.kind === 'image') {
+      for (const r of inp.image.refNames ?? []) {
+        try {
+          const p = parseImageRef(r.replace(/^docker\.io\/library\//, '').replace(/^docker\.io\//, ''))
+          if (p.tag) {
+            name = p.name
+            tag = p.tag
+            break
+          }
+        } catch {
+          // not a usable name (e.g. a bare tag as ref.name): try the next
+        }
+      }
+    }
+    if (!name && opts.requireName) {
+      throw new StrataError('IMAGE_INVALID_REFERENCE', `${input} gives the image no name: use --name NAME[:TAG]`)
+    }
+    const o: ImportOptions = { ...opts, ...(name ? { name } : {}), ...(tag ? { tag } : {}) }
+    let r: ImportResult
+    if (inp.kind === 'image') r = await importOciImage(store, inp.image, o)
+    else if (inp.kind === 'rootfs-tar') r = await importRootfsTar(store, inp.file, { type: 'rootfs', ref: inp.ref }, o)
+    else r = await importRootfsDir(store, inp.dir, { type: 'rootfs', ref: inp.ref }, o)
+    return { ...r, ...(name ? { name, tag: tag ?? 'latest' } : {}), sourceType: r.manifest.source.type }
+  } finally {
+    await fs.promises.rm(scratch, { recursive: true, force: true }).catch(noop)
+  }
+}

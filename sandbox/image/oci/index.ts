@@ -1,0 +1,10 @@
+// OCI archives, layouts and `docker save` tarballs in and out of the image store.
+export { importOciImage, importRootfsTar, importRootfsDir, importPath, imageConfigOf, type ImportOptions, type ImportResult, type ImportPathOptions, type ImportPathResult } from './import.js'
+export { exportOciArchive, ociConfigOf, type ExportOptions, type ExportResult } from './export.js'
+export { openImportInput, type ImportInput } from './source.js'
+export { readOciLayout, readDockerArchive, parseConfig, parseDescriptor, refMatches, type ReadImageOptions, type Descriptor } from './layout.js'
+export { DirArchiveReader, TarArchiveReader, type ArchiveReader } from './archive.js'
+export { TarIndex, type TarEntry as ArchiveMember } from './tar-index.js'
+export { parsePlatform, formatPlatform, platformMatches, platformOf, DEFAULT_PLATFORM, type Platform } from './platform.js'
+export * from './media-types.js'
+export type { OciImageConfig, OciImageSource, OciLayerSource } from './types.js'
