@@ -1,0 +1,336 @@
+// S3 push and pull between two real clusters through a real S3 server
+// (s3rver): round trip with identical digests and bytes, skipping, resumed
+// pushes (server listing and local journal) and pulls, a server that dies
+// mid-push, tampered objects, missing tags and refused credentials.
+import test from 'ava'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { execFileSync } from 'node:child_process'
+import { Readable } from 'node:stream'
+import { HeadObjectCommand } from '@aws-sdk/client-s3'
+import type { ExecutionContext } from 'ava'
+import { StrataError } from '../../../../fs/common/errors.js'
+import { MANIFEST_MEDIA_TYPE, emptyConfig, encodeManifest, type ImageManifest } from '../../../../sandbox/image/types.js'
+import type { ImageStore } from '../../../../sandbox/image/store.js'
+import { createS3Client, pullS3, pushS3, type S3TransferOptions } from '../../../../sandbox/image/s3/index.js'
+import { blobKey, manifestKey, tagKey } from '../../../../sandbox/image/s3/url.js'
+import { startImageCluster, localTmp, type ImageCluster } from '../../../helpers/image-cluster.js'
+import { S3RVER_CREDENTIALS, startS3, type TestS3 } from '../../../helpers/s3rver.js'
+
+const MiB = 1024 * 1024
+const PART = 5 * MiB
+
+let A: ImageCluster
+let B: ImageCluster
+let n = 0
+
+test.before(async () => {
+  // two clusters: what A pushes, B pulls
+  ;[A, B] = await Promise.all([startImageCluster(), startImageCluster()])
+})
+test.after.always(async () => {
+  await Promise.all([A?.close(), B?.close()])
+})
+
+interface Fixture {
+  store: ImageStore
+  digest: string
+  manifest: ImageManifest
+  /** layer digest → the EROFS file's bytes */
+  layers: Map<string, Buffer>
+}
+
+/** An EROFS layer made by mkfs.erofs from a tree with a file of `bytes` random bytes. */
+function erofsLayer(t: ExecutionContext, bytes: number, seed: string): Buffer {
+  const dir = localTmp(t, 'strata-s3-layer-')
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(path.join(tree, 'etc'), { recursive: true })
+  fs.writeFileSync(path.join(tree, 'etc', 'os-release'), `ID=${seed}\n`)
+  fs.writeFileSync(path.join(tree, 'data.bin'), crypto.randomBytes(bytes))
+  fs.symlinkSync('data.bin', path.join(tree, 'link'))
+  const out = path.join(dir, 'layer.erofs')
+  execFileSync('mkfs.erofs', ['-T0', '--all-root', out, tree], { stdio: 'pipe' })
+  return fs.readFileSync(out)
+}
+
+/** Image NAME:TAG in a fresh store of cluster A: a large layer (several parts) and a small one. */
+async function fixture(t: ExecutionContext, name: string, tag: string, bigBytes = 14 * MiB): Promise<Fixture> {
+  const store = await A.store(`/s3-a-${++n}`)
+  const blobs = [erofsLayer(t, bigBytes, `${name}-base`), erofsLayer(t, 64 * 1024, `${name}-top`)]
+  const layers = new Map<string, Buffer>()
+  const refs = []
+  for (const b of blobs) {
+    const r = await store.putBlob(Readable.from([b]), { size: b.length })
+    layers.set(r.digest, b)
+    refs.push({ digest: r.digest, size: b.length, kind: 'base' as const })
+  }
+  const manifest: ImageManifest = {
+    schemaVersion: 1,
+    mediaType: MANIFEST_MEDIA_TYPE,
+    layers: refs,
+    config: { ...emptyConfig(), cmd: ['sh'], env: ['PATH=/bin'] },
+    source: { type: 'rootfs', ref: '/fixture' },
+    created: '2026-11-30T10:00:00.000Z',
+  }
+  const put = await store.putManifest(encodeManifest(manifest))
+  await store.setTag(name, tag, put.digest)
+  return { store, digest: put.digest, manifest, layers }
+}
+
+function s3opts(s3: TestS3, extra: S3TransferOptions = {}): S3TransferOptions {
+  return { endpoint: s3.endpoint, region: 'us-east-1', forcePathStyle: true, credentials: S3RVER_CREDENTIALS, partSize: PART, ...extra }
+}
+
+async function blobBytes(store: ImageStore, digest: string): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  for await (const c of store.readBlob(digest)) chunks.push(c as Buffer)
+  return Buffer.concat(chunks)
+}
+
+function objectExists(s3: TestS3, key: string): boolean {
+  return fs.existsSync(s3.objectPath(key))
+}
+
+async function code(p: Promise<unknown>): Promise<string> {
+  try {
+    await p
+  } catch (e) {
+    if (e instanceof StrataError) return e.code
+    throw e
+  }
+  throw new Error('expected a failure')
+}
+
+test.serial('round trip A → s3rver → B: same manifest digest, same layer bytes, bucket objects byte-identical; a second push skips every blob', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'team/app', 'v1')
+  const o = s3opts(s3)
+  const pushed = await pushS3(f.store, 'team/app:v1', `s3://${s3.bucket}/mirror`, o)
+  t.is(pushed.digest, f.digest)
+  t.is(pushed.tag, 'team/app:v1')
+  t.is(pushed.blobsPushed, 2)
+  t.is(pushed.blobsSkipped, 0)
+  const total = [...f.layers.values()].reduce((a, b) => a + b.length, 0)
+  t.true(pushed.bytesSent >= total)
+  // the layout: blobs as stored in the DFS, the manifest's exact bytes, the tag
+  for (const [d, bytes] of f.layers) t.true(fs.readFileSync(s3.objectPath(blobKey('mirror', d))).equals(bytes))
+  t.true(fs.readFileSync(s3.objectPath(manifestKey('mirror', f.digest))).equals(encodeManifest(f.manifest)))
+  t.is(fs.readFileSync(s3.objectPath(tagKey('mirror', 'team/app', 'v1')), 'utf8'), `${f.digest}\n`)
+  // the big layer went up in parts
+  t.true(s3.requests.some((r) => /partNumber=3&/.test(r)))
+
+  const again = await pushS3(f.store, 'team/app:v1', `s3://${s3.bucket}/mirror`, o)
+  t.is(again.blobsPushed, 0)
+  t.is(again.blobsSkipped, 2)
+  t.true(again.bytesSent < 1024, `only the tag object is written again (${again.bytesSent} bytes)`)
+
+  const storeB = await B.store(`/s3-b-${++n}`)
+  const pulled = await pullS3(storeB, `s3://${s3.bucket}/mirror/team/app:v1`, o)
+  t.is(pulled.digest, f.digest)
+  t.is(`${pulled.name}:${pulled.tag}`, 'team/app:v1')
+  t.is(pulled.blobsFetched, 2)
+  const got = await storeB.resolve('team/app:v1')
+  t.is(got.digest, f.digest)
+  t.true(got.bytes.equals(encodeManifest(f.manifest)))
+  for (const [d, bytes] of f.layers) t.true((await blobBytes(storeB, d)).equals(bytes))
+
+  // pulled again: nothing fetched; under another local name
+  const re = await pullS3(storeB, `s3://${s3.bucket}/mirror/team/app:v1`, { ...o, name: 'copy' })
+  t.is(re.blobsFetched, 0)
+  t.is(re.blobsSkipped, 2)
+  t.is(`${re.name}:${re.tag}`, 'copy:v1')
+  t.is((await storeB.resolve('copy:v1')).digest, f.digest)
+  // by digest
+  const byDigest = await pullS3(storeB, `s3://${s3.bucket}/mirror/team/app@${f.digest}`, { ...o, name: 'pinned:one' })
+  t.is(byDigest.digest, f.digest)
+  t.is((await storeB.resolve('pinned:one')).digest, f.digest)
+})
+
+for (const mode of ['journal', 'server listing'] as const) {
+  test.serial(`an interrupted push resumes from the parts already uploaded (${mode})`, async (t) => {
+    const s3 = await startS3(t, { listUploads: mode === 'server listing' })
+    const f = await fixture(t, 'resume', 'v1', 22 * MiB)
+    const big = [...f.layers.entries()].find(([, b]) => b.length > PART)!
+    const stateDir = localTmp(t, 'strata-s3-state-')
+    const o = s3opts(s3, { concurrency: 2, ...(mode === 'journal' ? { stateDir } : {}) })
+    const ac = new AbortController()
+    let parts = 0
+    const first = pushS3(f.store, 'resume:v1', `s3://${s3.bucket}/r`, {
+      ...o,
+      signal: ac.signal,
+      onUpload: (e) => {
+        if (e.digest === big[0] && ++parts === 2) ac.abort()
+      },
+    })
+    t.is(await code(first), 'CANCELLED')
+    t.false(objectExists(s3, tagKey('r', 'resume', 'v1')), 'nothing tagged')
+    t.false(objectExists(s3, manifestKey('r', f.digest)))
+    t.false(objectExists(s3, blobKey('r', big[0])))
+    if (mode === 'journal') t.is(fs.readdirSync(stateDir).length, 1, 'one upload journal')
+
+    const before = s3.requests.length
+    const second = await pushS3(f.store, 'resume:v1', `s3://${s3.bucket}/r`, o)
+    t.true(second.partsResumed >= 2, `parts resumed: ${second.partsResumed}`)
+    t.true(second.bytesSent <= big[1].length - 2 * PART + 128 * 1024, `bytes sent on resume: ${second.bytesSent}`)
+    t.true(fs.readFileSync(s3.objectPath(blobKey('r', big[0]))).equals(big[1]))
+    const listed = s3.requests.slice(before).some((r) => r.includes('uploads'))
+    t.true(listed, 'asked the server for unfinished uploads')
+    if (mode === 'server listing') t.true(s3.requests.slice(before).some((r) => /^GET .*uploadId=/.test(r)), 'ListParts')
+    else t.deepEqual(fs.readdirSync(stateDir), [], 'journal removed after completion')
+
+    const storeB = await B.store(`/s3-b-${++n}`)
+    const pulled = await pullS3(storeB, `s3://${s3.bucket}/r/resume:v1`, o)
+    t.is(pulled.digest, f.digest)
+    t.true((await blobBytes(storeB, big[0])).equals(big[1]))
+  })
+}
+
+test.serial('a resumed part whose bytes do not match is uploaded again (server listing)', async (t) => {
+  const s3 = await startS3(t, { listUploads: true })
+  const f = await fixture(t, 'reup', 'v1', 16 * MiB)
+  const big = [...f.layers.entries()].find(([, b]) => b.length > PART)!
+  const ac = new AbortController()
+  let parts = 0
+  const o = s3opts(s3, { concurrency: 1 })
+  t.is(await code(pushS3(f.store, 'reup:v1', `s3://${s3.bucket}/x`, { ...o, signal: ac.signal, onUpload: (e) => e.digest === big[0] && ++parts === 2 && ac.abort() })), 'CANCELLED')
+  // corrupt part 1 on the server (its recorded MD5 stays): the ETag check must catch it
+  const uploads = path.join(s3.dir, s3.bucket, '._S3rver_uploads')
+  const [id] = fs.readdirSync(uploads)
+  const p1 = path.join(uploads, id!, '1')
+  const bytes = fs.readFileSync(p1)
+  bytes[100] ^= 0xff
+  fs.writeFileSync(p1, bytes)
+  fs.writeFileSync(`${p1}.md5`, crypto.createHash('md5').update(bytes).digest('hex'))
+  const r = await pushS3(f.store, 'reup:v1', `s3://${s3.bucket}/x`, o)
+  t.is(r.partsResumed, 1, 'part 2 kept, part 1 sent again')
+  t.true(fs.readFileSync(s3.objectPath(blobKey('x', big[0]))).equals(big[1]))
+})
+
+test.serial('an interrupted pull resumes from the bytes already in the store', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'pullresume', 'v1', 18 * MiB)
+  const big = [...f.layers.entries()].find(([, b]) => b.length > PART)!
+  const o = s3opts(s3)
+  await pushS3(f.store, 'pullresume:v1', `s3://${s3.bucket}`, o)
+  const storeB = await B.store(`/s3-b-${++n}`)
+  const ac = new AbortController()
+  let got = 0
+  const first = pullS3(storeB, `s3://${s3.bucket}/pullresume:v1`, {
+    ...o,
+    signal: ac.signal,
+    onReceive: (e) => {
+      if (e.digest === big[0] && (got += e.bytes) >= 8 * MiB) ac.abort()
+    },
+  })
+  t.is(await code(first), 'CANCELLED')
+  t.is(await code(storeB.resolve('pullresume:v1')), 'IMAGE_NOT_FOUND', 'nothing tagged in B')
+  const partial = await storeB.partialBlobLength(big[0])
+  t.true(partial >= 8 * MiB, `partial: ${partial}`)
+
+  // a new process sees the same partial file: a second store instance
+  await storeB.close()
+  const storeB2 = await B.store(storeB.root)
+  const second = await pullS3(storeB2, `s3://${s3.bucket}/pullresume:v1`, o)
+  t.is(second.digest, f.digest)
+  t.is(second.bytesResumed, partial)
+  t.true(second.bytesReceived <= big[1].length - partial + 64 * 1024 + 4096, `received on resume: ${second.bytesReceived}`)
+  t.true((await blobBytes(storeB2, big[0])).equals(big[1]))
+  t.is((await storeB2.resolve('pullresume:v1')).digest, f.digest)
+})
+
+test.serial('the server dies mid-push: IMAGE_REMOTE_ERROR with the cause, no tag; after it is back the push completes', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'dies', 'v1', 16 * MiB)
+  const o = s3opts(s3, { concurrency: 1, maxAttempts: 2 })
+  let stopping: Promise<void> | undefined
+  const err = await pushS3(f.store, 'dies:v1', `s3://${s3.bucket}/d`, {
+    ...o,
+    onUpload: (e) => {
+      if (e.partNumber === 1) stopping ??= s3.stop()
+    },
+  }).catch((e: unknown) => e)
+  await stopping
+  t.true(err instanceof StrataError)
+  t.is((err as StrataError).code, 'IMAGE_REMOTE_ERROR', String(err))
+  t.truthy((err as StrataError).cause, 'keeps the SDK error as cause')
+  t.false(objectExists(s3, tagKey('d', 'dies', 'v1')))
+  t.false(objectExists(s3, manifestKey('d', f.digest)))
+  await s3.start()
+  const r = await pushS3(f.store, 'dies:v1', `s3://${s3.bucket}/d`, o)
+  t.is(r.digest, f.digest)
+  t.true(objectExists(s3, tagKey('d', 'dies', 'v1')))
+})
+
+test.serial('the server is down from the start: IMAGE_REMOTE_ERROR for push and pull', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'down', 'v1', 64 * 1024)
+  await s3.stop()
+  const o = s3opts(s3, { maxAttempts: 1 })
+  t.is(await code(pushS3(f.store, 'down:v1', `s3://${s3.bucket}/d`, o)), 'IMAGE_REMOTE_ERROR')
+  t.is(await code(pullS3(await B.store(`/s3-b-${++n}`), `s3://${s3.bucket}/d/down:v1`, o)), 'IMAGE_REMOTE_ERROR')
+})
+
+test.serial('a tampered blob or manifest in the bucket: IMAGE_DIGEST_MISMATCH and nothing tagged or stored in B', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'tamper', 'v1', 6 * MiB)
+  const o = s3opts(s3)
+  await pushS3(f.store, 'tamper:v1', `s3://${s3.bucket}/t`, o)
+  const big = [...f.layers.entries()].find(([, b]) => b.length > PART)!
+  const file = s3.objectPath(blobKey('t', big[0]))
+  const bytes = fs.readFileSync(file)
+  bytes[bytes.length >> 1] ^= 0x01
+  fs.writeFileSync(file, bytes)
+  const storeB = await B.store(`/s3-b-${++n}`)
+  t.is(await code(pullS3(storeB, `s3://${s3.bucket}/t/tamper:v1`, o)), 'IMAGE_DIGEST_MISMATCH')
+  t.is(await code(storeB.resolve('tamper:v1')), 'IMAGE_NOT_FOUND')
+  t.is(await storeB.statBlob(big[0]), null)
+  t.is(await storeB.partialBlobLength(big[0]), 0, 'the bad partial is dropped')
+  t.deepEqual(await storeB.listManifests(), [])
+
+  // a truncated blob is a size mismatch
+  fs.writeFileSync(file, bytes.subarray(0, bytes.length - 10))
+  t.is(await code(pullS3(storeB, `s3://${s3.bucket}/t/tamper:v1`, o)), 'IMAGE_SIZE_MISMATCH')
+
+  // the manifest object changed: its digest no longer matches the tag
+  fs.writeFileSync(file, big[1])
+  const mfile = s3.objectPath(manifestKey('t', f.digest))
+  fs.writeFileSync(mfile, fs.readFileSync(mfile, 'utf8').replace('"sh"', '"xx"'))
+  t.is(await code(pullS3(storeB, `s3://${s3.bucket}/t/tamper:v1`, o)), 'IMAGE_DIGEST_MISMATCH')
+  t.deepEqual(await storeB.listTags(), [])
+})
+
+test.serial('missing tag or bucket: IMAGE_NOT_FOUND; refused credentials: IMAGE_AUTH_FAILED; bad URLs: IMAGE_INVALID_REFERENCE', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'misc', 'v1', 64 * 1024)
+  const o = s3opts(s3)
+  const storeB = await B.store(`/s3-b-${++n}`)
+  await pushS3(f.store, 'misc:v1', `s3://${s3.bucket}/m`, o)
+  t.is(await code(pullS3(storeB, `s3://${s3.bucket}/m/misc:v2`, o)), 'IMAGE_NOT_FOUND')
+  t.is(await code(pullS3(storeB, `s3://${s3.bucket}/other/misc:v1`, o)), 'IMAGE_NOT_FOUND')
+  t.is(await code(pullS3(storeB, `s3://no-such-bucket/m/misc:v1`, o)), 'IMAGE_NOT_FOUND')
+  t.is(await code(pullS3(storeB, `s3://${s3.bucket}/m/misc@sha256:${'0'.repeat(64)}`, o)), 'IMAGE_NOT_FOUND')
+  t.is(await code(pushS3(f.store, 'nope:v1', `s3://${s3.bucket}/m`, o)), 'IMAGE_NOT_FOUND', 'no such local image')
+
+  // s3rver checks the access key id but not V4 signatures, so the refused
+  // credentials here are an unknown key id (InvalidAccessKeyId, HTTP 403)
+  const wrong = { ...o, credentials: { accessKeyId: 'NOBODY', secretAccessKey: 'wrong' } }
+  t.is(await code(pushS3(f.store, 'misc:v1', `s3://${s3.bucket}/m2`, wrong)), 'IMAGE_AUTH_FAILED')
+  t.is(await code(pullS3(storeB, `s3://${s3.bucket}/m/misc:v1`, wrong)), 'IMAGE_AUTH_FAILED')
+  t.false(objectExists(s3, tagKey('m2', 'misc', 'v1')))
+
+  for (const u of ['s3:/images', 'http://x/y', 's3://images/a:b', 's3://images/../x']) t.is(await code(pushS3(f.store, 'misc:v1', u, o)), 'IMAGE_INVALID_REFERENCE', u)
+  for (const u of ['s3://images', 's3://images/BAD', 's3://images/x:y:z']) t.is(await code(pullS3(storeB, u, o)), 'IMAGE_INVALID_REFERENCE', u)
+  t.is(await code(pullS3(storeB, `s3://${s3.bucket}/m/misc:v1`, { ...o, name: 'x@sha256:' + '1'.repeat(64) })), 'IMAGE_INVALID_REFERENCE')
+
+  // the SDK's Node 20 notice is switched off, nothing else
+  const warnings: string[] = []
+  const onWarning = (w: Error) => warnings.push(w.message)
+  process.on('warning', onWarning)
+  const c = await createS3Client(o)
+  await c.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: tagKey('m', 'misc', 'v1') }))
+  c.destroy()
+  await new Promise((r) => setImmediate(r))
+  process.off('warning', onWarning)
+  t.false(warnings.some((w) => w.includes('NodeVersionSupportWarning')))
+})
