@@ -128,6 +128,7 @@ export const ERRORS = {
   IMAGE_REMOTE_ERROR: spec(true, 'EIO', 'the registry or object store failed'),
   IMAGE_AUTH_FAILED: spec(false, 'EACCES', 'the registry or object store refused the credentials'),
   IMAGE_NEEDS_ROOT: spec(false, 'EPERM', 'building layers needs root (device nodes, trusted xattrs, ownership)'),
+  IMAGE_BAD_LAYER: spec(false, 'EINVAL', 'a layer file is not a mountable EROFS image or holds what a tar cannot carry'),
 } as const satisfies Record<string, ErrorSpec>
 
 export type ErrorCode = keyof typeof ERRORS

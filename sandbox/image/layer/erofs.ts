@@ -1,0 +1,123 @@
+// Directory → EROFS layer file with mkfs.erofs (erofs-utils 1.5), so that the
+// same tree always gives the same bytes (a layer is named by their sha256):
+//
+//  - `-U <fixed uuid>`: the UUID is otherwise random;
+//  - `SOURCE_DATE_EPOCH=<newest mtime in the tree + 1>`: the superblock build
+//    time is otherwise the wall clock. mkfs *clamps* every mtime at or after
+//    the epoch to the epoch (and forces extended inodes), so the epoch must lie
+//    after every mtime for `--preserve-mtime` to keep all of them exactly;
+//    `-T` cannot be used, it overwrites every mtime;
+//  - mkfs sorts directory entries and shared xattrs itself; inline xattrs keep
+//    the filesystem's listing order, which unpackLayer makes name order.
+//
+// erofs-utils 1.5 silently skips every entry whose name starts with
+// "lost+found" (fixed upstream in b1dfb6e). An empty directory of that name is
+// dropped; anything else of that name fails the build rather than lose data.
+import { spawn } from 'node:child_process'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { StrataError } from '../../../fs/common/errors.js'
+import type { BuildErofsOptions, BuildErofsResult } from './types.js'
+
+export const EROFS_UUID = '5472a7a0-0000-4000-8000-000000000000'
+const LOST_FOUND = 'lost+found'
+const STDERR_MAX = 16 * 1024
+
+/** Newest mtime (whole seconds) of `dir` and everything under it; refuses names mkfs.erofs 1.5 would drop. */
+export async function newestMtime(dir: string): Promise<number> {
+  let max = 0
+  const stack = [dir]
+  while (stack.length) {
+    const d = stack.pop()!
+    const st = await fs.promises.lstat(d, { bigint: true })
+    const sec = Number(st.mtimeNs / 1_000_000_000n)
+    if (sec > max) max = sec
+    if (!st.isDirectory()) continue
+    for (const ent of await fs.promises.readdir(d, { withFileTypes: true })) {
+      const p = path.join(d, ent.name)
+      if (ent.name.startsWith(LOST_FOUND)) {
+        const empty = ent.isDirectory() && (await fs.promises.readdir(p)).length === 0
+        if (!empty) {
+          throw new StrataError(
+            'IMAGE_BUILD_FAILED',
+            `${p}: mkfs.erofs 1.5 skips every name starting with "${LOST_FOUND}"; only an empty directory may be dropped`,
+          )
+        }
+        continue
+      }
+      if (ent.isDirectory()) stack.push(p)
+      else {
+        const s = await fs.promises.lstat(p, { bigint: true })
+        const fsec = Number(s.mtimeNs / 1_000_000_000n)
+        if (fsec > max) max = fsec
+      }
+    }
+  }
+  return max
+}
+
+export async function sha256File(file: string): Promise<{ digest: string; size: number }> {
+  const h = crypto.createHash('sha256')
+  let size = 0
+  for await (const chunk of fs.createReadStream(file, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) {
+    h.update(chunk)
+    size += chunk.length
+  }
+  return { digest: 'sha256:' + h.digest('hex'), size }
+}
+
+function runMkfs(args: string[], env: NodeJS.ProcessEnv): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('mkfs.erofs', args, { stdio: ['ignore', 'ignore', 'pipe'], env })
+    let stderr = ''
+    child.stderr.on('data', (d: Buffer) => {
+      if (stderr.length < STDERR_MAX) stderr += d.toString()
+    })
+    child.once('error', (e) => reject(new StrataError('IMAGE_BUILD_FAILED', `mkfs.erofs could not be started: ${e.message}`, { cause: e })))
+    child.once('close', (code, signal) => {
+      if (code === 0) resolve()
+      else {
+        reject(
+          new StrataError('IMAGE_BUILD_FAILED', `mkfs.erofs ${signal ?? `exit ${code}`}: ${stderr.trim()}`, {
+            detail: { stderr: stderr.slice(0, STDERR_MAX), code, signal },
+          }),
+        )
+      }
+    })
+  })
+}
+
+/**
+ * Builds an EROFS image of `dir` at `outFile` (written to a temporary sibling,
+ * renamed into place when complete). The same tree gives the same bytes; per-file
+ * mtimes are kept to the nanosecond. mkfs.erofs failure → IMAGE_BUILD_FAILED with
+ * its stderr.
+ */
+export async function buildErofs(dir: string, outFile: string, opts: BuildErofsOptions = {}): Promise<BuildErofsResult> {
+  if (opts.compress !== undefined && opts.compress !== 'lz4' && opts.compress !== 'lz4hc') {
+    throw new TypeError(`buildErofs: compress must be 'lz4' or 'lz4hc'`)
+  }
+  let st: fs.Stats
+  try {
+    st = await fs.promises.lstat(dir)
+  } catch (e) {
+    throw new StrataError('IMAGE_BUILD_FAILED', `${dir}: ${(e as Error).message}`, { cause: e })
+  }
+  if (!st.isDirectory()) throw new StrataError('IMAGE_BUILD_FAILED', `${dir} is not a directory`)
+  const epoch = (await newestMtime(dir)) + 1
+  const tmp = path.join(path.dirname(outFile), `.${path.basename(outFile)}.${process.pid}.${crypto.randomBytes(4).toString('hex')}.tmp`)
+  const args = ['--quiet', `-U${EROFS_UUID}`, '--preserve-mtime']
+  if (opts.compress) args.push(`-z${opts.compress}`)
+  args.push(tmp, dir)
+  try {
+    await runMkfs(args, { ...process.env, SOURCE_DATE_EPOCH: String(epoch) })
+    const r = await sha256File(tmp)
+    await fs.promises.rename(tmp, outFile)
+    return r
+  } catch (e) {
+    await fs.promises.rm(tmp, { force: true })
+    if (e instanceof StrataError) throw e
+    throw new StrataError('IMAGE_BUILD_FAILED', `${outFile}: ${(e as Error).message}`, { cause: e })
+  }
+}

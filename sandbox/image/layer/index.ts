@@ -1,0 +1,17 @@
+// sandbox/image/layer: OCI layer tar ↔ directory ↔ EROFS layer file. See README.md.
+export { unpackLayer } from './unpack.js'
+export { decompressStream, sniffCompression, compressionOfMediaType, type Compression } from './decompress.js'
+export { buildErofs, EROFS_UUID } from './erofs.js'
+export { layerToTar } from './to-tar.js'
+export { withErofsMount } from './mount.js'
+export { readTar, type TarEntry, type TarEntryHeader, type TarEntryType } from './tar-reader.js'
+export type {
+  BuildErofsOptions,
+  BuildErofsResult,
+  LayerToTarOptions,
+  LayerToTarResult,
+  Timespec,
+  UnpackMode,
+  UnpackOptions,
+  UnpackStats,
+} from './types.js'

@@ -1,0 +1,54 @@
+// Shapes shared by the layer modules (sandbox/image/layer). See README.md here.
+
+/** A timestamp with exact nanoseconds (tar PAX and EROFS both keep them). */
+export interface Timespec {
+  sec: number
+  nsec: number
+}
+
+export type UnpackMode = 'layer' | 'apply'
+
+export interface UnpackOptions {
+  /**
+   * `layer`: destDir must be empty; OCI whiteouts become overlay whiteouts (char 0/0, opaque xattr).
+   * `apply`: the layer is applied over destDir (squashing); whiteouts delete lower entries.
+   */
+  mode: UnpackMode
+}
+
+export interface UnpackStats {
+  /** Tar entries read (PAX and GNU long-name records are not counted). */
+  entries: number
+  /** Regular files written (hard links not counted). */
+  files: number
+  /** Bytes of regular file data written. */
+  bytes: number
+  /** Whiteouts and opaque markers applied. */
+  whiteouts: number
+  /** Newest entry mtime, whole seconds since the epoch (0 for an empty layer). */
+  maxMtime: number
+}
+
+export interface BuildErofsOptions {
+  /** Compress file data (mkfs.erofs -z). Default: none. */
+  compress?: 'lz4' | 'lz4hc'
+}
+
+export interface BuildErofsResult {
+  size: number
+  /** sha256 of the file's bytes, `sha256:<hex>`. */
+  digest: string
+}
+
+export interface LayerToTarOptions {
+  /** End `out` after the tar (default true). */
+  end?: boolean
+  /** Directory for the private temporary mount point (default os.tmpdir()). */
+  tmpDir?: string
+}
+
+export interface LayerToTarResult {
+  /** sha256 of the tar bytes, `sha256:<hex>`. */
+  diffId: string
+  size: number
+}

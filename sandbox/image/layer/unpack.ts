@@ -1,0 +1,393 @@
+// Safe streaming unpack of one OCI layer tar into a directory.
+//
+// Rules (README.md): names are relative (a leading `/` or `./` is dropped) and
+// `..` may not climb out of the root; no entry is ever written through a
+// symlink (parents are checked with lstat, files are created O_EXCL|O_NOFOLLOW);
+// hard links point at an earlier entry of the layer (or, when applying, at an
+// existing non-directory); a path may appear once per layer, except a directory,
+// whose later entry's attributes win. Ownership, modes (setuid/sticky included),
+// xattrs and nanosecond mtimes are kept; directory times are set last.
+import fs from 'node:fs'
+import path from 'node:path'
+import type { Readable } from 'node:stream'
+import { StrataError } from '../../../fs/common/errors.js'
+import { native } from '../../../fs/common/native.js'
+import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, timesOf } from './fs-ops.js'
+import { ancestorsOf, classifyWhiteout, joinRel, normalizeEntryPath, parentOf } from './paths.js'
+import { readTar, type TarEntryHeader } from './tar-reader.js'
+import type { Timespec, UnpackOptions, UnpackStats } from './types.js'
+
+const S_IFCHR = 0o020000
+const S_IFBLK = 0o060000
+const S_IFIFO = 0o010000
+const OPAQUE_XATTR = 'trusted.overlay.opaque'
+const IMPLICIT_DIR_MODE = 0o755
+
+/**
+ * What this layer did at a path: `dir` (a directory entry), `idir` (a directory
+ * this layer created because an entry needed it), `ldir` (a lower directory an
+ * entry was written into), `node` (any other entry), `wh` (a whiteout).
+ */
+type Seen = 'dir' | 'idir' | 'ldir' | 'node' | 'wh'
+
+function dup(rel: string, why: string): StrataError {
+  return new StrataError('IMAGE_DUPLICATE_ENTRY', `${JSON.stringify(rel || '.')}: ${why}`)
+}
+
+class Unpacker {
+  readonly seen = new Map<string, Seen>()
+  /** Directories verified to be real directories (not symlinks) in this run. */
+  readonly dirOk = new Set<string>([''])
+  /** Times of directory entries, set at the end. */
+  readonly dirTimes = new Map<string, Timespec>()
+  /** Original times of lower directories this layer changed (apply mode), restored at the end. */
+  readonly restore = new Map<string, Timespec>()
+  readonly opaque = new Set<string>()
+  rootTimes: Timespec | null = null
+  readonly stats: UnpackStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, maxMtime: 0 }
+
+  constructor(
+    readonly root: string,
+    readonly mode: 'layer' | 'apply',
+  ) {}
+
+  abs(rel: string): string {
+    return rel === '' ? this.root : path.join(this.root, rel)
+  }
+
+  forget(rel: string): void {
+    const prefix = rel + '/'
+    for (const d of this.dirOk) if (d === rel || d.startsWith(prefix)) this.dirOk.delete(d)
+  }
+
+  /** Before changing the entries of directory `rel`: remember a lower directory's times. */
+  async noteModify(rel: string): Promise<void> {
+    if (this.mode !== 'apply' || rel === '' || this.seen.get(rel) !== 'ldir' || this.restore.has(rel)) return
+    const st = await lstatOrNull(this.abs(rel))
+    if (st) this.restore.set(rel, timesOf(st))
+  }
+
+  async mkdirImplicit(rel: string): Promise<void> {
+    await this.noteModify(parentOf(rel))
+    const abs = this.abs(rel)
+    try {
+      await fs.promises.mkdir(abs, IMPLICIT_DIR_MODE)
+      await fs.promises.lchown(abs, 0, 0)
+      await fs.promises.chmod(abs, IMPLICIT_DIR_MODE)
+    } catch (e) {
+      throw fsError(e, `mkdir ${JSON.stringify(rel)}`)
+    }
+    this.seen.set(rel, 'idir')
+    this.dirOk.add(rel)
+  }
+
+  /** Checks that `rel` is a real directory (creating it when `create`); false when missing and not created. */
+  async checkDir(rel: string, create: boolean): Promise<boolean> {
+    if (this.dirOk.has(rel)) return true
+    const st = await lstatOrNull(this.abs(rel))
+    if (st === null) {
+      if (!create) return false
+      await this.mkdirImplicit(rel)
+      return true
+    }
+    if (st.isSymbolicLink()) throw new StrataError('IMAGE_UNSAFE_PATH', `${JSON.stringify(rel)} is a symlink; no entry may be written through it`)
+    if (!st.isDirectory()) {
+      if (this.seen.has(rel)) throw dup(rel, 'is both a non-directory entry and a parent directory in this layer')
+      if (!create) return false
+      throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)} is not a directory but the layer puts entries under it`)
+    }
+    if (!this.seen.has(rel)) this.seen.set(rel, 'ldir')
+    this.dirOk.add(rel)
+    return true
+  }
+
+  /** Makes every ancestor of `rel` a real directory; with create=false returns false if one is missing. */
+  async parents(rel: string, create: boolean): Promise<boolean> {
+    for (const a of ancestorsOf(rel)) if (!(await this.checkDir(a, create))) return false
+    return true
+  }
+
+  async removeExisting(rel: string): Promise<void> {
+    await this.noteModify(parentOf(rel))
+    try {
+      await fs.promises.rm(this.abs(rel), { recursive: true, force: true })
+    } catch (e) {
+      throw fsError(e, `removing ${JSON.stringify(rel)}`)
+    }
+    this.forget(rel)
+  }
+
+  async entry(h: TarEntryHeader, body: AsyncIterable<Buffer>): Promise<void> {
+    this.stats.entries++
+    if (h.mtime.sec > this.stats.maxMtime) this.stats.maxMtime = h.mtime.sec
+    const rel = normalizeEntryPath(h.name)
+    const wh = rel === '' ? ({ kind: 'none' } as const) : classifyWhiteout(rel)
+    if (wh.kind === 'aufs-meta') return
+    if (wh.kind === 'opaque') return this.opaqueMarker(wh.dir)
+    if (wh.kind === 'whiteout') return this.whiteout(wh.target, h)
+    if (rel === '') return this.rootEntry(h)
+    const prev = this.seen.get(rel)
+    if (prev !== undefined && !(h.type === 'directory' && (prev === 'dir' || prev === 'idir' || prev === 'ldir'))) {
+      throw dup(rel, prev === 'wh' ? 'is both an entry and a whiteout in this layer' : 'appears twice in this layer')
+    }
+    await this.parents(rel, true)
+    const abs = this.abs(rel)
+    const existing = await lstatOrNull(abs)
+    if (h.type === 'directory') {
+      if (existing && !existing.isDirectory()) await this.removeExisting(rel)
+      if (!existing || !existing.isDirectory()) {
+        await this.noteModify(parentOf(rel))
+        try {
+          await fs.promises.mkdir(abs, 0o700)
+        } catch (e) {
+          throw fsError(e, `mkdir ${JSON.stringify(rel)}`)
+        }
+      }
+      await this.attrs(abs, rel, h, true)
+      this.seen.set(rel, 'dir')
+      this.dirOk.add(rel)
+      this.restore.delete(rel)
+      this.dirTimes.set(rel, h.mtime)
+      return
+    }
+    if (existing) await this.removeExisting(rel)
+    else await this.noteModify(parentOf(rel))
+    switch (h.type) {
+      case 'file':
+        await this.writeFile(abs, rel, h, body)
+        break
+      case 'symlink':
+        try {
+          await fs.promises.symlink(h.linkname, abs)
+        } catch (e) {
+          throw fsError(e, `symlink ${JSON.stringify(rel)}`)
+        }
+        await this.attrs(abs, rel, h, false)
+        break
+      case 'link':
+        await this.hardlink(abs, rel, h)
+        break
+      case 'character-device':
+      case 'block-device':
+      case 'fifo': {
+        const type = h.type === 'fifo' ? S_IFIFO : h.type === 'block-device' ? S_IFBLK : S_IFCHR
+        try {
+          native().mknod(abs, type | 0o600, h.type === 'fifo' ? 0 : h.devmajor, h.type === 'fifo' ? 0 : h.devminor)
+        } catch (e) {
+          throw fsError(e, `mknod ${JSON.stringify(rel)}`)
+        }
+        await this.attrs(abs, rel, h, true)
+        break
+      }
+    }
+    this.seen.set(rel, 'node')
+  }
+
+  /** Owner, mode (after chown, which clears setuid), xattrs; times for non-directories. */
+  async attrs(abs: string, rel: string, h: TarEntryHeader, chmod: boolean): Promise<void> {
+    try {
+      await fs.promises.lchown(abs, h.uid, h.gid)
+      if (chmod) await fs.promises.chmod(abs, h.mode)
+    } catch (e) {
+      throw fsError(e, `owner/mode of ${JSON.stringify(rel)}`)
+    }
+    if (h.type === 'directory') clearXattrs(abs)
+    setXattrs(abs, h.xattrs, rel)
+    if (h.type !== 'directory') setTimes(abs, h.mtime)
+  }
+
+  async writeFile(abs: string, rel: string, h: TarEntryHeader, body: AsyncIterable<Buffer>): Promise<void> {
+    const flags = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW
+    let fh: fs.promises.FileHandle
+    try {
+      fh = await fs.promises.open(abs, flags, 0o600)
+    } catch (e) {
+      throw fsError(e, `creating ${JSON.stringify(rel)}`)
+    }
+    let written = 0
+    try {
+      for await (const chunk of body) {
+        let off = 0
+        while (off < chunk.length) {
+          const { bytesWritten } = await fh.write(chunk, off, chunk.length - off).catch((e: unknown) => {
+            throw fsError(e, `writing ${JSON.stringify(rel)}`)
+          })
+          off += bytesWritten
+        }
+        written += chunk.length
+      }
+      if (written !== h.size) throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: ${written} bytes of ${h.size}`)
+      try {
+        await fh.chown(h.uid, h.gid)
+        await fh.chmod(h.mode)
+      } catch (e) {
+        throw fsError(e, `owner/mode of ${JSON.stringify(rel)}`)
+      }
+    } finally {
+      await fh.close()
+    }
+    setXattrs(abs, h.xattrs, rel)
+    setTimes(abs, h.mtime)
+    this.stats.files++
+    this.stats.bytes += written
+  }
+
+  async hardlink(abs: string, rel: string, h: TarEntryHeader): Promise<void> {
+    const target = normalizeEntryPath(h.linkname, 'hard link target')
+    if (target === '') throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link to the root`)
+    const kind = this.seen.get(target)
+    if (kind === undefined && this.mode === 'apply') {
+      if (!(await this.parents(target, false))) {
+        throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} does not exist`)
+      }
+      const st = await lstatOrNull(this.abs(target))
+      if (!st || st.isDirectory()) {
+        throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an existing file`)
+      }
+    } else if (kind !== 'node') {
+      throw new StrataError(
+        'IMAGE_BAD_ARCHIVE',
+        `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an earlier non-directory entry of this layer`,
+      )
+    }
+    try {
+      await fs.promises.link(this.abs(target), abs)
+    } catch (e) {
+      throw fsError(e, `hard link ${JSON.stringify(rel)}`)
+    }
+  }
+
+  async rootEntry(h: TarEntryHeader): Promise<void> {
+    if (h.type !== 'directory') throw new StrataError('IMAGE_BAD_ARCHIVE', `the root entry is a ${h.type}, not a directory`)
+    await this.attrs(this.root, '', h, true)
+    this.rootTimes = h.mtime
+  }
+
+  async whiteout(target: string, h: TarEntryHeader): Promise<void> {
+    this.stats.whiteouts++
+    if (this.seen.has(target)) throw dup(target, 'is both an entry and a whiteout in this layer')
+    if (this.mode === 'layer') {
+      await this.parents(target, true)
+      const abs = this.abs(target)
+      try {
+        native().mknod(abs, S_IFCHR | 0o600, 0, 0)
+      } catch (e) {
+        throw fsError(e, `whiteout ${JSON.stringify(target)}`)
+      }
+      await this.attrs(abs, target, { ...h, xattrs: new Map() }, true)
+    } else if (await this.parents(target, false)) {
+      if (await lstatOrNull(this.abs(target))) await this.removeExisting(target)
+    }
+    this.seen.set(target, 'wh')
+  }
+
+  async opaqueMarker(dir: string): Promise<void> {
+    this.stats.whiteouts++
+    if (this.opaque.has(dir)) throw dup(dir, 'has two opaque markers in this layer')
+    const kind = this.seen.get(dir)
+    if (kind === 'node' || kind === 'wh') throw dup(dir, 'is both a non-directory entry and an opaque directory in this layer')
+    this.opaque.add(dir)
+    if (dir !== '') {
+      await this.parents(dir, true)
+      const st = await lstatOrNull(this.abs(dir))
+      if (st && !st.isDirectory()) await this.removeExisting(dir)
+      await this.checkDir(dir, true)
+    }
+    if (this.mode === 'apply') await this.purge(dir)
+  }
+
+  /** Apply mode: removes everything under `dir` this layer did not write. */
+  async purge(dir: string): Promise<void> {
+    let names: string[]
+    try {
+      names = await fs.promises.readdir(this.abs(dir))
+    } catch (e) {
+      throw fsError(e, `reading ${JSON.stringify(dir)}`)
+    }
+    for (const name of names.sort()) {
+      const p = joinRel(dir, name)
+      const kind = this.seen.get(p)
+      if (kind === 'node') continue
+      if (kind === 'ldir') {
+        // A lower directory this layer wrote into: from now on it is this layer's.
+        const abs = this.abs(p)
+        try {
+          await fs.promises.lchown(abs, 0, 0)
+          await fs.promises.chmod(abs, IMPLICIT_DIR_MODE)
+        } catch (e) {
+          throw fsError(e, `owner/mode of ${JSON.stringify(p)}`)
+        }
+        clearXattrs(abs)
+        this.seen.set(p, 'idir')
+        this.restore.delete(p)
+      }
+      if (kind === 'dir' || kind === 'idir' || kind === 'ldir') {
+        await this.purge(p)
+        continue
+      }
+      await this.removeExisting(p)
+    }
+  }
+
+  async finish(): Promise<void> {
+    const n = native()
+    const dflt: Timespec = { sec: this.stats.maxMtime, nsec: 0 }
+    if (this.mode === 'layer') {
+      for (const d of [...this.opaque].sort()) {
+        try {
+          n.lsetxattr(this.abs(d), OPAQUE_XATTR, Buffer.from('y'), 0)
+        } catch (e) {
+          throw fsError(e, `opaque xattr on ${JSON.stringify(d)}`)
+        }
+      }
+    }
+    if (this.rootTimes === null) {
+      // A layer without a root entry: the root looks like an implied directory.
+      try {
+        await fs.promises.lchown(this.root, 0, 0)
+        await fs.promises.chmod(this.root, IMPLICIT_DIR_MODE)
+      } catch (e) {
+        throw fsError(e, 'owner/mode of the root')
+      }
+      clearXattrs(this.root)
+      if (this.mode === 'layer' && this.opaque.has('')) n.lsetxattr(this.root, OPAQUE_XATTR, Buffer.from('y'), 0)
+    }
+    for (const [rel, kind] of this.seen) {
+      if (kind === 'idir') setTimes(this.abs(rel), dflt)
+    }
+    for (const [rel, t] of this.restore) if (this.seen.get(rel) === 'ldir') setTimes(this.abs(rel), t)
+    for (const [rel, t] of this.dirTimes) setTimes(this.abs(rel), t)
+    setTimes(this.root, this.rootTimes ?? dflt)
+  }
+}
+
+/**
+ * Unpacks one uncompressed OCI layer tar into `destDir` (see README.md for the
+ * rules). `layer` mode needs an empty destDir and turns whiteouts into overlay
+ * whiteouts; `apply` mode applies the layer over what destDir holds. The input
+ * is consumed (and destroyed on failure). On failure destDir holds a partial
+ * tree for the caller to remove; nothing is ever written outside it.
+ */
+export async function unpackLayer(tar: Readable, destDir: string, opts: UnpackOptions): Promise<UnpackStats> {
+  if (opts?.mode !== 'layer' && opts?.mode !== 'apply') throw new TypeError(`unpackLayer: mode must be 'layer' or 'apply'`)
+  if (process.getuid?.() !== 0) {
+    tar.destroy()
+    throw new StrataError('IMAGE_NEEDS_ROOT', 'unpacking a layer needs root (ownership, device nodes, trusted xattrs)')
+  }
+  let root: string
+  try {
+    root = await fs.promises.realpath(destDir)
+    if (!(await fs.promises.stat(root)).isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${destDir} is not a directory`)
+    if (opts.mode === 'layer' && (await fs.promises.readdir(root)).length > 0) {
+      throw new StrataError('INVALID_ARGUMENT', `${destDir} is not empty (layer mode unpacks into an empty directory)`)
+    }
+  } catch (e) {
+    tar.destroy()
+    if (e instanceof StrataError) throw e
+    throw new StrataError('INVALID_ARGUMENT', `destination ${destDir}: ${(e as Error).message}`, { cause: e })
+  }
+  const u = new Unpacker(root, opts.mode)
+  for await (const { header, body } of readTar(tar)) await u.entry(header, body)
+  await u.finish()
+  return u.stats
+}

@@ -1,0 +1,390 @@
+import test, { type ExecutionContext } from 'ava'
+import { spawnSync } from 'node:child_process'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { native } from '../../../../fs/common/native.js'
+import { decompressStream, unpackLayer, type UnpackMode } from '../../../../sandbox/image/layer/index.js'
+import { dir, file, hardlink, packTar, streamOf, symlink, tmpDir, type PackEntry } from './helpers.js'
+
+const T = 1_600_000_000
+
+function lst(p: string): fs.BigIntStats {
+  return fs.lstatSync(p, { bigint: true })
+}
+
+function modeOf(p: string): number {
+  return Number(lst(p).mode) & 0o7777
+}
+
+function mtimeNs(p: string): bigint {
+  return lst(p).mtimeNs
+}
+
+function xattr(p: string, name: string): string | null {
+  try {
+    return native().lgetxattr(p, name).toString()
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENODATA') return null
+    throw e
+  }
+}
+
+async function unpack(t: ExecutionContext, entries: PackEntry[], mode: UnpackMode = 'layer', into?: string) {
+  const dest = into ?? path.join(tmpDir(t), 'dest')
+  fs.mkdirSync(dest, { recursive: true })
+  const stats = await unpackLayer(streamOf(await packTar(entries)), dest, { mode })
+  return { dest, stats }
+}
+
+// --- layer mode
+
+test('layer mode keeps owners, modes (setuid after chown, sticky), nanosecond mtimes, xattrs; directory times are set last', async (t) => {
+  const { dest, stats } = await unpack(t, [
+    dir('./', { mode: 0o750, uid: 7, gid: 8, mtime: new Date((T + 1) * 1000) }),
+    dir('d', { mode: 0o2750, uid: 1234, gid: 99, mtime: new Date(T * 1000) }),
+    file('d/suid', 'x', { mode: 0o4755, uid: 1234, gid: 5678, pax: { mtime: `${T}.123456789`, 'SCHILY.xattr.user.k': 'v' } }),
+    dir('tmp', { mode: 0o1777 }),
+    file('big-ids', 'y', { pax: { uid: '3000000', gid: '4000000' } }),
+    file('d/later', 'z'),
+  ])
+  t.deepEqual(stats, { entries: 6, files: 3, bytes: 3, whiteouts: 0, maxMtime: T + 1 })
+  t.is(modeOf(dest), 0o750)
+  t.is(Number(lst(dest).uid), 7)
+  t.is(mtimeNs(dest), BigInt(T + 1) * 1_000_000_000n)
+  t.is(modeOf(path.join(dest, 'd')), 0o2750)
+  t.is(Number(lst(path.join(dest, 'd')).uid), 1234)
+  t.is(mtimeNs(path.join(dest, 'd')), BigInt(T) * 1_000_000_000n, 'set after d/later was written')
+  const suid = lst(path.join(dest, 'd/suid'))
+  t.is(Number(suid.mode) & 0o7777, 0o4755)
+  t.is(Number(suid.uid), 1234)
+  t.is(Number(suid.gid), 5678)
+  t.is(suid.mtimeNs, BigInt(T) * 1_000_000_000n + 123456789n)
+  t.is(xattr(path.join(dest, 'd/suid'), 'user.k'), 'v')
+  t.is(modeOf(path.join(dest, 'tmp')), 0o1777)
+  t.is(Number(lst(path.join(dest, 'big-ids')).uid), 3000000)
+  t.is(Number(lst(path.join(dest, 'big-ids')).gid), 4000000)
+})
+
+test('layer mode: whiteouts become char 0/0, opaque markers (before or after their directory) the opaque xattr', async (t) => {
+  const { dest, stats } = await unpack(t, [
+    file('a/.wh..wh..opq'),
+    dir('a', { mode: 0o700, pax: { 'SCHILY.xattr.user.d': '1' } }),
+    dir('b'),
+    file('b/.wh..wh..opq'),
+    file('b/.wh.gone', '', { mode: 0o600, uid: 3, gid: 4, mtime: new Date(0) }),
+    file('.wh.top'),
+    file('c/d/.wh.x'),
+    file('.wh..wh.plnk/123', 'aufs bookkeeping'),
+  ])
+  t.is(stats.whiteouts, 5)
+  for (const w of ['b/gone', 'top', 'c/d/x']) {
+    const st = lst(path.join(dest, w))
+    t.true(st.isCharacterDevice(), w)
+    t.is(st.rdev, 0n, w)
+  }
+  t.is(Number(lst(path.join(dest, 'b/gone')).uid), 3)
+  t.is(modeOf(path.join(dest, 'b/gone')), 0o600)
+  t.is(mtimeNs(path.join(dest, 'b/gone')), 0n)
+  t.is(xattr(path.join(dest, 'a'), 'trusted.overlay.opaque'), 'y')
+  t.is(xattr(path.join(dest, 'a'), 'user.d'), '1')
+  t.is(modeOf(path.join(dest, 'a')), 0o700)
+  t.is(xattr(path.join(dest, 'b'), 'trusted.overlay.opaque'), 'y')
+  t.is(xattr(path.join(dest, 'c'), 'trusted.overlay.opaque'), null)
+  t.false(fs.existsSync(path.join(dest, '.wh..wh.plnk')))
+  t.deepEqual(fs.readdirSync(dest).sort(), ['a', 'b', 'c', 'top'])
+})
+
+test('layer mode: implied directories and a missing root entry get 0755 root:root and the newest mtime of the layer', async (t) => {
+  const { dest } = await unpack(t, [file('x/y/z', 'q', { mtime: new Date((T + 50) * 1000) }), file('w', '', { mtime: new Date(T * 1000) })])
+  for (const d of [dest, path.join(dest, 'x'), path.join(dest, 'x/y')]) {
+    t.is(modeOf(d), 0o755)
+    t.is(Number(lst(d).uid), 0)
+    t.is(mtimeNs(d), BigInt(T + 50) * 1_000_000_000n)
+  }
+})
+
+test('layer mode: hard links, symlinks, devices and fifos; a repeated directory takes the later attributes', async (t) => {
+  const { dest, stats } = await unpack(t, [
+    dir('d', { mode: 0o700 }),
+    file('d/f', 'data'),
+    hardlink('d/g', 'd/f'),
+    hardlink('h', './d/f'),
+    symlink('s', '/etc/passwd'),
+    symlink('d/rel', '../h'),
+    { header: { name: 'null', type: 'character-device', devmajor: 1, devminor: 3, mode: 0o666 } },
+    { header: { name: 'loop', type: 'block-device', devmajor: 7, devminor: 300, mode: 0o660 } },
+    { header: { name: 'pipe', type: 'fifo', mode: 0o600 } },
+    dir('d', { mode: 0o751, uid: 5 }),
+  ])
+  t.is(stats.files, 1)
+  const ino = lst(path.join(dest, 'd/f')).ino
+  t.is(lst(path.join(dest, 'd/g')).ino, ino)
+  t.is(lst(path.join(dest, 'h')).ino, ino)
+  t.is(lst(path.join(dest, 'h')).nlink, 3n)
+  t.is(fs.readlinkSync(path.join(dest, 's')), '/etc/passwd')
+  t.is(fs.readlinkSync(path.join(dest, 'd/rel')), '../h')
+  t.true(lst(path.join(dest, 'null')).isCharacterDevice())
+  t.is(lst(path.join(dest, 'null')).rdev, BigInt((1 << 8) | 3))
+  t.is(modeOf(path.join(dest, 'null')), 0o666)
+  t.true(lst(path.join(dest, 'loop')).isBlockDevice())
+  t.is(lst(path.join(dest, 'loop')).rdev, BigInt((300 & 0xff) | (7 << 8) | ((300 & ~0xff) << 12)))
+  t.true(lst(path.join(dest, 'pipe')).isFIFO())
+  t.is(modeOf(path.join(dest, 'd')), 0o751)
+  t.is(Number(lst(path.join(dest, 'd')).uid), 5)
+})
+
+test('layer mode refuses a destination that is not empty', async (t) => {
+  const dest = tmpDir(t)
+  fs.writeFileSync(path.join(dest, 'x'), '')
+  await t.throwsAsync(unpackLayer(streamOf(await packTar([file('a')])), dest, { mode: 'layer' }), { code: 'INVALID_ARGUMENT' })
+})
+
+// --- apply mode
+
+async function lowerTree(t: ExecutionContext): Promise<string> {
+  const { dest } = await unpack(
+    t,
+    [
+      dir('a', { mode: 0o700, pax: { 'SCHILY.xattr.user.old': '1' } }),
+      file('a/f', 'f'),
+      dir('a/sub'),
+      file('a/sub/g', 'g'),
+      dir('a/sub2'),
+      file('a/sub2/q', 'q'),
+      dir('b'),
+      file('b/h', 'h'),
+      dir('b/deep'),
+      file('b/deep/old', 'old'),
+      dir('c'),
+      file('c/old'),
+      dir('d', { mtime: new Date((T - 1000) * 1000) }),
+      file('d/x'),
+      file('d/y'),
+      file('keep', 'k'),
+    ],
+    'apply',
+  )
+  return dest
+}
+
+test('apply mode: whiteouts delete lower files and directories; lower directories keep their times', async (t) => {
+  const dest = await lowerTree(t)
+  const stats = (await unpack(t, [file('.wh.keep'), file('a/.wh.sub'), file('d/.wh.x'), file('.wh.nothing-there'), file('zz/.wh.nope')], 'apply', dest)).stats
+  t.is(stats.whiteouts, 5)
+  t.false(fs.existsSync(path.join(dest, 'keep')))
+  t.false(fs.existsSync(path.join(dest, 'a/sub')))
+  t.true(fs.existsSync(path.join(dest, 'a/f')))
+  t.deepEqual(fs.readdirSync(path.join(dest, 'd')), ['y'])
+  t.is(mtimeNs(path.join(dest, 'd')), BigInt(T - 1000) * 1_000_000_000n)
+  t.false(fs.existsSync(path.join(dest, 'zz')), 'a whiteout creates nothing')
+})
+
+test('apply mode: an opaque marker removes lower entries only, wherever it sits in the layer', async (t) => {
+  const dest = await lowerTree(t)
+  await unpack(t, [file('b/new', 'n'), file('b/deep/x', 'x'), file('b/.wh..wh..opq'), file('c/.wh..wh..opq'), file('c/mine', 'm')], 'apply', dest)
+  t.deepEqual(fs.readdirSync(path.join(dest, 'b')).sort(), ['deep', 'new'])
+  t.deepEqual(fs.readdirSync(path.join(dest, 'b/deep')), ['x'])
+  t.is(modeOf(path.join(dest, 'b/deep')), 0o755)
+  t.deepEqual(fs.readdirSync(path.join(dest, 'c')), ['mine'])
+  t.is(xattr(path.join(dest, 'b'), 'trusted.overlay.opaque'), null, 'apply mode writes no overlay xattrs')
+})
+
+test('apply mode: entries replace lower ones (dir over dir merges and takes the new attributes); hard links may point at lower files', async (t) => {
+  const dest = await lowerTree(t)
+  await unpack(t, [dir('a', { mode: 0o755, uid: 9 }), file('a/sub2', 'now a file'), hardlink('hl', 'a/f'), symlink('c', 'a'), file('b/h', 'new h')], 'apply', dest)
+  t.is(modeOf(path.join(dest, 'a')), 0o755)
+  t.is(Number(lst(path.join(dest, 'a')).uid), 9)
+  t.is(xattr(path.join(dest, 'a'), 'user.old'), null, 'a directory entry replaces the xattrs too')
+  t.true(fs.existsSync(path.join(dest, 'a/sub/g')), 'merged, not replaced')
+  t.is(fs.readFileSync(path.join(dest, 'a/sub2'), 'utf8'), 'now a file')
+  t.is(lst(path.join(dest, 'hl')).ino, lst(path.join(dest, 'a/f')).ino)
+  t.is(fs.readlinkSync(path.join(dest, 'c')), 'a')
+  t.is(fs.readFileSync(path.join(dest, 'b/h'), 'utf8'), 'new h')
+})
+
+// --- bad input: each gives its code and leaves nothing outside destDir
+
+interface BadCase {
+  name: string
+  code: string
+  mode?: UnpackMode
+  /** Lower layer for apply mode. */
+  lower?: (outside: string) => PackEntry[]
+  tar: (outside: string) => Promise<Buffer> | Buffer
+}
+
+function tarOf(f: (outside: string) => PackEntry[]): (outside: string) => Promise<Buffer> {
+  return (o) => packTar(f(o))
+}
+
+function withHeader(buf: Buffer, at: number, patch: (h: Buffer) => void): Buffer {
+  const out = Buffer.from(buf)
+  const h = out.subarray(at, at + 512)
+  patch(h)
+  h.fill(0x20, 148, 156)
+  let sum = 0
+  for (const x of h) sum += x
+  h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148, 'latin1')
+  return out
+}
+
+const etcPasswd = crypto.createHash('sha256').update(fs.readFileSync('/etc/passwd')).digest('hex')
+
+const badCases: BadCase[] = [
+  { name: '../x', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [file('../x', 'escaped')]) },
+  { name: 'a/../../x', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [file('a/ok'), file('a/../../x', 'escaped')]) },
+  { name: '/../x (absolute)', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [file('/../x', 'escaped')]) },
+  { name: './../../x', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [file('./../../x', 'escaped')]) },
+  { name: 'symlink a -> /etc then a/passwd', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [symlink('a', '/etc'), file('a/passwd', 'pwned')]) },
+  { name: 'symlink to outside then a file under it', code: 'IMAGE_UNSAFE_PATH', tar: tarOf((o) => [symlink('a', o), file('a/keep', 'pwned')]) },
+  { name: 'symlink to outside then a directory under it', code: 'IMAGE_UNSAFE_PATH', tar: tarOf((o) => [symlink('a', o), dir('a/sub')]) },
+  { name: 'symlink .. chain', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [symlink('l', '..'), symlink('l/l', '..'), file('l/l/x', 'escaped')]) },
+  { name: 'symlink ../.. inside a directory', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [dir('d'), symlink('d/up', '../..'), file('d/up/x', 'escaped')]) },
+  { name: 'whiteout through a symlink', code: 'IMAGE_UNSAFE_PATH', tar: tarOf((o) => [symlink('a', o), file('a/.wh.keep')]) },
+  { name: 'hard link to ../x', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [hardlink('h', '../x')]) },
+  { name: 'hard link through a symlink', code: 'IMAGE_UNSAFE_PATH', mode: 'apply', tar: tarOf((o) => [symlink('s', o), hardlink('h', 's/keep')]) },
+  { name: 'hard link to a later entry', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [hardlink('h', 'f'), file('f')]) },
+  { name: 'hard link to a directory', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [dir('d'), hardlink('h', 'd')]) },
+  { name: 'hard link to a lower file in layer mode', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [hardlink('h', 'etc/passwd')]) },
+  { name: 'the same file twice', code: 'IMAGE_DUPLICATE_ENTRY', tar: tarOf(() => [file('f', '1'), file('./f', '2')]) },
+  { name: 'a file and a directory at one path', code: 'IMAGE_DUPLICATE_ENTRY', tar: tarOf(() => [file('f'), dir('f')]) },
+  { name: 'a file under a file of the layer', code: 'IMAGE_DUPLICATE_ENTRY', tar: tarOf(() => [file('f'), file('f/g')]) },
+  { name: 'an entry and its whiteout', code: 'IMAGE_DUPLICATE_ENTRY', tar: tarOf(() => [file('f'), file('.wh.f')]) },
+  { name: 'an entry and its whiteout (apply)', code: 'IMAGE_DUPLICATE_ENTRY', mode: 'apply', tar: tarOf(() => [file('.wh.f'), file('f')]) },
+  { name: 'two opaque markers', code: 'IMAGE_DUPLICATE_ENTRY', tar: tarOf(() => [file('d/.wh..wh..opq'), file('d/.wh..wh..opq')]) },
+  { name: 'whiteout of ..', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [file('d/.wh...')]) },
+  { name: 'entry under a whiteout name', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [file('.wh.a/b')]) },
+  { name: 'root entry that is a file', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [file('./')]) },
+  {
+    name: 'truncated inside file data',
+    code: 'IMAGE_BAD_ARCHIVE',
+    tar: async () => (await packTar([file('a', 'x'.repeat(5000)), file('b', 'y'.repeat(5000))])).subarray(0, 512 + 3000),
+  },
+  {
+    name: 'truncated at an entry boundary (no end-of-archive block)',
+    code: 'IMAGE_BAD_ARCHIVE',
+    tar: async () => (await packTar([file('a', 'x'.repeat(512))])).subarray(0, 1024),
+  },
+  { name: 'empty stream', code: 'IMAGE_BAD_ARCHIVE', tar: () => Buffer.alloc(0) },
+  { name: 'garbage header', code: 'IMAGE_BAD_ARCHIVE', tar: () => crypto.randomBytes(4096) },
+  {
+    name: 'good entry then a garbage header',
+    code: 'IMAGE_BAD_ARCHIVE',
+    tar: async () => {
+      const good = await packTar([file('ok', 'fine')])
+      return Buffer.concat([good.subarray(0, 1024), crypto.randomBytes(512), Buffer.alloc(1024)])
+    },
+  },
+  { name: 'oversized PAX header', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [file('f', 'x', { pax: { comment: 'c'.repeat(5 << 20) } })]) },
+  {
+    name: 'sparse entry (typeflag S)',
+    code: 'IMAGE_BAD_ARCHIVE',
+    tar: async () => withHeader(await packTar([file('f', 'x')]), 0, (h) => h.write('S', 156, 'latin1')),
+  },
+  {
+    name: 'negative size',
+    code: 'IMAGE_BAD_ARCHIVE',
+    tar: async () =>
+      withHeader(await packTar([file('f', '')]), 0, (h) => {
+        h.fill(0xff, 124, 136)
+        h[135] = 0xfe // base-256 -1
+      }),
+  },
+  {
+    name: 'apply: whiteout through a lower symlink',
+    code: 'IMAGE_UNSAFE_PATH',
+    mode: 'apply',
+    lower: (o) => [symlink('lib', o)],
+    tar: tarOf(() => [file('lib/.wh.keep')]),
+  },
+  {
+    name: 'apply: file under a lower symlink',
+    code: 'IMAGE_UNSAFE_PATH',
+    mode: 'apply',
+    lower: (o) => [symlink('lib', o)],
+    tar: tarOf(() => [file('lib/keep', 'pwned')]),
+  },
+  {
+    name: 'apply: hard link to a file under a lower symlink',
+    code: 'IMAGE_UNSAFE_PATH',
+    mode: 'apply',
+    lower: (o) => [symlink('lib', o)],
+    tar: tarOf(() => [hardlink('h', 'lib/keep')]),
+  },
+]
+
+for (const c of badCases) {
+  test(`bad input: ${c.name} → ${c.code}`, async (t) => {
+    const base = tmpDir(t)
+    const dest = path.join(base, 'dest')
+    const outside = path.join(base, 'outside')
+    fs.mkdirSync(dest)
+    fs.mkdirSync(outside)
+    fs.writeFileSync(path.join(outside, 'keep'), 'keep')
+    if (c.lower) await unpackLayer(streamOf(await packTar(c.lower(outside))), dest, { mode: 'apply' })
+    const tar = await c.tar(outside)
+    await t.throwsAsync(unpackLayer(streamOf(tar), dest, { mode: c.mode ?? 'layer' }), { code: c.code as never })
+    t.deepEqual(fs.readdirSync(base).sort(), ['dest', 'outside'])
+    t.deepEqual(fs.readdirSync(outside), ['keep'])
+    t.is(fs.readFileSync(path.join(outside, 'keep'), 'utf8'), 'keep')
+    t.false(fs.existsSync(path.join(os.tmpdir(), 'x')) && fs.readFileSync(path.join(os.tmpdir(), 'x'), 'utf8') === 'escaped')
+    t.is(crypto.createHash('sha256').update(fs.readFileSync('/etc/passwd')).digest('hex'), etcPasswd)
+  })
+}
+
+test('apply mode: an opaque marker on a lower symlink replaces the link, not what it points at', async (t) => {
+  const base = tmpDir(t)
+  const dest = path.join(base, 'dest')
+  const outside = path.join(base, 'outside')
+  fs.mkdirSync(dest)
+  fs.mkdirSync(outside)
+  fs.writeFileSync(path.join(outside, 'keep'), 'keep')
+  await unpackLayer(streamOf(await packTar([symlink('lib', outside)])), dest, { mode: 'apply' })
+  await unpackLayer(streamOf(await packTar([file('lib/.wh..wh..opq'), file('lib/new')])), dest, { mode: 'apply' })
+  t.true(lst(path.join(dest, 'lib')).isDirectory())
+  t.deepEqual(fs.readdirSync(path.join(dest, 'lib')), ['new'])
+  t.deepEqual(fs.readdirSync(outside), ['keep'])
+})
+
+test('gzip garbage → IMAGE_BAD_ARCHIVE; an unknown compression → IMAGE_UNSUPPORTED_MEDIA_TYPE', async (t) => {
+  const dest = tmpDir(t)
+  const garbage = Buffer.concat([Buffer.from([0x1f, 0x8b, 0x08, 0x00]), crypto.randomBytes(2000)])
+  await t.throwsAsync(
+    (async () => unpackLayer(await decompressStream(streamOf(garbage)), dest, { mode: 'layer' }))(),
+    { code: 'IMAGE_BAD_ARCHIVE' },
+  )
+  const xz = Buffer.concat([Buffer.from([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]), crypto.randomBytes(600)])
+  await t.throwsAsync(decompressStream(streamOf(xz)), { code: 'IMAGE_UNSUPPORTED_MEDIA_TYPE' })
+  t.deepEqual(fs.readdirSync(dest), [])
+})
+
+test('an error of the input stream is passed on', async (t) => {
+  const dest = tmpDir(t)
+  const good = await packTar([file('a', 'x'.repeat(20000))])
+  const { Readable } = await import('node:stream')
+  const failing = new Readable({
+    read() {
+      this.push(good.subarray(0, 4096))
+      this.destroy(Object.assign(new Error('connection reset'), { code: 'ECONNRESET' }))
+    },
+  })
+  const e = await t.throwsAsync(unpackLayer(failing, dest, { mode: 'layer' }))
+  t.is((e as { code?: string }).code, 'IO_ERROR')
+  t.regex(e!.message, /connection reset/)
+})
+
+test('non-root → IMAGE_NEEDS_ROOT', (t) => {
+  const dest = tmpDir(t)
+  fs.chmodSync(dest, 0o777)
+  const mod = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../../sandbox/image/layer/index.js')
+  const script = `
+    import { Readable } from 'node:stream'
+    const { unpackLayer } = await import(${JSON.stringify(mod)})
+    try { await unpackLayer(Readable.from([Buffer.alloc(1024)]), ${JSON.stringify(dest)}, { mode: 'layer' }); console.log('no error') }
+    catch (e) { console.log(e.code) }`
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { uid: 65534, gid: 65534, encoding: 'utf8' })
+  t.is(r.stdout.trim(), 'IMAGE_NEEDS_ROOT', r.stderr)
+})
