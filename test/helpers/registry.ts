@@ -234,16 +234,17 @@ export async function umociImage(
 ): Promise<string> {
   if (!fs.existsSync(path.join(layout, 'index.json'))) await sh('umoci', ['init', '--layout', layout])
   await sh('umoci', ['new', '--image', `${layout}:${tag}`])
-  const bundle = fs.mkdtempSync(path.join(path.dirname(layout), 'bundle-'))
-  fs.rmSync(bundle, { recursive: true })
-  try {
-    await sh('umoci', ['unpack', '--image', `${layout}:${tag}`, bundle])
-    for (const step of steps) {
+  // repack diffs against the image the bundle was unpacked from: one fresh bundle per layer
+  for (const step of steps) {
+    const bundle = fs.mkdtempSync(path.join(path.dirname(layout), 'bundle-'))
+    fs.rmSync(bundle, { recursive: true })
+    try {
+      await sh('umoci', ['unpack', '--image', `${layout}:${tag}`, bundle])
       await step(path.join(bundle, 'rootfs'))
       await sh('umoci', ['repack', '--image', `${layout}:${tag}`, bundle])
+    } finally {
+      fs.rmSync(bundle, { recursive: true, force: true })
     }
-  } finally {
-    fs.rmSync(bundle, { recursive: true, force: true })
   }
   await sh('umoci', ['config', '--image', `${layout}:${tag}`, '--os', 'linux', '--architecture', opts.architecture ?? 'amd64', '--config.cmd', opts.cmd ?? 'sh', '--config.env', 'PATH=/usr/bin:/bin'])
   return layoutDigest(layout, tag)

@@ -14,15 +14,3 @@ export const INDEX_TYPES: readonly string[] = [OCI_INDEX, DOCKER_MANIFEST_LIST]
 export const IMAGE_MANIFEST_TYPES: readonly string[] = [OCI_MANIFEST, DOCKER_MANIFEST]
 export const MANIFEST_ACCEPT = [OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST].join(', ')
 export const CONFIG_TYPES: readonly string[] = [OCI_CONFIG, DOCKER_CONFIG]
-
-/** Layer media types a pull hands to the importer (which picks the decompressor from them). */
-export const LAYER_TYPES: readonly string[] = [
-  'application/vnd.oci.image.layer.v1.tar',
-  'application/vnd.oci.image.layer.v1.tar+gzip',
-  'application/vnd.oci.image.layer.v1.tar+zstd',
-  'application/vnd.oci.image.layer.nondistributable.v1.tar',
-  'application/vnd.oci.image.layer.nondistributable.v1.tar+gzip',
-  'application/vnd.oci.image.layer.nondistributable.v1.tar+zstd',
-  'application/vnd.docker.image.rootfs.diff.tar.gzip',
-  'application/vnd.docker.image.rootfs.foreign.diff.tar.gzip',
-]

@@ -1,0 +1,239 @@
+// strata image push/pull through a real registry (Debian docker-registry),
+// with skopeo and umoci as the independent tools on the other side: images
+// made by umoci go in with skopeo and come out as EROFS layers whose overlay
+// equals `umoci unpack`; images Strata pushes come out with skopeo and unpack
+// with umoci to the same tree.
+import fs from 'node:fs'
+import path from 'node:path'
+import anyTest, { type ExecutionContext, type TestFn } from 'ava'
+import { pullRegistry, pushRegistry } from '../../../../sandbox/image/registry/index.js'
+import type { ProgressSink } from '../../../../sandbox/image/progress.js'
+import type { ImageStore } from '../../../../sandbox/image/store.js'
+import { sha256Digest } from '../../../../sandbox/image/types.js'
+import { localTmp, startImageCluster, type ImageCluster } from '../../../helpers/image-cluster.js'
+import { mountImage } from '../../../helpers/image-mount.js'
+import { makeOciFixture, umociUnpack, type OciFixture } from '../../../helpers/oci-fixtures.js'
+import {
+  hasRegistryTools,
+  layoutBlob,
+  layoutDigest,
+  registryGet,
+  sh,
+  skopeoCopy,
+  startRegistry,
+  startTokenServer,
+  umociImage,
+  type TestRegistry,
+} from '../../../helpers/registry.js'
+import { diffTrees, snapshotTree, type TreeEntry } from '../../../helpers/tree-compare.js'
+
+const test = anyTest as TestFn<{ ic: ImageCluster }>
+const root = process.getuid?.() === 0
+const t0 = hasRegistryTools && root ? test.serial : test.serial.skip
+
+// One registry and one umoci fixture for the round-trip tests (1)-(3), alive for the whole file.
+const fileTeardowns: Array<() => unknown> = []
+const fileCtx = { teardown: (fn: () => unknown) => void fileTeardowns.push(fn), log: () => undefined } as unknown as ExecutionContext
+let reg: TestRegistry
+let fixtureDir: string
+
+test.before(async (t) => {
+  if (!hasRegistryTools || !root) return
+  t.context.ic = await startImageCluster()
+  reg = await startRegistry(fileCtx)
+  fixtureDir = localTmp(fileCtx, 'strata-reg-fixture-')
+  fx = await makeOciFixture({ tmpDir: fixtureDir })
+})
+test.after.always(async (t) => {
+  for (const fn of fileTeardowns.reverse()) await fn()
+  await t.context.ic?.close()
+})
+
+let storeSeq = 0
+function freshStore(t: ExecutionContext<{ ic: ImageCluster }>): Promise<ImageStore> {
+  return t.context.ic.store(`/strata/images-reg-${process.pid}-${++storeSeq}`)
+}
+
+/** The tree of a stored image, mounted as the node would (EROFS layers under overlayfs). */
+async function imageTree(t: ExecutionContext, store: ImageStore, digest: string, dir: string): Promise<string> {
+  fs.mkdirSync(dir, { recursive: true })
+  return mountImage(t, store, (await store.getManifest(digest)).manifest, dir)
+}
+
+let fx: OciFixture
+let expected: Map<string, TreeEntry>
+let pulled: { store: ImageStore; name: string; digest: string }
+
+t0('(1) skopeo → registry → strata pull: the overlay of the EROFS layers equals umoci unpack', async (t) => {
+  const dir = localTmp(t, 'strata-reg-')
+  expected = await snapshotTree(await umociUnpack(fx, path.join(dir, 'bundle')))
+  t.true(expected.size > 20)
+  await skopeoCopy(`oci:${fx.ref}`, reg.url('src/rich:v1'))
+
+  const store = await freshStore(t)
+  const tasks: string[] = []
+  const progress: ProgressSink = { start: (label) => (tasks.push(label), { tick: () => undefined, done: () => undefined }) }
+  const r = await pullRegistry(store, reg.url('src/rich:v1'), { workDir: dir, onProgress: progress })
+  t.is(r.name, `${reg.host}/src/rich`)
+  t.is(r.tag, 'v1')
+  t.is(r.remoteDigest, fx.manifestDigest)
+  t.is(r.blobsFetched, 4)
+  t.true(tasks.filter((l) => l.startsWith('pull ')).length === 3)
+  const got = await store.resolve(`${reg.host}/src/rich:v1`)
+  t.is(got.digest, r.digest)
+  t.is(got.manifest.layers.length, 3)
+  t.deepEqual(got.manifest.source, { type: 'registry', ref: `docker://${reg.host}/src/rich@${fx.manifestDigest}`, digest: fx.manifestDigest, platform: 'linux/amd64' })
+  const fxConfig = JSON.parse(layoutBlob(fx.layout, fx.configDigest).toString()) as { config?: { Env?: string[] } }
+  t.deepEqual(got.manifest.config.env, fxConfig.config?.Env ?? [])
+  t.deepEqual(diffTrees(await snapshotTree(await imageTree(t, store, r.digest, path.join(dir, 'mnt'))), expected), [])
+  t.deepEqual(fs.readdirSync(dir).filter((f) => f.startsWith('strata-pull-')), [], 'staging files are removed')
+
+  // again, by digest, under another name: every layer comes from the diffId cache, only the config is fetched
+  const again = await pullRegistry(store, `docker://${reg.host}/src/rich@${fx.manifestDigest}`, { workDir: dir, name: 'again' })
+  t.is(again.name, 'again')
+  t.is(again.tag, `sha256-${fx.manifestDigest.slice(7, 19)}`)
+  t.is(again.blobsFetched, 1)
+  t.is(again.layersReused, 3)
+  t.deepEqual((await store.resolve(`again:${again.tag}`)).manifest.layers, got.manifest.layers)
+  pulled = { store, name: `${reg.host}/src/rich:v1`, digest: r.digest }
+})
+
+t0('(2) strata push → skopeo copy out → umoci unpack equals the original; a second push skips every blob', async (t) => {
+  if (!pulled) return t.fail('needs test (1)')
+  const dir = localTmp(t, 'strata-reg-')
+  const cache = path.join(dir, 'cache')
+  const first = await pushRegistry(pulled.store, pulled.name, reg.url('dst/rich:v1'), { chunkSize: 256 * 1024, layerCache: cache, workDir: dir })
+  t.is(first.pushedBlobs, 4)
+  t.is(first.skippedBlobs, 0)
+  t.true(first.bytes > 300 * 1024)
+  t.regex(reg.log(), /"PATCH \/v2\/dst\/rich\/blobs\/uploads\//)
+  const out = path.join(dir, 'out')
+  await skopeoCopy(reg.url('dst/rich:v1'), `oci:${out}:v1`)
+  t.is(layoutDigest(out, 'v1'), first.digest)
+  const m = JSON.parse(layoutBlob(out, first.digest).toString()) as { mediaType: string; config: { digest: string }; layers: Array<{ mediaType: string }> }
+  t.is(m.mediaType, 'application/vnd.oci.image.manifest.v1+json')
+  t.true(m.layers.every((l) => l.mediaType === 'application/vnd.oci.image.layer.v1.tar+gzip'))
+  const cfg = JSON.parse(layoutBlob(out, m.config.digest).toString()) as { architecture: string; os: string; config: { Env?: string[] }; rootfs: { diff_ids: string[] } }
+  const fxConfig = JSON.parse(layoutBlob(fx.layout, fx.configDigest).toString()) as { config?: { Env?: string[] } }
+  t.is(cfg.architecture, 'amd64')
+  t.is(cfg.os, 'linux')
+  t.deepEqual(cfg.config.Env, fxConfig.config?.Env)
+  t.is(cfg.rootfs.diff_ids.length, 3)
+  t.deepEqual(diffTrees(await snapshotTree(await umociUnpack({ ref: `${out}:v1` }, path.join(dir, 'bundle'))), expected), [])
+
+  // the same image again: the cache knows the gzip digests, HEAD finds every blob
+  const second = await pushRegistry(pulled.store, pulled.name, reg.url('dst/rich:v1'), { layerCache: cache, workDir: dir })
+  t.is(second.digest, first.digest)
+  t.is(second.pushedBlobs, 0)
+  t.is(second.skippedBlobs, 4)
+  t.is(second.bytes, 0)
+  // and without the cache: the rebuilt tar.gz files have the same digests (deterministic gzip), so nothing is uploaded either
+  const third = await pushRegistry(pulled.store, pulled.name, reg.url('dst/rich:v1'), { layerCache: false, workDir: dir })
+  t.is(third.digest, first.digest)
+  t.is(third.pushedBlobs, 0)
+  t.is(third.skippedBlobs, 4)
+})
+
+t0('(3) a manifest list (skopeo copy --all of a two-platform index) pulls linux/amd64 unless --platform says otherwise', async (t) => {
+  if (!reg) return t.fail('needs test (1)')
+  const dir = localTmp(t, 'strata-reg-')
+  const lay = path.join(dir, 'multi')
+  const descs = []
+  for (const arch of ['arm64', 'amd64']) {
+    const d = await umociImage(lay, arch, [(r) => fs.writeFileSync(path.join(r, 'arch'), `${arch}\n`)], { architecture: arch })
+    descs.push({ mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: d, size: layoutBlob(lay, d).length, platform: { architecture: arch, os: 'linux', ...(arch === 'arm64' ? { variant: 'v8' } : {}) } })
+  }
+  const index = Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests: descs }))
+  const indexDigest = sha256Digest(index)
+  fs.writeFileSync(path.join(lay, 'blobs/sha256', indexDigest.slice(7)), index)
+  const top = JSON.parse(fs.readFileSync(path.join(lay, 'index.json'), 'utf8')) as { manifests: unknown[] }
+  top.manifests.push({ mediaType: 'application/vnd.oci.image.index.v1+json', digest: indexDigest, size: index.length, annotations: { 'org.opencontainers.image.ref.name': 'multi' } })
+  fs.writeFileSync(path.join(lay, 'index.json'), JSON.stringify(top))
+  await skopeoCopy(`oci:${lay}:multi`, reg.url('multi/app:v1'), ['--all'])
+  const res = await registryGet(reg.host, '/v2/multi/app/manifests/v1', { accept: 'application/vnd.oci.image.index.v1+json' })
+  t.is(res.status, 200)
+  t.is(JSON.parse(res.body.toString()).manifests.length, 2)
+
+  const store = await freshStore(t)
+  const amd = await pullRegistry(store, reg.url('multi/app:v1'), { workDir: dir })
+  t.is(amd.platform, 'linux/amd64')
+  t.is(amd.remoteDigest, descs[1]!.digest)
+  t.is(fs.readFileSync(path.join(await imageTree(t, store, amd.digest, path.join(dir, 'm1')), 'arch'), 'utf8'), 'amd64\n')
+  const arm = await pullRegistry(store, reg.url('multi/app:v1'), { workDir: dir, platform: 'linux/arm64', name: 'multi-arm' })
+  t.is(arm.remoteDigest, descs[0]!.digest)
+  t.is(fs.readFileSync(path.join(await imageTree(t, store, arm.digest, path.join(dir, 'm2')), 'arch'), 'utf8'), 'arm64\n')
+  await t.throwsAsync(pullRegistry(store, reg.url('multi/app:v1'), { workDir: dir, platform: 'linux/s390x', name: 'nope' }), { code: 'IMAGE_PLATFORM_NOT_FOUND' })
+  t.false((await store.listTags()).some((x) => x.name === 'nope'))
+})
+
+t0('(4) bearer token auth: docker-registry with `auth: token` and a token service; pull and push with credentials, IMAGE_AUTH_FAILED without', async (t) => {
+  const dir = localTmp(t, 'strata-reg-')
+  const tokens = await startTokenServer(t, { alice: 'secret' })
+  const areg = await startRegistry(t, { auth: tokens.auth })
+  const lay = path.join(dir, 'oci')
+  await umociImage(lay, 'v1', [(r) => fs.writeFileSync(path.join(r, 'who'), 'alice\n')])
+  await skopeoCopy(`oci:${lay}:v1`, areg.url('private/app:v1'), ['--dest-creds', 'alice:secret'])
+  const store = await freshStore(t)
+  const saved = { u: process.env.STRATA_REGISTRY_USER, p: process.env.STRATA_REGISTRY_PASSWORD, f: process.env.REGISTRY_AUTH_FILE }
+  process.env.REGISTRY_AUTH_FILE = path.join(dir, 'no-auth.json')
+  try {
+    await t.throwsAsync(pullRegistry(store, areg.url('private/app:v1'), { workDir: dir }), { code: 'IMAGE_AUTH_FAILED' })
+    await t.throwsAsync(pullRegistry(store, areg.url('private/app:v1'), { workDir: dir, username: 'alice', password: 'wrong' }), { code: 'IMAGE_AUTH_FAILED' })
+    t.deepEqual(await store.listTags(), [])
+    const r = await pullRegistry(store, areg.url('private/app:v1'), { workDir: dir, username: 'alice', password: 'secret', name: 'private' })
+    t.is(r.tag, 'v1')
+    // push with credentials from the environment
+    process.env.STRATA_REGISTRY_USER = 'alice'
+    process.env.STRATA_REGISTRY_PASSWORD = 'secret'
+    const p = await pushRegistry(store, 'private:v1', areg.url('private/copy:v1'), { layerCache: false, workDir: dir })
+    t.is(p.pushedBlobs, 2)
+    t.true(tokens.requests.some((x) => x.user === 'alice' && x.scopes.includes('repository:private/copy:pull,push')))
+    await sh('skopeo', ['inspect', '--tls-verify=false', '--creds', 'alice:secret', areg.url('private/copy:v1')])
+  } finally {
+    for (const [k, v] of [['STRATA_REGISTRY_USER', saved.u], ['STRATA_REGISTRY_PASSWORD', saved.p], ['REGISTRY_AUTH_FILE', saved.f]] as const) {
+      if (v === undefined) delete process.env[k]
+      else process.env[k] = v
+    }
+  }
+})
+
+t0('(5) failures: unknown tag → IMAGE_NOT_FOUND; tampered blob → IMAGE_DIGEST_MISMATCH and nothing tagged; registry killed mid-push → IMAGE_REMOTE_ERROR and no manifest', async (t) => {
+  if (!pulled) return t.fail('needs test (1)')
+  const dir = localTmp(t, 'strata-reg-')
+  const freg = await startRegistry(t)
+  const store = await freshStore(t)
+  await t.throwsAsync(pullRegistry(store, freg.url('src/rich:nope'), { workDir: dir }), { code: 'IMAGE_NOT_FOUND' })
+
+  await skopeoCopy(`oci:${fx.ref}`, freg.url('src/rich:v1'))
+  const biggest = [...fx.layers].sort((a, b) => b.size - a.size)[0]!
+  const file = freg.blobFile(biggest.digest)
+  const bytes = fs.readFileSync(file)
+  bytes[bytes.length - 100] ^= 0x55
+  fs.writeFileSync(file, bytes)
+  await t.throwsAsync(pullRegistry(store, freg.url('src/rich:v1'), { workDir: dir, name: 'tampered' }), { code: 'IMAGE_DIGEST_MISMATCH' })
+  t.deepEqual(await store.listTags(), [])
+  t.deepEqual(await store.listManifests(), [])
+
+  // the registry dies during the first PATCH of the push
+  let killed: Promise<void> | undefined
+  const progress: ProgressSink = {
+    start: (label) => ({
+      tick: () => {
+        if (label.startsWith('push ') && !killed) killed = freg.stop()
+      },
+      done: () => undefined,
+    }),
+  }
+  const started = Date.now()
+  await t.throwsAsync(pushRegistry(pulled.store, pulled.name, freg.url('dead/rich:v1'), { chunkSize: 64 * 1024, layerCache: false, workDir: dir, onProgress: progress, retries: 2, retryDelayMs: 50 }), {
+    code: 'IMAGE_REMOTE_ERROR',
+  })
+  t.true(Date.now() - started < 60_000)
+  t.truthy(killed)
+  await killed
+  await freg.start()
+  const res = await registryGet(freg.host, '/v2/dead/rich/manifests/v1', { accept: 'application/vnd.oci.image.manifest.v1+json' })
+  t.is(res.status, 404)
+  t.deepEqual(freg.tagsOnDisk('dead/rich'), [])
+  t.deepEqual(fs.readdirSync(dir).filter((f) => f.startsWith('strata-push-')), [], 'work files are removed')
+})
