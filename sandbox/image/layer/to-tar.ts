@@ -5,6 +5,7 @@
 // inode) point at the first path; xattrs other than overlayfs's go into PAX
 // SCHILY.xattr records; uid/gid/mode/mtime kept, uname/gname empty, no
 // atime/ctime. The same layer gives the same bytes.
+import { once } from 'node:events'
 import fs from 'node:fs'
 import path from 'node:path'
 import type { Writable } from 'node:stream'
@@ -122,7 +123,16 @@ class LayerWalker {
     const { xattrs } = readXattrs(c.abs)
     if (st.isFile()) {
       const size = Number(st.size)
-      await this.w.entry({ ...base, type: 'file', size, xattrs }, fs.createReadStream(c.abs, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>)
+      const rs = fs.createReadStream(c.abs, { highWaterMark: 1 << 20 })
+      try {
+        await this.w.entry({ ...base, type: 'file', size, xattrs }, rs as AsyncIterable<Buffer>)
+      } finally {
+        // The file must be closed before the layer can be unmounted.
+        if (!rs.closed) {
+          rs.destroy()
+          await once(rs, 'close').catch(() => {})
+        }
+      }
     } else if (st.isSymbolicLink()) {
       const target = decodeName(await fs.promises.readlink(c.abs, { encoding: 'buffer' }), c.rel)
       await this.w.entry({ ...base, type: 'symlink', linkname: target, xattrs })

@@ -1,0 +1,196 @@
+import test, { type ExecutionContext } from 'ava'
+import fs from 'node:fs'
+import path from 'node:path'
+import { Writable } from 'node:stream'
+import tarStream from 'tar-stream'
+import { buildErofs, decompressStream, layerToTar, readTar, unpackLayer } from '../../../../sandbox/image/layer/index.js'
+import { makeOciFixture, run, type OciFixture } from '../../../helpers/oci-fixtures.js'
+import { dir, file, hardlink, mountsUnder, packTar, readAll, sha256, snapshot, streamOf, symlink, tmpDir, type PackEntry } from './helpers.js'
+
+let fx: OciFixture
+const plainTars: Buffer[] = []
+
+test.before(async () => {
+  fx = await makeOciFixture()
+  for (const l of fx.layers) plainTars.push(await readAll(await decompressStream(fs.createReadStream(l.blobPath), l.mediaType)))
+})
+
+test.after.always(async () => {
+  await fx?.cleanup()
+})
+
+class Collect extends Writable {
+  chunks: Buffer[] = []
+  override _write(c: Buffer, _e: BufferEncoding, cb: () => void): void {
+    this.chunks.push(c)
+    cb()
+  }
+  get bytes(): Buffer {
+    return Buffer.concat(this.chunks)
+  }
+}
+
+async function toErofs(t: ExecutionContext, tar: Buffer, work: string, name: string): Promise<{ file: string; digest: string }> {
+  const tree = path.join(work, name)
+  fs.mkdirSync(tree)
+  await unpackLayer(streamOf(tar), tree, { mode: 'layer' })
+  const file = path.join(work, `${name}.erofs`)
+  const { digest } = await buildErofs(tree, file)
+  t.truthy(digest)
+  return { file, digest }
+}
+
+async function tarOf(erofs: string, tmp: string): Promise<{ bytes: Buffer; diffId: string; size: number }> {
+  const out = new Collect()
+  const r = await layerToTar(erofs, out, { tmpDir: tmp })
+  return { bytes: out.bytes, ...r }
+}
+
+async function names(tar: Buffer): Promise<string[]> {
+  const out: string[] = []
+  for await (const { header } of readTar(streamOf(tar))) out.push(`${header.type} ${header.name}${header.linkname ? ' -> ' + header.linkname : ''}`)
+  return out
+}
+
+test('round trip of every fixture layer: tar → EROFS → tar2 → EROFS gives the same EROFS bytes; tar2 is the same every time', async (t) => {
+  const work = tmpDir(t)
+  for (const [i, tar] of plainTars.entries()) {
+    const first = await toErofs(t, tar, work, `a${i}`)
+    const tar2 = await tarOf(first.file, work)
+    t.is(tar2.diffId, sha256(tar2.bytes))
+    t.is(tar2.size, tar2.bytes.length)
+    const again = await tarOf(first.file, work)
+    t.true(again.bytes.equals(tar2.bytes), `layer ${i}: same tar bytes twice`)
+    const second = await toErofs(t, tar2.bytes, work, `b${i}`)
+    t.is(second.digest, first.digest, `layer ${i}`)
+    const tar3 = await tarOf(second.file, work)
+    t.is(tar3.diffId, tar2.diffId)
+  }
+  t.deepEqual(mountsUnder(work), [])
+  t.deepEqual(fs.readdirSync(work).filter((f) => f.startsWith('strata-erofs-')), [], 'mount points removed')
+})
+
+test('tar2 unpacked by GNU tar equals the original layer unpacked by GNU tar', async (t) => {
+  const work = tmpDir(t)
+  for (const [i, tar] of plainTars.entries()) {
+    const { file } = await toErofs(t, tar, work, `l${i}`)
+    const tar2 = await tarOf(file, work)
+    const trees: string[] = []
+    for (const [which, bytes] of [['orig', tar], ['back', tar2.bytes]] as const) {
+      const tarFile = path.join(work, `${which}${i}.tar`)
+      fs.writeFileSync(tarFile, bytes)
+      const d = path.join(work, `${which}${i}`)
+      fs.mkdirSync(d)
+      await run('tar', ['--xattrs', "--xattrs-include=*", '--numeric-owner', '--same-owner', '-p', '-C', d, '-xf', tarFile])
+      trees.push(d)
+    }
+    // Whiteout files: only their presence means something. The root: the original may have no entry for it.
+    const opts = { typeOnly: (rel: string) => path.basename(rel).startsWith('.wh.'), skipRoot: true }
+    t.deepEqual(snapshot(trees[1]!, opts), snapshot(trees[0]!, opts), `layer ${i}`)
+  }
+})
+
+test('layerToTar output: sorted, whiteouts and opaque markers back as .wh. files, hard links to the first path, PAX only where needed', async (t) => {
+  const work = tmpDir(t)
+  const long = 'l/' + 'x'.repeat(120) + '/f'
+  const entries: PackEntry[] = [
+    dir('./', { mode: 0o711, pax: { 'SCHILY.xattr.user.root': 'r' } }),
+    file('z', 'zz'),
+    hardlink('a-link', 'z'),
+    file('b/.wh.gone'),
+    file('b/.wh..wh..opq'),
+    file('b/kept', 'k', { gid: 7, pax: { uid: '3000000', mtime: '1600000000.5' } }),
+    symlink('s', '/abs/target'),
+    hardlink('s2', 's'),
+    file('ünï', 'u'),
+    file(long, 'long'),
+    { header: { name: 'dev/c', type: 'character-device', devmajor: 4, devminor: 64, mode: 0o620 } },
+    { header: { name: 'dev/p', type: 'fifo', mode: 0o644 } },
+  ]
+  const tar = await packTar(entries)
+  const { file: img, digest } = await toErofs(t, tar, work, 'x')
+  const tar2 = await tarOf(img, work)
+  t.deepEqual(await names(tar2.bytes), [
+    'directory ./',
+    'file a-link',
+    'directory b/',
+    'file b/.wh..wh..opq',
+    'file b/.wh.gone',
+    'file b/kept',
+    'directory dev/',
+    'character-device dev/c',
+    'fifo dev/p',
+    'directory l/',
+    `directory l/${'x'.repeat(120)}/`,
+    `file ${long}`,
+    'symlink s -> /abs/target',
+    'link s2 -> s',
+    'link z -> a-link',
+    'file ünï',
+  ])
+  const ex = tarStream.extract()
+  const headers: Record<string, tarStream.Header & { pax?: Record<string, string> | null }> = {}
+  type H = (typeof headers)[string]
+  ex.on('entry', (h, s, next) => {
+    headers[h.name] = h as H
+    s.on('end', next)
+    s.resume()
+  })
+  await new Promise((resolve, reject) => {
+    ex.on('finish', () => resolve(undefined))
+    ex.on('error', reject)
+    ex.end(tar2.bytes)
+  })
+  t.is(headers['./']!.mode, 0o711)
+  t.is(headers['./']!.pax?.['SCHILY.xattr.user.root'], 'r')
+  t.is(headers['b/kept']!.pax?.uid, '3000000')
+  t.is(headers['b/kept']!.pax?.mtime, '1600000000.5')
+  t.is(headers['b/kept']!.gid, 7)
+  t.is(headers['a-link']!.pax, null, 'no PAX record where ustar suffices')
+  t.is(headers['b/.wh..wh..opq']!.mode, 0)
+  for (const h of Object.values(headers)) {
+    t.is(h.uname, '')
+    t.is(h.gname, '')
+    t.false(Object.keys(h.pax ?? {}).some((k) => k === 'atime' || k === 'ctime' || k.startsWith('SCHILY.xattr.trusted.overlay')))
+  }
+  t.is((await toErofs(t, tar2.bytes, work, 'y')).digest, digest)
+})
+
+test('layerToTar: a file that is not EROFS → IMAGE_BAD_LAYER; a missing one NOT_FOUND; nothing stays mounted', async (t) => {
+  const work = tmpDir(t)
+  const junk = path.join(work, 'junk.erofs')
+  fs.writeFileSync(junk, Buffer.alloc(8192, 7))
+  await t.throwsAsync(layerToTar(junk, new Collect(), { tmpDir: work }), { code: 'IMAGE_BAD_LAYER' })
+  await t.throwsAsync(layerToTar(path.join(work, 'missing'), new Collect(), { tmpDir: work }), { code: 'NOT_FOUND' })
+  t.deepEqual(fs.readdirSync(work), ['junk.erofs'])
+  t.deepEqual(mountsUnder(work), [])
+})
+
+test('layerToTar: a failing output stream fails the call, and the layer is unmounted anyway', async (t) => {
+  const work = tmpDir(t)
+  const { file: img } = await toErofs(t, plainTars[0]!, work, 'x')
+  let n = 0
+  const failing = new Writable({
+    highWaterMark: 1024,
+    write(c: Buffer, _e, cb) {
+      n += c.length
+      cb(n > 100_000 ? Object.assign(new Error('disk on fire'), { code: 'EIO' }) : null)
+    },
+  })
+  const tmp = path.join(work, 'mnt')
+  fs.mkdirSync(tmp)
+  await t.throwsAsync(layerToTar(img, failing, { tmpDir: tmp }), { message: /disk on fire/ })
+  t.deepEqual(mountsUnder(tmp), [])
+  t.deepEqual(fs.readdirSync(tmp), [])
+})
+
+test('layerToTar refuses a layer with a name a tar would read as a whiteout', async (t) => {
+  const work = tmpDir(t)
+  const tree = path.join(work, 'tree')
+  fs.mkdirSync(tree)
+  fs.writeFileSync(path.join(tree, '.wh.sneaky'), '')
+  const img = path.join(work, 'x.erofs')
+  await buildErofs(tree, img)
+  await t.throwsAsync(layerToTar(img, new Collect(), { tmpDir: work }), { code: 'IMAGE_BAD_LAYER' })
+  t.deepEqual(mountsUnder(work), [])
+})
