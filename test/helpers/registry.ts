@@ -260,3 +260,69 @@ export function layoutDigest(layout: string, tag: string): string {
 export function layoutBlob(layout: string, digest: string): Buffer {
   return fs.readFileSync(path.join(layout, 'blobs/sha256', digest.slice('sha256:'.length)))
 }
+
+export type ProxyAction =
+  | 'pass'
+  /** answer with this status (and headers/body) without asking the registry */
+  | { status: number; headers?: Record<string, string>; body?: string }
+  /** forward, then send the headers and about half of the body and reset the connection */
+  | 'cut-body'
+
+export interface FaultProxy {
+  host: string
+  /** every request seen: method, url, range header, authorization header */
+  seen: Array<{ method: string; url: string; range?: string; authorization?: string }>
+  close(): Promise<void>
+}
+
+/**
+ * An HTTP proxy in front of a test registry that can fail requests: `decide`
+ * sees each request (and how many came before it) and says what to do.
+ */
+export async function startFaultProxy(t: ExecutionContext, upstream: string, decide: (req: http.IncomingMessage, n: number) => ProxyAction): Promise<FaultProxy> {
+  const seen: FaultProxy['seen'] = []
+  const server = http.createServer((req, res) => {
+    const entry: FaultProxy['seen'][number] = { method: req.method ?? '', url: req.url ?? '' }
+    if (req.headers.range) entry.range = req.headers.range
+    if (req.headers.authorization) entry.authorization = req.headers.authorization
+    seen.push(entry)
+    const action = decide(req, seen.length - 1)
+    if (action !== 'pass' && action !== 'cut-body') {
+      req.resume()
+      res.writeHead(action.status, { 'content-type': 'application/json', ...action.headers })
+      res.end(action.body ?? '')
+      return
+    }
+    const [host, port] = upstream.split(':')
+    const up = http.request({ host, port: Number(port), method: req.method, path: req.url, headers: req.headers }, (ur) => {
+      res.writeHead(ur.statusCode ?? 502, ur.headers)
+      if (action === 'pass') {
+        ur.pipe(res)
+        return
+      }
+      const total = Number(ur.headers['content-length'] ?? '0')
+      let sent = 0
+      ur.on('data', (chunk: Buffer) => {
+        if (sent >= total / 2) return
+        const part = chunk.subarray(0, Math.max(1, Math.floor(total / 2) - sent))
+        sent += part.length
+        res.write(part)
+        if (sent >= total / 2) {
+          ur.destroy()
+          res.socket?.destroy()
+        }
+      })
+    })
+    up.on('error', () => res.socket?.destroy())
+    req.pipe(up)
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+  const port = (server.address() as { port: number }).port
+  const close = () =>
+    new Promise<void>((r) => {
+      server.closeAllConnections()
+      server.close(() => r())
+    })
+  t.teardown(close)
+  return { host: `127.0.0.1:${port}`, seen, close }
+}

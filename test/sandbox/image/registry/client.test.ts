@@ -8,9 +8,11 @@ import { RegistryClient } from '../../../../sandbox/image/registry/client.js'
 import { OCI_MANIFEST } from '../../../../sandbox/image/registry/media-types.js'
 import { sha256Digest } from '../../../../sandbox/image/types.js'
 import { tmpDir } from '../../../helpers/procs.js'
-import { hasRegistryTools, layoutBlob, sh, skopeoCopy, startRegistry, startTokenServer, umociImage, type TestRegistry } from '../../../helpers/registry.js'
+import { hasRegistryTools, layoutBlob, sh, skopeoCopy, startFaultProxy, startRegistry, startTokenServer, umociImage, type TestRegistry } from '../../../helpers/registry.js'
 
 const t0 = hasRegistryTools ? test : test.skip
+// tests that set process.env (credentials) run alone
+const t0serial = hasRegistryTools ? test.serial : test.serial.skip
 
 async function smallImage(dir: string): Promise<{ layout: string; digest: string }> {
   const layout = path.join(dir, 'oci')
@@ -124,7 +126,7 @@ t0('a registry that is down is IMAGE_REMOTE_ERROR after the retries', async (t) 
   await t.throwsAsync(c.getManifest('v1'), { code: 'IMAGE_REMOTE_ERROR' })
 })
 
-t0('bearer token auth (docker-registry auth: token): credentials from options, environment or auth file; bad ones are IMAGE_AUTH_FAILED', async (t) => {
+t0serial('bearer token auth (docker-registry auth: token): credentials from options, environment or auth file; bad ones are IMAGE_AUTH_FAILED', async (t) => {
   const dir = tmpDir(t, 'strata-regc-')
   const tokens = await startTokenServer(t, { alice: 'secret' })
   const reg = await startRegistry(t, { auth: tokens.auth })
@@ -165,4 +167,57 @@ t0('bearer token auth (docker-registry auth: token): credentials from options, e
     else process.env.REGISTRY_AUTH_FILE = saved
   }
   await sh('skopeo', ['inspect', '--tls-verify=false', '--creds', 'alice:secret', reg.url('team/copy:v1')])
+})
+
+t0('a connection reset mid-blob resumes with Range; 5xx and 429 are retried; a registry that keeps failing is IMAGE_REMOTE_ERROR', async (t) => {
+  const { reg, dir, layout, digest } = await seeded(t)
+  const m = JSON.parse(layoutBlob(layout, digest).toString()) as { config: { digest: string; size: number }; layers: Array<{ digest: string; size: number }> }
+  const big = [...m.layers].sort((a, b) => b.size - a.size)[0]!
+  let cuts = 0
+  let fails = 0
+  const proxy = await startFaultProxy(t, reg.host, (req) => {
+    if (req.method === 'GET' && req.url?.includes('/blobs/') && !req.headers.range && cuts < 1) {
+      cuts++
+      return 'cut-body'
+    }
+    if (req.url?.includes('/manifests/') && fails < 2) {
+      fails++
+      return { status: fails === 1 ? 503 : 429, body: '{"errors":[{"code":"UNAVAILABLE","message":"try later"}]}' }
+    }
+    return 'pass'
+  })
+  const c = new RegistryClient(proxy.host, 'src/app', { retryDelayMs: 20 })
+  t.is((await c.getManifest('v1')).digest, digest)
+  t.is(fails, 2)
+  const f = path.join(dir, 'big')
+  await c.getBlobToFile(big.digest, big.size, f)
+  t.deepEqual(fs.readFileSync(f), layoutBlob(layout, big.digest))
+  t.is(cuts, 1)
+  const resumed = proxy.seen.find((s) => s.range)
+  t.truthy(resumed)
+  t.regex(resumed!.range!, /^bytes=[1-9][0-9]*-$/)
+
+  const down = await startFaultProxy(t, reg.host, () => ({ status: 500, body: 'boom' }))
+  const started = Date.now()
+  await t.throwsAsync(new RegistryClient(down.host, 'src/app', { retries: 2, retryDelayMs: 20 }).getManifest('v1'), { code: 'IMAGE_REMOTE_ERROR' })
+  t.true(Date.now() - started < 5000)
+  t.is(down.seen.length, 3, 'one try and two retries')
+})
+
+t0serial('basic auth: the challenge is answered with the credentials; none or wrong ones are IMAGE_AUTH_FAILED', async (t) => {
+  const { reg, digest } = await seeded(t)
+  const good = 'Basic ' + Buffer.from('bob:pw').toString('base64')
+  const proxy = await startFaultProxy(t, reg.host, (req) =>
+    req.headers.authorization === good ? 'pass' : { status: 401, headers: { 'www-authenticate': 'Basic realm="test"' }, body: '{"errors":[{"code":"UNAUTHORIZED"}]}' },
+  )
+  const saved = process.env.REGISTRY_AUTH_FILE
+  process.env.REGISTRY_AUTH_FILE = '/nonexistent/auth.json'
+  try {
+    t.is((await new RegistryClient(proxy.host, 'src/app', { username: 'bob', password: 'pw' }).getManifest('v1')).digest, digest)
+    await t.throwsAsync(new RegistryClient(proxy.host, 'src/app').getManifest('v1'), { code: 'IMAGE_AUTH_FAILED' })
+    await t.throwsAsync(new RegistryClient(proxy.host, 'src/app', { username: 'bob', password: 'nope' }).getManifest('v1'), { code: 'IMAGE_AUTH_FAILED' })
+  } finally {
+    if (saved === undefined) delete process.env.REGISTRY_AUTH_FILE
+    else process.env.REGISTRY_AUTH_FILE = saved
+  }
 })
