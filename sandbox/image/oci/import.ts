@@ -534,6 +534,8 @@ export async function importPath(store: ImageStore, input: string, opts: ImportP
     let tag = opts.tag
     if (!name && inp.kind === 'image') {
       for (const r of inp.image.refNames ?? []) {
+        // only NAME:TAG forms: an OCI layout's ref.name is often a bare tag
+        if (r.lastIndexOf(':') <= r.lastIndexOf('/')) continue
         try {
           const p = parseImageRef(r.replace(/^docker\.io\/library\//, '').replace(/^docker\.io\//, ''))
           if (p.tag) {

@@ -1,0 +1,238 @@
+// Every kind of bad input to `strata image import`, through the CLI: each
+// exits non-zero with its stable code, and leaves no tag, manifest, blob,
+// diffId record, lease or staging file behind. Malicious tars are written
+// with Python's tarfile; image layouts are the umoci fixture, copied and
+// then broken.
+import test from 'ava'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { strata } from '../../bin/helpers.js'
+import type { ImageStore } from '../../../sandbox/image/store.js'
+import { startImageCluster, localTmp, type ImageCluster } from '../../helpers/image-cluster.js'
+import { makeOciFixture, run, toDockerArchive, type OciFixture } from '../../helpers/oci-fixtures.js'
+
+let ic: ImageCluster
+let fx: OciFixture
+let store: ImageStore
+
+test.before(async () => {
+  ic = await startImageCluster()
+  fx = await makeOciFixture()
+  store = await ic.store()
+})
+test.after.always(async () => {
+  await fx?.cleanup()
+  await ic?.close()
+})
+
+interface StoreState {
+  blobs: string[]
+  manifests: string[]
+  tags: string[]
+  diffIds: string[]
+  leases: string[]
+  tmp: string[]
+}
+
+async function state(): Promise<StoreState> {
+  const names = async (p: string) => (await store.fs.readdirAll(p)).entries.map((e) => e.name).sort()
+  return {
+    blobs: (await store.listBlobs()).map((b) => b.digest).sort(),
+    manifests: (await store.listManifests()).sort(),
+    tags: (await store.listTags()).map((t) => `${t.name}:${t.tag}`),
+    diffIds: await names(`${store.root}/diffids/sha256`),
+    leases: (await store.listLeases()).map((l) => `${l.holder}/${l.digest}`),
+    tmp: await names(`${store.root}/tmp`),
+  }
+}
+
+/** Runs `strata image import …`; expects failure with `code` and an unchanged store. */
+async function expectFailure(t: import('ava').ExecutionContext, code: string, args: string[]): Promise<void> {
+  const before = await state()
+  const r = await strata(['image', ...ic.cliArgs, 'import', ...args])
+  t.not(r.code, 0, `import ${args.join(' ')} should fail\n${r.stdout}${r.stderr}`)
+  t.regex(r.stderr, new RegExp(`strata: ${code}: `), `import ${args.join(' ')}: expected ${code}\n${r.stderr}`)
+  t.deepEqual(await state(), before, `import ${args.join(' ')} left something behind`)
+}
+
+/** Writes a tar with Python's tarfile from a list of entries. */
+async function pyTar(file: string, entries: Array<{ name: string; type?: 'file' | 'dir' | 'symlink' | 'hardlink'; data?: string; link?: string }>): Promise<string> {
+  const script = `
+import io, json, sys, tarfile
+entries = json.loads(sys.argv[2])
+with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as tf:
+    for e in entries:
+        ti = tarfile.TarInfo(e['name'])
+        ti.mtime = 1700000000
+        t = e.get('type', 'file')
+        if t == 'dir':
+            ti.type = tarfile.DIRTYPE; ti.mode = 0o755; tf.addfile(ti)
+        elif t == 'symlink':
+            ti.type = tarfile.SYMTYPE; ti.linkname = e['link']; tf.addfile(ti)
+        elif t == 'hardlink':
+            ti.type = tarfile.LNKTYPE; ti.linkname = e['link']; tf.addfile(ti)
+        else:
+            data = e.get('data', '').encode(); ti.size = len(data); ti.mode = 0o644
+            tf.addfile(ti, io.BytesIO(data))
+`
+  await run('python3', ['-c', script, file, JSON.stringify(entries)])
+  return file
+}
+
+function copyLayout(dir: string, name: string): string {
+  const dest = path.join(dir, name)
+  fs.cpSync(fx.layout, dest, { recursive: true })
+  return dest
+}
+
+function blobFile(layout: string, digest: string): string {
+  return path.join(layout, 'blobs/sha256', digest.slice('sha256:'.length))
+}
+
+function writeBlob(layout: string, data: Buffer): { digest: string; size: number } {
+  const digest = 'sha256:' + crypto.createHash('sha256').update(data).digest('hex')
+  fs.writeFileSync(blobFile(layout, digest), data)
+  return { digest, size: data.length }
+}
+
+/** Rewrites the layout's manifest (and its config, when `editConfig` is given) and points index.json at the result. */
+function rewrite(layout: string, editManifest: (m: any) => void, editConfig?: (c: any) => void): void {
+  const index = JSON.parse(fs.readFileSync(path.join(layout, 'index.json'), 'utf8'))
+  const desc = index.manifests[0]
+  const m = JSON.parse(fs.readFileSync(blobFile(layout, desc.digest), 'utf8'))
+  if (editConfig) {
+    const c = JSON.parse(fs.readFileSync(blobFile(layout, m.config.digest), 'utf8'))
+    editConfig(c)
+    const nc = writeBlob(layout, Buffer.from(JSON.stringify(c)))
+    m.config = { ...m.config, ...nc }
+  }
+  editManifest(m)
+  const nm = writeBlob(layout, Buffer.from(JSON.stringify(m)))
+  index.manifests = [{ ...desc, ...nm }]
+  fs.writeFileSync(path.join(layout, 'index.json'), JSON.stringify(index))
+}
+
+/** Adds a layer made of `tarFile` on top of the fixture in a copy of its layout (umoci raw add-layer). */
+async function layoutWithLayer(dir: string, name: string, tarFile: string): Promise<string> {
+  const layout = copyLayout(dir, name)
+  await run('umoci', ['raw', 'add-layer', '--image', `${layout}:latest`, tarFile])
+  return layout
+}
+
+test.serial('a good import works and sets the baseline', async (t) => {
+  // not the fixture: its layers would be reused by diffId and never read by the imports below
+  const dir = localTmp(t)
+  fs.mkdirSync(path.join(dir, 'etc'))
+  fs.writeFileSync(path.join(dir, 'etc/hostname'), 'baseline\n')
+  const r = await strata(['image', ...ic.cliArgs, 'import', dir, '--name', 'good/base', '--json'])
+  t.is(r.code, 0, r.stderr)
+  const j = JSON.parse(r.stdout)
+  t.is(j.image, 'good/base:latest')
+  t.is(j.layersBuilt, 1)
+  t.deepEqual((await state()).tags, ['good/base:latest'])
+})
+
+test.serial('path traversal, symlink escapes, duplicate entries, bad tar headers: in a rootfs tar and in an image layer', async (t) => {
+  const dir = localTmp(t)
+  const traversal = await pyTar(path.join(dir, 'traversal.tar'), [{ name: 'ok.txt', data: 'ok' }, { name: '../evil.txt', data: 'evil' }])
+  const escape = await pyTar(path.join(dir, 'escape.tar'), [
+    { name: 'esc', type: 'symlink', link: '../../../../tmp' },
+    { name: 'esc/evil.txt', data: 'evil' },
+  ])
+  const dup = await pyTar(path.join(dir, 'dup.tar'), [
+    { name: 'a.txt', data: 'one' },
+    { name: 'a.txt', data: 'two' },
+  ])
+  const absolute = await pyTar(path.join(dir, 'abs.tar'), [{ name: 'a', type: 'dir' }, { name: 'a/x', type: 'hardlink', link: '../../etc/passwd' }])
+  // a checksum that does not match its header
+  const badHeader = path.join(dir, 'bad-header.tar')
+  const buf = fs.readFileSync(await pyTar(path.join(dir, 'ok.tar'), [{ name: 'a.txt', data: 'x' }, { name: 'b.txt', data: 'y' }]))
+  const second = buf.indexOf(Buffer.from('b.txt\0'))
+  buf.write('77777', second + 148, 'latin1')
+  fs.writeFileSync(badHeader, buf)
+
+  await expectFailure(t, 'IMAGE_UNSAFE_PATH', [traversal, '--name', 'bad/traversal'])
+  await expectFailure(t, 'IMAGE_UNSAFE_PATH', [escape, '--name', 'bad/escape'])
+  await expectFailure(t, 'IMAGE_DUPLICATE_ENTRY', [dup, '--name', 'bad/dup'])
+  await expectFailure(t, 'IMAGE_UNSAFE_PATH', [absolute, '--name', 'bad/abs'])
+  await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [badHeader, '--name', 'bad/header'])
+  // the same as the fourth layer of an image: the three good layers built before are taken back
+  await expectFailure(t, 'IMAGE_UNSAFE_PATH', [await layoutWithLayer(dir, 'l-traversal', traversal), '--name', 'bad/layer-traversal'])
+  await expectFailure(t, 'IMAGE_UNSAFE_PATH', [await layoutWithLayer(dir, 'l-escape', escape), '--name', 'bad/layer-escape'])
+  await expectFailure(t, 'IMAGE_DUPLICATE_ENTRY', [await layoutWithLayer(dir, 'l-dup', dup), '--name', 'bad/layer-dup'])
+})
+
+test.serial('malformed and truncated archives', async (t) => {
+  const dir = localTmp(t)
+  const garbage = path.join(dir, 'garbage.tar')
+  fs.writeFileSync(garbage, crypto.randomBytes(4096))
+  const docker = await toDockerArchive(fx, path.join(dir, 'docker.tar'))
+  const size = fs.statSync(docker).size
+  const truncated = path.join(dir, 'truncated.tar')
+  fs.writeFileSync(truncated, fs.readFileSync(docker).subarray(0, Math.floor(size * 0.6)))
+  // cut exactly at a record boundary: only the missing end-of-archive marker tells
+  const cut = path.join(dir, 'cut.tar')
+  fs.writeFileSync(cut, fs.readFileSync(docker).subarray(0, 1024))
+  const gz = path.join(dir, 'truncated.tar.gz')
+  await run('sh', ['-c', `gzip -c ${docker} | head -c 20000 > ${gz}`])
+  const badJson = copyLayout(dir, 'bad-json')
+  fs.writeFileSync(path.join(badJson, 'index.json'), '{"schemaVersion":2,"manifests":[')
+  const tiny = path.join(dir, 'tiny.tar')
+  fs.writeFileSync(tiny, 'not a tar')
+
+  await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [garbage, '--name', 'bad/garbage'])
+  await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [truncated, '--name', 'bad/truncated'])
+  await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [cut, '--name', 'bad/cut'])
+  await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [gz, '--name', 'bad/gz'])
+  await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [tiny, '--name', 'bad/tiny'])
+  await expectFailure(t, 'IMAGE_BAD_MANIFEST', [badJson, '--name', 'bad/json'])
+  await expectFailure(t, 'NOT_FOUND', [path.join(dir, 'nope.tar'), '--name', 'bad/nope'])
+})
+
+test.serial('digest and size mismatches, unknown media types, missing blobs, wrong platform', async (t) => {
+  const dir = localTmp(t)
+  // a layer blob with one byte flipped (same size): caught while streaming, after other layers were built
+  const tampered = copyLayout(dir, 'tampered')
+  const top = fx.layers[2]!
+  const bytes = fs.readFileSync(blobFile(tampered, top.digest))
+  bytes[Math.floor(bytes.length / 2)]! ^= 0xff
+  fs.writeFileSync(blobFile(tampered, top.digest), bytes)
+  // one byte more: caught before anything is read
+  const longer = copyLayout(dir, 'longer')
+  fs.appendFileSync(blobFile(longer, fx.layers[0]!.digest), 'x')
+  // a diff_id that is not the layer's
+  const wrongDiff = copyLayout(dir, 'wrong-diffid')
+  rewrite(wrongDiff, () => undefined, (c) => {
+    c.rootfs.diff_ids[1] = 'sha256:' + '0'.repeat(64)
+  })
+  // a tampered manifest (index.json still has the old digest)
+  const badManifest = copyLayout(dir, 'bad-manifest')
+  {
+    const index = JSON.parse(fs.readFileSync(path.join(badManifest, 'index.json'), 'utf8'))
+    const f = blobFile(badManifest, index.manifests[0].digest)
+    fs.writeFileSync(f, fs.readFileSync(f, 'utf8').replace('"schemaVersion":2', '"schemaVersion":3'))
+  }
+  const unknown = copyLayout(dir, 'unknown-type')
+  rewrite(unknown, (m) => {
+    m.layers[1].mediaType = 'application/vnd.example.layer.v1.squashfs'
+  })
+  const missing = copyLayout(dir, 'missing-blob')
+  fs.rmSync(blobFile(missing, fx.layers[1]!.digest))
+  const missingConfig = copyLayout(dir, 'missing-config')
+  fs.rmSync(blobFile(missingConfig, fx.configDigest))
+
+  await expectFailure(t, 'IMAGE_DIGEST_MISMATCH', [tampered, '--name', 'bad/tampered'])
+  await expectFailure(t, 'IMAGE_SIZE_MISMATCH', [longer, '--name', 'bad/longer'])
+  await expectFailure(t, 'IMAGE_DIGEST_MISMATCH', [wrongDiff, '--name', 'bad/diffid'])
+  await expectFailure(t, 'IMAGE_DIGEST_MISMATCH', [badManifest, '--name', 'bad/manifest'])
+  await expectFailure(t, 'IMAGE_UNSUPPORTED_MEDIA_TYPE', [unknown, '--name', 'bad/type'])
+  await expectFailure(t, 'IMAGE_BLOB_MISSING', [missing, '--name', 'bad/missing'])
+  await expectFailure(t, 'IMAGE_BLOB_MISSING', [missingConfig, '--name', 'bad/missing-config'])
+  await expectFailure(t, 'IMAGE_PLATFORM_NOT_FOUND', [fx.layout, '--name', 'bad/platform', '--platform', 'linux/arm64'])
+  await expectFailure(t, 'IMAGE_INVALID_REFERENCE', [fx.layout, '--name', 'Bad Name'])
+  await expectFailure(t, 'IMAGE_INVALID_REFERENCE', [fx.layout])
+  // a usage error exits 2
+  const r = await strata(['image', ...ic.cliArgs, 'import', fx.layout, '--name', 'x', '--kind', 'nope'])
+  t.is(r.code, 2)
+})

@@ -1,0 +1,159 @@
+// `strata image` as an operator runs it (child processes against a real
+// cluster): import, ls, inspect, tag, rm, gc (a leased layer survives),
+// export → podman load → podman run, skopeo inspect, and re-import of the
+// exported archive.
+import test from 'ava'
+import fs from 'node:fs'
+import path from 'node:path'
+import { ok, strata } from '../../bin/helpers.js'
+import type { ImageStore } from '../../../sandbox/image/store.js'
+import { startImageCluster, localTmp, type ImageCluster } from '../../helpers/image-cluster.js'
+import { mountImage } from '../../helpers/image-mount.js'
+import { makeOciFixture, run, umociUnpack, type OciFixture } from '../../helpers/oci-fixtures.js'
+import { diffTrees, snapshotTree } from '../../helpers/tree-compare.js'
+
+let ic: ImageCluster
+let fx: OciFixture
+let store: ImageStore
+
+test.before(async () => {
+  ic = await startImageCluster()
+  fx = await makeOciFixture()
+  store = await ic.store()
+})
+test.after.always(async () => {
+  await fx?.cleanup()
+  await ic?.close()
+})
+
+function image(t: import('ava').ExecutionContext, ...args: string[]): Promise<string> {
+  return ok(t, ['image', ...ic.cliArgs, ...args], { timeoutMs: 180_000 })
+}
+
+/** A tiny runnable rootfs: /bin/cat with the libraries it needs, and a file to print. */
+async function catRootfs(dir: string): Promise<string> {
+  const root = path.join(dir, 'rootfs')
+  fs.mkdirSync(path.join(root, 'bin'), { recursive: true })
+  fs.mkdirSync(path.join(root, 'etc'))
+  fs.copyFileSync('/bin/cat', path.join(root, 'bin/cat'))
+  fs.chmodSync(path.join(root, 'bin/cat'), 0o755)
+  const { stdout } = await run('ldd', ['/bin/cat'])
+  for (const lib of stdout.match(/\/[^\s]+/g) ?? []) {
+    fs.mkdirSync(path.join(root, path.dirname(lib)), { recursive: true })
+    fs.copyFileSync(fs.realpathSync(lib), path.join(root, lib))
+  }
+  fs.writeFileSync(path.join(root, 'etc/greeting'), 'hello from a strata image\n')
+  return root
+}
+
+test.serial('import, ls, inspect, tag, rm and gc (a leased layer survives, unreferenced ones go)', async (t) => {
+  const imp = JSON.parse(await image(t, 'import', fx.layout, '--name', 'cli/app:v1', '--json'))
+  t.like(imp, { image: 'cli/app:v1', name: 'cli/app', tag: 'v1', layersBuilt: 3, layersReused: 0 })
+  t.regex(imp.digest, /^sha256:[0-9a-f]{64}$/)
+
+  const ls = JSON.parse(await image(t, 'ls', '--json'))
+  t.deepEqual(ls.map((r: { name: string; tag: string }) => `${r.name}:${r.tag}`), ['cli/app:v1'])
+  t.like(ls[0], { digest: imp.digest, layers: 3, size: imp.size })
+  t.truthy(Date.parse(ls[0].created))
+  const text = (await image(t, 'ls')).trim().split('\n')
+  t.deepEqual(text[0]!.split(/\s+/), ['NAME', 'TAG', 'DIGEST', 'LAYERS', 'SIZE', 'CREATED'])
+  t.is(text[1]!.split(/\s+/)[2], imp.digest.slice(7, 19))
+
+  const insp = JSON.parse(await image(t, 'inspect', 'cli/app:v1', '--json'))
+  t.is(insp.digest, imp.digest)
+  t.deepEqual(insp.tags, ['cli/app:v1'])
+  t.is(insp.layers.length, 3)
+  t.is(insp.layers[0].path, `/strata/images/blobs/sha256/${insp.layers[0].digest.slice(7)}`)
+  t.is(insp.manifest.source.type, 'oci-layout')
+  t.regex(await image(t, 'inspect', `cli/app@${imp.digest}`), /Tags\s+cli\/app:v1/)
+
+  await image(t, 'tag', 'cli/app:v1', 'cli/app:latest')
+  await image(t, 'tag', `cli/app@${imp.digest}`, 'other/name:x')
+  t.deepEqual(
+    (await store.listTags()).map((x) => `${x.name}:${x.tag}`),
+    ['cli/app:latest', 'cli/app:v1', 'other/name:x'],
+  )
+  const missing = await strata(['image', ...ic.cliArgs, 'inspect', 'cli/app:nope'])
+  t.is(missing.code, 1)
+  t.regex(missing.stderr, /strata: IMAGE_NOT_FOUND: /)
+
+  // rm untags; gc has nothing to do while a tag remains
+  const rm = JSON.parse(await image(t, 'rm', 'cli/app:v1', 'other/name:x', '--json'))
+  t.deepEqual(rm.untagged.map((u: { image: string }) => u.image), ['cli/app:v1', 'other/name:x'])
+  const dry = JSON.parse(await image(t, 'gc', '--dry-run', '--json'))
+  t.deepEqual(dry.removedBlobs, [])
+  t.deepEqual(dry.removedManifests, [])
+  const rmMissing = await strata(['image', ...ic.cliArgs, 'rm', 'cli/app:v1'])
+  t.is(rmMissing.code, 1)
+  t.regex(rmMissing.stderr, /IMAGE_NOT_FOUND/)
+
+  // a node holds a lease on the bottom layer; the last tag goes
+  const layers: string[] = insp.layers.map((l: { digest: string }) => l.digest)
+  await store.addLease('node-7', layers[0]!)
+  await image(t, 'rm', `cli/app@${imp.digest}`)
+  t.deepEqual(await store.listTags(), [])
+  const preview = JSON.parse(await image(t, 'gc', '--dry-run', '--json'))
+  t.deepEqual(preview.removedManifests, [imp.digest])
+  t.true(await store.hasBlob(layers[1]!))
+  const gc = JSON.parse(await image(t, 'gc', '--json'))
+  t.deepEqual(gc.removedManifests, [imp.digest])
+  t.deepEqual([...gc.removedBlobs].sort(), [layers[1], layers[2]].sort())
+  t.deepEqual(gc.keptLeased, [layers[0]])
+  t.true(await store.hasBlob(layers[0]!))
+  t.false(await store.hasBlob(layers[1]!))
+  t.deepEqual(await store.listManifests(), [])
+  await store.removeLease('node-7', layers[0]!)
+  const gc2 = JSON.parse(await image(t, 'gc', '--json'))
+  t.deepEqual(gc2.removedBlobs, [layers[0]])
+  t.deepEqual(await store.listBlobs(), [])
+})
+
+test.serial('export → podman load → podman run prints the file; skopeo inspects it; re-import gives the same layers and tree', async (t) => {
+  const dir = localTmp(t)
+  const root = await catRootfs(dir)
+  await image(t, 'import', root, '--name', 'strata-test/cat:v1')
+  const out = path.join(dir, 'cat.tar')
+  const exp = JSON.parse(await image(t, 'export', 'strata-test/cat:v1', out, '--json'))
+  t.is(exp.refName, 'strata-test/cat:v1')
+  t.is(exp.layers.length, 1)
+  t.true(fs.statSync(out).size > 0)
+  // same image, same bytes
+  const again = path.join(dir, 'again.tar')
+  await image(t, 'export', 'strata-test/cat:v1', again)
+  t.true(fs.readFileSync(out).equals(fs.readFileSync(again)))
+
+  const insp = JSON.parse((await run('skopeo', ['inspect', `oci-archive:${out}`])).stdout)
+  t.is(insp.Architecture, 'amd64')
+  t.is(insp.Os, 'linux')
+  t.deepEqual(insp.Layers, [exp.layers[0].diffId])
+
+  const podmanImage = 'localhost/strata-test/cat:v1'
+  t.teardown(() => run('podman', ['rmi', '-f', podmanImage]).catch(() => undefined))
+  const load = await run('podman', ['load', '-i', out])
+  t.regex(load.stdout + load.stderr, /strata-test\/cat:v1/)
+  const r = await run('podman', ['run', '--rm', '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=1024:1024', podmanImage, '/bin/cat', '/etc/greeting'])
+  t.is(r.stdout, 'hello from a strata image\n')
+  await run('podman', ['rmi', podmanImage])
+
+  // the archive imports back as the same layer (layerToTar → unpack → mkfs.erofs is a fixed point)
+  const back = JSON.parse(await image(t, 'import', out, '--name', 'strata-test/cat:back', '--json'))
+  t.is(back.source.type, 'docker-archive')
+  const orig = JSON.parse(await image(t, 'inspect', 'strata-test/cat:v1', '--json'))
+  t.deepEqual(back.layers.map((l: { digest: string }) => l.digest), orig.layers.map((l: { digest: string }) => l.digest))
+})
+
+test.serial('export of a multi-layer image with whiteouts and an opaque dir: skopeo → umoci unpack gives the fixture tree', async (t) => {
+  const dir = localTmp(t)
+  await image(t, 'import', fx.layout, '--name', 'cli/fx:v1')
+  const out = path.join(dir, 'fx.tar')
+  await image(t, 'export', 'cli/fx:v1', out)
+  // an independent tool reads our archive back into an OCI layout and unpacks it
+  await run('skopeo', ['--insecure-policy', 'copy', '-q', `oci-archive:${out}`, `oci:${path.join(dir, 'layout')}:x`])
+  const ours = await snapshotTree(await umociUnpack({ ref: `${path.join(dir, 'layout')}:x` }, path.join(dir, 'b1')))
+  const theirs = await snapshotTree(await umociUnpack(fx, path.join(dir, 'b2')))
+  t.deepEqual(diffTrees(ours, theirs), [])
+  // and the stored image mounts as the same tree too
+  const { manifest } = await store.resolve('cli/fx:v1')
+  const mounted = await snapshotTree(await mountImage(t, store, manifest, localTmp(t, 'strata-mnt-')))
+  t.deepEqual(diffTrees(mounted, theirs), [])
+})
