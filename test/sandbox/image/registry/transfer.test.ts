@@ -6,7 +6,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import anyTest, { type ExecutionContext, type TestFn } from 'ava'
-import { pullRegistry, pushRegistry } from '../../../../sandbox/image/registry/index.js'
+import { RegistryClient, pullRegistry, pushRegistry } from '../../../../sandbox/image/registry/index.js'
 import type { ProgressSink } from '../../../../sandbox/image/progress.js'
 import type { ImageStore } from '../../../../sandbox/image/store.js'
 import { sha256Digest } from '../../../../sandbox/image/types.js'
@@ -164,6 +164,15 @@ t0('(3) a manifest list (skopeo copy --all of a two-platform index) pulls linux/
   t.is(fs.readFileSync(path.join(await imageTree(t, store, arm.digest, path.join(dir, 'm2')), 'arch'), 'utf8'), 'arm64\n')
   await t.throwsAsync(pullRegistry(store, reg.url('multi/app:v1'), { workDir: dir, platform: 'linux/s390x', name: 'nope' }), { code: 'IMAGE_PLATFORM_NOT_FOUND' })
   t.false((await store.listTags()).some((x) => x.name === 'nope'))
+
+  // the same as a Docker manifest list of Docker v2 schema 2 manifests
+  await skopeoCopy(`oci:${lay}:multi`, reg.url('multi/docker:v1'), ['--all', '--format', 'v2s2'])
+  const list = await registryGet(reg.host, '/v2/multi/docker/manifests/v1', { accept: 'application/vnd.docker.distribution.manifest.list.v2+json' })
+  t.is(list.headers.get('content-type'), 'application/vnd.docker.distribution.manifest.list.v2+json')
+  const dock = await pullRegistry(store, reg.url('multi/docker:v1'), { workDir: dir })
+  t.is(dock.platform, 'linux/amd64')
+  t.is(fs.readFileSync(path.join(await imageTree(t, store, dock.digest, path.join(dir, 'm3')), 'arch'), 'utf8'), 'amd64\n')
+  t.deepEqual((await store.getManifest(dock.digest)).manifest.layers.map((l) => l.digest), (await store.getManifest(amd.digest)).manifest.layers.map((l) => l.digest))
 })
 
 t0('(4) bearer token auth: docker-registry with `auth: token` and a token service; pull and push with credentials, IMAGE_AUTH_FAILED without', async (t) => {
@@ -213,6 +222,21 @@ t0('(5) failures: unknown tag → IMAGE_NOT_FOUND; tampered blob → IMAGE_DIGES
   await t.throwsAsync(pullRegistry(store, freg.url('src/rich:v1'), { workDir: dir, name: 'tampered' }), { code: 'IMAGE_DIGEST_MISMATCH' })
   t.deepEqual(await store.listTags(), [])
   t.deepEqual(await store.listManifests(), [])
+
+  // documents a pull cannot turn into layers: an artifact (helm) config, a layer of an unknown type
+  const c = new RegistryClient(freg.host, 'odd/thing', { actions: 'pull,push' })
+  const blob = Buffer.from('{}')
+  const blobFile = path.join(dir, 'blob')
+  fs.writeFileSync(blobFile, blob)
+  await c.uploadBlob(blobFile, sha256Digest(blob), blob.length)
+  const put = (tag: string, doc: unknown, mediaType = 'application/vnd.oci.image.manifest.v1+json') => c.putManifest(tag, Buffer.from(JSON.stringify(doc)), mediaType)
+  const desc = (mediaType: string) => ({ mediaType, digest: sha256Digest(blob), size: blob.length })
+  await put('helm', { schemaVersion: 2, mediaType: 'application/vnd.oci.image.manifest.v1+json', config: desc('application/vnd.cncf.helm.config.v1+json'), layers: [desc('application/vnd.oci.image.layer.v1.tar+gzip')] })
+  await put('foo', { schemaVersion: 2, mediaType: 'application/vnd.oci.image.manifest.v1+json', config: desc('application/vnd.oci.image.config.v1+json'), layers: [desc('application/x-foo')] })
+  for (const tag of ['helm', 'foo']) {
+    await t.throwsAsync(pullRegistry(store, freg.url(`odd/thing:${tag}`), { workDir: dir }), { code: 'IMAGE_UNSUPPORTED_MEDIA_TYPE' }, tag)
+  }
+  t.deepEqual(await store.listTags(), [])
 
   // the registry dies during the first PATCH of the push
   let killed: Promise<void> | undefined
