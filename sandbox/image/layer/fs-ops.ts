@@ -28,12 +28,20 @@ export function fsError(e: unknown, what: string): StrataError {
   }
 }
 
-export async function lstatOrNull(p: string): Promise<fs.BigIntStats | null> {
+export function lstatOrNull(p: string): fs.BigIntStats | null {
   try {
-    return await fs.promises.lstat(p, { bigint: true })
+    return fs.lstatSync(p, { bigint: true, throwIfNoEntry: false }) ?? null
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null
     throw fsError(e, 'lstat')
+  }
+}
+
+/** Runs a metadata syscall, turning its failure into a catalogue error. */
+export function sys<T>(what: string, f: () => T): T {
+  try {
+    return f()
+  } catch (e) {
+    throw fsError(e, what)
   }
 }
 

@@ -242,7 +242,8 @@ export async function* readTar(input: Readable): AsyncGenerator<TarEntry, void, 
       const entry = r.value
       const raw = entry.header as unknown as RawHeader
       const header = convertHeader(raw)
-      endOfData = raw.byteOffset + Math.ceil(header.size / 512) * 512
+      // tar-stream reads no data for directory entries, whatever their size field says.
+      endOfData = raw.byteOffset + (header.type === 'directory' ? 0 : Math.ceil(header.size / 512) * 512)
       let consumed = false
       const body: AsyncIterable<Buffer> = {
         [Symbol.asyncIterator]: () => {

@@ -7,12 +7,17 @@
 // existing non-directory); a path may appear once per layer, except a directory,
 // whose later entry's attributes win. Ownership, modes (setuid/sticky included),
 // xattrs and nanosecond mtimes are kept; directory times are set last.
+//
+// Metadata system calls (mkdir, open, chown, chmod, link, mknod, xattrs, times)
+// run synchronously: each takes microseconds on a local disk, while a thread
+// pool round trip per call made unpacking several times slower on a loaded
+// machine. File data is written asynchronously, chunk by chunk as it streams in.
 import fs from 'node:fs'
 import path from 'node:path'
 import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
-import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, timesOf } from './fs-ops.js'
+import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, sys, timesOf } from './fs-ops.js'
 import { ancestorsOf, classifyWhiteout, joinRel, normalizeEntryPath, parentOf } from './paths.js'
 import { readTar, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackOptions, UnpackStats } from './types.js'
@@ -29,6 +34,12 @@ const IMPLICIT_DIR_MODE = 0o755
  * entry was written into), `node` (any other entry), `wh` (a whiteout).
  */
 type Seen = 'dir' | 'idir' | 'ldir' | 'node' | 'wh'
+
+function writeChunk(fd: number, buf: Buffer, off: number, rel: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    fs.write(fd, buf, off, buf.length - off, null, (e, n) => (e ? reject(fsError(e, `writing ${JSON.stringify(rel)}`)) : resolve(n)))
+  })
+}
 
 function dup(rel: string, why: string): StrataError {
   return new StrataError('IMAGE_DUPLICATE_ENTRY', `${JSON.stringify(rel || '.')}: ${why}`)
@@ -56,6 +67,8 @@ class Unpacker {
   }
 
   forget(rel: string): void {
+    // Only a directory verified here can have verified directories under it.
+    if (!this.dirOk.has(rel)) return
     const prefix = rel + '/'
     for (const d of this.dirOk) if (d === rel || d.startsWith(prefix)) this.dirOk.delete(d)
   }
@@ -63,20 +76,18 @@ class Unpacker {
   /** Before changing the entries of directory `rel`: remember a lower directory's times. */
   async noteModify(rel: string): Promise<void> {
     if (this.mode !== 'apply' || rel === '' || this.seen.get(rel) !== 'ldir' || this.restore.has(rel)) return
-    const st = await lstatOrNull(this.abs(rel))
+    const st = lstatOrNull(this.abs(rel))
     if (st) this.restore.set(rel, timesOf(st))
   }
 
   async mkdirImplicit(rel: string): Promise<void> {
     await this.noteModify(parentOf(rel))
     const abs = this.abs(rel)
-    try {
-      await fs.promises.mkdir(abs, IMPLICIT_DIR_MODE)
-      await fs.promises.lchown(abs, 0, 0)
-      await fs.promises.chmod(abs, IMPLICIT_DIR_MODE)
-    } catch (e) {
-      throw fsError(e, `mkdir ${JSON.stringify(rel)}`)
-    }
+    sys(`mkdir ${JSON.stringify(rel)}`, () => {
+      fs.mkdirSync(abs, IMPLICIT_DIR_MODE)
+      fs.lchownSync(abs, 0, 0)
+      fs.chmodSync(abs, IMPLICIT_DIR_MODE)
+    })
     this.seen.set(rel, 'idir')
     this.dirOk.add(rel)
   }
@@ -84,7 +95,7 @@ class Unpacker {
   /** Checks that `rel` is a real directory (creating it when `create`); false when missing and not created. */
   async checkDir(rel: string, create: boolean): Promise<boolean> {
     if (this.dirOk.has(rel)) return true
-    const st = await lstatOrNull(this.abs(rel))
+    const st = lstatOrNull(this.abs(rel))
     if (st === null) {
       if (!create) return false
       await this.mkdirImplicit(rel)
@@ -132,16 +143,13 @@ class Unpacker {
     }
     await this.parents(rel, true)
     const abs = this.abs(rel)
-    const existing = await lstatOrNull(abs)
+    // In layer mode the tree holds only what this layer made, all of it in `seen`.
+    const existing = this.mode === 'layer' && prev === undefined ? null : lstatOrNull(abs)
     if (h.type === 'directory') {
       if (existing && !existing.isDirectory()) await this.removeExisting(rel)
       if (!existing || !existing.isDirectory()) {
         await this.noteModify(parentOf(rel))
-        try {
-          await fs.promises.mkdir(abs, 0o700)
-        } catch (e) {
-          throw fsError(e, `mkdir ${JSON.stringify(rel)}`)
-        }
+        sys(`mkdir ${JSON.stringify(rel)}`, () => fs.mkdirSync(abs, 0o700))
       }
       await this.attrs(abs, rel, h, true)
       this.seen.set(rel, 'dir')
@@ -157,11 +165,7 @@ class Unpacker {
         await this.writeFile(abs, rel, h, body)
         break
       case 'symlink':
-        try {
-          await fs.promises.symlink(h.linkname, abs)
-        } catch (e) {
-          throw fsError(e, `symlink ${JSON.stringify(rel)}`)
-        }
+        sys(`symlink ${JSON.stringify(rel)}`, () => fs.symlinkSync(h.linkname, abs))
         await this.attrs(abs, rel, h, false)
         break
       case 'link':
@@ -171,11 +175,9 @@ class Unpacker {
       case 'block-device':
       case 'fifo': {
         const type = h.type === 'fifo' ? S_IFIFO : h.type === 'block-device' ? S_IFBLK : S_IFCHR
-        try {
-          native().mknod(abs, type | 0o600, h.type === 'fifo' ? 0 : h.devmajor, h.type === 'fifo' ? 0 : h.devminor)
-        } catch (e) {
-          throw fsError(e, `mknod ${JSON.stringify(rel)}`)
-        }
+        sys(`mknod ${JSON.stringify(rel)}`, () =>
+          native().mknod(abs, type | 0o600, h.type === 'fifo' ? 0 : h.devmajor, h.type === 'fifo' ? 0 : h.devminor),
+        )
         await this.attrs(abs, rel, h, true)
         break
       }
@@ -185,12 +187,10 @@ class Unpacker {
 
   /** Owner, mode (after chown, which clears setuid), xattrs; times for non-directories. */
   async attrs(abs: string, rel: string, h: TarEntryHeader, chmod: boolean): Promise<void> {
-    try {
-      await fs.promises.lchown(abs, h.uid, h.gid)
-      if (chmod) await fs.promises.chmod(abs, h.mode)
-    } catch (e) {
-      throw fsError(e, `owner/mode of ${JSON.stringify(rel)}`)
-    }
+    sys(`owner/mode of ${JSON.stringify(rel)}`, () => {
+      fs.lchownSync(abs, h.uid, h.gid)
+      if (chmod) fs.chmodSync(abs, h.mode)
+    })
     if (h.type === 'directory') clearXattrs(abs)
     setXattrs(abs, h.xattrs, rel)
     if (h.type !== 'directory') setTimes(abs, h.mtime)
@@ -198,33 +198,21 @@ class Unpacker {
 
   async writeFile(abs: string, rel: string, h: TarEntryHeader, body: AsyncIterable<Buffer>): Promise<void> {
     const flags = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW
-    let fh: fs.promises.FileHandle
-    try {
-      fh = await fs.promises.open(abs, flags, 0o600)
-    } catch (e) {
-      throw fsError(e, `creating ${JSON.stringify(rel)}`)
-    }
+    const fd = sys(`creating ${JSON.stringify(rel)}`, () => fs.openSync(abs, flags, 0o600))
     let written = 0
     try {
       for await (const chunk of body) {
         let off = 0
-        while (off < chunk.length) {
-          const { bytesWritten } = await fh.write(chunk, off, chunk.length - off).catch((e: unknown) => {
-            throw fsError(e, `writing ${JSON.stringify(rel)}`)
-          })
-          off += bytesWritten
-        }
+        while (off < chunk.length) off += await writeChunk(fd, chunk, off, rel)
         written += chunk.length
       }
       if (written !== h.size) throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: ${written} bytes of ${h.size}`)
-      try {
-        await fh.chown(h.uid, h.gid)
-        await fh.chmod(h.mode)
-      } catch (e) {
-        throw fsError(e, `owner/mode of ${JSON.stringify(rel)}`)
-      }
+      sys(`owner/mode of ${JSON.stringify(rel)}`, () => {
+        fs.fchownSync(fd, h.uid, h.gid)
+        fs.fchmodSync(fd, h.mode)
+      })
     } finally {
-      await fh.close()
+      fs.closeSync(fd)
     }
     setXattrs(abs, h.xattrs, rel)
     setTimes(abs, h.mtime)
@@ -240,7 +228,7 @@ class Unpacker {
       if (!(await this.parents(target, false))) {
         throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} does not exist`)
       }
-      const st = await lstatOrNull(this.abs(target))
+      const st = lstatOrNull(this.abs(target))
       if (!st || st.isDirectory()) {
         throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an existing file`)
       }
@@ -250,11 +238,7 @@ class Unpacker {
         `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an earlier non-directory entry of this layer`,
       )
     }
-    try {
-      await fs.promises.link(this.abs(target), abs)
-    } catch (e) {
-      throw fsError(e, `hard link ${JSON.stringify(rel)}`)
-    }
+    sys(`hard link ${JSON.stringify(rel)}`, () => fs.linkSync(this.abs(target), abs))
   }
 
   async rootEntry(h: TarEntryHeader): Promise<void> {
@@ -269,14 +253,10 @@ class Unpacker {
     if (this.mode === 'layer') {
       await this.parents(target, true)
       const abs = this.abs(target)
-      try {
-        native().mknod(abs, S_IFCHR | 0o600, 0, 0)
-      } catch (e) {
-        throw fsError(e, `whiteout ${JSON.stringify(target)}`)
-      }
+      sys(`whiteout ${JSON.stringify(target)}`, () => native().mknod(abs, S_IFCHR | 0o600, 0, 0))
       await this.attrs(abs, target, { ...h, xattrs: new Map() }, true)
     } else if (await this.parents(target, false)) {
-      if (await lstatOrNull(this.abs(target))) await this.removeExisting(target)
+      if (lstatOrNull(this.abs(target))) await this.removeExisting(target)
     }
     this.seen.set(target, 'wh')
   }
@@ -289,7 +269,7 @@ class Unpacker {
     this.opaque.add(dir)
     if (dir !== '') {
       await this.parents(dir, true)
-      const st = await lstatOrNull(this.abs(dir))
+      const st = lstatOrNull(this.abs(dir))
       if (st && !st.isDirectory()) await this.removeExisting(dir)
       await this.checkDir(dir, true)
     }
@@ -298,12 +278,7 @@ class Unpacker {
 
   /** Apply mode: removes everything under `dir` this layer did not write. */
   async purge(dir: string): Promise<void> {
-    let names: string[]
-    try {
-      names = await fs.promises.readdir(this.abs(dir))
-    } catch (e) {
-      throw fsError(e, `reading ${JSON.stringify(dir)}`)
-    }
+    const names = sys(`reading ${JSON.stringify(dir)}`, () => fs.readdirSync(this.abs(dir)))
     for (const name of names.sort()) {
       const p = joinRel(dir, name)
       const kind = this.seen.get(p)
@@ -311,12 +286,10 @@ class Unpacker {
       if (kind === 'ldir') {
         // A lower directory this layer wrote into: from now on it is this layer's.
         const abs = this.abs(p)
-        try {
-          await fs.promises.lchown(abs, 0, 0)
-          await fs.promises.chmod(abs, IMPLICIT_DIR_MODE)
-        } catch (e) {
-          throw fsError(e, `owner/mode of ${JSON.stringify(p)}`)
-        }
+        sys(`owner/mode of ${JSON.stringify(p)}`, () => {
+          fs.lchownSync(abs, 0, 0)
+          fs.chmodSync(abs, IMPLICIT_DIR_MODE)
+        })
         clearXattrs(abs)
         this.seen.set(p, 'idir')
         this.restore.delete(p)
@@ -343,12 +316,10 @@ class Unpacker {
     }
     if (this.rootTimes === null) {
       // A layer without a root entry: the root looks like an implied directory.
-      try {
-        await fs.promises.lchown(this.root, 0, 0)
-        await fs.promises.chmod(this.root, IMPLICIT_DIR_MODE)
-      } catch (e) {
-        throw fsError(e, 'owner/mode of the root')
-      }
+      sys('owner/mode of the root', () => {
+        fs.lchownSync(this.root, 0, 0)
+        fs.chmodSync(this.root, IMPLICIT_DIR_MODE)
+      })
       clearXattrs(this.root)
       if (this.mode === 'layer' && this.opaque.has('')) n.lsetxattr(this.root, OPAQUE_XATTR, Buffer.from('y'), 0)
     }

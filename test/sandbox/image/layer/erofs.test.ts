@@ -66,7 +66,8 @@ test('the same tar unpacked in a different creation order builds byte-identical 
     if (i === 0) {
       t.not(inodeOrder(fwd, 'bin/tool', 'etc/passwd'), inodeOrder(rev, 'bin/tool', 'etc/passwd'), 'the two trees were created in different orders')
     }
-    for (const compress of [undefined, 'lz4', 'lz4hc'] as const) {
+    // Compression on the big layer only, to keep the suite quick.
+    for (const compress of i === 0 ? ([undefined, 'lz4', 'lz4hc'] as const) : ([undefined] as const)) {
       const opts = compress ? { compress } : {}
       const a = await buildErofs(fwd, path.join(work, `fwd${i}-${compress}.erofs`), opts)
       const b = await buildErofs(rev, path.join(work, `rev${i}-${compress}.erofs`), opts)

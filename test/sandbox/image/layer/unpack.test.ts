@@ -7,7 +7,8 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { native } from '../../../../fs/common/native.js'
 import { decompressStream, unpackLayer, type UnpackMode } from '../../../../sandbox/image/layer/index.js'
-import { dir, file, hardlink, packTar, streamOf, symlink, tmpDir, type PackEntry } from './helpers.js'
+import { run } from '../../../helpers/oci-fixtures.js'
+import { dir, file, hardlink, packTar, snapshot, streamOf, symlink, tmpDir, type PackEntry } from './helpers.js'
 
 const T = 1_600_000_000
 
@@ -140,6 +141,30 @@ test('layer mode refuses a destination that is not empty', async (t) => {
   const dest = tmpDir(t)
   fs.writeFileSync(path.join(dest, 'x'), '')
   await t.throwsAsync(unpackLayer(streamOf(await packTar([file('a')])), dest, { mode: 'layer' }), { code: 'INVALID_ARGUMENT' })
+})
+
+test('tars GNU tar writes (gnu and posix formats: long names and link targets, unicode) unpack as GNU tar extracts them', async (t) => {
+  const work = tmpDir(t)
+  const src = path.join(work, 'src')
+  const deep = path.join(src, 'a'.repeat(90), 'b'.repeat(90), 'c'.repeat(90))
+  fs.mkdirSync(deep, { recursive: true })
+  fs.writeFileSync(path.join(deep, 'f'.repeat(120)), 'long')
+  fs.linkSync(path.join(deep, 'f'.repeat(120)), path.join(src, 'h'.repeat(110)))
+  fs.symlinkSync('t'.repeat(200), path.join(src, 'longlink'))
+  fs.writeFileSync(path.join(src, 'ünï ☃'), 'u')
+  fs.chownSync(path.join(src, 'ünï ☃'), 4321, 8765)
+  fs.chmodSync(path.join(src, 'ünï ☃'), 0o4711)
+  for (const format of ['gnu', 'posix']) {
+    const tarFile = path.join(work, `${format}.tar`)
+    await run('tar', [`--format=${format}`, '--numeric-owner', '-C', src, '-cf', tarFile, '.'])
+    const ours = path.join(work, `ours-${format}`)
+    const theirs = path.join(work, `theirs-${format}`)
+    fs.mkdirSync(ours)
+    fs.mkdirSync(theirs)
+    await unpackLayer(fs.createReadStream(tarFile), ours, { mode: 'layer' })
+    await run('tar', ['--numeric-owner', '--same-owner', '-p', '-C', theirs, '-xf', tarFile])
+    t.deepEqual(snapshot(ours, { skipRoot: true }), snapshot(theirs, { skipRoot: true }), format)
+  }
 })
 
 // --- apply mode
