@@ -231,7 +231,7 @@ export async function toOciArchive(fx: Pick<OciFixture, 'ref'>, outFile: string)
   return outFile
 }
 
-/** `skopeo copy oci:… docker-archive:…` (a `docker save` tarball tagged `ref`); returns `outFile`. */
+/** `skopeo copy oci:… docker-archive:…` (a `docker save` tarball tagged `ref`; skopeo writes RepoTags normalized, `docker.io/…`); returns `outFile`. */
 export async function toDockerArchive(fx: Pick<OciFixture, 'ref'>, outFile: string, ref = 'strata-fixture:latest'): Promise<string> {
   await run('skopeo', ['--insecure-policy', 'copy', '-q', `oci:${fx.ref}`, `docker-archive:${outFile}:${ref}`])
   return outFile

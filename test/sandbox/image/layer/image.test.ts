@@ -8,7 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Transform } from 'node:stream'
 import { buildErofs, decompressStream, unpackLayer, type UnpackMode } from '../../../../sandbox/image/layer/index.js'
-import { makeOciFixture, toZstdLayout, umociUnpack, type OciFixture, type OciFixtureLayer } from '../../../helpers/oci-fixtures.js'
+import { makeOciFixture, run, toDockerArchive, toOciArchive, toZstdLayout, umociUnpack, type OciFixture, type OciFixtureLayer } from '../../../helpers/oci-fixtures.js'
 import { mount, snapshot, tmpDir } from './helpers.js'
 
 let fx: OciFixture
@@ -103,4 +103,17 @@ test('zstd layers (skopeo) decompress to the same tars and build the same EROFS 
   const zs = await layerFiles(t, zstd.layers, path.join(work, 'zst'))
   t.deepEqual(zs.diffIds, fx.diffIds)
   t.deepEqual(zs.digests, gz.digests)
+})
+
+test('the fixture helper also gives oci-archive and docker-archive forms of the image', async (t) => {
+  const work = tmpDir(t)
+  const oci = await toOciArchive(fx, path.join(work, 'x.oci.tar'))
+  const docker = await toDockerArchive(fx, path.join(work, 'x.docker.tar'), 'strata/fixture:v1')
+  const ociList = (await run('tar', ['-tf', oci])).stdout.split('\n')
+  t.true(ociList.includes('index.json'))
+  t.true(ociList.includes('oci-layout'))
+  for (const l of fx.layers) t.true(ociList.includes(`blobs/sha256/${l.digest.slice(7)}`))
+  const manifest = JSON.parse((await run('tar', ['-xOf', docker, 'manifest.json'])).stdout)
+  t.deepEqual(manifest[0].RepoTags, ['docker.io/strata/fixture:v1'], 'skopeo writes the normalized name')
+  t.is(manifest[0].Layers.length, fx.layers.length)
 })
