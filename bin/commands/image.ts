@@ -15,15 +15,29 @@ import { registerImageTransfer } from './image-transfer.js'
 import { withFileSystem } from './fs.js'
 import { choiceArg, intArg, out, printJson } from './output.js'
 
-/** Runs `fn` with the store opened on the command's cluster and progress on stderr (none with --json). */
-async function withStore<T>(cmd: Command, fn: (store: ImageStore, json: boolean, progress: ProgressSink) => Promise<T>): Promise<T> {
+/**
+ * Runs `fn` with the store opened on the command's cluster, progress on
+ * stderr (none with --json) and SIGINT/SIGTERM turned into a cancel (the
+ * command cleans up what it started; a second signal exits at once).
+ */
+async function withStore<T>(cmd: Command, fn: (store: ImageStore, json: boolean, progress: ProgressSink, signal: AbortSignal) => Promise<T>): Promise<T> {
   return withFileSystem(cmd, async (fsys: FileSystem, json) => {
     const store = new ImageStore(fsys)
     const progress = createProgress({ quiet: json })
+    const ac = new AbortController()
+    let signals = 0
+    const onSignal = () => {
+      if (++signals > 1) process.exit(130)
+      ac.abort(new StrataError('CANCELLED', 'interrupted'))
+    }
+    process.on('SIGINT', onSignal)
+    process.on('SIGTERM', onSignal)
     try {
       await store.open()
-      return await fn(store, json, progress)
+      return await fn(store, json, progress, ac.signal)
     } finally {
+      process.off('SIGINT', onSignal)
+      process.off('SIGTERM', onSignal)
       progress.stop()
       await store.close()
     }
@@ -76,7 +90,7 @@ export function registerImageCommands(program: Command): Command {
     .option('--work-dir <dir>', 'local directory for unpacking and building layers (default: the system temp dir)')
     .option('--json', 'print JSON')
     .action((input: string, o: { name?: string; kind: LayerKind; squash?: boolean; platform?: string; ref?: string; compress?: 'lz4' | 'lz4hc'; workDir?: string }, cmd: Command) =>
-      withStore(cmd, async (store, json, progress) => {
+      withStore(cmd, async (store, json, progress, signal) => {
         const t0 = Date.now()
         const target = o.name !== undefined ? targetName(o.name, '--name') : null
         const r = await importPath(store, input, {
@@ -89,6 +103,7 @@ export function registerImageCommands(program: Command): Command {
           ...(o.compress ? { compress: o.compress } : {}),
           ...(o.workDir ? { workDir: o.workDir } : {}),
           onProgress: progress,
+          signal,
         })
         const seconds = secs(t0)
         const image = `${r.name}:${r.tag}`
@@ -257,9 +272,9 @@ export function registerImageCommands(program: Command): Command {
     .option('--work-dir <dir>', 'local directory for converting layers (default: the system temp dir)')
     .option('--json', 'print JSON')
     .action((ref: string, outFile: string, o: { workDir?: string }, cmd: Command) =>
-      withStore(cmd, async (store, json, progress) => {
+      withStore(cmd, async (store, json, progress, signal) => {
         const t0 = Date.now()
-        const r = await exportOciArchive(store, ref, outFile, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress })
+        const r = await exportOciArchive(store, ref, outFile, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress, signal })
         const seconds = secs(t0)
         if (json) return printJson({ ...r, out: outFile, seconds })
         out(`exported ${r.refName ?? r.digest} to ${outFile}: ${r.layers.length} layer(s), ${formatBytes(r.bytes)} in ${seconds} s`)

@@ -57,6 +57,14 @@ export interface BlobExpectation {
 export interface PutBlobOptions {
   /** called with the bytes of each piece as it is stored */
   onProgress?: (bytes: number) => void
+  /** stops the copy (the staging file is removed) with the signal's reason, or CANCELLED */
+  signal?: AbortSignal
+}
+
+function throwIfAborted(signal: AbortSignal | undefined): void {
+  if (!signal?.aborted) return
+  const r: unknown = signal.reason
+  throw r instanceof StrataError ? r : new StrataError('CANCELLED', 'cancelled', r === undefined ? undefined : { cause: r })
 }
 
 export interface StoredBlob {
@@ -253,7 +261,7 @@ export class ImageStore {
     let fh: FileHandle | null = null
     try {
       fh = await this.fs.open(tmp, 'wx', 0o644)
-      const { digest, size } = await this.#streamInto(fh, src, expect.size, opts.onProgress)
+      const { digest, size } = await this.#streamInto(fh, src, expect.size, opts.onProgress, opts.signal)
       await this.fs.fsync(fh)
       const h = fh
       fh = null
@@ -280,7 +288,7 @@ export class ImageStore {
   }
 
   /** Copies `src` into an open DFS file: one write in flight while the next piece is gathered. */
-  async #streamInto(fh: FileHandle, src: Readable | AsyncIterable<Uint8Array>, limit: number | undefined, onProgress?: (bytes: number) => void): Promise<StoredBlob> {
+  async #streamInto(fh: FileHandle, src: Readable | AsyncIterable<Uint8Array>, limit: number | undefined, onProgress?: (bytes: number) => void, signal?: AbortSignal): Promise<StoredBlob> {
     const hash = crypto.createHash('sha256')
     let size = 0
     let pending: Buffer[] = []
@@ -298,7 +306,9 @@ export class ImageStore {
       inflight = this.fs.write(fh, data, at).then(() => onProgress?.(data.length))
     }
     try {
+      throwIfAborted(signal)
       for await (const chunk of src) {
+        throwIfAborted(signal)
         const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
         if (buf.length === 0) continue
         size += buf.length
@@ -310,6 +320,7 @@ export class ImageStore {
       }
       await flush()
       if (inflight) await inflight
+      throwIfAborted(signal)
     } catch (e) {
       if (inflight) await (inflight as Promise<unknown>).catch(() => undefined)
       throw e

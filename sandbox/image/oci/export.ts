@@ -30,6 +30,8 @@ export interface ExportOptions {
   onProgress?: ProgressSink
   /** the name the archive gives the image (default: the reference's name and tag) */
   refName?: string
+  /** cancels the export (nothing is left at OUT or in the work dir) */
+  signal?: AbortSignal
 }
 
 export interface ExportResult {
@@ -92,14 +94,20 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
       const task = progress.start(`export layer ${i + 1}/${m.layers.length} ${l.digest.slice(7, 19)}`, l.size)
       try {
         const erofs = path.join(work, `${i}.erofs`)
-        await pipeline(store.readBlob(l.digest), async function* (src: AsyncIterable<Buffer>) {
-          for await (const c of src) {
-            task.tick(c.length)
-            yield c
-          }
-        }, fs.createWriteStream(erofs))
+        await pipeline(
+          store.readBlob(l.digest),
+          async function* (src: AsyncIterable<Buffer>) {
+            for await (const c of src) {
+              task.tick(c.length)
+              yield c
+            }
+          },
+          fs.createWriteStream(erofs),
+          opts.signal ? { signal: opts.signal } : {},
+        )
         const file = path.join(work, `${i}.tar`)
         const t = await layerToTar(erofs, fs.createWriteStream(file), { tmpDir: work })
+        opts.signal?.throwIfAborted()
         await fs.promises.rm(erofs, { force: true })
         tars.set(l.digest, { file, diffId: t.diffId, size: t.size })
       } finally {
@@ -140,7 +148,7 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
       new Promise<void>((resolve, reject) => pack.entry({ name, mtime, mode: 0o644, uid: 0, gid: 0 }, data, (e) => (e ? reject(e) : resolve())))
     const fileEntry = async (name: string, file: string, size: number) => {
       const e = pack.entry({ name, size, mtime, mode: 0o644, uid: 0, gid: 0 })
-      await pipeline(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), e)
+      await pipeline(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), e, opts.signal ? { signal: opts.signal } : {})
     }
     const dir = (name: string) => new Promise<void>((resolve, reject) => pack.entry({ name, type: 'directory', mtime, mode: 0o755, uid: 0, gid: 0 }, (e) => (e ? reject(e) : resolve())))
     let failure: unknown = null

@@ -58,6 +58,8 @@ export interface ImportOptions {
   onProgress?: ProgressSink
   /** layers built at the same time (default 2) */
   concurrency?: number
+  /** cancels the import (CANCELLED, or the signal's StrataError reason); what it stored is removed as after any failure */
+  signal?: AbortSignal
 }
 
 export interface ImportResult {
@@ -69,6 +71,15 @@ export interface ImportResult {
 
 const noop = (): void => undefined
 
+function cancelled(signal: AbortSignal): StrataError {
+  const r: unknown = signal.reason
+  return r instanceof StrataError ? r : new StrataError('CANCELLED', 'import cancelled', r === undefined ? undefined : { cause: r })
+}
+
+function checkSignal(signal: AbortSignal | undefined): void {
+  if (signal?.aborted) throw cancelled(signal)
+}
+
 /** Hashes bytes passing through and checks them at the end (and the size as they pass). */
 class DigestCheck extends Transform {
   readonly #hash = crypto.createHash('sha256')
@@ -79,6 +90,7 @@ class DigestCheck extends Transform {
     readonly expect: { digest?: string; size?: number },
     readonly what: string,
     readonly onBytes?: (n: number) => void,
+    readonly signal?: AbortSignal,
   ) {
     super()
   }
@@ -92,6 +104,10 @@ class DigestCheck extends Transform {
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    if (this.signal?.aborted) {
+      cb(cancelled(this.signal))
+      return
+    }
     this.#bytes += chunk.length
     if (this.expect.size !== undefined && this.#bytes > this.expect.size) {
       cb(new StrataError('IMAGE_SIZE_MISMATCH', `${this.what} is larger than the declared ${this.expect.size} bytes`))
@@ -219,7 +235,8 @@ class ImportRun {
   /** Stores a built EROFS file and records the diffId it stands for. */
   async storeLayer(file: string, built: { digest: string; size: number }, diffId: string, task: ProgressTask): Promise<void> {
     await this.lease(built.digest)
-    const put = await this.store.putBlobFile(file, built)
+    checkSignal(this.opts.signal)
+    const put = await this.store.putBlobFile(file, built, this.opts.signal ? { signal: this.opts.signal } : {})
     if (!put.existed) this.createdBlobs.add(built.digest)
     await fs.promises.rm(file, { force: true })
     if ((await this.store.lookupDiffId(diffId)) !== built.digest) {
@@ -239,6 +256,7 @@ class ImportRun {
   }
 
   async publish(layers: LayerRef[], config: ImageConfig, source: ImageSource, created: string): Promise<ImportResult> {
+    checkSignal(this.opts.signal)
     const manifest: ImageManifest = { schemaVersion: 1, mediaType: MANIFEST_MEDIA_TYPE, layers, config, source, created }
     const digest = sha256Digest(encodeManifest(manifest))
     await this.lease(digest)
@@ -270,9 +288,10 @@ class ImportRun {
  * IMAGE_SIZE_MISMATCH / IMAGE_DIGEST_MISMATCH when the blob or the tar does
  * not match the digest, size and diff_id declared for it.
  */
-async function verifiedLayerTar(layer: OciLayerSource, diffId: string, label: string, onBytes?: (n: number) => void): Promise<Readable> {
+async function verifiedLayerTar(layer: OciLayerSource, diffId: string, label: string, onBytes?: (n: number) => void, signal?: AbortSignal): Promise<Readable> {
+  checkSignal(signal)
   const raw = await layer.open()
-  const rawCheck = new DigestCheck({ digest: layer.digest, size: layer.size }, `${label} blob`, onBytes)
+  const rawCheck = new DigestCheck({ digest: layer.digest, size: layer.size }, `${label} blob`, onBytes, signal)
   const rawV = pipeline(raw, rawCheck, noop) as unknown as Readable
   const plain = await decompressStream(rawV, layer.mediaType)
   return pipeline(plain, new DigestCheck({ digest: diffId }, `${label} (uncompressed, diff_id)`), noop) as unknown as Readable
@@ -294,15 +313,16 @@ async function blobMismatch(layer: OciLayerSource, label: string): Promise<Strat
 }
 
 /** Unpacks one verified OCI layer into `dir`. */
-async function unpackVerified(layer: OciLayerSource, diffId: string, dir: string, mode: 'layer' | 'apply', label: string, task: ProgressTask): Promise<void> {
+async function unpackVerified(layer: OciLayerSource, diffId: string, dir: string, mode: 'layer' | 'apply', label: string, task: ProgressTask, signal?: AbortSignal): Promise<void> {
   let tar: Readable | null = null
   try {
-    tar = await verifiedLayerTar(layer, diffId, label, (n) => task.tick(n))
+    tar = await verifiedLayerTar(layer, diffId, label, (n) => task.tick(n), signal)
     await unpackLayer(tar, dir, { mode })
     await drain(tar)
   } catch (e) {
     tar?.destroy()
-    if (e instanceof StrataError && (e.code === 'IMAGE_DIGEST_MISMATCH' || e.code === 'IMAGE_SIZE_MISMATCH')) throw e
+    if (e instanceof StrataError && (e.code === 'IMAGE_DIGEST_MISMATCH' || e.code === 'IMAGE_SIZE_MISMATCH' || e.code === 'CANCELLED')) throw e
+    checkSignal(signal)
     throw (await blobMismatch(layer, label)) ?? e
   }
 }
@@ -367,7 +387,7 @@ async function importInto(run: ImportRun, src: OciImageSource): Promise<ImportRe
       const label = `layer ${i + 1}/${n} ${shortDigest(l.digest)}`
       const task = run.progress.start(`apply ${label}`, l.size)
       try {
-        await unpackVerified(l, layerDiffId(l, i), dir, 'apply', label, task)
+        await unpackVerified(l, layerDiffId(l, i), dir, 'apply', label, task, opts.signal)
       } finally {
         task.done()
       }
@@ -403,9 +423,10 @@ async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, 
   try {
     const dir = path.join(run.workDir, `layer-${i}`)
     await fs.promises.mkdir(dir)
-    await unpackVerified(l, diffId, dir, 'layer', label, task)
+    await unpackVerified(l, diffId, dir, 'layer', label, task, run.opts.signal)
     const file = `${dir}.erofs`
     const built = await buildErofs(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
+    checkSignal(run.opts.signal)
     await fs.promises.rm(dir, { recursive: true, force: true })
     await run.storeLayer(file, built, diffId, task)
     run.layersBuilt++
@@ -426,6 +447,7 @@ async function buildFromDir(run: ImportRun, dir: string, label: string, own: boo
     const file = path.join(run.workDir, `${path.basename(dir)}-${crypto.randomBytes(4).toString('hex')}.erofs`)
     const built = await buildErofs(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
     if (own) await fs.promises.rm(dir, { recursive: true, force: true })
+    checkSignal(run.opts.signal)
     const { diffId } = await layerToTar(file, nullSink(), { tmpDir: run.workDir })
     await run.storeLayer(file, built, diffId, task)
     run.layersBuilt++
@@ -459,7 +481,7 @@ export async function importRootfsTar(store: ImageStore, file: string, source: I
       try {
         const dir = path.join(run.workDir, 'rootfs')
         await fs.promises.mkdir(dir)
-        const tar = pipeline(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), new DigestCheck({ digest: diffId, size }, 'rootfs tarball', (b) => task.tick(b)), noop) as unknown as Readable
+        const tar = pipeline(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), new DigestCheck({ digest: diffId, size }, 'rootfs tarball', (b) => task.tick(b), opts.signal), noop) as unknown as Readable
         try {
           await unpackLayer(tar, dir, { mode: 'layer' })
           await drain(tar)
@@ -469,6 +491,7 @@ export async function importRootfsTar(store: ImageStore, file: string, source: I
         }
         const out = `${dir}.erofs`
         const built = await buildErofs(dir, out, opts.compress ? { compress: opts.compress } : {})
+        checkSignal(opts.signal)
         await fs.promises.rm(dir, { recursive: true, force: true })
         await run.storeLayer(out, built, diffId, task)
         run.layersBuilt++
@@ -530,6 +553,7 @@ export async function importPath(store: ImageStore, input: string, opts: ImportP
     if (opts.platform) readOpts.platform = parsePlatform(opts.platform)
     if (opts.ref) readOpts.ref = opts.ref
     const inp = await openImportInput(input, scratch, readOpts)
+    checkSignal(opts.signal)
     let name = opts.name
     let tag = opts.tag
     if (!name && inp.kind === 'image') {

@@ -236,3 +236,31 @@ test.serial('digest and size mismatches, unknown media types, missing blobs, wro
   const r = await strata(['image', ...ic.cliArgs, 'import', fx.layout, '--name', 'x', '--kind', 'nope'])
   t.is(r.code, 2)
 })
+
+test.serial('an interrupted import (SIGINT) cleans up: no tag, manifest, blob or staging file, empty work dir', async (t) => {
+  const dir = localTmp(t)
+  const root = path.join(dir, 'big')
+  fs.mkdirSync(root)
+  // incompressible data, enough to take a few seconds to unpack, build and store
+  for (let i = 0; i < 8; i++) fs.writeFileSync(path.join(root, `f${i}.bin`), crypto.randomBytes(16 << 20))
+  const tar = path.join(dir, 'big.tar')
+  await run('tar', ['-C', root, '-cf', tar, '.'])
+  const work = path.join(dir, 'work')
+  fs.mkdirSync(work)
+  const before = await state()
+  const { spawn } = await import('node:child_process')
+  const { STRATA } = await import('../../bin/helpers.js')
+  const child = spawn(process.execPath, [STRATA, 'image', ...ic.cliArgs, 'import', tar, '--name', 'bad/interrupted', '--work-dir', work], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let stderr = ''
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()))
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
+  // interrupt once the import is under way (its private work dir exists)
+  for (let i = 0; i < 600 && !fs.readdirSync(work).some((f) => f.startsWith('strata-import-')); i++) await new Promise((r) => setTimeout(r, 50))
+  await new Promise((r) => setTimeout(r, 300))
+  child.kill('SIGINT')
+  const code = await exited
+  t.is(code, 1, stderr)
+  t.regex(stderr, /strata: CANCELLED: /)
+  t.deepEqual(fs.readdirSync(work), [])
+  t.deepEqual(await state(), before)
+})
