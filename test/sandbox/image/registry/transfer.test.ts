@@ -95,6 +95,25 @@ t0('(1) skopeo → registry → strata pull: the overlay of the EROFS layers equ
   t.is(again.blobsFetched, 1)
   t.is(again.layersReused, 3)
   t.deepEqual((await store.resolve(`again:${again.tag}`)).manifest.layers, got.manifest.layers)
+  // squashed into one layer, of kind toolkit: the same tree
+  const sq = await pullRegistry(store, reg.url('src/rich:v1'), { workDir: dir, name: 'squashed:v1', squash: true, kind: 'toolkit' })
+  const sqm = (await store.getManifest(sq.digest)).manifest
+  t.is(sqm.layers.length, 1)
+  t.is(sqm.layers[0]!.kind, 'toolkit')
+  t.deepEqual(diffTrees(await snapshotTree(await imageTree(t, store, sq.digest, path.join(dir, 'mnt-sq'))), expected), [])
+
+  // cancelled: CANCELLED, nothing tagged, no staging left
+  const ac = new AbortController()
+  const fresh = await freshStore(t)
+  const cancelled = pullRegistry(fresh, reg.url('src/rich:v1'), {
+    workDir: dir,
+    name: 'cancelled',
+    signal: ac.signal,
+    onProgress: { start: () => ({ tick: () => ac.abort(), done: () => undefined }) },
+  })
+  await t.throwsAsync(cancelled, { code: 'CANCELLED' })
+  t.deepEqual(await fresh.listTags(), [])
+  t.deepEqual(fs.readdirSync(dir).filter((f) => f.startsWith('strata-pull-')), [])
   pulled = { store, name: `${reg.host}/src/rich:v1`, digest: r.digest }
 })
 
