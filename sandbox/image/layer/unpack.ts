@@ -139,7 +139,14 @@ class Unpacker {
     if (rel === '') return this.rootEntry(h)
     const prev = this.seen.get(rel)
     if (prev !== undefined && !(h.type === 'directory' && (prev === 'dir' || prev === 'idir' || prev === 'ldir'))) {
-      throw dup(rel, prev === 'wh' ? 'is both an entry and a whiteout in this layer' : 'appears twice in this layer')
+      throw dup(
+        rel,
+        prev === 'wh'
+          ? 'is both an entry and a whiteout in this layer'
+          : prev === 'node'
+            ? 'appears twice in this layer'
+            : 'is a directory holding entries of this layer and also a non-directory entry',
+      )
     }
     await this.parents(rel, true)
     const abs = this.abs(rel)
