@@ -28,6 +28,14 @@ registerAdminCommands(program)
 registerFsMountCommands(registerFsCommands(program))
 registerImageCommands(program)
 
+// A stray argument (`cluster up /some/dir` instead of `--cluster /some/dir`)
+// is a usage error, not something to ignore silently.
+const strict = (c: Command): void => {
+  c.allowExcessArguments(false)
+  for (const sub of c.commands) strict(sub)
+}
+strict(program)
+
 // Errors print `strata: CODE: message` and exit 1; usage errors exit 2.
 program.parseAsync(process.argv).catch((e: unknown) => {
   const { message, exitCode } = describeFailure(e)
