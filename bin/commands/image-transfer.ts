@@ -10,36 +10,10 @@ import { StrataError } from '../../fs/common/errors.js'
 import type { FileSystem } from '../../fs/client/index.js'
 import { ImageStore } from '../../sandbox/image/store.js'
 import { createProgress, formatBytes, type ProgressSink } from '../../sandbox/image/progress.js'
-import { pullS3, pushS3, type PullResult, type PushResult, type S3TransferOptions } from '../../sandbox/image/s3/index.js'
+import { parseS3ImageUrl, parseS3Location, pullS3, pushS3, type S3TransferOptions } from '../../sandbox/image/s3/index.js'
+import { pullRegistry, pushRegistry, type RegistryOptions } from '../../sandbox/image/registry/index.js'
 import { withFileSystem } from './fs.js'
 import { intArg, out, printJson, sizeArg } from './output.js'
-
-/** What sandbox/image/registry/index.ts provides (see the image API contract). */
-interface RegistryTransferOptions {
-  progress?: ProgressSink
-  signal?: AbortSignal
-  insecure?: boolean
-  username?: string
-  password?: string
-  platform?: string
-}
-interface RegistryModule {
-  pushRegistry(store: ImageStore, ref: string, url: string, opts?: RegistryTransferOptions): Promise<PushResult>
-  pullRegistry(store: ImageStore, url: string, opts?: RegistryTransferOptions & { name?: string }): Promise<PullResult>
-}
-
-// Loaded when first needed, by a computed specifier, so that this file
-// builds before the registry module exists.
-const REGISTRY_MODULE = '../../sandbox/image/registry/index.js'
-
-async function registry(): Promise<RegistryModule> {
-  try {
-    return (await import(REGISTRY_MODULE as string)) as RegistryModule
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND') throw new StrataError('IMAGE_REMOTE_ERROR', 'registry transfers (docker://) are not built into this strata', { cause: e })
-    throw e
-  }
-}
 
 interface TransferCliOpts {
   endpoint?: string
@@ -84,12 +58,11 @@ function s3Options(o: TransferCliOpts): S3TransferOptions {
   }
 }
 
-function registryOptions(o: TransferCliOpts): RegistryTransferOptions {
+function registryOptions(o: TransferCliOpts): RegistryOptions {
   return {
     ...(o.insecure ? { insecure: true } : {}),
     ...(o.username !== undefined ? { username: o.username } : {}),
     ...(o.password !== undefined ? { password: o.password } : {}),
-    ...(o.platform !== undefined ? { platform: o.platform } : {}),
   }
 }
 
@@ -128,7 +101,7 @@ function transferOpts(c: Command): Command {
     .option('--region <region>', 's3: region (default: $AWS_REGION, the AWS profile, then us-east-1)')
     .option('--force-path-style', 's3: address buckets as ENDPOINT/BUCKET (most local S3 servers need it)')
     .option('--part-size <size>', 's3: multipart part size, at least 5M (default 16M)', sizeArg('--part-size'))
-    .option('--concurrency <n>', 'requests in flight (default 4)', intArg('--concurrency', { min: 1, max: 64 }))
+    .option('--concurrency <n>', 'requests in flight (default: s3 4, docker pull 3)', intArg('--concurrency', { min: 1, max: 64 }))
     .option('--insecure', 'docker: plain http to the registry')
     .option('--username <user>', 'docker: registry user (default: $STRATA_REGISTRY_USER, ~/.docker/config.json)')
     .option('--password <password>', 'docker: registry password (default: $STRATA_REGISTRY_PASSWORD)')
@@ -151,21 +124,25 @@ S3 layout under PREFIX: blobs/sha256/<hex> (layers), manifests/sha256/<hex>,
 tags/<name>/<tag> (written last). Credentials: AWS_ACCESS_KEY_ID /
 AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
     )
-    .action((ref: string, dest: string, o: TransferCliOpts, cmd: Command) =>
-      transfer(cmd, async (store, progress, signal, json) => {
+    .action((ref: string, dest: string, o: TransferCliOpts, cmd: Command) => {
+      // bad URLs and endpoints fail before the cluster is contacted
+      const kind = scheme(dest)
+      if (kind === 's3') parseS3Location(dest)
+      const s3 = kind === 's3' ? s3Options(o) : {}
+      return transfer(cmd, async (store, progress, signal, json) => {
         const t0 = Date.now()
         const r =
-          scheme(dest) === 's3'
-            ? await pushS3(store, ref, dest, { ...s3Options(o), progress, signal })
-            : await (await registry()).pushRegistry(store, ref, dest, { ...registryOptions(o), progress, signal })
+          kind === 's3'
+            ? await pushS3(store, ref, dest, { ...s3, progress, signal })
+            : await pushRegistry(store, ref, dest, { ...registryOptions(o), progress, signal })
         const seconds = (Date.now() - t0) / 1000
         if (json) return printJson({ ...r, seconds })
         out(
           `pushed ${r.ref} (${r.digest}) to ${r.url}: ${r.blobsPushed} blob(s) pushed, ${r.blobsSkipped} already there, ` +
             `${formatBytes(r.bytesSent)} sent in ${seconds.toFixed(1)} s`,
         )
-      }),
-    )
+      })
+    })
 
   transferOpts(
     image
@@ -174,14 +151,24 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
       .argument('<source>', 's3://BUCKET[/PREFIX]/NAME[:TAG|@sha256:…] or docker://HOST[:PORT]/REPO[:TAG|@sha256:…]')
       .option('--name <name>', 'local NAME[:TAG] (default: the remote name and tag)')
       .option('--platform <os/arch>', 'docker: platform to pick from a manifest list (default linux/amd64)'),
-  ).action((src: string, o: TransferCliOpts, cmd: Command) =>
-    transfer(cmd, async (store, progress, signal, json) => {
+  ).action((src: string, o: TransferCliOpts, cmd: Command) => {
+    const kind = scheme(src)
+    if (kind === 's3') parseS3ImageUrl(src)
+    const s3 = kind === 's3' ? s3Options(o) : {}
+    return transfer(cmd, async (store, progress, signal, json) => {
       const t0 = Date.now()
       const named = o.name !== undefined ? { name: o.name } : {}
       const r =
-        scheme(src) === 's3'
-          ? await pullS3(store, src, { ...s3Options(o), ...named, progress, signal })
-          : await (await registry()).pullRegistry(store, src, { ...registryOptions(o), ...named, progress, signal })
+        kind === 's3'
+          ? await pullS3(store, src, { ...s3, ...named, progress, signal })
+          : await pullRegistry(store, src, {
+              ...registryOptions(o),
+              ...named,
+              ...(o.platform !== undefined ? { platform: o.platform } : {}),
+              ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),
+              progress,
+              signal,
+            })
       const seconds = (Date.now() - t0) / 1000
       if (json) return printJson({ ...r, seconds })
       const as = r.tag ? `${r.name}:${r.tag}` : `${r.name}@${r.digest}`
@@ -189,6 +176,6 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
         `pulled ${r.url} as ${as} (${r.digest}): ${r.blobsFetched} blob(s) fetched, ${r.blobsSkipped} already stored, ` +
           `${formatBytes(r.bytesReceived)} received in ${seconds.toFixed(1)} s`,
       )
-    }),
-  )
+    })
+  })
 }

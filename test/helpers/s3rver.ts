@@ -7,9 +7,16 @@
 // directory (BUCKET/._S3rver_uploads/<id>/{key,N,N.md5}), so that tests can
 // drive the resume path real S3 takes; without it the server behaves exactly
 // as s3rver does and push falls back to its local upload journal.
+//
+// With `rateBytesPerSec` clients reach s3rver through a TCP proxy that
+// passes at most that many bytes per second per connection and direction,
+// so that a test can kill a transfer while it is in flight.
 import fs from 'node:fs'
+import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
+import { Transform, type TransformCallback } from 'node:stream'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createRequire } from 'node:module'
@@ -53,8 +60,12 @@ export interface TestS3 {
   stop(): Promise<void>
   /** starts it again on the same port and directory */
   start(): Promise<void>
-  /** requests the server has answered, as `METHOD path?query` */
+  /** requests the server has received, as `METHOD path?query` */
   requests: string[]
+  /** parts of unfinished multipart uploads that s3rver has fully received */
+  uploadedParts(): number
+  /** bytes the throttling proxy has passed from the server to clients (0 without one) */
+  bytesDown(): number
 }
 
 const xml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
@@ -112,8 +123,66 @@ function listingMiddleware(dir: string): KoaMiddleware {
   }
 }
 
-/** Starts s3rver with one bucket; `listUploads` adds the two listing APIs s3rver lacks (see above). */
-export async function startS3(t: ExecutionContext, opts: { bucket?: string; listUploads?: boolean } = {}): Promise<TestS3> {
+/** Delays bytes so that at most `rate` bytes per second pass. */
+class Throttle extends Transform {
+  #allowedAt = Date.now()
+  constructor(readonly rate: number) {
+    super()
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    const send = async () => {
+      for (let off = 0; off < chunk.length; off += 16 * 1024) {
+        const piece = chunk.subarray(off, off + 16 * 1024)
+        const now = Date.now()
+        const start = Math.max(now, this.#allowedAt)
+        this.#allowedAt = start + (piece.length * 1000) / this.rate
+        if (start > now) await sleep(start - now)
+        this.push(piece)
+      }
+    }
+    send().then(() => cb(), cb)
+  }
+}
+
+/** A TCP proxy to 127.0.0.1:`port` that throttles both directions of every connection. */
+async function throttlingProxy(port: () => number, rate: number): Promise<{ port: number; bytesDown(): number; close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>()
+  let down = 0
+  const server = net.createServer((client) => {
+    const upstream = net.connect(port(), '127.0.0.1')
+    for (const s of [client, upstream]) {
+      sockets.add(s)
+      s.on('close', () => sockets.delete(s))
+      s.on('error', () => {
+        client.destroy()
+        upstream.destroy()
+      })
+    }
+    client.pipe(new Throttle(rate)).pipe(upstream)
+    upstream
+      .pipe(new Throttle(rate))
+      .on('data', (c: Buffer) => (down += c.length))
+      .pipe(client)
+    client.on('close', () => upstream.destroy())
+    upstream.on('close', () => client.destroy())
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+  return {
+    port: (server.address() as AddressInfo).port,
+    bytesDown: () => down,
+    close: async () => {
+      for (const s of sockets) s.destroy()
+      await new Promise<void>((r) => server.close(() => r()))
+    },
+  }
+}
+
+/**
+ * Starts s3rver with one bucket; `listUploads` adds the two listing APIs
+ * s3rver lacks, `rateBytesPerSec` puts a throttling proxy in front (see above).
+ */
+export async function startS3(t: ExecutionContext, opts: { bucket?: string; listUploads?: boolean; rateBytesPerSec?: number } = {}): Promise<TestS3> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-s3rver-'))
   const bucket = opts.bucket ?? 'images'
   let server: S3rverInstance | null = null
@@ -142,11 +211,13 @@ export async function startS3(t: ExecutionContext, opts: { bucket?: string; list
     await closed
   }
   await start()
+  const proxy = opts.rateBytesPerSec ? await throttlingProxy(() => port, opts.rateBytesPerSec) : null
   t.teardown(async () => {
+    await proxy?.close()
     await stop()
     fs.rmSync(dir, { recursive: true, force: true })
   })
-  const endpoint = `http://127.0.0.1:${port}`
+  const endpoint = `http://127.0.0.1:${proxy ? proxy.port : port}`
   return {
     endpoint,
     bucket,
@@ -166,5 +237,19 @@ export async function startS3(t: ExecutionContext, opts: { bucket?: string; list
     },
     stop,
     start,
+    bytesDown: () => proxy?.bytesDown() ?? 0,
+    uploadedParts: () => {
+      const uploads = path.join(dir, bucket, '._S3rver_uploads')
+      if (!fs.existsSync(uploads)) return 0
+      let n = 0
+      for (const id of fs.readdirSync(uploads)) {
+        try {
+          n += fs.readdirSync(path.join(uploads, id)).filter((f) => f.endsWith('.md5')).length
+        } catch {
+          // completed and removed meanwhile
+        }
+      }
+      return n
+    },
   }
 }

@@ -1,5 +1,6 @@
 // What push and pull share: the slice of the image store they use, options,
 // results, a request limiter and cancellation.
+import { setMaxListeners } from 'node:events'
 import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import type { ImageManifest, ImageRef } from '../types.js'
@@ -98,6 +99,19 @@ export class Limiter {
   }
 }
 
+/**
+ * A signal that follows `outer` and can be aborted on its own. Every request
+ * in flight listens on it, so the listener warning threshold is lifted.
+ */
+export function linkedSignal(outer: AbortSignal | undefined): { signal: AbortSignal; abort(reason?: unknown): void; dispose(): void } {
+  const ac = new AbortController()
+  setMaxListeners(0, ac.signal)
+  const onOuter = () => ac.abort(outer?.reason)
+  if (outer?.aborted) ac.abort(outer.reason)
+  else outer?.addEventListener('abort', onOuter, { once: true })
+  return { signal: ac.signal, abort: (r) => ac.abort(r), dispose: () => outer?.removeEventListener('abort', onOuter) }
+}
+
 export function isAbort(e: unknown): boolean {
   const n = (e as { name?: string })?.name
   return n === 'AbortError' || (e as { code?: string })?.code === 'ABORT_ERR'
@@ -113,10 +127,7 @@ export function cancelled(what: string): StrataError {
  * first failure.
  */
 export async function allOrAbort<T>(outer: AbortSignal | undefined, tasks: Array<(signal: AbortSignal) => Promise<T>>): Promise<T[]> {
-  const ac = new AbortController()
-  const onOuter = () => ac.abort(outer?.reason)
-  outer?.addEventListener('abort', onOuter, { once: true })
-  if (outer?.aborted) ac.abort(outer.reason)
+  const ac = linkedSignal(outer)
   let first: { e: unknown } | null = null
   try {
     const settled = await Promise.allSettled(
@@ -134,7 +145,7 @@ export async function allOrAbort<T>(outer: AbortSignal | undefined, tasks: Array
     if (failed) throw (failed as PromiseRejectedResult).reason
     return settled.map((s) => (s as PromiseFulfilledResult<T>).value)
   } finally {
-    outer?.removeEventListener('abort', onOuter)
+    ac.dispose()
   }
 }
 

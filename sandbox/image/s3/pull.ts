@@ -8,7 +8,7 @@ import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { DEFAULT_TAG, isDigest, parseImageRef, sha256Digest, validateManifest, type LayerRef } from '../types.js'
 import { createS3Client, isNotFound, s3Error } from './client.js'
-import { Limiter, allOrAbort, cancelled, shortDigest, type PullResult, type S3TransferOptions, type TransferStore } from './common.js'
+import { Limiter, allOrAbort, cancelled, linkedSignal, shortDigest, type PullResult, type S3TransferOptions, type TransferStore } from './common.js'
 import { blobKey, formatS3, manifestKey, parseS3ImageUrl, tagKey } from './url.js'
 
 /** Largest manifest or tag object accepted. */
@@ -48,18 +48,20 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
   }
   const client = opts.client ?? (await createS3Client(opts))
   const what = `pull ${url}`
+  const link = linkedSignal(opts.signal)
+  const signal = link.signal
   try {
     // which PREFIX/NAME split names an image in the bucket
     const found: Array<{ prefix: string; name: string; tag?: string; digest: string }> = []
     for (const c of parsed.candidates) {
       if (c.ref.digest) {
-        if ((await headSize(client, parsed.bucket, manifestKey(c.prefix, c.ref.digest), opts.signal)) !== null) {
+        if ((await headSize(client, parsed.bucket, manifestKey(c.prefix, c.ref.digest), signal)) !== null) {
           found.push({ prefix: c.prefix, name: c.ref.name, ...(c.ref.tag ? { tag: c.ref.tag } : {}), digest: c.ref.digest })
         }
         continue
       }
       const key = tagKey(c.prefix, c.ref.name, c.ref.tag ?? DEFAULT_TAG)
-      const body = await getSmall(client, parsed.bucket, key, opts.signal)
+      const body = await getSmall(client, parsed.bucket, key, signal)
       if (body === null) continue
       const digest = body.toString('utf8').trim()
       if (!isDigest(digest)) throw new StrataError('IMAGE_BAD_MANIFEST', `${formatS3(parsed.bucket, key)} does not hold a manifest digest`)
@@ -78,7 +80,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
     }
     const src = found[0]!
     const mKey = manifestKey(src.prefix, src.digest)
-    const bytes = await getSmall(client, parsed.bucket, mKey, opts.signal)
+    const bytes = await getSmall(client, parsed.bucket, mKey, signal)
     if (bytes === null) throw new StrataError('IMAGE_NOT_FOUND', `${formatS3(parsed.bucket, mKey)}: the tag names manifest ${src.digest}, which the bucket does not have`)
     const got = sha256Digest(bytes)
     if (got !== src.digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `${formatS3(parsed.bucket, mKey)} has digest ${got}, expected ${src.digest}`)
@@ -102,7 +104,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
     const layers = new Map<string, LayerRef>()
     for (const l of manifest.layers) layers.set(l.digest, l)
     const fetched = await allOrAbort(
-      opts.signal,
+      signal,
       [...layers.values()].map((l) => (signal: AbortSignal) => ctx.limiter.run(() => pullBlob(ctx, l, signal))),
     )
     const put = await store.putManifest(bytes)
@@ -124,6 +126,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
     if (opts.signal?.aborted) throw cancelled(what)
     throw s3Error(e, what, { missingBucket: 'IMAGE_NOT_FOUND' })
   } finally {
+    link.dispose()
     if (!opts.client) client.destroy()
   }
 }

@@ -23,6 +23,7 @@ import {
   MAX_PARTS,
   MIN_PART_SIZE,
   allOrAbort,
+  linkedSignal,
   cancelled,
   isAbort,
   readExactly,
@@ -90,20 +91,22 @@ export async function pushS3(store: TransferStore, ref: string, url: string, opt
     canList: null,
   }
   const what = `push ${formatImageRef(img.ref)} to ${formatS3(loc.bucket, loc.prefix)}`
+  const link = linkedSignal(opts.signal)
+  const signal = link.signal
   try {
     const layers = new Map<string, LayerRef>()
     for (const l of img.manifest.layers) layers.set(l.digest, l)
     const pushed = await allOrAbort(
-      opts.signal,
+      signal,
       [...layers.values()].map((l) => (signal: AbortSignal) => pushBlob(ctx, blobKey(loc.prefix, l.digest), l, signal)),
     )
     // the manifest once every blob is there, the tag last
     const mKey = manifestKey(loc.prefix, img.digest)
-    const mHead = await head(ctx, mKey, opts.signal)
-    if (mHead !== img.bytes.length) await put(ctx, mKey, img.bytes, 'application/vnd.strata.image.manifest.v1+json', opts.signal)
+    const mHead = await head(ctx, mKey, signal)
+    if (mHead !== img.bytes.length) await put(ctx, mKey, img.bytes, 'application/vnd.strata.image.manifest.v1+json', signal)
     let tag: string | undefined
     if (img.ref.tag !== undefined && !img.ref.digest) {
-      await put(ctx, tagKey(loc.prefix, img.ref.name, img.ref.tag), Buffer.from(`${img.digest}\n`), 'text/plain', opts.signal)
+      await put(ctx, tagKey(loc.prefix, img.ref.name, img.ref.tag), Buffer.from(`${img.digest}\n`), 'text/plain', signal)
       tag = `${img.ref.name}:${img.ref.tag}`
     }
     return {
@@ -120,6 +123,7 @@ export async function pushS3(store: TransferStore, ref: string, url: string, opt
     if (opts.signal?.aborted) throw cancelled(what)
     throw s3Error(e, what)
   } finally {
+    link.dispose()
     if (!opts.client) client.destroy()
   }
 }

@@ -6,16 +6,14 @@ import test from 'ava'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import { execFileSync } from 'node:child_process'
-import { Readable } from 'node:stream'
 import { HeadObjectCommand } from '@aws-sdk/client-s3'
 import type { ExecutionContext } from 'ava'
 import { StrataError } from '../../../../fs/common/errors.js'
-import { MANIFEST_MEDIA_TYPE, emptyConfig, encodeManifest, type ImageManifest } from '../../../../sandbox/image/types.js'
-import type { ImageStore } from '../../../../sandbox/image/store.js'
+import { encodeManifest } from '../../../../sandbox/image/types.js'
 import { createS3Client, pullS3, pushS3, type S3TransferOptions } from '../../../../sandbox/image/s3/index.js'
 import { blobKey, manifestKey, tagKey } from '../../../../sandbox/image/s3/url.js'
 import { startImageCluster, localTmp, type ImageCluster } from '../../../helpers/image-cluster.js'
+import { blobBytes, publishFixture, type Fixture } from './fixture.js'
 import { S3RVER_CREDENTIALS, startS3, type TestS3 } from '../../../helpers/s3rver.js'
 
 const MiB = 1024 * 1024
@@ -26,66 +24,20 @@ let B: ImageCluster
 let n = 0
 
 test.before(async () => {
-  // two clusters: what A pushes, B pulls
-  ;[A, B] = await Promise.all([startImageCluster(), startImageCluster()])
+  // two clusters: what A pushes, B pulls (one after the other: less of a spike on a loaded machine)
+  A = await startImageCluster()
+  B = await startImageCluster()
 })
 test.after.always(async () => {
   await Promise.all([A?.close(), B?.close()])
 })
 
-interface Fixture {
-  store: ImageStore
-  digest: string
-  manifest: ImageManifest
-  /** layer digest → the EROFS file's bytes */
-  layers: Map<string, Buffer>
-}
-
-/** An EROFS layer made by mkfs.erofs from a tree with a file of `bytes` random bytes. */
-function erofsLayer(t: ExecutionContext, bytes: number, seed: string): Buffer {
-  const dir = localTmp(t, 'strata-s3-layer-')
-  const tree = path.join(dir, 'tree')
-  fs.mkdirSync(path.join(tree, 'etc'), { recursive: true })
-  fs.writeFileSync(path.join(tree, 'etc', 'os-release'), `ID=${seed}\n`)
-  fs.writeFileSync(path.join(tree, 'data.bin'), crypto.randomBytes(bytes))
-  fs.symlinkSync('data.bin', path.join(tree, 'link'))
-  const out = path.join(dir, 'layer.erofs')
-  execFileSync('mkfs.erofs', ['-T0', '--all-root', out, tree], { stdio: 'pipe' })
-  return fs.readFileSync(out)
-}
-
-/** Image NAME:TAG in a fresh store of cluster A: a large layer (several parts) and a small one. */
 async function fixture(t: ExecutionContext, name: string, tag: string, bigBytes = 14 * MiB): Promise<Fixture> {
-  const store = await A.store(`/s3-a-${++n}`)
-  const blobs = [erofsLayer(t, bigBytes, `${name}-base`), erofsLayer(t, 64 * 1024, `${name}-top`)]
-  const layers = new Map<string, Buffer>()
-  const refs = []
-  for (const b of blobs) {
-    const r = await store.putBlob(Readable.from([b]), { size: b.length })
-    layers.set(r.digest, b)
-    refs.push({ digest: r.digest, size: b.length, kind: 'base' as const })
-  }
-  const manifest: ImageManifest = {
-    schemaVersion: 1,
-    mediaType: MANIFEST_MEDIA_TYPE,
-    layers: refs,
-    config: { ...emptyConfig(), cmd: ['sh'], env: ['PATH=/bin'] },
-    source: { type: 'rootfs', ref: '/fixture' },
-    created: '2026-11-30T10:00:00.000Z',
-  }
-  const put = await store.putManifest(encodeManifest(manifest))
-  await store.setTag(name, tag, put.digest)
-  return { store, digest: put.digest, manifest, layers }
+  return publishFixture(t, await A.store(`/s3-a-${++n}`), name, tag, bigBytes)
 }
 
 function s3opts(s3: TestS3, extra: S3TransferOptions = {}): S3TransferOptions {
   return { endpoint: s3.endpoint, region: 'us-east-1', forcePathStyle: true, credentials: S3RVER_CREDENTIALS, partSize: PART, ...extra }
-}
-
-async function blobBytes(store: ImageStore, digest: string): Promise<Buffer> {
-  const chunks: Buffer[] = []
-  for await (const c of store.readBlob(digest)) chunks.push(c as Buffer)
-  return Buffer.concat(chunks)
 }
 
 function objectExists(s3: TestS3, key: string): boolean {

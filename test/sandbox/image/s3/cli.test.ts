@@ -1,0 +1,134 @@
+// `strata image push|pull` with s3:// as an operator runs them (child
+// processes): SIGKILL in the middle of a push and of a pull, then the same
+// command again resumes; JSON output; error codes and exit statuses; no SDK
+// Node-version warning on stderr.
+import test from 'ava'
+import fs from 'node:fs'
+import path from 'node:path'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { startImageCluster, localTmp, type ImageCluster } from '../../../helpers/image-cluster.js'
+import { startS3 } from '../../../helpers/s3rver.js'
+import { until } from '../../../helpers/procs.js'
+import { STRATA, ok, strata } from '../../../bin/helpers.js'
+import { manifestKey, tagKey } from '../../../../sandbox/image/s3/url.js'
+import { blobBytes, publishFixture } from './fixture.js'
+
+const MiB = 1024 * 1024
+
+let A: ImageCluster
+let B: ImageCluster
+
+test.before(async () => {
+  A = await startImageCluster()
+  B = await startImageCluster()
+})
+test.after.always(async () => {
+  await Promise.all([A?.close(), B?.close()])
+})
+
+function launch(args: string[], env: NodeJS.ProcessEnv): { child: ChildProcess; stderr: () => string } {
+  const child = spawn(process.execPath, [STRATA, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let err = ''
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()))
+  child.stdout!.resume()
+  return { child, stderr: () => err }
+}
+
+async function kill(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  await new Promise<void>((r) => {
+    child.once('exit', () => r())
+    child.kill('SIGKILL')
+  })
+}
+
+test.serial('push and pull SIGKILLed mid-transfer resume when run again; the result equals the source', async (t) => {
+  t.timeout(10 * 60_000)
+  // 8 MiB/s per connection: a 40 MiB layer takes seconds, room to kill
+  const s3 = await startS3(t, { rateBytesPerSec: 8 * MiB })
+  const storeA = await A.store()
+  const f = await publishFixture(t, storeA, 'team/web', 'v2', 40 * MiB)
+  const home = localTmp(t, 'strata-s3-home-')
+  const env = { ...s3.env, HOME: home }
+  const common = ['--force-path-style', '--part-size', '5M', '--concurrency', '1']
+
+  const push = ['image', ...A.cliArgs, 'push', '--json', ...common, 'team/web:v2', `s3://${s3.bucket}/cache`]
+  const first = launch(push, env)
+  t.teardown(() => kill(first.child))
+  // three parts at the server: at least two of them acknowledged and journaled
+  await until(() => s3.uploadedParts() >= 3, 120_000, 'three parts uploaded')
+  await kill(first.child)
+  t.false(fs.existsSync(s3.objectPath(tagKey('cache', 'team/web', 'v2'))), 'no tag after the kill')
+  t.false(fs.existsSync(s3.objectPath(manifestKey('cache', f.digest))))
+  const journals = fs.readdirSync(path.join(home, '.strata', 's3-uploads'))
+  t.is(journals.length, 1, 'the unfinished upload is journaled')
+
+  const pushed = JSON.parse(await ok(t, push, { env, timeoutMs: 300_000 }))
+  t.is(pushed.digest, f.digest)
+  t.is(pushed.tag, 'team/web:v2')
+  t.true(pushed.partsResumed >= 2, `parts resumed: ${pushed.partsResumed}`)
+  t.true(pushed.bytesSent <= f.big.bytes.length - 2 * 5 * MiB + 256 * 1024, `sent ${pushed.bytesSent} of ${f.big.bytes.length}`)
+  t.deepEqual(fs.readdirSync(path.join(home, '.strata', 's3-uploads')), [], 'journal removed')
+  t.true(fs.existsSync(s3.objectPath(tagKey('cache', 'team/web', 'v2'))))
+
+  const pull = ['image', ...B.cliArgs, 'pull', '--json', ...common, `s3://${s3.bucket}/cache/team/web:v2`, '--name', 'web']
+  const down0 = s3.bytesDown()
+  const firstPull = launch(pull, env)
+  t.teardown(() => kill(firstPull.child))
+  // 24 of the 40 MiB passed to the client: with TCP buffers and one 4 MiB
+  // batch pending and one being written, at least ~10 MiB reached the store
+  await until(() => s3.bytesDown() - down0 >= 24 * MiB, 120_000, '24 MiB received by the pull')
+  await kill(firstPull.child)
+  const storeB = await B.store()
+  t.is((await storeB.listTags()).length, 0, 'nothing tagged after the kill')
+  // the killed client's write session is closed by meta with the length the storage has
+  const partial = await until(async () => ((await storeB.partialBlobLength(f.big.digest)) > 0 ? storeB.partialBlobLength(f.big.digest) : null), 60_000, 'partial blob length visible')
+  t.true(partial < f.big.bytes.length)
+
+  const pulled = JSON.parse(await ok(t, pull, { env, timeoutMs: 300_000 }))
+  t.is(pulled.digest, f.digest)
+  t.is(`${pulled.name}:${pulled.tag}`, 'web:v2')
+  t.true(pulled.bytesResumed > 0, `resumed ${pulled.bytesResumed}`)
+  t.true(pulled.bytesReceived < f.big.bytes.length, `received ${pulled.bytesReceived} of ${f.big.bytes.length}`)
+  const storeB2 = await B.store()
+  t.is((await storeB2.resolve('web:v2')).digest, f.digest)
+  for (const [d, bytes] of f.layers) t.true((await blobBytes(storeB2, d)).equals(bytes))
+
+  // text output and a pull that has everything already
+  const again = await strata(['image', ...B.cliArgs, 'pull', ...common, `s3://${s3.bucket}/cache/team/web:v2`], { env })
+  t.is(again.code, 0, again.stderr)
+  t.regex(again.stdout, /^pulled s3:\/\/images\/cache\/team\/web:v2 as team\/web:v2 \(sha256:[0-9a-f]{64}\): 0 blob\(s\) fetched, 2 already stored/)
+  t.notRegex(again.stderr + first.stderr() + firstPull.stderr(), /NodeVersionSupportWarning|Warning:/)
+})
+
+test.serial('CLI errors: codes on stderr, exit 1; usage errors exit 2', async (t) => {
+  const s3 = await startS3(t)
+  const storeA = await A.store()
+  await publishFixture(t, storeA, 'small', 'v1', 64 * 1024)
+  const env = { ...s3.env, HOME: localTmp(t, 'strata-s3-home-') }
+  const run = (args: string[], e: NodeJS.ProcessEnv = env) => strata(['image', ...A.cliArgs, ...args], { env: e })
+  const fails = async (args: string[], codeName: string, e?: NodeJS.ProcessEnv) => {
+    const r = await run(args, e)
+    t.is(r.code, 1, `${args.join(' ')}: ${r.stderr}`)
+    t.regex(r.stderr, new RegExp(`^strata: ${codeName}: `), args.join(' '))
+    t.notRegex(r.stderr, /NodeVersionSupportWarning/)
+  }
+  await ok(t, ['image', ...A.cliArgs, 'push', '--force-path-style', 'small:v1', `s3://${s3.bucket}/e`], { env })
+  await fails(['pull', '--force-path-style', `s3://${s3.bucket}/e/small:nope`], 'IMAGE_NOT_FOUND')
+  await fails(['push', '--force-path-style', 'small:v1', 's3://Bad Bucket/x'], 'IMAGE_INVALID_REFERENCE')
+  await fails(['push', '--force-path-style', 'small:v1', 'ftp://host/x'], 'IMAGE_INVALID_REFERENCE')
+  await fails(['pull', '--force-path-style', `s3://${s3.bucket}`], 'IMAGE_INVALID_REFERENCE')
+  await fails(['push', '--force-path-style', '--endpoint', 'localhost:1', 'small:v1', `s3://${s3.bucket}/e`], 'IMAGE_INVALID_REFERENCE')
+  await fails(['push', '--force-path-style', 'small:v1', `s3://${s3.bucket}/e`], 'IMAGE_AUTH_FAILED', { ...env, AWS_ACCESS_KEY_ID: 'NOBODY' })
+  // nothing listens there
+  await fails(['push', '--force-path-style', '--endpoint', 'http://127.0.0.1:9', 'small:v1', `s3://${s3.bucket}/e`], 'IMAGE_REMOTE_ERROR')
+  const usage = await run(['push', '--part-size', 'lots', 'small:v1', `s3://${s3.bucket}/e`])
+  t.is(usage.code, 2, usage.stderr)
+  const tooSmall = await run(['push', '--force-path-style', '--part-size', '1M', 'small:v1', `s3://${s3.bucket}/e`])
+  t.is(tooSmall.code, 1)
+  t.regex(tooSmall.stderr, /INVALID_ARGUMENT/)
+  const help = await run(['push', '--help'])
+  t.is(help.code, 0)
+  t.regex(help.stdout, /--endpoint/)
+  t.regex(help.stdout, /--force-path-style/)
+})
