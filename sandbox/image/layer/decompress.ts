@@ -3,8 +3,7 @@
 // media type only decides when the bytes say nothing and rules out types we do
 // not take (bzip2, xz, foreign formats).
 import { spawn } from 'node:child_process'
-import { once } from 'node:events'
-import { Readable } from 'node:stream'
+import { Readable, type Writable } from 'node:stream'
 import zlib from 'node:zlib'
 import { StrataError } from '../../../fs/common/errors.js'
 
@@ -124,14 +123,31 @@ export async function decompressStream(input: Readable, mediaType?: string): Pro
 
 type Wrap = (e: unknown, what: string) => unknown
 
+/** Waits until `w` wants more data or is finished one way or another (its errors surface elsewhere). */
+function writable(w: Writable): Promise<void> {
+  if (w.destroyed) return Promise.resolve()
+  return new Promise((resolve) => {
+    const done = (): void => {
+      w.off('drain', done)
+      w.off('close', done)
+      w.off('error', done)
+      resolve()
+    }
+    w.on('drain', done)
+    w.on('close', done)
+    w.on('error', done)
+  })
+}
+
 async function* gunzip(src: AsyncGenerator<Buffer>, wrap: Wrap, stop: () => void): AsyncGenerator<Buffer> {
   const z = zlib.createGunzip()
   const feeding = (async () => {
     try {
       for await (const c of src) {
-        if (!z.write(c)) await once(z, 'drain')
+        if (z.destroyed) return
+        if (!z.write(c)) await writable(z)
       }
-      z.end()
+      if (!z.destroyed) z.end()
     } catch (e) {
       z.destroy(e as Error)
     }
@@ -167,7 +183,7 @@ async function* unzstd(src: AsyncGenerator<Buffer>, wrap: Wrap, stop: () => void
     try {
       for await (const c of src) {
         if (child.stdin.destroyed) return
-        if (!child.stdin.write(c)) await Promise.race([once(child.stdin, 'drain'), once(child.stdin, 'close')])
+        if (!child.stdin.write(c)) await writable(child.stdin)
       }
       child.stdin.end()
     } catch (e) {

@@ -119,10 +119,12 @@ export class TarWriter {
 
   async #write(buf: Buffer): Promise<void> {
     if (this.#error !== null) throw toStrataError(this.#error, 'IO_ERROR')
+    if (this.#out.destroyed) throw toStrataError(new Error('output stream destroyed before the tar was written'), 'IO_ERROR')
     if (buf.length === 0) return
     this.#hash.update(buf)
     this.#size += buf.length
     if (this.#out.write(buf)) return
+    if (this.#out.destroyed) throw toStrataError(this.#error ?? new Error('output stream destroyed before the tar was written'), 'IO_ERROR')
     await new Promise<void>((resolve, reject) => {
       const cleanup = (): void => {
         this.#out.off('drain', onDrain)

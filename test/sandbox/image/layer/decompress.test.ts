@@ -90,11 +90,13 @@ test('an error of the input passes through unchanged; destroying the output earl
     const e = await t.throwsAsync(readAll(out))
     t.is(e, mismatch)
   }
-  const big = zstd(crypto.randomBytes(4 << 20))
-  const input = streamOf(big, 65536)
-  const out = await decompressStream(input)
-  for await (const _ of out) break
-  t.true(out.destroyed)
-  await new Promise((resolve) => setTimeout(resolve, 50))
-  t.true(input.destroyed)
+  const raw = crypto.randomBytes(4 << 20)
+  for (const big of [zstd(raw), zlib.gzipSync(raw, { level: 1 })]) {
+    const input = streamOf(big, 65536)
+    const out = await decompressStream(input)
+    for await (const _ of out) break
+    t.true(out.destroyed)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    t.true(input.destroyed)
+  }
 })

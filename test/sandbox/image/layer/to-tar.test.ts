@@ -194,3 +194,23 @@ test('layerToTar refuses a layer with a name a tar would read as a whiteout', as
   await t.throwsAsync(layerToTar(img, new Collect(), { tmpDir: work }), { code: 'IMAGE_BAD_LAYER' })
   t.deepEqual(mountsUnder(work), [])
 })
+
+test('layerToTar: an output destroyed by its reader (cancellation) fails the call and unmounts', async (t) => {
+  const work = tmpDir(t)
+  const { file: img } = await toErofs(t, plainTars[0]!, work, 'x')
+  const out = new Collect({ highWaterMark: 1024 })
+  out.on('error', () => {})
+  let n = 0
+  out.on('pipe', () => {})
+  const orig = out._write.bind(out)
+  out._write = (c: Buffer, e: BufferEncoding, cb: () => void) => {
+    n += c.length
+    if (n > 50_000) setImmediate(() => out.destroy())
+    orig(c, e, cb)
+  }
+  const tmp = path.join(work, 'mnt')
+  fs.mkdirSync(tmp)
+  await t.throwsAsync(layerToTar(img, out, { tmpDir: tmp }))
+  t.deepEqual(mountsUnder(tmp), [])
+  t.deepEqual(fs.readdirSync(tmp), [])
+})
