@@ -169,7 +169,7 @@ t0serial('bearer token auth (docker-registry auth: token): credentials from opti
   await sh('skopeo', ['inspect', '--tls-verify=false', '--creds', 'alice:secret', reg.url('team/copy:v1')])
 })
 
-t0('a connection reset mid-blob resumes with Range; 5xx and 429 are retried; a registry that keeps failing is IMAGE_REMOTE_ERROR', async (t) => {
+t0('a connection reset mid-blob resumes with Range; redirects are followed; 5xx and 429 are retried; a registry that keeps failing is IMAGE_REMOTE_ERROR', async (t) => {
   const { reg, dir, layout, digest } = await seeded(t)
   const m = JSON.parse(layoutBlob(layout, digest).toString()) as { config: { digest: string; size: number }; layers: Array<{ digest: string; size: number }> }
   const big = [...m.layers].sort((a, b) => b.size - a.size)[0]!
@@ -196,6 +196,16 @@ t0('a connection reset mid-blob resumes with Range; 5xx and 429 are retried; a r
   const resumed = proxy.seen.find((s) => s.range)
   t.truthy(resumed)
   t.regex(resumed!.range!, /^bytes=[1-9][0-9]*-$/)
+
+  // blobs served through a redirect to another origin (as registries on object storage do)
+  const redirecting = await startFaultProxy(t, reg.host, (req) =>
+    req.method === 'GET' && req.url?.includes('/blobs/sha256:') ? { status: 307, headers: { location: `http://${reg.host}${req.url}` } } : 'pass',
+  )
+  const rc = new RegistryClient(redirecting.host, 'src/app')
+  await rc.getBlobToFile(big.digest, big.size, f)
+  t.deepEqual(fs.readFileSync(f), layoutBlob(layout, big.digest))
+  t.deepEqual(await rc.getBlobBuffer(m.config.digest, m.config.size), layoutBlob(layout, m.config.digest))
+  t.true(redirecting.seen.filter((x) => x.url.includes('/blobs/')).length >= 2)
 
   const down = await startFaultProxy(t, reg.host, () => ({ status: 500, body: 'boom' }))
   const started = Date.now()
