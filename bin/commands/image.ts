@@ -20,7 +20,7 @@ import { choiceArg, intArg, out, printJson } from './output.js'
  * stderr (none with --json) and SIGINT/SIGTERM turned into a cancel (the
  * command cleans up what it started; a second signal exits at once).
  */
-async function withStore<T>(cmd: Command, fn: (store: ImageStore, json: boolean, progress: ProgressSink, signal: AbortSignal) => Promise<T>): Promise<T> {
+async function withStore<T>(cmd: Command, fn: (store: ImageStore, json: boolean, progress: ProgressSink & { stop(): void }, signal: AbortSignal) => Promise<T>): Promise<T> {
   return withFileSystem(cmd, async (fsys: FileSystem, json) => {
     const store = new ImageStore(fsys)
     const progress = createProgress({ quiet: json })
@@ -105,6 +105,7 @@ export function registerImageCommands(program: Command): Command {
           onProgress: progress,
           signal,
         })
+        progress.stop()
         const seconds = secs(t0)
         const image = `${r.name}:${r.tag}`
         if (json) {
@@ -275,6 +276,7 @@ export function registerImageCommands(program: Command): Command {
       withStore(cmd, async (store, json, progress, signal) => {
         const t0 = Date.now()
         const r = await exportOciArchive(store, ref, outFile, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress, signal })
+        progress.stop()
         const seconds = secs(t0)
         if (json) return printJson({ ...r, out: outFile, seconds })
         out(`exported ${r.refName ?? r.digest} to ${outFile}: ${r.layers.length} layer(s), ${formatBytes(r.bytes)} in ${seconds} s`)

@@ -82,6 +82,7 @@ function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void 
     cliProgress.Presets.shades_classic,
   )
   let width = 0
+  let stopped = false
   return {
     start(label: string, total?: number) {
       width = Math.max(width, label.length)
@@ -105,6 +106,8 @@ function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void 
       }
     },
     stop() {
+      if (stopped) return
+      stopped = true
       multi.stop()
     },
   }

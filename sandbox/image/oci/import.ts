@@ -233,17 +233,26 @@ class ImportRun {
   }
 
   /** Stores a built EROFS file and records the diffId it stands for. */
-  async storeLayer(file: string, built: { digest: string; size: number }, diffId: string, task: ProgressTask): Promise<void> {
+  /**
+   * Stores a built EROFS file and records the diffId it stands for. The
+   * diffId may still be being computed (from the same file): the upload
+   * runs meanwhile, and both are awaited before anything is recorded.
+   */
+  async storeLayer(file: string, built: { digest: string; size: number }, diffIdOf: string | Promise<string>, task: ProgressTask): Promise<string> {
     await this.lease(built.digest)
     checkSignal(this.opts.signal)
-    const put = await this.store.putBlobFile(file, built, this.opts.signal ? { signal: this.opts.signal } : {})
-    if (!put.existed) this.createdBlobs.add(built.digest)
+    const [put, did] = await Promise.allSettled([this.store.putBlobFile(file, built, this.opts.signal ? { signal: this.opts.signal } : {}), Promise.resolve(diffIdOf)])
+    if (put.status === 'fulfilled' && !put.value.existed) this.createdBlobs.add(built.digest)
+    if (put.status === 'rejected') throw put.reason
+    if (did.status === 'rejected') throw did.reason
+    const diffId = did.value
     await fs.promises.rm(file, { force: true })
     if ((await this.store.lookupDiffId(diffId)) !== built.digest) {
       await this.store.recordDiffId(diffId, built.digest)
       this.recorded.set(diffId, built.digest)
     }
-    task.done(put.existed ? `layer ${shortDigest(built.digest)} already stored` : `built ${formatBytes(built.size)} layer ${shortDigest(built.digest)}`)
+    task.done(put.value.existed ? `layer ${shortDigest(built.digest)} already stored` : `built ${formatBytes(built.size)} layer ${shortDigest(built.digest)}`)
+    return diffId
   }
 
   /** A stored layer for `diffId`, leased, if the store has one. */
@@ -448,8 +457,8 @@ async function buildFromDir(run: ImportRun, dir: string, label: string, own: boo
     const built = await buildErofs(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
     if (own) await fs.promises.rm(dir, { recursive: true, force: true })
     checkSignal(run.opts.signal)
-    const { diffId } = await layerToTar(file, nullSink(), { tmpDir: run.workDir })
-    await run.storeLayer(file, built, diffId, task)
+    // the diffId (layerToTar of the built file) is computed while the file is uploaded
+    const diffId = await run.storeLayer(file, built, layerToTar(file, nullSink(), { tmpDir: run.workDir }).then((r) => r.diffId), task)
     run.layersBuilt++
     return { ...built, diffId }
   } finally {

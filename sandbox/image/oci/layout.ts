@@ -161,7 +161,6 @@ export async function readOciLayout(reader: ArchiveReader, source: ImageSource, 
     cands = cands.filter((c) => c.refs.some((r) => refMatches(r, want)) || (extraRefs.some((r) => refMatches(r, want)) && cands.length === 1))
     if (cands.length === 0) throw new StrataError('IMAGE_NOT_FOUND', `${label}: no image named ${JSON.stringify(want)} (it has ${describeRefs(all)})`)
   }
-  // platforms: from the index, else from each image's config
   const loaded = new Map<string, { manifest: Record<string, unknown>; config: OciImageConfig; configDesc: Descriptor }>()
   const load = async (c: Candidate) => {
     let l = loaded.get(c.desc.digest)
@@ -171,19 +170,34 @@ export async function readOciLayout(reader: ArchiveReader, source: ImageSource, 
     }
     return l
   }
-  for (const c of cands) {
+  // `docker save` with the containerd store lists every platform of an
+  // image but carries the blobs of one: only images whose manifest is in the
+  // archive can be chosen (an explicitly wanted one that is absent is missing)
+  const present: Candidate[] = []
+  for (const c of cands) if ((await reader.size(blobName(c.desc.digest))) !== null) present.push(c)
+  const want = opts.platform ?? DEFAULT_PLATFORM
+  if (opts.platform) {
+    const absent = cands.find((c) => !present.includes(c) && c.platform && platformMatches(c.platform, want))
+    if (absent && !present.some((c) => c.platform && platformMatches(c.platform, want))) {
+      throw new StrataError('IMAGE_BLOB_MISSING', `${label}: the manifest for ${formatPlatform(want)} (${absent.desc.digest}) is listed but not in the archive`, { detail: { digest: absent.desc.digest } })
+    }
+  }
+  if (present.length === 0) {
+    throw new StrataError('IMAGE_BLOB_MISSING', `${label}: manifest ${cands[0]!.desc.digest} is not in the archive`, { detail: { digest: cands[0]!.desc.digest } })
+  }
+  // platforms: from the index, else from each image's config
+  for (const c of present) {
     if (!c.platform) {
       const p = platformOf((await load(c)).config)
       if (p) c.platform = p
     }
   }
-  const want = opts.platform ?? DEFAULT_PLATFORM
-  let chosen = cands.filter((c) => c.platform && platformMatches(c.platform, want))
-  const distinct = new Set(cands.map((c) => c.desc.digest))
+  let chosen = present.filter((c) => c.platform && platformMatches(c.platform, want))
+  const distinct = new Set(present.map((c) => c.desc.digest))
   if (chosen.length === 0) {
-    if (!opts.platform && distinct.size === 1) chosen = cands
+    if (!opts.platform && distinct.size === 1) chosen = present
     else {
-      const have = [...new Set(cands.map((c) => (c.platform ? formatPlatform(c.platform) : 'unknown')))].join(', ')
+      const have = [...new Set(present.map((c) => (c.platform ? formatPlatform(c.platform) : 'unknown')))].join(', ')
       throw new StrataError('IMAGE_PLATFORM_NOT_FOUND', `${label}: no image for ${formatPlatform(want)} (it has ${have})`)
     }
   }

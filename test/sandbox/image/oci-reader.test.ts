@@ -170,6 +170,12 @@ test('multi-platform index: linux/amd64 by default, --platform picks another, a 
   if (single.kind !== 'image') return t.fail()
   t.is(single.image.source.platform, 'linux/arm64')
   await t.throwsAsync(openImportInput(only, dir, { platform: parsePlatform('linux/amd64') }), { code: 'IMAGE_PLATFORM_NOT_FOUND' })
+  // as `docker save` (containerd store) on an arm64 host writes it: the whole index, the blobs of one platform
+  fs.rmSync(path.join(layout, 'blobs/sha256', amd64.slice(7)))
+  const partial = await openImportInput(layout, dir)
+  if (partial.kind !== 'image') return t.fail()
+  t.is(partial.image.source.digest, arm64)
+  await t.throwsAsync(openImportInput(layout, dir, { platform: parsePlatform('linux/amd64') }), { code: 'IMAGE_BLOB_MISSING' })
 })
 
 test('legacy docker save (<id>/layer.tar, <hex>.json, a duplicate layer as a symlink): layers stream and match their diff_ids', async (t) => {
