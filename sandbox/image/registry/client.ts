@@ -201,7 +201,10 @@ export class RegistryClient {
       }
       if (init.retry && (res.status >= 500 || res.status === 429) && attempt < this.retries) {
         await discard(res)
-        await this.backoff(attempt)
+        // Retry-After in seconds (429/503), capped at 30 s; else the backoff
+        const after = Number(res.headers.get('retry-after'))
+        if (after > 0) await sleep(Math.min(after * 1000, 30_000), this.signal)
+        else await this.backoff(attempt)
         continue
       }
       if (res.status >= 500) await failFrom(res, `${what}: ${method} ${url}`)

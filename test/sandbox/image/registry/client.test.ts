@@ -182,13 +182,15 @@ t0('a connection reset mid-blob resumes with Range; redirects are followed; 5xx 
     }
     if (req.url?.includes('/manifests/') && fails < 2) {
       fails++
-      return { status: fails === 1 ? 503 : 429, body: '{"errors":[{"code":"UNAVAILABLE","message":"try later"}]}' }
+      return { status: fails === 1 ? 503 : 429, headers: (fails === 2 ? { 'retry-after': '1' } : {}) as Record<string, string>, body: '{"errors":[{"code":"UNAVAILABLE","message":"try later"}]}' }
     }
     return 'pass'
   })
   const c = new RegistryClient(proxy.host, 'src/app', { retryDelayMs: 20 })
+  const before = Date.now()
   t.is((await c.getManifest('v1')).digest, digest)
   t.is(fails, 2)
+  t.true(Date.now() - before >= 1000, 'Retry-After: 1 was honoured')
   const f = path.join(dir, 'big')
   await c.getBlobToFile(big.digest, big.size, f)
   t.deepEqual(fs.readFileSync(f), layoutBlob(layout, big.digest))
