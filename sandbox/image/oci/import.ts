@@ -232,7 +232,6 @@ class ImportRun {
     this.leased.add(digest)
   }
 
-  /** Stores a built EROFS file and records the diffId it stands for. */
   /**
    * Stores a built EROFS file and records the diffId it stands for. The
    * diffId may still be being computed (from the same file): the upload
