@@ -428,7 +428,8 @@ export class RegistryClient {
         const u = new URL(location)
         u.searchParams.set('digest', digest)
         const put = await this.send('PUT', u.toString(), { headers: { 'content-type': 'application/octet-stream', 'content-length': '0' } }, what)
-        if (put.status !== 201) await failFrom(put, `${what}: PUT`)
+        // 201 per the spec; some registries answer 204
+        if (put.status !== 201 && put.status !== 204) await failFrom(put, `${what}: PUT`)
         await discard(put)
         return
       } catch (e) {
@@ -446,7 +447,7 @@ export class RegistryClient {
     const what = `manifest ${this.host}/${this.repo}${isDigest(reference) ? '@' : ':'}${reference}`
     const digest = sha256Digest(bytes)
     const res = await this.send('PUT', this.url(`manifests/${reference}`), { headers: { 'content-type': mediaType }, body: bytes, retry: true }, what)
-    if (res.status !== 201 && res.status !== 200) await failFrom(res, `PUT ${what}`)
+    if (!res.ok) await failFrom(res, `PUT ${what}`)
     await discard(res)
     const header = res.headers.get('docker-content-digest')
     if (header && header.startsWith('sha256:') && header !== digest) {
