@@ -110,9 +110,11 @@ export function s3Error(e: unknown, what: string, opts: { missingBucket?: 'IMAGE
   const name = errorName(e)
   const status = statusOf(e)
   const msg = (e as SdkError)?.message || name
+  if (name === 'CredentialsProviderError') {
+    return new StrataError('IMAGE_AUTH_FAILED', `${what}: no AWS credentials found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws/credentials): ${msg}`, { cause: e })
+  }
   if (AUTH_NAMES.has(name) || status === 401 || status === 403) {
-    const why = name === 'CredentialsProviderError' ? 'no AWS credentials found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/credentials)' : `${name}: ${msg}`
-    return new StrataError('IMAGE_AUTH_FAILED', `${what}: the object store refused the credentials: ${why}`, { cause: e })
+    return new StrataError('IMAGE_AUTH_FAILED', `${what}: the object store refused the credentials: ${name}: ${msg}`, { cause: e })
   }
   if (name === 'NoSuchBucket') return new StrataError(opts.missingBucket ?? 'IMAGE_REMOTE_ERROR', `${what}: the bucket does not exist`, { cause: e })
   const where = status !== undefined ? `HTTP ${status} ${name}` : name

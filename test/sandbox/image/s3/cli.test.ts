@@ -122,6 +122,15 @@ test.serial('CLI errors: codes on stderr, exit 1; usage errors exit 2', async (t
   await fails(['push', '--force-path-style', 'small:v1', `s3://${s3.bucket}/e`], 'IMAGE_AUTH_FAILED', { ...env, AWS_ACCESS_KEY_ID: 'NOBODY' })
   // nothing listens there
   await fails(['push', '--force-path-style', '--endpoint', 'http://127.0.0.1:9', 'small:v1', `s3://${s3.bucket}/e`], 'IMAGE_REMOTE_ERROR')
+  // credentials from a profile file instead of the environment (the SDK's default chain)
+  const home = localTmp(t, 'strata-s3-profile-')
+  fs.mkdirSync(path.join(home, '.aws'))
+  fs.writeFileSync(path.join(home, '.aws', 'credentials'), '[default]\naws_access_key_id = NOBODY\naws_secret_access_key = x\n\n[s3rver]\naws_access_key_id = S3RVER\naws_secret_access_key = S3RVER\n')
+  const { AWS_ACCESS_KEY_ID: _id, AWS_SECRET_ACCESS_KEY: _secret, ...noKeys } = s3.env
+  const profileEnv = { ...noKeys, HOME: home, AWS_PROFILE: 's3rver' }
+  const viaProfile = JSON.parse(await ok(t, ['image', ...A.cliArgs, 'push', '--json', '--force-path-style', 'small:v1', `s3://${s3.bucket}/profile`], { env: profileEnv }))
+  t.is(viaProfile.tag, 'small:v1')
+  await fails(['push', '--force-path-style', 'small:v1', `s3://${s3.bucket}/profile`], 'IMAGE_AUTH_FAILED', { ...noKeys, HOME: home })
   const usage = await run(['push', '--part-size', 'lots', 'small:v1', `s3://${s3.bucket}/e`])
   t.is(usage.code, 2, usage.stderr)
   const tooSmall = await run(['push', '--force-path-style', '--part-size', '1M', 'small:v1', `s3://${s3.bucket}/e`])
