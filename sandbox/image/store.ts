@@ -253,7 +253,7 @@ export class ImageStore {
       assertDigest(expect.digest, 'expected blob digest')
       const st = await this.statBlob(expect.digest)
       if (st && (expect.size === undefined || st.size === expect.size)) {
-        if (src instanceof Readable) src.destroy()
+        discard(src)
         return { ...st, existed: true }
       }
     }
@@ -269,7 +269,7 @@ export class ImageStore {
       checkExpect(digest, size, expect)
       return { digest, size, existed: await this.#publishBlob(tmp, digest, size) }
     } catch (e) {
-      if (src instanceof Readable) src.destroy()
+      discard(src)
       if (fh) await this.fs.close(fh).catch(() => undefined)
       await this.#unlinkQuiet(tmp)
       throw e
@@ -338,6 +338,9 @@ export class ImageStore {
       checkExpect(local.digest, local.size, expect)
       expect = local
     }
+    assertDigest(expect.digest!, 'expected blob digest')
+    const st = await this.statBlob(expect.digest!)
+    if (st && (expect.size === undefined || st.size === expect.size)) return { ...st, existed: true }
     return this.putBlob(fs.createReadStream(localPath, { highWaterMark: 1024 * 1024 }), expect, opts)
   }
 
@@ -740,6 +743,13 @@ export class ImageStore {
     }
     return { removedBlobs, removedManifests, keptLeased, freedBytes }
   }
+}
+
+/** Stops a source that will not be read (late errors of a destroyed stream, e.g. a lazy open, are ignored). */
+function discard(src: Readable | AsyncIterable<Uint8Array>): void {
+  if (!(src instanceof Readable)) return
+  src.on('error', () => undefined)
+  src.destroy()
 }
 
 function checkExpect(digest: string, size: number, expect: BlobExpectation): void {
