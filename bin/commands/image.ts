@@ -232,24 +232,33 @@ export function registerImageCommands(program: Command): Command {
       withStore(cmd, async (store, json) => {
         const parsed = refs.map((r) => parseImageRef(r))
         const untagged: Array<{ image: string; digest: string }> = []
-        for (const r of parsed) {
-          if (r.digest) {
-            const hits = (await store.listTags()).filter((t) => t.name === r.name && t.digest === r.digest)
-            if (hits.length === 0) throw new StrataError('IMAGE_NOT_FOUND', `no tag of ${r.name} points at ${r.digest}`)
-            for (const h of hits) {
-              await store.removeTag(h.name, h.tag)
-              untagged.push({ image: `${h.name}:${h.tag}`, digest: h.digest })
+        const failed: Array<{ image: string; code: string; message: string }> = []
+        let first: unknown = null
+        // like `podman rmi`: every reference is tried; the command fails if one did
+        for (const [i, r] of parsed.entries()) {
+          try {
+            if (r.digest) {
+              const hits = (await store.listTags()).filter((t) => t.name === r.name && t.digest === r.digest)
+              if (hits.length === 0) throw new StrataError('IMAGE_NOT_FOUND', `no tag of ${r.name} points at ${r.digest}`)
+              for (const h of hits) {
+                await store.removeTag(h.name, h.tag)
+                untagged.push({ image: `${h.name}:${h.tag}`, digest: h.digest })
+              }
+            } else {
+              const tag = r.tag ?? 'latest'
+              const d = await store.getTag(r.name, tag)
+              if (!d) throw new StrataError('IMAGE_NOT_FOUND', `no image ${r.name}:${tag}`)
+              await store.removeTag(r.name, tag)
+              untagged.push({ image: `${r.name}:${tag}`, digest: d })
             }
-          } else {
-            const tag = r.tag ?? 'latest'
-            const d = await store.getTag(r.name, tag)
-            if (!d) throw new StrataError('IMAGE_NOT_FOUND', `no image ${r.name}:${tag}`)
-            await store.removeTag(r.name, tag)
-            untagged.push({ image: `${r.name}:${tag}`, digest: d })
+          } catch (e) {
+            first ??= e
+            failed.push({ image: refs[i]!, code: e instanceof StrataError ? e.code : 'INTERNAL', message: e instanceof StrataError ? e.reason : String(e) })
           }
         }
-        if (json) return printJson({ untagged })
-        out(untagged.map((u) => `untagged ${u.image} (${u.digest})`).join('\n'))
+        if (json) printJson({ untagged, failed })
+        else if (untagged.length) out(untagged.map((u) => `untagged ${u.image} (${u.digest})`).join('\n'))
+        if (first !== null) throw first
       }),
     )
 
