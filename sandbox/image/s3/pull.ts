@@ -5,7 +5,7 @@
 // stored and the local tag set, last.
 import { GetObjectCommand, HeadObjectCommand, type GetObjectCommandOutput, type S3Client } from '@aws-sdk/client-s3'
 import type { Readable } from 'node:stream'
-import { StrataError } from '../../../fs/common/errors.js'
+import { StrataError, isStrataError } from '../../../fs/common/errors.js'
 import { DEFAULT_TAG, isDigest, parseImageRef, sha256Digest, validateManifest, type LayerRef } from '../types.js'
 import { createS3Client, isNotFound, s3Error } from './client.js'
 import { Limiter, allOrAbort, cancelled, linkedSignal, shortDigest, type PullResult, type S3TransferOptions, type TransferStore } from './common.js'
@@ -15,6 +15,8 @@ import { blobKey, formatS3, manifestKey, parseS3ImageUrl, tagKey } from './url.j
 const MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 /** Bytes handed to the store per append. */
 const APPEND_STEP = 4 * 1024 * 1024
+/** Appends of one blob in flight at once. */
+const APPEND_WINDOW = 3
 /** Times one blob's body is re-requested after the connection broke mid-stream. */
 const BODY_ATTEMPTS = 3
 
@@ -107,6 +109,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
       signal,
       [...layers.values()].map((l) => (signal: AbortSignal) => ctx.limiter.run(() => pullBlob(ctx, l, signal))),
     )
+    signal.throwIfAborted()
     const put = await store.putManifest(bytes)
     if (put.digest !== src.digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `the store addressed the manifest as ${put.digest}, expected ${src.digest}`)
     const name = local?.name ?? src.name
@@ -188,27 +191,41 @@ async function pullBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal): Pro
     return false
   }
   const key = blobKey(ctx.prefix, layer.digest)
-  let offset = await store.partialBlobLength(layer.digest)
-  if (offset > layer.size) {
-    // longer than the blob can be: let the store verify (and drop) it
-    await store.finishPartialBlob(layer.digest, layer.size).catch(() => undefined)
-    offset = await store.partialBlobLength(layer.digest)
-  }
-  if (offset > 0) {
-    ctx.stats.bytesResumed += offset
-    task?.tick(offset)
-  }
-  for (let attempt = 1; offset < layer.size; attempt++) {
-    try {
-      offset = await fetchRange(ctx, key, layer, offset, signal, (n) => task?.tick(n))
-    } catch (e) {
-      const err = s3Error(e, `GET ${formatS3(bucket, key)}`, { missingBucket: 'IMAGE_NOT_FOUND' })
-      // a body cut off mid-stream is retried from what reached the store
-      if (signal.aborted || err.code !== 'IMAGE_REMOTE_ERROR' || attempt >= BODY_ATTEMPTS) throw err
+  for (let round = 1; ; round++) {
+    let offset = await store.partialBlobLength(layer.digest)
+    if (offset > layer.size) {
+      // longer than the blob can be: let the store verify (and drop) it
+      await store.finishPartialBlob(layer.digest, layer.size).catch(() => undefined)
       offset = await store.partialBlobLength(layer.digest)
     }
+    const resumed = offset
+    if (resumed > 0) {
+      ctx.stats.bytesResumed += resumed
+      task?.tick(resumed)
+    }
+    for (let attempt = 1; offset < layer.size; attempt++) {
+      try {
+        offset = await fetchRange(ctx, key, layer, offset, signal, (n) => task?.tick(n))
+      } catch (e) {
+        const err = s3Error(e, `GET ${formatS3(bucket, key)}`, { missingBucket: 'IMAGE_NOT_FOUND' })
+        // a body cut off mid-stream is retried from what reached the store
+        if (signal.aborted || err.code !== 'IMAGE_REMOTE_ERROR' || attempt >= BODY_ATTEMPTS) throw err
+        offset = await store.partialBlobLength(layer.digest)
+      }
+    }
+    signal.throwIfAborted()
+    try {
+      await store.finishPartialBlob(layer.digest, layer.size)
+      break
+    } catch (e) {
+      // what an earlier, killed run left can be torn (its appends overlap, a
+      // later one may have landed and an earlier one not): the store dropped
+      // the partial file, so fetch the whole blob once more before blaming
+      // the bucket
+      if (round > 1 || resumed === 0 || !isStrataError(e, ['IMAGE_DIGEST_MISMATCH', 'IMAGE_SIZE_MISMATCH'])) throw e
+      ctx.stats.bytesResumed -= resumed
+    }
   }
-  await store.finishPartialBlob(layer.digest, layer.size)
   task?.done()
   return true
 }
@@ -233,21 +250,38 @@ async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: nu
   }
   let pending: Buffer[] = []
   let pendingBytes = 0
-  let writing: Promise<void> = Promise.resolve()
+  // appends in flight, oldest first; the store assigns each its offset when
+  // it is called, so several may be written at once (the first one alone: it
+  // opens the partial file)
+  const writes: Array<Promise<void>> = []
+  let opened = false
+  let failed: unknown = null
   let pos = offset
   const flush = async () => {
     if (pendingBytes === 0) return
     const chunk = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes)
     pending = []
     pendingBytes = 0
-    // one append in flight while the next batch arrives
-    await writing
-    writing = ctx.store.appendPartialBlob(layer.digest, chunk).then(() => {
-      pos += chunk.length
-      ctx.stats.bytesReceived += chunk.length
-      tick(chunk.length)
-      ctx.opts.onReceive?.({ digest: layer.digest, bytes: chunk.length })
-    })
+    while (writes.length >= (opened ? APPEND_WINDOW : 1)) await writes.shift()
+    if (failed) throw failed
+    signal.throwIfAborted()
+    const w = ctx.store.appendPartialBlob(layer.digest, chunk).then(
+      () => {
+        pos += chunk.length
+        ctx.stats.bytesReceived += chunk.length
+        tick(chunk.length)
+        ctx.opts.onReceive?.({ digest: layer.digest, bytes: chunk.length })
+      },
+      (e: unknown) => {
+        failed ??= e
+      },
+    )
+    writes.push(w)
+    if (!opened) {
+      await w
+      opened = true
+      if (failed) throw failed
+    }
   }
   let seen = offset
   try {
@@ -265,14 +299,14 @@ async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: nu
       pending.push(c)
       pendingBytes += c.length
       if (pendingBytes >= APPEND_STEP) await flush()
-      if (signal.aborted) throw signal.reason ?? new Error('aborted')
+      signal.throwIfAborted()
     }
     await flush()
   } finally {
     // whatever was appended stays for the next attempt
-    await writing.catch(() => undefined)
+    await Promise.all(writes)
     if (!body.destroyed) body.destroy()
   }
-  await writing
+  if (failed) throw failed
   return pos
 }

@@ -101,6 +101,7 @@ export async function pushS3(store: TransferStore, ref: string, url: string, opt
       [...layers.values()].map((l) => (signal: AbortSignal) => pushBlob(ctx, blobKey(loc.prefix, l.digest), l, signal)),
     )
     // the manifest once every blob is there, the tag last
+    signal.throwIfAborted()
     const mKey = manifestKey(loc.prefix, img.digest)
     const mHead = await head(ctx, mKey, signal)
     if (mHead !== img.bytes.length) await put(ctx, mKey, img.bytes, 'application/vnd.strata.image.manifest.v1+json', signal)

@@ -189,6 +189,16 @@ test.serial('an interrupted pull resumes from the bytes already in the store', a
   t.true(second.bytesReceived <= big[1].length - partial + 64 * 1024 + 4096, `received on resume: ${second.bytesReceived}`)
   t.true((await blobBytes(storeB2, big[0])).equals(big[1]))
   t.is((await storeB2.resolve('pullresume:v1')).digest, f.digest)
+
+  // a torn partial left by a killed run (wrong bytes) is dropped and the blob fetched whole once more
+  const storeC = await B.store(`/s3-b-${++n}`)
+  await storeC.appendPartialBlob(big[0], crypto.randomBytes(3 * MiB))
+  await storeC.close()
+  const storeC2 = await B.store(storeC.root)
+  const third = await pullS3(storeC2, `s3://${s3.bucket}/pullresume:v1`, o)
+  t.is(third.bytesResumed, 0)
+  t.true(third.bytesReceived >= big[1].length)
+  t.true((await blobBytes(storeC2, big[0])).equals(big[1]))
 })
 
 test.serial('the server dies mid-push: IMAGE_REMOTE_ERROR with the cause, no tag; after it is back the push completes', async (t) => {
