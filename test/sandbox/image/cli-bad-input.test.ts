@@ -57,7 +57,7 @@ async function expectFailure(t: import('ava').ExecutionContext, code: string, ar
 }
 
 /** Writes a tar with Python's tarfile from a list of entries. */
-async function pyTar(file: string, entries: Array<{ name: string; type?: 'file' | 'dir' | 'symlink' | 'hardlink'; data?: string; link?: string }>): Promise<string> {
+async function pyTar(file: string, entries: Array<{ name: string; type?: 'file' | 'dir' | 'symlink' | 'hardlink'; data?: string; link?: string; paxBytes?: number }>): Promise<string> {
   const script = `
 import io, json, sys, tarfile
 entries = json.loads(sys.argv[2])
@@ -65,6 +65,7 @@ with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as tf:
     for e in entries:
         ti = tarfile.TarInfo(e['name'])
         ti.mtime = 1700000000
+        if e.get('paxBytes'): ti.pax_headers = {'comment': 'x' * e['paxBytes']}
         t = e.get('type', 'file')
         if t == 'dir':
             ti.type = tarfile.DIRTYPE; ti.mode = 0o755; tf.addfile(ti)
@@ -157,6 +158,9 @@ test.serial('path traversal, symlink escapes, duplicate entries, bad tar headers
   await expectFailure(t, 'IMAGE_DUPLICATE_ENTRY', [dup, '--name', 'bad/dup'])
   await expectFailure(t, 'IMAGE_UNSAFE_PATH', [absolute, '--name', 'bad/abs'])
   await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [badHeader, '--name', 'bad/header'])
+  // an oversized PAX header (8 MiB of "comment")
+  const oversized = await pyTar(path.join(dir, 'oversized.tar'), [{ name: 'a.txt', data: 'x', paxBytes: 8 << 20 }])
+  await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [oversized, '--name', 'bad/oversized'])
   // the same as the fourth layer of an image: the three good layers built before are taken back
   await expectFailure(t, 'IMAGE_UNSAFE_PATH', [await layoutWithLayer(dir, 'l-traversal', traversal), '--name', 'bad/layer-traversal'])
   await expectFailure(t, 'IMAGE_UNSAFE_PATH', [await layoutWithLayer(dir, 'l-escape', escape), '--name', 'bad/layer-escape'])
