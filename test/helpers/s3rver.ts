@@ -35,6 +35,7 @@ interface KoaCtx {
 type KoaMiddleware = (ctx: KoaCtx, next: () => Promise<void>) => Promise<void>
 
 interface S3rverInstance {
+  logger: { silent: boolean }
   run(): Promise<AddressInfo>
   close(): Promise<void>
   httpServer?: Server
@@ -206,6 +207,8 @@ export async function startS3(t: ExecutionContext, opts: { bucket?: string; list
     const s = server
     server = null
     if (!s?.httpServer) return
+    // requests cut off below are logged after s3rver closed its logger
+    s.logger.silent = true
     const closed = s.close().catch(() => undefined)
     s.httpServer.closeAllConnections()
     await closed

@@ -224,6 +224,31 @@ test.serial('the server dies mid-push: IMAGE_REMOTE_ERROR with the cause, no tag
   t.true(objectExists(s3, tagKey('d', 'dies', 'v1')))
 })
 
+test.serial('the server dies mid-pull: IMAGE_REMOTE_ERROR, nothing tagged in B; after it is back the pull resumes', async (t) => {
+  // throttled, so that the server stops while the body is streaming
+  const s3 = await startS3(t, { rateBytesPerSec: 8 * MiB })
+  const f = await fixture(t, 'pulldies', 'v1', 16 * MiB)
+  const o = s3opts(s3, { maxAttempts: 2 })
+  await pushS3(f.store, 'pulldies:v1', `s3://${s3.bucket}/pd`, o)
+  const storeB = await B.store(`/s3-b-${++n}`)
+  let stopping: Promise<void> | undefined
+  const err = await pullS3(storeB, `s3://${s3.bucket}/pd/pulldies:v1`, {
+    ...o,
+    onReceive: (e) => {
+      if (e.digest === f.big.digest) stopping ??= s3.stop()
+    },
+  }).catch((e: unknown) => e)
+  await stopping
+  t.is((err as StrataError).code, 'IMAGE_REMOTE_ERROR', String(err))
+  t.deepEqual(await storeB.listTags(), [])
+  t.deepEqual(await storeB.listManifests(), [])
+  await s3.start()
+  const r = await pullS3(storeB, `s3://${s3.bucket}/pd/pulldies:v1`, o)
+  t.true(r.bytesResumed > 0, `resumed ${r.bytesResumed}`)
+  t.is((await storeB.resolve('pulldies:v1')).digest, f.digest)
+  t.true((await blobBytes(storeB, f.big.digest)).equals(f.big.bytes))
+})
+
 test.serial('the server is down from the start: IMAGE_REMOTE_ERROR for push and pull', async (t) => {
   const s3 = await startS3(t)
   const f = await fixture(t, 'down', 'v1', 64 * 1024)
