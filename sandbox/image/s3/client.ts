@@ -87,6 +87,7 @@ export function errorName(e: unknown): string {
   return err?.name && err.name !== 'Error' ? err.name : (err?.code ?? 'Error')
 }
 
+/** The object (not the bucket or the upload) does not exist. */
 export function isNotFound(e: unknown): boolean {
   const n = errorName(e)
   return n === 'NoSuchKey' || n === 'NotFound' || (statusOf(e) === 404 && n !== 'NoSuchBucket' && n !== 'NoSuchUpload')

@@ -93,14 +93,17 @@ function join(prefix: string, rest: string): string {
   return prefix ? `${prefix}/${rest}` : rest
 }
 
+/** `PREFIX/blobs/sha256/<hex>`: a layer's EROFS bytes. */
 export function blobKey(prefix: string, digest: string): string {
   return join(prefix, `blobs/sha256/${digestHex(digest)}`)
 }
 
+/** `PREFIX/manifests/sha256/<hex>`: a manifest's exact bytes. */
 export function manifestKey(prefix: string, digest: string): string {
   return join(prefix, `manifests/sha256/${digestHex(digest)}`)
 }
 
+/** `PREFIX/tags/<name>/<tag>`: `sha256:<hex>\n` of the manifest (a name's slashes stay slashes). */
 export function tagKey(prefix: string, name: string, tag: string): string {
   return join(prefix, `tags/${name}/${tag}`)
 }
