@@ -36,6 +36,12 @@ export async function createS3Client(init: S3ClientInit = {}): Promise<S3Client>
     ...(init.forcePathStyle !== undefined ? { forcePathStyle: init.forcePathStyle } : {}),
     ...(init.credentials ? { credentials: init.credentials } : {}),
     maxAttempts: init.maxAttempts ?? 3,
+    // Integrity: every PutObject/UploadPart carries a Content-MD5 computed
+    // here (natively), which S3 checks on receipt, and pulls verify sha256
+    // digests end to end; the SDK's own CRC32 (computed in JS over every
+    // body) would only add CPU on the data path.
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
     requestHandler: {
       requestTimeout: init.requestTimeoutMs ?? 120_000,
       connectionTimeout: 10_000,
