@@ -156,7 +156,9 @@ export class StorageClient {
   private readonly maxBatchBytes: number
   private readonly verifyReadChecksum: boolean
   private readonly removeBatchSize: number
-  private readonly closeCtl = new AbortController()
+  /** sleeping retries, woken by close() */
+  private readonly sleepers = new Set<() => void>()
+  private readonly aborts = new AbortFanout()
   private nextRequestId = 1
   private counters = emptyStats()
   private closed = false
@@ -537,7 +539,7 @@ export class StorageClient {
   close(): void {
     if (this.closed) return
     this.closed = true
-    this.closeCtl.abort()
+    for (const wake of [...this.sleepers]) wake()
     this.channels.close()
     if (this.ownsRpc) this.rpc.close()
   }
@@ -579,8 +581,8 @@ export class StorageClient {
     if (now) return now
     const ctl = new AbortController()
     const timer = setTimeout(() => ctl.abort(new StrataError('TIMEOUT', 'no update channel became free before the deadline')), Math.max(0, deadline - performance.now()))
-    const onAbort = () => ctl.abort(opts.signal?.reason)
-    opts.signal?.addEventListener('abort', onAbort, { once: true })
+    const signal = opts.signal
+    const off = signal ? this.aborts.on(signal, () => ctl.abort(signal.reason)) : undefined
     try {
       return await this.channels.allocate(slots, ctl.signal)
     } catch (e) {
@@ -588,7 +590,7 @@ export class StorageClient {
       throw e
     } finally {
       clearTimeout(timer)
-      opts.signal?.removeEventListener('abort', onAbort)
+      off?.()
     }
   }
 
@@ -634,11 +636,21 @@ export class StorageClient {
       return await this.limiter.run(target.address, async () => {
         const timeoutMs = Math.max(1, Math.round(deadline - performance.now()))
         bump(this.counters.rpcs, methodName(ServiceId.Storage, method))
+        // The RPC listens on a signal of its own, aborted through the fan-out:
+        // the caller's signal keeps one listener however many RPCs share it.
+        let rpcCtl: AbortController | undefined
+        let off: (() => void) | undefined
+        if (signal) {
+          const ctl = (rpcCtl = new AbortController())
+          off = this.aborts.on(signal, () => ctl.abort(signal.reason))
+        }
         try {
-          return await this.rpc.call<T>(target.address, ServiceId.Storage, method, payload, signal ? { timeoutMs, signal } : { timeoutMs })
+          return await this.rpc.call<T>(target.address, ServiceId.Storage, method, payload, rpcCtl ? { timeoutMs, signal: rpcCtl.signal } : { timeoutMs })
         } catch (e) {
           bump(this.counters.errors, toStrataError(e).code)
           throw e
+        } finally {
+          off?.()
         }
       })
     } finally {
@@ -678,17 +690,56 @@ export class StorageClient {
 
   private sleep(ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
+      // wakes up early on close or cancel; the loop then notices and stops
+      let off: (() => void) | undefined
       const done = () => {
         clearTimeout(t)
-        this.closeCtl.signal.removeEventListener('abort', done)
-        signal?.removeEventListener('abort', done)
+        this.sleepers.delete(done)
+        off?.()
         resolve()
       }
       const t = setTimeout(done, Math.max(0, ms))
-      // wake up early; the loop then notices close/cancel and stops
-      this.closeCtl.signal.addEventListener('abort', done, { once: true })
-      signal?.addEventListener('abort', done, { once: true })
+      this.sleepers.add(done)
+      if (signal) off = this.aborts.on(signal, done)
     })
+  }
+}
+
+/**
+ * Abort callbacks grouped by signal, with one 'abort' listener on each
+ * signal however many operations wait on it. Many concurrent calls sharing
+ * one caller signal (a CLI command's) each had listeners of their own, per
+ * RPC and per retry sleep, past the EventTarget limit of 10
+ * (MaxListenersExceededWarning) and for no benefit. A signal's entry and its
+ * listener go as soon as its last callback is removed or it fires.
+ */
+class AbortFanout {
+  private readonly subs = new Map<AbortSignal, { fns: Set<() => void>; onAbort: () => void }>()
+
+  /** Calls `fn` once when `signal` aborts (at once if it has); returns the function that unsubscribes. */
+  on(signal: AbortSignal, fn: () => void): () => void {
+    if (signal.aborted) {
+      fn()
+      return () => {}
+    }
+    let sub = this.subs.get(signal)
+    if (!sub) {
+      const fns = new Set<() => void>()
+      const onAbort = () => {
+        this.subs.delete(signal)
+        for (const f of [...fns]) f()
+      }
+      sub = { fns, onAbort }
+      this.subs.set(signal, sub)
+      signal.addEventListener('abort', onAbort, { once: true })
+    }
+    const s = sub
+    s.fns.add(fn)
+    return () => {
+      if (!s.fns.delete(fn) || s.fns.size > 0 || this.subs.get(signal) !== s) return
+      this.subs.delete(signal)
+      signal.removeEventListener('abort', s.onAbort)
+    }
   }
 }
 
