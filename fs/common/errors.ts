@@ -129,6 +129,13 @@ export const ERRORS = {
   IMAGE_AUTH_FAILED: spec(false, 'EACCES', 'the registry or object store refused the credentials'),
   IMAGE_NEEDS_ROOT: spec(false, 'EPERM', 'building layers needs root (device nodes, trusted xattrs, ownership)'),
   IMAGE_BAD_LAYER: spec(false, 'EINVAL', 'a layer file is not a mountable EROFS image or holds what a tar cannot carry'),
+  // rootfs and datasets (sandbox/rootfs)
+  ROOTFS_MOUNT_FAILED: spec(false, 'EIO', 'mounting a layer, the overlay or a dataset failed (errno in detail)'),
+  ROOTFS_UNMOUNT_FAILED: spec(true, 'EBUSY', 'a layer, overlay or dataset mount could not be removed'),
+  ROOTFS_NOT_MOUNTED: spec(false, 'ENOENT', 'a mount to re-adopt is not in the mount table'),
+  ROOTFS_BAD_MOUNT_TARGET: spec(false, 'EINVAL', 'a mount target is not a clean absolute path inside the rootfs'),
+  ROOTFS_DATASET_NOT_FOUND: spec(false, 'ENOENT', 'the dataset source does not exist in the DFS'),
+  ROOTFS_BAD_DATASET: spec(false, 'EINVAL', 'the dataset source is not a directory or regular file inside the DFS'),
 } as const satisfies Record<string, ErrorSpec>
 
 export type ErrorCode = keyof typeof ERRORS
