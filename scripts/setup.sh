@@ -15,9 +15,10 @@ say() { echo "[setup] $*" >&2; }
 # layers), umoci and skopeo (independent OCI tools for fixtures and round
 # trips), docker-registry (a real OCI registry for tests), podman (the peer the
 # export test and benchmarks compare with), runc (the OCI runtime), debootstrap
-# (the demo's and benchmarks' Debian base image).
+# (the demo's and benchmarks' Debian base image), busybox-static (the agent
+# tests' minimal container rootfs).
 APT_PACKAGES=(python3 make g++ util-linux procps libfuse2 fuse3 fio git
-  erofs-utils zstd umoci skopeo docker-registry podman runc debootstrap)
+  erofs-utils zstd umoci skopeo docker-registry podman runc debootstrap busybox-static)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -129,6 +129,21 @@ export const ERRORS = {
   IMAGE_AUTH_FAILED: spec(false, 'EACCES', 'the registry or object store refused the credentials'),
   IMAGE_NEEDS_ROOT: spec(false, 'EPERM', 'building layers needs root (device nodes, trusted xattrs, ownership)'),
   IMAGE_BAD_LAYER: spec(false, 'EINVAL', 'a layer file is not a mountable EROFS image or holds what a tar cannot carry'),
+
+  // --- sandbox (sandbox/backends; the in-sandbox agent's errno names map onto these, with the
+  // original errno and path in `detail`)
+  SANDBOX_GONE: spec(false, 'ESRCH', 'the sandbox no longer exists or is shutting down'),
+  SANDBOX_AGENT_UNREACHABLE: spec(true, 'EHOSTDOWN', 'the agent inside the sandbox did not answer'),
+  SANDBOX_PROTOCOL_ERROR: spec(false, 'EPROTO', 'a malformed frame on the sandbox agent channel'),
+  SANDBOX_EXEC_FAILED: spec(false, 'ENOEXEC', 'the command could not be started (errno in detail)'),
+  SANDBOX_PERMISSION_DENIED: spec(false, 'EACCES', 'permission denied inside the sandbox'),
+  SANDBOX_NOT_A_DIRECTORY: spec(false, 'ENOTDIR', 'a path component inside the sandbox is not a directory'),
+  SANDBOX_IS_A_DIRECTORY: spec(false, 'EISDIR', 'the path inside the sandbox is a directory'),
+  SANDBOX_NOT_EMPTY: spec(false, 'ENOTEMPTY', 'the directory inside the sandbox is not empty'),
+  SANDBOX_READ_ONLY: spec(false, 'EROFS', 'the path inside the sandbox is on a read-only mount'),
+  SANDBOX_RESOURCE_EXHAUSTED: spec(true, 'EAGAIN', 'the sandbox ran out of processes, memory or file descriptors'),
+  SANDBOX_FS_ERROR: spec(false, 'EIO', 'a file operation inside the sandbox failed (errno in detail)'),
+  OUTPUT_LIMIT: spec(false, 'EFBIG', 'the data exceeds the size limit the caller set'),
   // rootfs and datasets (sandbox/rootfs)
   ROOTFS_MOUNT_FAILED: spec(false, 'EIO', 'mounting a layer, the overlay or a dataset failed (errno in detail)'),
   ROOTFS_UNMOUNT_FAILED: spec(true, 'EBUSY', 'a layer, overlay or dataset mount could not be removed'),

@@ -21,6 +21,13 @@ export interface NativeAddon {
   lremovexattr(path: string, name: string): void
   /** utimensat(AT_FDCWD, path, times, AT_SYMLINK_NOFOLLOW) with exact nanoseconds. */
   lutimens(path: string, atimeSec: number, atimeNsec: number, mtimeSec: number, mtimeNsec: number): void
+  /**
+   * A listening AF_UNIX stream socket bound at `path` (created mode 0600), returned as a raw fd with
+   * FD_CLOEXEC set: the control channel handed to a sandbox agent as its fd 3 (spawn stdio slot 3).
+   * The caller closes it with fs.closeSync once the agent runs and unlinks `path` when done.
+   * Throws with code EADDRINUSE when `path` exists, ENAMETOOLONG past 107 bytes.
+   */
+  unixListen(path: string, backlog?: number): number
 }
 
 /** mount(2) flags used by Strata (linux/mount.h) */

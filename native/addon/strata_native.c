@@ -16,6 +16,8 @@
 #include <sys/xattr.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 static const char *errno_name(int e) {
   switch (e) {
@@ -29,6 +31,7 @@ static const char *errno_name(int e) {
     case ENODATA: return "ENODATA"; case E2BIG: return "E2BIG"; case ERANGE: return "ERANGE";
     case EDQUOT: return "EDQUOT"; case EBADF: return "EBADF"; case ENOTEMPTY: return "ENOTEMPTY";
     case EISDIR: return "EISDIR"; case EXDEV: return "EXDEV"; case EMLINK: return "EMLINK";
+    case EADDRINUSE: return "EADDRINUSE"; case ENOTSOCK: return "ENOTSOCK"; case ENFILE: return "ENFILE";
     default: return "EUNKNOWN";
   }
 }
@@ -297,6 +300,55 @@ static napi_value js_lutimens(napi_env env, napi_callback_info info) {
   return r;
 }
 
+// unixListen(path, backlog = 128) -> fd: a listening AF_UNIX stream socket bound
+// at `path`, for handing to a sandbox agent as its control channel (Node's
+// net.Server cannot give up its fd to a child). The fd is CLOEXEC so it only
+// reaches the one child it is explicitly passed to (spawn's stdio array dup2s
+// it, which clears the flag on the child's copy); the socket node is created
+// with mode 0600 (fchmod before bind sets the mode bind uses, so there is no
+// window with a wider mode). The caller closes the fd (fs.closeSync) once the
+// agent started, and unlinks the path when the sandbox goes.
+static napi_value js_unix_listen(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1) { napi_throw_type_error(env, "EINVAL", "unixListen(path, backlog?)"); return NULL; }
+  double backlog = 128;
+  if (argc > 1) {
+    napi_valuetype t;
+    napi_typeof(env, argv[1], &t);
+    if (t != napi_undefined && !num_arg(env, argv[1], "backlog must be a number", &backlog)) return NULL;
+  }
+  if (backlog < 1 || backlog > 65535) { napi_throw_range_error(env, "EINVAL", "unixListen: backlog out of range"); return NULL; }
+  char *path = req_string(env, argv[0], "path must be a string");
+  if (!path) return NULL;
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  if (strlen(path) >= sizeof sa.sun_path) {
+    napi_value r = throw_errno_path(env, "bind", ENAMETOOLONG, path);
+    free(path);
+    return r;
+  }
+  strcpy(sa.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const char *what = "socket";
+  int e = 0;
+  if (fd < 0) e = errno;
+  else if (fchmod(fd, 0600) < 0) { e = errno; what = "fchmod"; }
+  else if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) { e = errno; what = "bind"; }
+  else if (listen(fd, (int)backlog) < 0) { e = errno; what = "listen"; unlink(path); }
+  napi_value r = NULL;
+  if (e) {
+    if (fd >= 0) close(fd);
+    r = throw_errno_path(env, what, e, path);
+  } else {
+    napi_create_int32(env, fd, &r);
+  }
+  free(path);
+  return r;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"mount", NULL, js_mount, NULL, NULL, NULL, napi_default, NULL},
@@ -308,6 +360,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"llistxattr", NULL, js_llistxattr, NULL, NULL, NULL, napi_default, NULL},
     {"lremovexattr", NULL, js_lremovexattr, NULL, NULL, NULL, napi_default, NULL},
     {"lutimens", NULL, js_lutimens, NULL, NULL, NULL, napi_default, NULL},
+    {"unixListen", NULL, js_unix_listen, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;
