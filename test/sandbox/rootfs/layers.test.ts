@@ -1,0 +1,129 @@
+// LayerMounts on a real cluster: one mount per layer per node however many
+// acquire it at once, unmounted by the last release, and a restarted daemon's
+// view: re-adopting what sandboxes still use, sweeping what nobody claims.
+import test from 'ava'
+import fs from 'node:fs'
+import path from 'node:path'
+import { Readable } from 'node:stream'
+import { StrataError } from '../../../fs/common/errors.js'
+import { readMounts } from '../../../fs/fuse/mounts.js'
+import { LayerMounts, Rootfs, RootfsBuilder } from '../../../sandbox/rootfs/index.js'
+import { mountsUnder } from '../../../sandbox/rootfs/mounts.js'
+import { diffTrees, snapshotTree } from '../../helpers/tree-compare.js'
+import { mountCount, node, storeLayer, useRootfsCluster } from './helpers.js'
+
+const env = useRootfsCluster(test)
+
+function digests(): string[] {
+  return env.manifest.layers.map((l) => l.digest)
+}
+
+test.serial('concurrent acquires of one layer share one mount; the last release unmounts', async (t) => {
+  const n = node(t, env)
+  const d = digests()[0]!
+  const hs = await Promise.all(Array.from({ length: 8 }, (_, i) => n.layers.acquire(d, `u${i % 3}`)))
+  t.is(new Set(hs.map((h) => h.dir)).size, 1)
+  t.is(mountCount(hs[0]!.dir), 1)
+  t.deepEqual(n.layers.list()[0]!.users, { u0: 3, u1: 3, u2: 2 })
+  const m = readMounts().find((x) => x.mountpoint === hs[0]!.dir)!
+  t.is(m.fstype, 'erofs')
+  t.true(m.options.split(',').includes('ro'))
+  t.true(fs.existsSync(path.join(hs[0]!.dir, 'etc')))
+  // releases racing a new acquire: the mount stays for the late one
+  const late = n.layers.acquire(d, 'late')
+  await Promise.all(hs.map((h) => h.release()))
+  const l = await late
+  t.is(mountCount(l.dir), 1)
+  await hs[0]!.release() // a second release of one hold is a no-op
+  t.deepEqual(n.layers.list()[0]!.users, { late: 1 })
+  // release and re-acquire interleaved many times never double-mounts
+  await Promise.all(
+    Array.from({ length: 10 }, async () => {
+      const h = await n.layers.acquire(d)
+      t.is(mountCount(h.dir), 1)
+      await h.release()
+    }),
+  )
+  await l.release()
+  t.is(mountCount(l.dir), 0)
+  t.false(fs.existsSync(l.dir))
+  t.deepEqual(n.layers.list(), [])
+  t.deepEqual((await env.store.listLeases()).filter((x) => x.holder === n.nodeId), [])
+})
+
+test.serial('a layer that is not stored fails with IMAGE_BLOB_MISSING and leaves nothing', async (t) => {
+  const n = node(t, env)
+  const missing = 'sha256:' + '0'.repeat(64)
+  const e = await t.throwsAsync(n.layers.acquire(missing), { instanceOf: StrataError })
+  t.is(e?.code, 'IMAGE_BLOB_MISSING')
+  t.false(fs.existsSync(n.layers.mountpoint(missing)))
+  // a stored blob that is not EROFS fails to mount, typed, and leaves nothing either
+  const bogus = await env.store.putBlob(Readable.from([Buffer.from('not an erofs image '.repeat(1000))]))
+  const e2 = await t.throwsAsync(n.layers.acquire(bogus.digest), { instanceOf: StrataError })
+  t.is(e2?.code, 'ROOTFS_MOUNT_FAILED')
+  t.truthy(e2?.detail?.errno)
+  t.is(mountCount(n.layers.mountpoint(bogus.digest)), 0)
+  t.false(fs.existsSync(n.layers.mountpoint(bogus.digest)))
+  t.deepEqual((await env.store.listLeases()).filter((x) => x.holder === n.nodeId), [])
+})
+
+test.serial('after a crash: a new instance re-adopts the sandboxes still alive and sweeps the rest', async (t) => {
+  const n = node(t, env)
+  const extra = await storeLayer(env, t, async (root) => {
+    await fs.promises.mkdir(path.join(root, 'tools'))
+    await fs.promises.writeFile(path.join(root, 'tools/hello'), 'hello\n')
+  })
+  const specA = { sandboxId: 'alive', layers: digests(), stateDir: path.join(n.dir, 'sandboxes/alive') }
+  const specB = { sandboxId: 'dead', layers: [...digests(), extra.digest], stateDir: path.join(n.dir, 'sandboxes/dead') }
+  await n.builder.create(specA)
+  await n.builder.create(specB)
+  const all = [...digests(), extra.digest]
+  for (const d of all) t.is(mountCount(n.layers.mountpoint(d)), 1)
+
+  // "crash": the in-memory state is dropped; the mounts stay
+  const layers2 = new LayerMounts({ fuseMnt: env.fuse.mnt, stateDir: n.dir, store: env.store, nodeId: n.nodeId })
+  const builder2 = new RootfsBuilder({ layers: layers2 })
+  t.deepEqual(layers2.scan().map((s) => s.digest).sort(), [...all].sort())
+  t.deepEqual(layers2.list(), [])
+
+  // the daemon finds sandbox "alive" still running: adopt it
+  const a = await builder2.adopt(specA)
+  for (const d of digests()) t.deepEqual(layers2.list().find((l) => l.digest === d)?.users, { alive: 1 })
+  // "dead" is gone: its rootfs is destroyed from its state dir alone
+  await new Rootfs(specB.sandboxId, specB.stateDir).destroy()
+  t.false(fs.existsSync(specB.stateDir))
+  // the layer only "dead" used is unclaimed; sweep removes it and only it
+  t.deepEqual(await layers2.sweep(), [extra.digest])
+  t.is(mountCount(layers2.mountpoint(extra.digest)), 0)
+  t.false(fs.existsSync(layers2.mountpoint(extra.digest)))
+  for (const d of digests()) t.is(mountCount(layers2.mountpoint(d)), 1)
+  t.deepEqual(diffTrees(await snapshotTree(a.dir), env.reference), [])
+  // adopting a layer that is not mounted is a typed error
+  const e = await t.throwsAsync(layers2.adopt(extra.digest, ['x']), { instanceOf: StrataError })
+  t.is(e?.code, 'ROOTFS_NOT_MOUNTED')
+  const e2 = await t.throwsAsync(builder2.adopt(specB), { instanceOf: StrataError })
+  t.is(e2?.code, 'ROOTFS_NOT_MOUNTED')
+
+  await a.destroy()
+  for (const d of all) t.is(mountCount(layers2.mountpoint(d)), 0)
+  t.deepEqual(mountsUnder(n.dir), [])
+  t.deepEqual((await env.store.listLeases()).filter((x) => x.holder === n.nodeId), [])
+})
+
+test.serial('sweep with nothing claimed unmounts every leftover, even under a live overlay', async (t) => {
+  const n = node(t, env)
+  const spec = { sandboxId: 'orphan', layers: digests(), stateDir: path.join(n.dir, 'sandboxes/orphan') }
+  await n.builder.create(spec)
+  const fresh = new LayerMounts({ fuseMnt: env.fuse.mnt, stateDir: n.dir, store: env.store, nodeId: n.nodeId })
+  t.deepEqual((await fresh.sweep()).sort(), [...digests()].sort())
+  for (const d of digests()) {
+    t.is(mountCount(fresh.mountpoint(d)), 0)
+    t.false(fs.existsSync(fresh.mountpoint(d)))
+  }
+  t.deepEqual(fresh.scan(), [])
+  t.deepEqual((await env.store.listLeases()).filter((x) => x.holder === n.nodeId), [])
+  // the orphan overlay (its lowers detached) is still removable
+  await new Rootfs(spec.sandboxId, spec.stateDir).destroy()
+  t.deepEqual(mountsUnder(n.dir), [])
+  t.false(fs.existsSync(spec.stateDir))
+})
