@@ -82,7 +82,7 @@ export class Rootfs {
 
   async #destroy(): Promise<void> {
     // everything mounted at or below rootfs/, deepest first: datasets, then the overlay
-    unmountTree(this.dir)
+    await unmountTree(this.dir)
     const left = mountsUnder(this.stateDir)
     if (left.length) throw new StrataError('ROOTFS_UNMOUNT_FAILED', `mounts remain under ${this.stateDir}: ${left.map((m) => m.mountpoint).join(', ')}`)
     let firstErr: unknown
@@ -130,7 +130,7 @@ export class RootfsBuilder {
       await fs.mkdir(r.dir, { recursive: true })
       for (const digest of spec.layers) r.holds.push(await this.layers.acquire(digest, spec.sandboxId))
       const lower = r.holds.map((h) => h.dir).reverse().join(':')
-      mountOrThrow('ROOTFS_MOUNT_FAILED', `rootfs of ${spec.sandboxId}`, `strata-rootfs-${spec.sandboxId}`, r.dir, 'overlay', 0, `lowerdir=${lower},upperdir=${r.upperDir},workdir=${r.workDir}`)
+      await mountOrThrow('ROOTFS_MOUNT_FAILED', `rootfs of ${spec.sandboxId}`, `strata-rootfs-${spec.sandboxId}`, r.dir, 'overlay', 0, `lowerdir=${lower},upperdir=${r.upperDir},workdir=${r.workDir}`)
       for (const [i, d] of datasets.entries()) r.datasets.push(await this.#mountDataset(r, d, sources[i]!))
       return r
     } catch (e) {
@@ -186,9 +186,9 @@ export class RootfsBuilder {
       if (i < t.parts.length - 1 || src.type === 'dir') await fs.mkdir(p, { mode: 0o755 })
       else await (await fs.open(p, 'wx', 0o644)).close()
     }
-    mountOrThrow('ROOTFS_MOUNT_FAILED', `dataset ${d.source}`, src.hostPath, t.hostPath, null, MS.BIND)
+    await mountOrThrow('ROOTFS_MOUNT_FAILED', `dataset ${d.source}`, src.hostPath, t.hostPath, null, MS.BIND)
     // a bind mount takes its flags only from a remount
-    mountOrThrow('ROOTFS_MOUNT_FAILED', `dataset ${d.source} (read-only remount)`, null, t.hostPath, null, MS.BIND | MS.REMOUNT | MS.RDONLY | MS.NOSUID | MS.NODEV)
+    await mountOrThrow('ROOTFS_MOUNT_FAILED', `dataset ${d.source} (read-only remount)`, null, t.hostPath, null, MS.BIND | MS.REMOUNT | MS.RDONLY | MS.NOSUID | MS.NODEV)
     return { ...d, hostPath: t.hostPath, type: src.type }
   }
 }

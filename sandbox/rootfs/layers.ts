@@ -202,7 +202,7 @@ export class LayerMounts {
     try {
       await fs.mkdir(dir, { recursive: true })
       // a mount left by an earlier daemon that nobody adopted or swept yet is reused, not stacked on
-      if (!isMounted(dir)) mountOrThrow('ROOTFS_MOUNT_FAILED', `layer ${digest}`, file, dir, 'erofs', MS.RDONLY | MS.NODEV | MS.NOSUID)
+      if (!isMounted(dir)) await mountOrThrow('ROOTFS_MOUNT_FAILED', `layer ${digest}`, file, dir, 'erofs', MS.RDONLY | MS.NODEV | MS.NOSUID)
     } catch (e) {
       await this.#unmount(digest, dir).catch(() => undefined)
       throw e
@@ -210,7 +210,7 @@ export class LayerMounts {
   }
 
   async #unmount(digest: string, dir: string): Promise<void> {
-    unmountAll(dir)
+    await unmountAll(dir)
     await fs.rmdir(dir).catch((e: NodeJS.ErrnoException) => {
       if (e.code !== 'ENOENT') throw new StrataError('ROOTFS_UNMOUNT_FAILED', `cannot remove layer mountpoint ${dir}: ${e.code}`, { cause: e })
     })

@@ -1,21 +1,68 @@
 // The mount calls sandbox/rootfs makes, through the N-API addon (never
-// mount(8)), turning errno failures into typed errors. The calls are
-// synchronous: the kernel may read a layer's superblock through the FUSE
-// mount meanwhile, which is served by the FUSE daemon, a separate process.
+// mount(8)), turning errno failures into typed errors. The addon's calls are
+// synchronous and a layer mount makes the kernel read through FUSE, so they
+// run on one worker thread (mount-worker.ts), one at a time, and the event
+// loop stays free.
 import path from 'node:path'
+import { Worker } from 'node:worker_threads'
 import { StrataError, type ErrorCode } from '../../fs/common/errors.js'
-import { MNT, MS, native } from '../../fs/common/native.js'
+import { MNT, MS } from '../../fs/common/native.js'
 import { readMounts, type MountEntry } from '../../fs/fuse/mounts.js'
+import type { MountReply, MountRequest } from './mount-worker.js'
 
 export { MS }
+
+type Pending = { resolve: () => void; reject: (e: Error) => void }
+let worker: Worker | null = null
+let seq = 0
+const pending = new Map<number, Pending>()
+
+function call(req: Omit<MountRequest, 'id'>): Promise<void> {
+  if (!worker) {
+    const w = new Worker(new URL('./mount-worker.js', import.meta.url))
+    w.on('message', (r: MountReply) => {
+      const p = pending.get(r.id)
+      if (!p) return
+      pending.delete(r.id)
+      if (pending.size === 0) w.unref()
+      if (r.ok) p.resolve()
+      else p.reject(Object.assign(new Error(r.message), { code: r.code }))
+    })
+    const fail = (e: Error) => {
+      if (worker === w) worker = null
+      for (const p of pending.values()) p.reject(e)
+      pending.clear()
+    }
+    w.on('error', fail)
+    w.on('exit', (c) => fail(new StrataError('INTERNAL', `mount worker exited with code ${c}`)))
+    w.unref()
+    worker = w
+  }
+  const id = ++seq
+  return new Promise<void>((resolve, reject) => {
+    pending.set(id, { resolve, reject })
+    worker!.ref()
+    worker!.postMessage({ ...req, id })
+  })
+}
+
+/** mount(2) on the mount thread; errors carry the errno name as `code`. */
+export function mount(source: string | null, target: string, fstype: string | null, flags: number, data: string | null = null): Promise<void> {
+  return call({ op: 'mount', args: [source, target, fstype, flags, data] })
+}
+
+/** umount2(2) on the mount thread. */
+export function umount2(target: string, flags: number): Promise<void> {
+  return call({ op: 'umount2', args: [target, flags] })
+}
 
 function errnoOf(e: unknown): string {
   return (e as NodeJS.ErrnoException).code ?? 'EIO'
 }
 
-export function mountOrThrow(code: ErrorCode, what: string, source: string | null, target: string, fstype: string | null, flags: number, data: string | null = null): void {
+export async function mountOrThrow(code: ErrorCode, what: string, source: string | null, target: string, fstype: string | null, flags: number, data: string | null = null): Promise<void> {
   try {
-    native().mount(source, target, fstype, flags, data)
+    await mount(source, target, fstype, flags, data)
   } catch (e) {
     const errno = errnoOf(e)
     throw new StrataError(code, `${what}: mount ${source ?? '(none)'} on ${target} failed: ${errno}`, { cause: e, detail: { errno, source, target, fstype } })
@@ -37,17 +84,17 @@ export function isMounted(dir: string, mounts: MountEntry[] = readMounts()): boo
  * Removes every mount stacked at `dir` (umount2, then MNT_DETACH when busy).
  * Not mounted is success. Throws ROOTFS_UNMOUNT_FAILED when a mount stays.
  */
-export function unmountAll(dir: string): void {
+export async function unmountAll(dir: string): Promise<void> {
   const p = path.resolve(dir)
   for (let i = 0; i < 64 && isMounted(p); i++) {
     try {
-      native().umount2(p, 0)
+      await umount2(p, 0)
       continue
     } catch (e) {
       if (errnoOf(e) === 'EINVAL' && !isMounted(p)) return
     }
     try {
-      native().umount2(p, MNT.DETACH)
+      await umount2(p, MNT.DETACH)
     } catch (e) {
       if (isMounted(p)) throw new StrataError('ROOTFS_UNMOUNT_FAILED', `cannot unmount ${p}: ${errnoOf(e)}`, { cause: e, detail: { errno: errnoOf(e), target: p } })
     }
@@ -56,11 +103,11 @@ export function unmountAll(dir: string): void {
 }
 
 /** Unmounts everything at or below `dir`, deepest first. */
-export function unmountTree(dir: string): void {
+export async function unmountTree(dir: string): Promise<void> {
   for (let round = 0; round < 8; round++) {
     const ms = mountsUnder(dir)
     if (ms.length === 0) return
-    for (const m of ms) unmountAll(m.mountpoint)
+    for (const m of ms) await unmountAll(m.mountpoint)
   }
   const left = mountsUnder(dir)
   if (left.length) throw new StrataError('ROOTFS_UNMOUNT_FAILED', `mounts remain under ${dir}: ${left.map((m) => m.mountpoint).join(', ')}`)

@@ -78,7 +78,7 @@ export function stateDir(t: ExecutionContext, before: () => unknown = () => unde
   t.teardown(async () => {
     await before()
     try {
-      unmountTree(dir)
+      await unmountTree(dir)
     } catch (e) {
       t.log(`teardown: ${(e as Error).message}`)
     }
@@ -100,7 +100,7 @@ export function node(t: ExecutionContext, env: RootfsEnv, dir?: string): { layer
   const d =
     dir ??
     stateDir(t, async () => {
-      unmountTree(path.join(d, 'sandboxes'))
+      await unmountTree(path.join(d, 'sandboxes'))
       await layers?.sweep().catch(() => undefined)
     })
   layers = new LayerMounts({ fuseMnt: env.fuse.mnt, stateDir: d, store: env.store, nodeId })
