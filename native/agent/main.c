@@ -304,15 +304,15 @@ static void exec_check_done(struct exec *ex);
 static void stream_read(struct exec *ex, int i) {
   struct stream *s = &ex->s[i];
   for (int iter = 0; iter < 16 && s->fd >= 0; iter++) {
-    if (!stream_can_read(ex, i)) { stream_set(ex, i, false); return; }
+    if (!stream_can_read(ex, i)) { stream_set(ex, i, false); break; }
     ssize_t n = read(s->fd, G.rbuf, sizeof G.rbuf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return;
+    if (n < 0 && errno == EAGAIN) break;
     if (n <= 0) {
       close(s->fd);
       s->fd = -1;
       s->reg = false;
-      exec_check_done(ex);
+      exec_check_done(ex); // may finish the exec and flush its connection
       return;
     }
     size_t h = 0;

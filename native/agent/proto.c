@@ -60,20 +60,23 @@ static uint32_t rd32(const uint8_t *p) {
 }
 
 // Frames are built in place: the header is reserved first and its length filled
-// in by frame_end, so a frame never needs a second copy. A failed put_* (ENOMEM)
-// leaves a half-built frame: callers then drop the whole connection.
+// in by frame_end, so a frame never needs a second copy. The returned start is
+// relative to b->off because buf_reserve may compact the buffer (move the
+// unconsumed bytes to the front) while the frame is being built. A failed put_*
+// (ENOMEM) leaves a half-built frame: callers then drop the whole connection.
 size_t frame_begin(struct buf *b, uint8_t type) {
   if (buf_reserve(b, FRAME_HDR) < 0) return (size_t)-1;
   size_t start = b->len;
   memset(b->p + start, 0, 4);
   b->p[start + 4] = type;
   b->len += FRAME_HDR;
-  return start;
+  return start - b->off;
 }
 
 void frame_end(struct buf *b, size_t start) {
   if (start == (size_t)-1) return;
-  be32(b->p + start, (uint32_t)(b->len - start - 4));
+  size_t at = b->off + start;
+  be32(b->p + at, (uint32_t)(b->len - at - 4));
 }
 
 int put_raw(struct buf *b, const void *data, size_t n) { return buf_append(b, data, n); }
