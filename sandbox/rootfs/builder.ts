@@ -183,8 +183,14 @@ export class RootfsBuilder {
     // create the missing components one by one: each is new, so none is a symlink
     for (let i = t.existing; i < t.parts.length; i++) {
       const p = path.join(r.dir, ...t.parts.slice(0, i + 1))
-      if (i < t.parts.length - 1 || src.type === 'dir') await fs.mkdir(p, { mode: 0o755 })
-      else await (await fs.open(p, 'wx', 0o644)).close()
+      try {
+        if (i < t.parts.length - 1 || src.type === 'dir') await fs.mkdir(p, { mode: 0o755 })
+        else await (await fs.open(p, 'wx', 0o644)).close()
+      } catch (e) {
+        // e.g. EROFS: the target lies inside an earlier dataset
+        const errno = (e as NodeJS.ErrnoException).code
+        throw new StrataError('ROOTFS_BAD_MOUNT_TARGET', `dataset target ${d.target}: cannot create /${t.parts.slice(0, i + 1).join('/')}: ${errno}`, { cause: e, detail: { errno } })
+      }
     }
     await mountOrThrow('ROOTFS_MOUNT_FAILED', `dataset ${d.source}`, src.hostPath, t.hostPath, null, MS.BIND)
     // a bind mount takes its flags only from a remount

@@ -1,5 +1,20 @@
-// sandbox/rootfs: per-node shared layer mounts and per-sandbox overlay
-// rootfs with read-only dataset binds. See ARCHITECTURE.md (sandbox/rootfs).
+// sandbox/rootfs: the root filesystems of sandboxes on one node.
+//
+//   LayerMounts (one per node)   every layer file in use is mounted once, as a file-backed EROFS
+//                                filesystem read through the node's FUSE mount of the DFS
+//                                (<fuseMnt>/strata/images/blobs/sha256/<hex>), at
+//                                <stateDir>/layers/<hex>; reference-counted per user (sandbox id),
+//                                leased in the image store (holder = node id) while mounted.
+//                                adopt(digest, users) re-creates the counts after a daemon restart;
+//                                sweep() unmounts what nobody claimed.
+//   RootfsBuilder.create(spec)   overlay of those mounts (top layer first) with upper and work dirs
+//                                under the sandbox's state dir, at <stateDir>/rootfs; datasets are
+//                                read-only (nosuid, nodev) binds of DFS paths at targets resolved
+//                                inside the rootfs. Nothing is copied or unpacked. Failure undoes
+//                                everything; Rootfs.destroy() is idempotent and works on half-built
+//                                state.
+//
+// See ARCHITECTURE.md (sandbox/rootfs).
 export { LayerMounts, type LayerMount, type LayerMountInfo, type LayerMountsOptions } from './layers.js'
 export { Rootfs, RootfsBuilder, type DatasetMount, type MountedDataset, type RootfsBuilderOptions, type RootfsSpec } from './builder.js'
 export { cleanAbsolute, resolveInRoot, type Resolved } from './resolve.js'

@@ -179,6 +179,8 @@ test.serial('bad dataset targets and sources are refused with typed errors and l
     await attempt([{ source: src, target }], 'ROOTFS_BAD_MOUNT_TARGET')
   }
   t.false(fs.existsSync(outside), 'nothing created outside the rootfs')
+  // a target inside an earlier (read-only) dataset cannot be created there
+  await attempt([{ source: src, target: '/data' }, { source: src, target: '/data/inner' }], 'ROOTFS_BAD_MOUNT_TARGET')
   await attempt([{ source: `/datasets/missing-${process.pid}`, target: '/data' }], 'ROOTFS_DATASET_NOT_FOUND')
   await attempt([{ source: 'datasets', target: '/data' }], 'ROOTFS_BAD_DATASET')
   await attempt([{ source: '/datasets/../etc', target: '/data' }], 'ROOTFS_BAD_DATASET')
