@@ -130,7 +130,10 @@ export class RootfsBuilder {
       await fs.mkdir(r.dir, { recursive: true })
       for (const digest of spec.layers) r.holds.push(await this.layers.acquire(digest, spec.sandboxId))
       const lower = r.holds.map((h) => h.dir).reverse().join(':')
-      await mountOrThrow('ROOTFS_MOUNT_FAILED', `rootfs of ${spec.sandboxId}`, `strata-rootfs-${spec.sandboxId}`, r.dir, 'overlay', 0, `lowerdir=${lower},upperdir=${r.upperDir},workdir=${r.workDir}`)
+      const data = `lowerdir=${lower},upperdir=${r.upperDir},workdir=${r.workDir}`
+      // mount(2) takes at most one page of options
+      if (data.length >= 4096) throw new StrataError('ROOTFS_MOUNT_FAILED', `rootfs of ${spec.sandboxId}: ${spec.layers.length} layers make ${data.length} bytes of overlay options (the limit is 4095); use a shorter state dir or fewer layers`)
+      await mountOrThrow('ROOTFS_MOUNT_FAILED', `rootfs of ${spec.sandboxId}`, `strata-rootfs-${spec.sandboxId}`, r.dir, 'overlay', 0, data)
       for (const [i, d] of datasets.entries()) r.datasets.push(await this.#mountDataset(r, d, sources[i]!))
       return r
     } catch (e) {
