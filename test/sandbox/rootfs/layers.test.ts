@@ -10,6 +10,7 @@ import { readMounts } from '../../../fs/fuse/mounts.js'
 import { LayerMounts, Rootfs, RootfsBuilder } from '../../../sandbox/rootfs/index.js'
 import { mountsUnder } from '../../../sandbox/rootfs/mounts.js'
 import { diffTrees, snapshotTree } from '../../helpers/tree-compare.js'
+import { mountFuse } from '../../fs/fuse/helpers.js'
 import { mountCount, node, storeLayer, useRootfsCluster } from './helpers.js'
 
 const env = useRootfsCluster(test)
@@ -126,4 +127,43 @@ test.serial('sweep with nothing claimed unmounts every leftover, even under a li
   await new Rootfs(spec.sandboxId, spec.stateDir).destroy()
   t.deepEqual(mountsUnder(n.dir), [])
   t.false(fs.existsSync(spec.stateDir))
+})
+
+test.serial('concurrent creates and destroys of sandboxes on one image share one mount per layer', async (t) => {
+  const n = node(t, env)
+  const specs = Array.from({ length: 6 }, (_, i) => ({ sandboxId: `c${i}`, layers: digests(), stateDir: path.join(n.dir, `sandboxes/c${i}`) }))
+  const rs = await Promise.all(specs.map((s) => n.builder.create(s)))
+  for (const d of digests()) {
+    t.is(mountCount(n.layers.mountpoint(d)), 1)
+    t.is(Object.keys(n.layers.list().find((l) => l.digest === d)!.users).length, 6)
+  }
+  t.true(rs.every((r) => fs.existsSync(path.join(r.dir, 'etc/passwd'))))
+  // destroys racing creates of new sandboxes
+  const more = specs.map((s) => ({ ...s, sandboxId: `${s.sandboxId}-2`, stateDir: `${s.stateDir}-2` }))
+  const [, rs2] = await Promise.all([Promise.all(rs.map((r) => r.destroy())), Promise.all(more.map((s) => n.builder.create(s)))])
+  for (const d of digests()) t.is(mountCount(n.layers.mountpoint(d)), 1)
+  await Promise.all(rs2.map((r) => r.destroy()))
+  for (const d of digests()) t.is(mountCount(n.layers.mountpoint(d)), 0)
+  t.deepEqual(mountsUnder(n.dir), [])
+})
+
+test.serial('the FUSE daemon dies under a live rootfs with a dataset: destroy still removes every mount', async (t) => {
+  const fuse = await mountFuse(t, env.m, { name: `mnt-dies-${process.pid}` })
+  const n = node(t, env)
+  const layers = new LayerMounts({ fuseMnt: fuse.mnt, stateDir: path.join(n.dir, 'node2'), store: env.store, nodeId: `${n.nodeId}-2` })
+  const builder = new RootfsBuilder({ layers })
+  const src = `/datasets/dies-${process.pid}`
+  await env.fs.mkdir(src, { recursive: true })
+  await env.fs.writeFile(`${src}/f`, 'f')
+  t.teardown(() => env.fs.rm(src, { recursive: true }).catch(() => undefined))
+  const r = await builder.create({ sandboxId: 'dies', layers: digests(), stateDir: path.join(n.dir, 'sandboxes/dies'), datasets: [{ source: src, target: '/data' }] })
+  t.is(await fs.promises.readFile(path.join(r.dir, 'data/f'), 'utf8'), 'f')
+  fuse.child.kill('SIGKILL')
+  await fuse.exited
+  await t.throwsAsync(fs.promises.readdir(path.join(r.dir, 'data')))
+  await r.destroy()
+  t.deepEqual(mountsUnder(n.dir), [])
+  t.false(fs.existsSync(r.stateDir))
+  t.deepEqual(layers.scan(), [])
+  t.deepEqual((await env.store.listLeases()).filter((x) => x.holder === `${n.nodeId}-2`), [])
 })
