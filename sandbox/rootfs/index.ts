@@ -14,6 +14,12 @@
 //                                everything; Rootfs.destroy() is idempotent and works on half-built
 //                                state.
 //
+// After a daemon restart: builder.adopt(spec) for every sandbox still running, new Rootfs(id,
+// stateDir).destroy() for the ones that are gone, then layers.sweep().
+//
+// Which layers a sandbox gets (an image name, or base + workspace + toolkits) is resolved by
+// sandbox/image (store.resolve, composeImage); this part takes digests, lowest first.
+//
 // See ARCHITECTURE.md (sandbox/rootfs).
 export { LayerMounts, type LayerMount, type LayerMountInfo, type LayerMountsOptions } from './layers.js'
 export { Rootfs, RootfsBuilder, type DatasetMount, type MountedDataset, type RootfsBuilderOptions, type RootfsSpec } from './builder.js'

@@ -143,12 +143,14 @@ export class LayerMounts {
 
   /**
    * Unmounts every layer mount under the state dir that nobody holds (left by
-   * a crashed daemon), removes its mountpoint and drops its lease. Returns the
-   * digests it removed.
+   * a crashed daemon), removes its mountpoint and drops its lease; also drops
+   * this node's leases on layers it no longer mounts (state dir wiped by a
+   * reboot). Returns the digests it cleared.
    */
   async sweep(): Promise<string[]> {
     const hexes = new Set<string>(this.scan().map((s) => digestHex(s.digest)))
     for (const n of await fs.readdir(this.dir).catch(() => [] as string[])) if (HEX_RE.test(n)) hexes.add(n)
+    for (const l of await this.store.listLeases()) if (l.holder === this.nodeId) hexes.add(digestHex(l.digest))
     const swept: string[] = []
     for (const hex of hexes) {
       const digest = `sha256:${hex}`
