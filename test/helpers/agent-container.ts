@@ -26,6 +26,8 @@ export interface AgentContainerOptions {
   /** Extra bind mounts (host source -> container destination). */
   binds?: Array<{ source: string; destination: string; readonly?: boolean }>
   agentArgs?: string[]
+  /** Misconfiguration on purpose: bind-mount the control socket into the sandbox at this path. */
+  leakSocketTo?: string
   /** Extra env for the agent (and so for every exec). */
   env?: string[]
   /** Run to be torn down by the test (default) or leave teardown to the caller. */
@@ -89,6 +91,7 @@ export async function startAgentContainer(t: ExecutionContext, opts: AgentContai
       { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
       { destination: '/.strata/agent', type: 'bind', source: agentBinaryPath(), options: ['bind', 'ro', 'nosuid', 'nodev'] },
+      ...(opts.leakSocketTo ? [{ destination: opts.leakSocketTo, type: 'bind', source: socketPath, options: ['bind'] }] : []),
       ...(opts.binds ?? []).map((b) => ({ destination: b.destination, type: 'bind', source: b.source, options: ['bind', ...(b.readonly === false ? [] : ['ro'])] })),
     ],
     linux: {

@@ -63,9 +63,14 @@ static void try_socket(const char *label, const char *path) {
   ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
   struct timeval tv = { 2, 0 };
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ssize_t r = recv(fd, buf, sizeof buf, 0);
-  if (r > 0) printf("%s answered (sent %zd, got %zd bytes, type 0x%02x)\n", label, w, r, r >= 5 ? buf[4] : 0);
-  else printf("%s refused-%s\n", label, r == 0 ? "eof" : en(errno));
+  // Read until the peer closes (an agent answering STARTED ... EXIT), so a
+  // forged exec is not killed early by our own disconnect.
+  ssize_t r = recv(fd, buf, sizeof buf, 0), total = r > 0 ? r : 0;
+  uint8_t first = r >= 5 ? buf[4] : 0;
+  int err = r < 0 ? errno : 0;
+  while (r > 0) { uint8_t more[4096]; r = recv(fd, more, sizeof more, 0); if (r > 0) total += r; }
+  if (total > 0) printf("%s answered (sent %zd, got %zd bytes, first frame type 0x%02x)\n", label, w, total, first);
+  else printf("%s refused-%s\n", label, err ? en(err) : "eof");
   close(fd);
 }
 
@@ -112,6 +117,9 @@ int main(int argc, char **argv) {
   report("kill_TERM_1", kill(1, SIGTERM));
   report("kill_INT_1", kill(1, SIGINT));
   report("kill_HUP_1", kill(1, SIGHUP));
+  // A standard signal already pending is not queued twice: let the agent
+  // drain the ones above so the forged one below is really delivered.
+  usleep(200 * 1000);
   siginfo_t si;
   memset(&si, 0, sizeof si);
   si.si_signo = SIGTERM;
