@@ -1,5 +1,6 @@
 // Media types of the OCI image spec and Docker's image manifest v2 schema 2
-// that imports accept, and how a layer's bytes are compressed.
+// that imports and registry pulls accept, and how a layer's bytes are
+// compressed. The one list for all of sandbox/image.
 import { StrataError } from '../../../fs/common/errors.js'
 import type { Compression } from '../layer/decompress.js'
 
@@ -19,6 +20,8 @@ export const DOCKER_LAYER_GZIP = 'application/vnd.docker.image.rootfs.diff.tar.g
 export const INDEX_TYPES: readonly string[] = [OCI_INDEX, DOCKER_MANIFEST_LIST]
 export const MANIFEST_TYPES: readonly string[] = [OCI_MANIFEST, DOCKER_MANIFEST]
 export const CONFIG_TYPES: readonly string[] = [OCI_CONFIG, DOCKER_CONFIG]
+/** `Accept` of a registry manifest GET: every index and image manifest type above. */
+export const MANIFEST_ACCEPT = [OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST].join(', ')
 
 /** Layer media types an import accepts, with the compression each declares. */
 export const LAYER_MEDIA_TYPES: Readonly<Record<string, Compression>> = {

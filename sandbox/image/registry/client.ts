@@ -13,7 +13,7 @@ import fs from 'node:fs'
 import { StrataError } from '../../../fs/common/errors.js'
 import { isDigest, sha256Digest } from '../types.js'
 import { basicAuthorization, parseWwwAuthenticate, resolveCredentials, type Credentials } from './auth.js'
-import { MANIFEST_ACCEPT } from './media-types.js'
+import { MANIFEST_ACCEPT } from '../oci/media-types.js'
 import { registryScheme } from './reference.js'
 
 export interface RegistryClientOptions {

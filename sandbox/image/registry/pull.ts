@@ -8,13 +8,12 @@ import path from 'node:path'
 import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { importOciImage } from '../oci/import.js'
-import { LAYER_MEDIA_TYPES } from '../oci/media-types.js'
+import { CONFIG_TYPES, INDEX_TYPES, LAYER_MEDIA_TYPES, MANIFEST_TYPES } from '../oci/media-types.js'
 import { DEFAULT_PLATFORM, formatPlatform, parsePlatform, platformMatches, platformOf, type Platform } from '../oci/platform.js'
 import type { OciImageConfig, OciLayerSource } from '../oci/types.js'
 import type { ImageStore } from '../store.js'
 import { DEFAULT_TAG, isDigest, isValidName, parseImageRef, type LayerKind } from '../types.js'
 import { RegistryClient } from './client.js'
-import { CONFIG_TYPES, IMAGE_MANIFEST_TYPES, INDEX_TYPES } from './media-types.js'
 import { formatRegistryUrl, parseRegistryUrl, type RegistryRef } from './reference.js'
 import { clientOptions, progressOf, shortDigest, type RegistryOptions } from './options.js'
 
@@ -79,7 +78,7 @@ function descriptor(v: unknown, what: string): Descriptor {
 
 function kindOf(mediaType: string, doc: Record<string, unknown>): 'index' | 'manifest' {
   if (INDEX_TYPES.includes(mediaType)) return 'index'
-  if (IMAGE_MANIFEST_TYPES.includes(mediaType)) return 'manifest'
+  if (MANIFEST_TYPES.includes(mediaType)) return 'manifest'
   if (mediaType === '' || mediaType === 'application/json') {
     // an OCI document without mediaType: tell by shape
     if (Array.isArray(doc.manifests)) return 'index'
