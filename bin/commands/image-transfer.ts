@@ -2,17 +2,15 @@
 // and an object store (s3://, sandbox/image/s3) or an OCI registry
 // (docker://, sandbox/image/registry). bin/commands/image.ts calls
 // registerImageTransfer on its `image` group, whose options (--cluster,
-// --mgmtd-address, --json …) reach these commands through withFileSystem.
+// --mgmtd-address, --json …) reach these commands through withImageStore.
 import os from 'node:os'
 import path from 'node:path'
 import type { Command } from 'commander'
 import { StrataError } from '../../fs/common/errors.js'
-import type { FileSystem } from '../../fs/client/index.js'
-import { ImageStore } from '../../sandbox/image/store.js'
-import { createProgress, formatBytes, type ProgressSink } from '../../sandbox/image/progress.js'
+import { formatBytes } from '../../sandbox/image/progress.js'
 import { parseS3ImageUrl, parseS3Location, pullS3, pushS3, type S3TransferOptions } from '../../sandbox/image/s3/index.js'
 import { pullRegistry, pushRegistry, type RegistryOptions } from '../../sandbox/image/registry/index.js'
-import { withFileSystem } from './fs.js'
+import { secondsSince, withImageStore } from './image-store.js'
 import { intArg, out, printJson, sizeArg } from './output.js'
 
 interface TransferCliOpts {
@@ -66,45 +64,16 @@ function registryOptions(o: TransferCliOpts): RegistryOptions {
   }
 }
 
-/**
- * Runs a transfer with the store opened on the command's cluster, progress
- * on stderr (none with --json) and SIGINT/SIGTERM turned into a cancel that
- * leaves the partial transfer for the next run (a second SIGINT exits at once).
- */
-async function transfer<T>(cmd: Command, fn: (store: ImageStore, progress: ProgressSink, signal: AbortSignal, json: boolean) => Promise<T>): Promise<T> {
-  return withFileSystem(cmd, async (fsys: FileSystem, json) => {
-    const store = new ImageStore(fsys)
-    const progress = createProgress({ quiet: json })
-    const ac = new AbortController()
-    let signals = 0
-    const onSignal = () => {
-      if (++signals > 1) process.exit(130)
-      ac.abort(new StrataError('CANCELLED', 'interrupted'))
-    }
-    process.on('SIGINT', onSignal)
-    process.on('SIGTERM', onSignal)
-    try {
-      await store.open()
-      return await fn(store, progress, ac.signal, json)
-    } finally {
-      process.off('SIGINT', onSignal)
-      process.off('SIGTERM', onSignal)
-      progress.stop()
-      await store.close()
-    }
-  })
-}
-
 function transferOpts(c: Command): Command {
   return c
     .option('--endpoint <url>', 's3: endpoint URL (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the AWS profile, then AWS)')
     .option('--region <region>', 's3: region (default: $AWS_REGION, the AWS profile, then us-east-1)')
     .option('--force-path-style', 's3: address buckets as ENDPOINT/BUCKET (most local S3 servers need it)')
-    .option('--part-size <size>', 's3: multipart part size, at least 5M (default 16M)', sizeArg('--part-size'))
-    .option('--concurrency <n>', 'requests in flight (default: s3 4, docker pull 3)', intArg('--concurrency', { min: 1, max: 64 }))
-    .option('--insecure', 'docker: plain http to the registry')
-    .option('--username <user>', 'docker: registry user (default: $STRATA_REGISTRY_USER, ~/.docker/config.json)')
-    .option('--password <password>', 'docker: registry password (default: $STRATA_REGISTRY_PASSWORD)')
+    .option('--part-size <size>', 's3 push: multipart part size, at least 5M (default 16M); smaller blobs go in one PUT', sizeArg('--part-size'))
+    .option('--concurrency <n>', 's3: object requests in flight (default 4); docker pull: layer downloads at once (default 3); docker push does not use it', intArg('--concurrency', { min: 1, max: 64 }))
+    .option('--insecure', 'docker: plain http to the registry (default: http only for localhost and 127.x)')
+    .option('--username <user>', 'docker: registry user (default: $STRATA_REGISTRY_USER, then auths in $REGISTRY_AUTH_FILE or ~/.docker/config.json)')
+    .option('--password <password>', 'docker: registry password (default: $STRATA_REGISTRY_PASSWORD, then the auth file)')
     .option('--json', 'print JSON')
 }
 
@@ -113,7 +82,7 @@ export function registerImageTransfer(image: Command): void {
   transferOpts(
     image
       .command('push')
-      .description('copy a stored image to an object store (s3://) or a registry (docker://); an interrupted push resumes when run again')
+      .description('copy a stored image to an object store (s3://) or a registry (docker://); run it again after an interruption: blobs already there are skipped, an unfinished s3 multipart upload goes on from the parts already uploaded')
       .argument('<image>', 'NAME[:TAG] or NAME@sha256:…')
       .argument('<destination>', 's3://BUCKET[/PREFIX] or docker://HOST[:PORT]/REPO[:TAG]'),
   )
@@ -129,13 +98,13 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
       const kind = scheme(dest)
       if (kind === 's3') parseS3Location(dest)
       const s3 = kind === 's3' ? s3Options(o) : {}
-      return transfer(cmd, async (store, progress, signal, json) => {
+      return withImageStore(cmd, async ({ store, progress, signal, json }) => {
         const t0 = Date.now()
         const r =
           kind === 's3'
             ? await pushS3(store, ref, dest, { ...s3, progress, signal })
             : await pushRegistry(store, ref, dest, { ...registryOptions(o), progress, signal })
-        const seconds = (Date.now() - t0) / 1000
+        const seconds = secondsSince(t0)
         if (json) return printJson({ ...r, seconds })
         out(
           `pushed ${r.ref} (${r.digest}) to ${r.url}: ${r.blobsPushed} blob(s) pushed, ${r.blobsSkipped} already there, ` +
@@ -147,7 +116,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
   transferOpts(
     image
       .command('pull')
-      .description('copy an image from an object store (s3://) or a registry (docker://) into the cluster; an interrupted pull resumes when run again')
+      .description('copy an image from an object store (s3://) or a registry (docker://) into the cluster; an interrupted s3:// pull resumes from the bytes already stored when run again')
       .argument('<source>', 's3://BUCKET[/PREFIX]/NAME[:TAG|@sha256:…] or docker://HOST[:PORT]/REPO[:TAG|@sha256:…]')
       .option('--name <name>', 'local NAME[:TAG] (default: the remote name and tag)')
       .option('--platform <os/arch>', 'docker: platform to pick from a manifest list (default linux/amd64)'),
@@ -155,7 +124,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
     const kind = scheme(src)
     if (kind === 's3') parseS3ImageUrl(src)
     const s3 = kind === 's3' ? s3Options(o) : {}
-    return transfer(cmd, async (store, progress, signal, json) => {
+    return withImageStore(cmd, async ({ store, progress, signal, json }) => {
       const t0 = Date.now()
       const named = o.name !== undefined ? { name: o.name } : {}
       const r =
@@ -169,7 +138,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
               progress,
               signal,
             })
-      const seconds = (Date.now() - t0) / 1000
+      const seconds = secondsSince(t0)
       if (json) return printJson({ ...r, seconds })
       const as = r.tag ? `${r.name}:${r.tag}` : `${r.name}@${r.digest}`
       out(

@@ -4,45 +4,14 @@
 import type { Command } from 'commander'
 import { formatTable } from '../../fs/admin/index.js'
 import { StrataError } from '../../fs/common/errors.js'
-import type { FileSystem } from '../../fs/client/index.js'
 import { composeImage } from '../../sandbox/image/compose.js'
 import { exportOciArchive } from '../../sandbox/image/oci/export.js'
 import { importPath } from '../../sandbox/image/oci/import.js'
-import { createProgress, formatBytes, type ProgressSink } from '../../sandbox/image/progress.js'
-import { ImageStore } from '../../sandbox/image/store.js'
+import { formatBytes } from '../../sandbox/image/progress.js'
 import { LAYER_KINDS, formatImageRef, parseImageRef, type ImageManifest, type LayerKind } from '../../sandbox/image/types.js'
+import { secondsSince, withImageStore } from './image-store.js'
 import { registerImageTransfer } from './image-transfer.js'
-import { withFileSystem } from './fs.js'
 import { choiceArg, intArg, out, printJson } from './output.js'
-
-/**
- * Runs `fn` with the store opened on the command's cluster, progress on
- * stderr (none with --json) and SIGINT/SIGTERM turned into a cancel (the
- * command cleans up what it started; a second signal exits at once).
- */
-async function withStore<T>(cmd: Command, fn: (store: ImageStore, json: boolean, progress: ProgressSink & { stop(): void }, signal: AbortSignal) => Promise<T>): Promise<T> {
-  return withFileSystem(cmd, async (fsys: FileSystem, json) => {
-    const store = new ImageStore(fsys)
-    const progress = createProgress({ quiet: json })
-    const ac = new AbortController()
-    let signals = 0
-    const onSignal = () => {
-      if (++signals > 1) process.exit(130)
-      ac.abort(new StrataError('CANCELLED', 'interrupted'))
-    }
-    process.on('SIGINT', onSignal)
-    process.on('SIGTERM', onSignal)
-    try {
-      await store.open()
-      return await fn(store, json, progress, ac.signal)
-    } finally {
-      process.off('SIGINT', onSignal)
-      process.off('SIGTERM', onSignal)
-      progress.stop()
-      await store.close()
-    }
-  })
-}
 
 function short(digest: string): string {
   return digest.slice('sha256:'.length, 'sha256:'.length + 12)
@@ -59,10 +28,6 @@ function targetName(s: string, what: string): { name: string; tag: string } {
   const r = parseImageRef(s)
   if (r.digest) throw new StrataError('IMAGE_INVALID_REFERENCE', `${what} ${JSON.stringify(s)} must be NAME[:TAG], not a digest`)
   return { name: r.name, tag: r.tag ?? 'latest' }
-}
-
-function secs(t0: number): number {
-  return Math.round((Date.now() - t0) / 100) / 10
 }
 
 /** Registers `strata image …`. */
@@ -90,7 +55,7 @@ export function registerImageCommands(program: Command): Command {
     .option('--work-dir <dir>', 'local directory for unpacking and building layers (default: the system temp dir)')
     .option('--json', 'print JSON')
     .action((input: string, o: { name?: string; kind: LayerKind; squash?: boolean; platform?: string; ref?: string; compress?: 'lz4' | 'lz4hc'; workDir?: string }, cmd: Command) =>
-      withStore(cmd, async (store, json, progress, signal) => {
+      withImageStore(cmd, async ({ store, json, progress, signal }) => {
         const t0 = Date.now()
         const target = o.name !== undefined ? targetName(o.name, '--name') : null
         const r = await importPath(store, input, {
@@ -106,7 +71,7 @@ export function registerImageCommands(program: Command): Command {
           signal,
         })
         progress.stop()
-        const seconds = secs(t0)
+        const seconds = secondsSince(t0)
         const image = `${r.name}:${r.tag}`
         if (json) {
           return printJson({
@@ -134,7 +99,7 @@ export function registerImageCommands(program: Command): Command {
     .option('--toolkit <image>', 'toolkit image (repeatable, stacked in order)', (v: string, prev: string[] | undefined) => [...(prev ?? []), v])
     .option('--json', 'print JSON')
     .action((nameArg: string, o: { base: string; workspace?: string; toolkit?: string[] }, cmd: Command) =>
-      withStore(cmd, async (store, json) => {
+      withImageStore(cmd, async ({ store, json }) => {
         const target = targetName(nameArg, 'image name')
         const r = await composeImage(store, {
           base: o.base,
@@ -154,7 +119,7 @@ export function registerImageCommands(program: Command): Command {
     .option('-a, --all', 'also list manifests no tag points at (as <none>)')
     .option('--json', 'print JSON')
     .action((o: { all?: boolean }, cmd: Command) =>
-      withStore(cmd, async (store, json) => {
+      withImageStore(cmd, async ({ store, json }) => {
         const tags = await store.listTags()
         const digests = new Set(tags.map((t) => t.digest))
         const rows: Array<{ name: string; tag: string; digest: string }> = [...tags]
@@ -182,7 +147,7 @@ export function registerImageCommands(program: Command): Command {
     .argument('<image>', 'NAME[:TAG] or NAME@sha256:…')
     .option('--json', 'print JSON')
     .action((ref: string, _o, cmd: Command) =>
-      withStore(cmd, async (store, json) => {
+      withImageStore(cmd, async ({ store, json }) => {
         const r = await store.resolve(ref)
         const tags = (await store.listTags()).filter((t) => t.digest === r.digest).map((t) => `${t.name}:${t.tag}`)
         const layers = r.manifest.layers.map((l) => ({ ...l, path: store.blobPath(l.digest) }))
@@ -215,7 +180,7 @@ export function registerImageCommands(program: Command): Command {
     .argument('<target>', 'NAME[:TAG]')
     .option('--json', 'print JSON')
     .action((src: string, dst: string, _o, cmd: Command) =>
-      withStore(cmd, async (store, json) => {
+      withImageStore(cmd, async ({ store, json }) => {
         const target = targetName(dst, 'target')
         const r = await store.resolve(src)
         await store.setTag(target.name, target.tag, r.digest)
@@ -229,7 +194,7 @@ export function registerImageCommands(program: Command): Command {
     .argument('<images...>', 'NAME[:TAG] or NAME@sha256:…')
     .option('--json', 'print JSON')
     .action((refs: string[], _o, cmd: Command) =>
-      withStore(cmd, async (store, json) => {
+      withImageStore(cmd, async ({ store, json }) => {
         const parsed = refs.map((r) => parseImageRef(r))
         const untagged: Array<{ image: string; digest: string }> = []
         const failed: Array<{ image: string; code: string; message: string }> = []
@@ -267,7 +232,7 @@ export function registerImageCommands(program: Command): Command {
     .option('--dry-run', 'only report what would be removed')
     .option('--json', 'print JSON')
     .action((o: { dryRun?: boolean }, cmd: Command) =>
-      withStore(cmd, async (store, json) => {
+      withImageStore(cmd, async ({ store, json }) => {
         const r = await store.gc({ dryRun: !!o.dryRun })
         if (json) return printJson({ dryRun: !!o.dryRun, ...r })
         const verb = o.dryRun ? 'would remove' : 'removed'
@@ -282,11 +247,11 @@ export function registerImageCommands(program: Command): Command {
     .option('--work-dir <dir>', 'local directory for converting layers (default: the system temp dir)')
     .option('--json', 'print JSON')
     .action((ref: string, outFile: string, o: { workDir?: string }, cmd: Command) =>
-      withStore(cmd, async (store, json, progress, signal) => {
+      withImageStore(cmd, async ({ store, json, progress, signal }) => {
         const t0 = Date.now()
         const r = await exportOciArchive(store, ref, outFile, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress, signal })
         progress.stop()
-        const seconds = secs(t0)
+        const seconds = secondsSince(t0)
         if (json) return printJson({ ...r, out: outFile, seconds })
         out(`exported ${r.refName ?? r.digest} to ${outFile}: ${r.layers.length} layer(s), ${formatBytes(r.bytes)} in ${seconds} s`)
       }),
