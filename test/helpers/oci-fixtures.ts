@@ -15,12 +15,14 @@
 //
 // `umociUnpack()` gives the reference rootfs; `toOciArchive()`,
 // `toDockerArchive()` and `toZstdLayout()` give the other forms through skopeo.
-// Everything lives under `fx.dir`; call `fx.cleanup()` (t.teardown) when done.
+// Everything lives under `fx.dir`; call `fx.cleanup()` (t.teardown) when done,
+// or let `useOciFixture(test, …)` make one per test file and remove it.
 import { execFile } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import type { TestFn } from 'ava'
 
 export interface OciFixtureLayer {
   digest: string
@@ -226,6 +228,23 @@ export async function makeOciFixture(opts: { tmpDir?: string } = {}): Promise<Oc
     await cleanup()
     throw e
   }
+}
+
+/**
+ * Registers test.serial.before / test.after.always hooks that build the
+ * fixture once for a test file and remove it after the last test; `use`
+ * receives it (and may prepare more from it) before the first test and
+ * before any hook registered after this call.
+ */
+export function useOciFixture(test: TestFn, use: (fx: OciFixture) => unknown): void {
+  let fx: OciFixture | undefined
+  test.serial.before(async () => {
+    fx = await makeOciFixture()
+    await use(fx)
+  })
+  test.after.always(async () => {
+    await fx?.cleanup()
+  })
 }
 
 /** `umoci unpack` of the fixture into `bundle`; returns the rootfs path (the reference tree). */

@@ -8,23 +8,11 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { strata } from '../../bin/helpers.js'
-import type { ImageStore } from '../../../sandbox/image/store.js'
-import { startImageCluster, localTmp, type ImageCluster } from '../../helpers/image-cluster.js'
-import { makeOciFixture, run, toDockerArchive, type OciFixture } from '../../helpers/oci-fixtures.js'
+import { localTmp } from '../../helpers/image-cluster.js'
+import { useImageFixtureCluster } from '../../helpers/image-fixture-cluster.js'
+import { run, toDockerArchive } from '../../helpers/oci-fixtures.js'
 
-let ic: ImageCluster
-let fx: OciFixture
-let store: ImageStore
-
-test.before(async () => {
-  ic = await startImageCluster()
-  fx = await makeOciFixture()
-  store = await ic.store()
-})
-test.after.always(async () => {
-  await fx?.cleanup()
-  await ic?.close()
-})
+const img = useImageFixtureCluster(test)
 
 interface StoreState {
   blobs: string[]
@@ -36,21 +24,21 @@ interface StoreState {
 }
 
 async function state(): Promise<StoreState> {
-  const names = async (p: string) => (await store.fs.readdirAll(p)).entries.map((e) => e.name).sort()
+  const names = async (p: string) => (await img.store.fs.readdirAll(p)).entries.map((e) => e.name).sort()
   return {
-    blobs: (await store.listBlobs()).map((b) => b.digest).sort(),
-    manifests: (await store.listManifests()).sort(),
-    tags: (await store.listTags()).map((t) => `${t.name}:${t.tag}`),
-    diffIds: await names(`${store.root}/diffids/sha256`),
-    leases: (await store.listLeases()).map((l) => `${l.holder}/${l.digest}`),
-    tmp: await names(`${store.root}/tmp`),
+    blobs: (await img.store.listBlobs()).map((b) => b.digest).sort(),
+    manifests: (await img.store.listManifests()).sort(),
+    tags: (await img.store.listTags()).map((t) => `${t.name}:${t.tag}`),
+    diffIds: await names(`${img.store.root}/diffids/sha256`),
+    leases: (await img.store.listLeases()).map((l) => `${l.holder}/${l.digest}`),
+    tmp: await names(`${img.store.root}/tmp`),
   }
 }
 
 /** Runs `strata image import …`; expects failure with `code` and an unchanged store. */
 async function expectFailure(t: import('ava').ExecutionContext, code: string, args: string[]): Promise<void> {
   const before = await state()
-  const r = await strata(['image', ...ic.cliArgs, 'import', ...args])
+  const r = await strata(['image', ...img.ic.cliArgs, 'import', ...args])
   t.not(r.code, 0, `import ${args.join(' ')} should fail\n${r.stdout}${r.stderr}`)
   t.regex(r.stderr, new RegExp(`strata: ${code}: `), `import ${args.join(' ')}: expected ${code}\n${r.stderr}`)
   t.deepEqual(await state(), before, `import ${args.join(' ')} left something behind`)
@@ -83,7 +71,7 @@ with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as tf:
 
 function copyLayout(dir: string, name: string): string {
   const dest = path.join(dir, name)
-  fs.cpSync(fx.layout, dest, { recursive: true })
+  fs.cpSync(img.fx.layout, dest, { recursive: true })
   return dest
 }
 
@@ -126,7 +114,7 @@ test.serial('a good import works and sets the baseline', async (t) => {
   const dir = localTmp(t)
   fs.mkdirSync(path.join(dir, 'etc'))
   fs.writeFileSync(path.join(dir, 'etc/hostname'), 'baseline\n')
-  const r = await strata(['image', ...ic.cliArgs, 'import', dir, '--name', 'good/base', '--json'])
+  const r = await strata(['image', ...img.ic.cliArgs, 'import', dir, '--name', 'good/base', '--json'])
   t.is(r.code, 0, r.stderr)
   const j = JSON.parse(r.stdout)
   t.is(j.image, 'good/base:latest')
@@ -170,7 +158,7 @@ test.serial('malformed and truncated archives', async (t) => {
   const dir = localTmp(t)
   const garbage = path.join(dir, 'garbage.tar')
   fs.writeFileSync(garbage, crypto.randomBytes(4096))
-  const docker = await toDockerArchive(fx, path.join(dir, 'docker.tar'))
+  const docker = await toDockerArchive(img.fx, path.join(dir, 'docker.tar'))
   const size = fs.statSync(docker).size
   const truncated = path.join(dir, 'truncated.tar')
   fs.writeFileSync(truncated, fs.readFileSync(docker).subarray(0, Math.floor(size * 0.6)))
@@ -197,13 +185,13 @@ test.serial('digest and size mismatches, unknown media types, missing blobs, wro
   const dir = localTmp(t)
   // a layer blob with one byte flipped (same size): caught while streaming, after other layers were built
   const tampered = copyLayout(dir, 'tampered')
-  const top = fx.layers[2]!
+  const top = img.fx.layers[2]!
   const bytes = fs.readFileSync(blobFile(tampered, top.digest))
   bytes[Math.floor(bytes.length / 2)]! ^= 0xff
   fs.writeFileSync(blobFile(tampered, top.digest), bytes)
   // one byte more: caught before anything is read
   const longer = copyLayout(dir, 'longer')
-  fs.appendFileSync(blobFile(longer, fx.layers[0]!.digest), 'x')
+  fs.appendFileSync(blobFile(longer, img.fx.layers[0]!.digest), 'x')
   // a diff_id that is not the layer's
   const wrongDiff = copyLayout(dir, 'wrong-diffid')
   rewrite(wrongDiff, () => undefined, (c) => {
@@ -221,9 +209,9 @@ test.serial('digest and size mismatches, unknown media types, missing blobs, wro
     m.layers[1].mediaType = 'application/vnd.example.layer.v1.squashfs'
   })
   const missing = copyLayout(dir, 'missing-blob')
-  fs.rmSync(blobFile(missing, fx.layers[1]!.digest))
+  fs.rmSync(blobFile(missing, img.fx.layers[1]!.digest))
   const missingConfig = copyLayout(dir, 'missing-config')
-  fs.rmSync(blobFile(missingConfig, fx.configDigest))
+  fs.rmSync(blobFile(missingConfig, img.fx.configDigest))
 
   await expectFailure(t, 'IMAGE_DIGEST_MISMATCH', [tampered, '--name', 'bad/tampered'])
   await expectFailure(t, 'IMAGE_SIZE_MISMATCH', [longer, '--name', 'bad/longer'])
@@ -232,11 +220,11 @@ test.serial('digest and size mismatches, unknown media types, missing blobs, wro
   await expectFailure(t, 'IMAGE_UNSUPPORTED_MEDIA_TYPE', [unknown, '--name', 'bad/type'])
   await expectFailure(t, 'IMAGE_BLOB_MISSING', [missing, '--name', 'bad/missing'])
   await expectFailure(t, 'IMAGE_BLOB_MISSING', [missingConfig, '--name', 'bad/missing-config'])
-  await expectFailure(t, 'IMAGE_PLATFORM_NOT_FOUND', [fx.layout, '--name', 'bad/platform', '--platform', 'linux/arm64'])
-  await expectFailure(t, 'IMAGE_INVALID_REFERENCE', [fx.layout, '--name', 'Bad Name'])
-  await expectFailure(t, 'IMAGE_INVALID_REFERENCE', [fx.layout])
+  await expectFailure(t, 'IMAGE_PLATFORM_NOT_FOUND', [img.fx.layout, '--name', 'bad/platform', '--platform', 'linux/arm64'])
+  await expectFailure(t, 'IMAGE_INVALID_REFERENCE', [img.fx.layout, '--name', 'Bad Name'])
+  await expectFailure(t, 'IMAGE_INVALID_REFERENCE', [img.fx.layout])
   // a usage error exits 2
-  const r = await strata(['image', ...ic.cliArgs, 'import', fx.layout, '--name', 'x', '--kind', 'nope'])
+  const r = await strata(['image', ...img.ic.cliArgs, 'import', img.fx.layout, '--name', 'x', '--kind', 'nope'])
   t.is(r.code, 2)
 })
 
@@ -253,7 +241,7 @@ test.serial('an interrupted import (SIGINT) cleans up: no tag, manifest, blob or
   const before = await state()
   const { spawn } = await import('node:child_process')
   const { STRATA } = await import('../../bin/helpers.js')
-  const child = spawn(process.execPath, [STRATA, 'image', ...ic.cliArgs, 'import', tar, '--name', 'bad/interrupted', '--work-dir', work], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [STRATA, 'image', ...img.ic.cliArgs, 'import', tar, '--name', 'bad/interrupted', '--work-dir', work], { stdio: ['ignore', 'pipe', 'pipe'] })
   let stderr = ''
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()))
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))

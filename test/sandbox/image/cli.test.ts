@@ -6,28 +6,16 @@ import test from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
 import { ok, strata } from '../../bin/helpers.js'
-import type { ImageStore } from '../../../sandbox/image/store.js'
-import { startImageCluster, localTmp, type ImageCluster } from '../../helpers/image-cluster.js'
+import { localTmp } from '../../helpers/image-cluster.js'
+import { useImageFixtureCluster } from '../../helpers/image-fixture-cluster.js'
 import { mountImage } from '../../helpers/image-mount.js'
-import { makeOciFixture, run, umociUnpack, type OciFixture } from '../../helpers/oci-fixtures.js'
+import { run, umociUnpack } from '../../helpers/oci-fixtures.js'
 import { diffTrees, snapshotTree } from '../../helpers/tree-compare.js'
 
-let ic: ImageCluster
-let fx: OciFixture
-let store: ImageStore
-
-test.before(async () => {
-  ic = await startImageCluster()
-  fx = await makeOciFixture()
-  store = await ic.store()
-})
-test.after.always(async () => {
-  await fx?.cleanup()
-  await ic?.close()
-})
+const img = useImageFixtureCluster(test)
 
 function image(t: import('ava').ExecutionContext, ...args: string[]): Promise<string> {
-  return ok(t, ['image', ...ic.cliArgs, ...args], { timeoutMs: 180_000 })
+  return ok(t, ['image', ...img.ic.cliArgs, ...args], { timeoutMs: 180_000 })
 }
 
 /** A tiny runnable rootfs: /bin/cat with the libraries it needs, and a file to print. */
@@ -47,7 +35,7 @@ async function catRootfs(dir: string): Promise<string> {
 }
 
 test.serial('import, ls, inspect, tag, rm and gc (a leased layer survives, unreferenced ones go)', async (t) => {
-  const imp = JSON.parse(await image(t, 'import', fx.layout, '--name', 'cli/app:v1', '--json'))
+  const imp = JSON.parse(await image(t, 'import', img.fx.layout, '--name', 'cli/app:v1', '--json'))
   t.like(imp, { image: 'cli/app:v1', name: 'cli/app', tag: 'v1', layersBuilt: 3, layersReused: 0 })
   t.regex(imp.digest, /^sha256:[0-9a-f]{64}$/)
 
@@ -70,10 +58,10 @@ test.serial('import, ls, inspect, tag, rm and gc (a leased layer survives, unref
   await image(t, 'tag', 'cli/app:v1', 'cli/app:latest')
   await image(t, 'tag', `cli/app@${imp.digest}`, 'other/name:x')
   t.deepEqual(
-    (await store.listTags()).map((x) => `${x.name}:${x.tag}`),
+    (await img.store.listTags()).map((x) => `${x.name}:${x.tag}`),
     ['cli/app:latest', 'cli/app:v1', 'other/name:x'],
   )
-  const missing = await strata(['image', ...ic.cliArgs, 'inspect', 'cli/app:nope'])
+  const missing = await strata(['image', ...img.ic.cliArgs, 'inspect', 'cli/app:nope'])
   t.is(missing.code, 1)
   t.regex(missing.stderr, /strata: IMAGE_NOT_FOUND: /)
 
@@ -83,29 +71,29 @@ test.serial('import, ls, inspect, tag, rm and gc (a leased layer survives, unref
   const dry = JSON.parse(await image(t, 'gc', '--dry-run', '--json'))
   t.deepEqual(dry.removedBlobs, [])
   t.deepEqual(dry.removedManifests, [])
-  const rmMissing = await strata(['image', ...ic.cliArgs, 'rm', 'cli/app:v1'])
+  const rmMissing = await strata(['image', ...img.ic.cliArgs, 'rm', 'cli/app:v1'])
   t.is(rmMissing.code, 1)
   t.regex(rmMissing.stderr, /IMAGE_NOT_FOUND/)
 
   // a node holds a lease on the bottom layer; the last tag goes
   const layers: string[] = insp.layers.map((l: { digest: string }) => l.digest)
-  await store.addLease('node-7', layers[0]!)
+  await img.store.addLease('node-7', layers[0]!)
   await image(t, 'rm', `cli/app@${imp.digest}`)
-  t.deepEqual(await store.listTags(), [])
+  t.deepEqual(await img.store.listTags(), [])
   const preview = JSON.parse(await image(t, 'gc', '--dry-run', '--json'))
   t.deepEqual(preview.removedManifests, [imp.digest])
-  t.true(await store.hasBlob(layers[1]!))
+  t.true(await img.store.hasBlob(layers[1]!))
   const gc = JSON.parse(await image(t, 'gc', '--json'))
   t.deepEqual(gc.removedManifests, [imp.digest])
   t.deepEqual([...gc.removedBlobs].sort(), [layers[1], layers[2]].sort())
   t.deepEqual(gc.keptLeased, [layers[0]])
-  t.true(await store.hasBlob(layers[0]!))
-  t.false(await store.hasBlob(layers[1]!))
-  t.deepEqual(await store.listManifests(), [])
-  await store.removeLease('node-7', layers[0]!)
+  t.true(await img.store.hasBlob(layers[0]!))
+  t.false(await img.store.hasBlob(layers[1]!))
+  t.deepEqual(await img.store.listManifests(), [])
+  await img.store.removeLease('node-7', layers[0]!)
   const gc2 = JSON.parse(await image(t, 'gc', '--json'))
   t.deepEqual(gc2.removedBlobs, [layers[0]])
-  t.deepEqual(await store.listBlobs(), [])
+  t.deepEqual(await img.store.listBlobs(), [])
 })
 
 test.serial('export → podman load → podman run prints the file; skopeo inspects it; re-import gives the same layers and tree', async (t) => {
@@ -144,16 +132,16 @@ test.serial('export → podman load → podman run prints the file; skopeo inspe
 
 test.serial('export of a multi-layer image with whiteouts and an opaque dir: skopeo → umoci unpack gives the fixture tree', async (t) => {
   const dir = localTmp(t)
-  await image(t, 'import', fx.layout, '--name', 'cli/fx:v1')
+  await image(t, 'import', img.fx.layout, '--name', 'cli/fx:v1')
   const out = path.join(dir, 'fx.tar')
   await image(t, 'export', 'cli/fx:v1', out)
   // an independent tool reads our archive back into an OCI layout and unpacks it
   await run('skopeo', ['--insecure-policy', 'copy', '-q', `oci-archive:${out}`, `oci:${path.join(dir, 'layout')}:x`])
   const ours = await snapshotTree(await umociUnpack({ ref: `${path.join(dir, 'layout')}:x` }, path.join(dir, 'b1')))
-  const theirs = await snapshotTree(await umociUnpack(fx, path.join(dir, 'b2')))
+  const theirs = await snapshotTree(await umociUnpack(img.fx, path.join(dir, 'b2')))
   t.deepEqual(diffTrees(ours, theirs), [])
   // and the stored image mounts as the same tree too
-  const { manifest } = await store.resolve('cli/fx:v1')
-  const mounted = await snapshotTree(await mountImage(t, store, manifest, localTmp(t, 'strata-mnt-')))
+  const { manifest } = await img.store.resolve('cli/fx:v1')
+  const mounted = await snapshotTree(await mountImage(t, img.store, manifest, localTmp(t, 'strata-mnt-')))
   t.deepEqual(diffTrees(mounted, theirs), [])
 })

@@ -8,26 +8,14 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { mergeConfigs } from '../../../sandbox/image/compose.js'
 import { importPath } from '../../../sandbox/image/oci/import.js'
-import type { ImageStore } from '../../../sandbox/image/store.js'
 import { emptyConfig } from '../../../sandbox/image/types.js'
 import { ok, strata } from '../../bin/helpers.js'
-import { startImageCluster, localTmp, type ImageCluster } from '../../helpers/image-cluster.js'
+import { localTmp } from '../../helpers/image-cluster.js'
+import { useImageFixtureCluster } from '../../helpers/image-fixture-cluster.js'
 import { mountImage } from '../../helpers/image-mount.js'
-import { makeOciFixture, run, type OciFixture } from '../../helpers/oci-fixtures.js'
+import { run } from '../../helpers/oci-fixtures.js'
 
-let ic: ImageCluster
-let fx: OciFixture
-let store: ImageStore
-
-test.before(async () => {
-  ic = await startImageCluster()
-  fx = await makeOciFixture()
-  store = await ic.store()
-})
-test.after.always(async () => {
-  await fx?.cleanup()
-  await ic?.close()
-})
+const img = useImageFixtureCluster(test)
 
 /** A one-layer OCI layout made by umoci: `files` (path → content) and config flags. */
 async function umociImage(dir: string, name: string, files: Record<string, string>, config: string[]): Promise<string> {
@@ -71,22 +59,22 @@ test.serial('compose base + workspace + toolkits: no data copied, kinds re-marke
   const tk2 = await umociImage(dir, 'tk2', { 'opt/tk2/tool': 'tool 2\n' }, ['--config.cmd=--verbose'])
   // a toolkit built FROM the base image: its own layer sits on top of the base's three
   const bundle = path.join(dir, 'fromBase')
-  await run('umoci', ['unpack', '--image', fx.ref, bundle])
+  await run('umoci', ['unpack', '--image', img.fx.ref, bundle])
   fs.mkdirSync(path.join(bundle, 'rootfs/opt/extra'), { recursive: true })
   fs.writeFileSync(path.join(bundle, 'rootfs/opt/extra/x'), 'extra\n')
-  await run('umoci', ['repack', '--image', `${fx.layout}:with-extra`, bundle])
+  await run('umoci', ['repack', '--image', `${img.fx.layout}:with-extra`, bundle])
 
-  await importPath(store, fx.layout, { name: 'env/base', ref: 'latest', workDir: dir })
-  await importPath(store, ws, { name: 'env/ws', kind: 'workspace', workDir: dir })
-  await importPath(store, tk, { name: 'env/tk', kind: 'toolkit', workDir: dir })
-  await importPath(store, tk2, { name: 'env/tk2', kind: 'toolkit', workDir: dir })
-  await importPath(store, fx.layout, { name: 'env/extra', ref: 'with-extra', workDir: dir })
-  const blobs = (await store.listBlobs()).length
+  await importPath(img.store, img.fx.layout, { name: 'env/base', ref: 'latest', workDir: dir })
+  await importPath(img.store, ws, { name: 'env/ws', kind: 'workspace', workDir: dir })
+  await importPath(img.store, tk, { name: 'env/tk', kind: 'toolkit', workDir: dir })
+  await importPath(img.store, tk2, { name: 'env/tk2', kind: 'toolkit', workDir: dir })
+  await importPath(img.store, img.fx.layout, { name: 'env/extra', ref: 'with-extra', workDir: dir })
+  const blobs = (await img.store.listBlobs()).length
   t.is(blobs, 3 + 1 + 1 + 1 + 1)
-  const base = (await store.resolve('env/base')).manifest
+  const base = (await img.store.resolve('env/base')).manifest
 
   const c = JSON.parse(
-    await ok(t, ['image', ...ic.cliArgs, 'compose', 'env/task:1', '--base', 'env/base', '--workspace', 'env/ws', '--toolkit', 'env/tk', '--toolkit', 'env/extra', '--toolkit', 'env/tk2', '--json']),
+    await ok(t, ['image', ...img.ic.cliArgs, 'compose', 'env/task:1', '--base', 'env/base', '--workspace', 'env/ws', '--toolkit', 'env/tk', '--toolkit', 'env/extra', '--toolkit', 'env/tk2', '--json']),
   )
   t.is(c.image, 'env/task:1')
   t.deepEqual(
@@ -94,8 +82,8 @@ test.serial('compose base + workspace + toolkits: no data copied, kinds re-marke
     ['base:3', 'workspace:1', 'toolkit:1', 'toolkit:1', 'toolkit:1'],
   )
   // nothing copied: same blobs, the composed manifest points at the stored layers
-  t.is((await store.listBlobs()).length, blobs)
-  const m = (await store.resolve('env/task:1')).manifest
+  t.is((await img.store.listBlobs()).length, blobs)
+  const m = (await img.store.resolve('env/task:1')).manifest
   t.deepEqual(
     m.layers.map((l) => l.kind),
     ['base', 'base', 'base', 'workspace', 'toolkit', 'toolkit', 'toolkit'],
@@ -104,8 +92,8 @@ test.serial('compose base + workspace + toolkits: no data copied, kinds re-marke
     m.layers.slice(0, 3).map((l) => l.digest),
     base.layers.map((l) => l.digest),
   )
-  t.is(m.layers[3]!.digest, (await store.resolve('env/ws')).manifest.layers[0]!.digest)
-  t.is(m.layers[5]!.digest, (await store.resolve('env/extra')).manifest.layers[3]!.digest)
+  t.is(m.layers[3]!.digest, (await img.store.resolve('env/ws')).manifest.layers[0]!.digest)
+  t.is(m.layers[5]!.digest, (await img.store.resolve('env/extra')).manifest.layers[3]!.digest)
   t.is(m.source.type, 'compose')
   // config: env merged by key, labels merged, entrypoint from tk, cmd from tk2, workdir from ws
   t.true(m.config.env.includes('REPO=/work/repo'))
@@ -118,7 +106,7 @@ test.serial('compose base + workspace + toolkits: no data copied, kinds re-marke
   t.like(m.config.labels, { task: '42', harness: 'v3' })
 
   // the stacked tree: the base's files, the workspace's override, every toolkit's files
-  const root = await mountImage(t, store, m, localTmp(t, 'strata-mnt-'))
+  const root = await mountImage(t, img.store, m, localTmp(t, 'strata-mnt-'))
   t.is(fs.readFileSync(path.join(root, 'etc/passwd'), 'utf8'), 'workspace passwd\n')
   t.is(fs.readFileSync(path.join(root, 'work/repo/README'), 'utf8'), 'the task repo\n')
   t.true(fs.existsSync(path.join(root, 'opt/tk/run')))
@@ -131,7 +119,7 @@ test.serial('compose base + workspace + toolkits: no data copied, kinds re-marke
 
   // the merged config goes out with an export
   const out = path.join(dir, 'task.tar')
-  await ok(t, ['image', ...ic.cliArgs, 'export', 'env/task:1', out], { timeoutMs: 180_000 })
+  await ok(t, ['image', ...img.ic.cliArgs, 'export', 'env/task:1', out], { timeoutMs: 180_000 })
   const insp = JSON.parse((await run('skopeo', ['inspect', '--config', `oci-archive:${out}`])).stdout)
   t.deepEqual(insp.config.Entrypoint, ['/opt/tk/run'])
   t.is(insp.config.WorkingDir, '/work/repo')
@@ -139,11 +127,11 @@ test.serial('compose base + workspace + toolkits: no data copied, kinds re-marke
   t.is(insp.rootfs.diff_ids.length, 7)
 
   // errors: a missing part, and a part that adds nothing
-  const missing = await strata(['image', ...ic.cliArgs, 'compose', 'env/x', '--base', 'env/base', '--workspace', 'env/none'])
+  const missing = await strata(['image', ...img.ic.cliArgs, 'compose', 'env/x', '--base', 'env/base', '--workspace', 'env/none'])
   t.is(missing.code, 1)
   t.regex(missing.stderr, /IMAGE_NOT_FOUND/)
-  const nothing = await strata(['image', ...ic.cliArgs, 'compose', 'env/x', '--base', 'env/base', '--toolkit', 'env/base'])
+  const nothing = await strata(['image', ...img.ic.cliArgs, 'compose', 'env/x', '--base', 'env/base', '--toolkit', 'env/base'])
   t.is(nothing.code, 1)
   t.regex(nothing.stderr, /INVALID_ARGUMENT/)
-  t.is((await store.listBlobs()).length, blobs)
+  t.is((await img.store.listBlobs()).length, blobs)
 })

@@ -11,15 +11,12 @@ import { openImportInput } from '../../../sandbox/image/oci/source.js'
 import { TarIndex } from '../../../sandbox/image/oci/tar-index.js'
 import { parsePlatform, platformMatches } from '../../../sandbox/image/oci/platform.js'
 import { localTmp } from '../../helpers/image-cluster.js'
-import { makeOciFixture, run, toDockerArchive, type OciFixture } from '../../helpers/oci-fixtures.js'
+import { run, toDockerArchive, useOciFixture, type OciFixture } from '../../helpers/oci-fixtures.js'
 
 let fx: OciFixture
 
-test.before(async () => {
-  fx = await makeOciFixture()
-})
-test.after.always(async () => {
-  await fx?.cleanup()
+useOciFixture(test, (f) => {
+  fx = f
 })
 
 async function sha(s: Readable): Promise<string> {

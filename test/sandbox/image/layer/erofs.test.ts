@@ -2,22 +2,11 @@ import test from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { buildErofs, decompressStream, readTar, unpackLayer, type TarEntryHeader } from '../../../../sandbox/image/layer/index.js'
+import { buildErofs, readTar, unpackLayer, type TarEntryHeader } from '../../../../sandbox/image/layer/index.js'
 import { TarWriter } from '../../../../sandbox/image/layer/tar-writer.js'
-import { makeOciFixture, type OciFixture } from '../../../helpers/oci-fixtures.js'
-import { dir, file, mount, packTar, readAll, sha256, streamOf, tmpDir } from './helpers.js'
+import { dir, file, fixtureLayerTars, mount, packTar, sha256, streamOf, tmpDir } from './helpers.js'
 
-let fx: OciFixture
-const plainTars: Buffer[] = []
-
-test.before(async () => {
-  fx = await makeOciFixture()
-  for (const l of fx.layers) plainTars.push(await readAll(await decompressStream(fs.createReadStream(l.blobPath), l.mediaType)))
-})
-
-test.after.always(async () => {
-  await fx?.cleanup()
-})
+const plainTars = fixtureLayerTars(test)
 
 /**
  * The same layer with its entries in reverse order (hard links moved after

@@ -1,14 +1,17 @@
-// Helpers for the layer tests: tree snapshots to compare directory trees,
-// tars crafted with tar-stream, mounts that tests tear down themselves.
+// Helpers for the layer tests: tars crafted with tar-stream, the fixture's
+// layers decompressed, mounts that tests tear down themselves. Tree
+// snapshots are test/helpers/tree-compare.ts.
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { Readable } from 'node:stream'
-import type { ExecutionContext } from 'ava'
+import type { ExecutionContext, TestFn } from 'ava'
 import tarStream from 'tar-stream'
 import type { Header } from 'tar-stream'
 import { MNT, MS, native } from '../../../../fs/common/native.js'
+import { decompressStream } from '../../../../sandbox/image/layer/index.js'
+import { useOciFixture } from '../../../helpers/oci-fixtures.js'
 
 export function tmpDir(t: ExecutionContext, prefix = 'strata-layer-'): string {
   const d = fs.mkdtempSync(path.join(os.tmpdir(), prefix))
@@ -35,82 +38,6 @@ export function mount(t: ExecutionContext, source: string, target: string, fstyp
   t.teardown(() => {
     if (mountedAt(target)) native().umount2(target, MNT.DETACH)
   })
-}
-
-export interface Node {
-  type: string
-  mode: string
-  uid: number
-  gid: number
-  size?: number
-  sha256?: string
-  link?: string
-  rdev?: string
-  xattrs?: Record<string, string>
-  mtime?: string
-  /** Other paths of the same inode (hard links), sorted. */
-  links?: string[]
-}
-
-export interface SnapshotOptions {
-  /** Compare directory mtimes too (default false: implied directories and overlay merges make them differ). */
-  dirMtimes?: boolean
-  /** Paths whose attributes are ignored (only type kept), e.g. whiteout files. */
-  typeOnly?: (rel: string) => boolean
-  /** Skip the root's attributes. */
-  skipRoot?: boolean
-}
-
-function typeOf(st: fs.Stats): string {
-  if (st.isDirectory()) return 'dir'
-  if (st.isFile()) return 'file'
-  if (st.isSymbolicLink()) return 'symlink'
-  if (st.isCharacterDevice()) return 'chr'
-  if (st.isBlockDevice()) return 'blk'
-  if (st.isFIFO()) return 'fifo'
-  return 'other'
-}
-
-/** A comparable description of every entry under `root`, keyed by relative path ('.' is the root). */
-export function snapshot(root: string, opts: SnapshotOptions = {}): Record<string, Node> {
-  const out: Record<string, Node> = {}
-  const inodes = new Map<string, string[]>()
-  const walk = (abs: string, rel: string): void => {
-    const st = fs.lstatSync(abs, { bigint: true })
-    const plain = fs.lstatSync(abs)
-    const type = typeOf(plain)
-    if (opts.typeOnly?.(rel)) {
-      out[rel] = { type, mode: '', uid: 0, gid: 0 }
-    } else if (!(rel === '.' && opts.skipRoot)) {
-      const n: Node = { type, mode: (Number(st.mode) & 0o7777).toString(8), uid: Number(st.uid), gid: Number(st.gid) }
-      if (type === 'file') {
-        n.size = Number(st.size)
-        n.sha256 = crypto.createHash('sha256').update(fs.readFileSync(abs)).digest('hex')
-      }
-      if (type === 'symlink') n.link = fs.readlinkSync(abs)
-      if (type === 'chr' || type === 'blk') n.rdev = String(st.rdev)
-      const xa: Record<string, string> = {}
-      for (const name of native().llistxattr(abs).sort()) {
-        if (name.startsWith('trusted.overlay.') || name.startsWith('security.')) continue
-        xa[name] = native().lgetxattr(abs, name).toString('hex')
-      }
-      if (Object.keys(xa).length) n.xattrs = xa
-      if (type !== 'dir' || opts.dirMtimes) n.mtime = String(st.mtimeNs)
-      if (type !== 'dir' && st.nlink > 1n) {
-        const key = `${st.dev}:${st.ino}`
-        inodes.set(key, [...(inodes.get(key) ?? []), rel])
-      }
-      out[rel] = n
-    }
-    if (type === 'dir') {
-      for (const name of fs.readdirSync(abs).sort()) walk(path.join(abs, name), rel === '.' ? name : `${rel}/${name}`)
-    }
-  }
-  walk(root, '.')
-  for (const paths of inodes.values()) {
-    for (const p of paths) out[p]!.links = paths.filter((x) => x !== p).sort()
-  }
-  return out
 }
 
 export type PackEntry = { header: Partial<Header> & { name: string; pax?: Record<string, string> }; data?: Buffer | string }
@@ -164,4 +91,17 @@ export async function readAll(r: Readable): Promise<Buffer> {
   const chunks: Buffer[] = []
   for await (const c of r as AsyncIterable<Buffer>) chunks.push(c)
   return Buffer.concat(chunks)
+}
+
+/**
+ * The OCI fixture's layers as plain tars, lowest first: hooks registered on
+ * `test` build the fixture (useOciFixture) and fill the returned array
+ * before the first test.
+ */
+export function fixtureLayerTars(test: TestFn): Buffer[] {
+  const tars: Buffer[] = []
+  useOciFixture(test, async (fx) => {
+    for (const l of fx.layers) tars.push(await readAll(await decompressStream(fs.createReadStream(l.blobPath), l.mediaType)))
+  })
+  return tars
 }

@@ -25,7 +25,7 @@ import {
   umociImage,
   type TestRegistry,
 } from '../../../helpers/registry.js'
-import { diffTrees, snapshotTree, type TreeEntry } from '../../../helpers/tree-compare.js'
+import { diffTrees, snapshotTree, type Tree } from '../../../helpers/tree-compare.js'
 
 const test = anyTest as TestFn<{ ic: ImageCluster }>
 const root = process.getuid?.() === 0
@@ -61,7 +61,7 @@ async function imageTree(t: ExecutionContext, store: ImageStore, digest: string,
 }
 
 let fx: OciFixture
-let expected: Map<string, TreeEntry>
+let expected: Tree
 let pulled: { store: ImageStore; name: string; digest: string }
 
 t0('(1) skopeo → registry → strata pull: the overlay of the EROFS layers equals umoci unpack', async (t) => {
