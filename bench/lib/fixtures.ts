@@ -1,8 +1,13 @@
 // Shared state of one benchmark run: the scratch directory (cluster data and
 // the disk baseline live on the same filesystem), the data written by every
-// throughput benchmark, and the local cluster. The cluster is started through
+// throughput benchmark, and the local clusters. A cluster is started through
 // the fs/admin cluster functions (what `strata cluster up` runs) and torn
 // down with `cluster destroy` when the run ends, also on Ctrl-C.
+//
+// Two clusters, never both at once: the DFS core one (mgmtd + storage only,
+// 3 chains; getCluster) and the namespace one (`cluster up` as a user runs
+// it: meta servers and the FUSE mount too; getNamespaceCluster). Asking for
+// one destroys the other, so idle daemons of one never take CPU from the other.
 
 import fs from 'node:fs'
 import path from 'node:path'
@@ -25,6 +30,24 @@ const CORE_ROLES = new Set(['mgmtd', 'storage'])
 /** Distinct random buffers the throughput benchmarks cycle through. */
 const POOL_SIZE = 8
 
+/** The full `cluster up` (meta servers and the FUSE mount at DIR/mnt) for the namespace benchmarks. */
+export interface NamespaceCluster {
+  dir: string
+  /** FUSE mount point */
+  mnt: string
+  mgmtdAddresses: string[]
+  metaAddresses: string[]
+  /** chains, replicas, chunk size, stripe as `cluster up` made them */
+  summary: string
+  /**
+   * CPU seconds per second the idle cluster burns (heartbeats, routing
+   * polls, meta's GC and session scans, FUSE periodic sync), measured over a
+   * few seconds after startup with nothing else asked of it; subtracted
+   * where a slow measurement would otherwise charge it to the operations
+   */
+  idleCpuPerSec: number
+}
+
 export interface BenchCluster {
   dir: string
   /** what the storage daemons were started with */
@@ -37,6 +60,10 @@ export interface BenchCluster {
 export class Fixtures {
   private cluster: BenchCluster | null = null
   private clusterDir: string
+  private ns: NamespaceCluster | null = null
+  /** what the namespace cluster was (kept after it is destroyed, for the report) */
+  namespaceSummary: string | null = null
+  private nsDir: string
   private pools = new Map<number, Buffer[]>()
   private nextInode = 1n
   /** chunks of `chunkBytes` already written (and committed) on the running cluster, for reads */
@@ -47,6 +74,7 @@ export class Fixtures {
     private readonly log: (msg: string) => void,
   ) {
     this.clusterDir = path.join(root, 'cluster')
+    this.nsDir = path.join(root, 'ns-cluster')
   }
 
   /** POOL_SIZE random buffers of `bytes` each, made once per size. */
@@ -79,6 +107,24 @@ export class Fixtures {
     await sleep(200)
   }
 
+  /**
+   * Writes back dirty pages and empties the kernel page cache, dentries and
+   * inodes (`echo 3 > /proc/sys/vm/drop_caches`, needs root): what a cold
+   * read phase starts from, on both sides. This also empties the page cache
+   * under the storage daemons' chunk files. False when it could not.
+   */
+  async dropCaches(): Promise<boolean> {
+    await promisify(execFile)('sync').catch(() => undefined)
+    try {
+      fs.writeFileSync('/proc/sys/vm/drop_caches', '3\n')
+    } catch (e) {
+      this.log(`could not drop the page cache: ${(e as Error).message}`)
+      return false
+    }
+    await sleep(200)
+    return true
+  }
+
   /** Scratch directory for a baseline, on the same filesystem as the cluster data. */
   scratch(name: string): string {
     const d = path.join(this.root, name)
@@ -95,6 +141,7 @@ export class Fixtures {
    */
   async getCluster(fsync: boolean): Promise<BenchCluster> {
     if (this.cluster?.fsync === fsync) return this.cluster
+    await this.destroyNamespaceCluster()
     if (!this.cluster) {
       this.log(`starting cluster: ${STORAGE_NODES} storage processes, ${TARGETS_PER_NODE} targets each, chains of ${REPLICAS} in ${this.clusterDir}`)
       await clusterUp({
@@ -122,6 +169,55 @@ export class Fixtures {
     await mgmtd.refresh()
     this.cluster = { dir: this.clusterDir, fsync, chains: c.layout.chains.map((x) => x.chainId), mgmtd, client }
     return this.cluster
+  }
+
+  /**
+   * The namespace cluster: `cluster up` with its defaults (mgmtd, 3 storage
+   * processes with 2 targets each = 2 chains of 3 replicas, 1 MiB chunks,
+   * storage fsync on, 2 meta servers on one lmdb KV with fsync'ed commits,
+   * FUSE daemon at DIR/mnt), local timers. Destroys the core cluster first.
+   */
+  async getNamespaceCluster(): Promise<NamespaceCluster> {
+    if (this.ns) return this.ns
+    if (fs.existsSync(path.join(this.clusterDir, 'cluster.json'))) {
+      this.log('destroying the DFS core cluster (the namespace benchmarks run a cluster of their own)')
+      this.closeClients()
+      this.dataset = null
+      await clusterDestroy({ dir: this.clusterDir, force: true })
+    }
+    this.log(`starting the namespace cluster (cluster up defaults: meta servers and FUSE mount) in ${this.nsDir}`)
+    const r = await clusterUp({ dir: this.nsDir, mount: true, sandbox: false, timers: 'local', timeoutMs: 120_000 })
+    const c = r.cluster
+    const mnt = path.join(this.nsDir, 'mnt')
+    if (!c.processes.some((p) => p.role === 'fuse')) {
+      await clusterDestroy({ dir: this.nsDir, force: true }).catch(() => undefined)
+      throw new Error('cluster up started no FUSE daemon (no /dev/fuse or libfuse2 on this machine?)')
+    }
+    const s = c.settings
+    const cpuOf = () => readClusterFile(this.nsDir).processes.reduce((a, p) => a + (processAlive(p) ? procCpuSeconds(p.pid!) : 0), 0)
+    await sleep(2000)
+    const cpu0 = cpuOf()
+    const t0 = performance.now()
+    await sleep(5000)
+    const idleCpuPerSec = (cpuOf() - cpu0) / ((performance.now() - t0) / 1000)
+    this.log(`idle namespace cluster: ${(idleCpuPerSec * 1000).toFixed(0)} ms CPU per second`)
+    this.ns = {
+      dir: this.nsDir,
+      mnt,
+      mgmtdAddresses: c.mgmtdAddresses,
+      metaAddresses: c.processes.filter((p) => p.role === 'meta').map((p) => p.address),
+      idleCpuPerSec,
+      summary: `${s.storageNodes} storage processes × ${s.targetsPerNode} targets = ${c.layout.chains.length} chains of ${s.replicas} replicas, ${s.chunkSize / 1024 / 1024} MiB chunks, stripe ${s.stripeSize}; ${c.processes.filter((p) => p.role === 'meta').length} meta servers; FUSE at DIR/mnt; idle it burns ${(idleCpuPerSec * 1000).toFixed(0)} ms CPU per second (subtracted from the CPU figures)`,
+    }
+    this.namespaceSummary = this.ns.summary
+    return this.ns
+  }
+
+  private async destroyNamespaceCluster(): Promise<void> {
+    if (!fs.existsSync(path.join(this.nsDir, 'cluster.json'))) return
+    this.log('destroying the namespace cluster')
+    this.ns = null
+    await clusterDestroy({ dir: this.nsDir, force: true })
   }
 
   private async restart(fsync: boolean): Promise<void> {
@@ -171,15 +267,17 @@ export class Fixtures {
     const own = process.cpuUsage()
     let total = (own.user + own.system) / 1e6
     if (this.cluster) for (const p of readClusterFile(this.clusterDir).processes) if (processAlive(p)) total += procCpuSeconds(p.pid!)
+    if (this.ns) for (const p of readClusterFile(this.nsDir).processes) if (processAlive(p)) total += procCpuSeconds(p.pid!)
     return total
   }
 
-  /** Stops the cluster and removes the scratch directory. Idempotent. */
+  /** Stops the clusters and removes the scratch directory. Idempotent. */
   async close(): Promise<void> {
     this.closeClients()
     if (fs.existsSync(path.join(this.clusterDir, 'cluster.json'))) {
       await clusterDestroy({ dir: this.clusterDir, force: true }).catch((e: unknown) => this.log(`cluster destroy failed: ${(e as Error).message}`))
     }
+    await this.destroyNamespaceCluster().catch((e: unknown) => this.log(`namespace cluster destroy failed: ${(e as Error).message}`))
     fs.rmSync(this.root, { recursive: true, force: true })
   }
 }

@@ -24,6 +24,21 @@ export interface Sizes {
   latencyWarmup: number
   /** the loaded-latency run keeps this many 4 KiB writes in flight */
   latencyConcurrency: number
+  /** namespace I/O (fuse-fio, batch-io): size of the one file written and read, and the block sizes */
+  ioFileBytes: number
+  ioSeqBlock: number
+  ioRandBlock: number
+  /** how long each 4 KiB random read run lasts (time based, like fio --time_based) */
+  randReadSeconds: number
+  /** batch-io: requests outstanding, and how many of them at most form one batch (ring ioDepth) */
+  batchQueueDepth: number
+  batchRingDepth: number
+  /** batch-io's sequential reads also run with this many outstanding (same batch limit) */
+  batchAltQueueDepth: number
+  /** mdtest: files in total, directories they are spread over, processes */
+  mdFiles: number
+  mdDirs: number
+  mdProcs: number
 }
 
 export interface BenchContext {
@@ -46,8 +61,15 @@ export interface Metric {
   extra?: Record<string, number | string>
 }
 
+/** A part of RESULTS.md with a generated block of its own. */
+export type Section = 'core' | 'namespace'
+
 export interface Benchmark {
   name: string
   description: string
+  /** the results block it belongs to */
+  section: Section
+  /** benchmarks whose metrics its ratios need (the runner adds them, in BENCHMARKS order) */
+  requires?: string[]
   run(ctx: BenchContext): Promise<Metric[]>
 }

@@ -1,0 +1,156 @@
+// fuse-fio: the same fio jobs through the cluster's FUSE mount (DIR/mnt of
+// `cluster up`) and on a local directory of the filesystem the cluster's data
+// lives on, one after the other for each phase:
+//
+//   seqwrite   1 MiB sequential writes of one new file, end_fsync=1 (the
+//              fsync is inside the measured time on both sides)
+//   seqread    1 MiB sequential reads of that file, twice:
+//     .warm    right after the write, nothing dropped: on the local side the
+//              file is in the page cache; through FUSE the kernel keeps no
+//              client-side cache across opens (see below), so the bytes come
+//              from the storage daemons, whose chunk files are in *their*
+//              page cache: the transport-bound figure
+//     (cold)   after `echo 3 > drop_caches` (both sides): from the disk
+//   randread   4 KiB random reads, 1 in flight (psync), time based, after
+//              drop_caches; fio's random map visits every block at most once
+//
+// direct=0 everywhere (FUSE here has no direct_io). Cache behaviour of the
+// mount: the daemon runs libfuse 2 without kernel_cache/auto_cache, so the
+// kernel drops a file's cached pages on every open (FOPEN_KEEP_CACHE is never
+// set) and each fio job starts with nothing cached on the client side; the
+// daemon keeps no data cache (it caches attributes for 1 s). fio's own
+// `invalidate` is 1 for the cold phases and 0 for the warm one.
+//
+// CPU per MiB counts fio (from its JSON: usr+sys over the runtime) plus, on
+// the FUSE side, every cluster process (FUSE daemon, meta, storage, mgmtd).
+
+import fs from 'node:fs'
+import path from 'node:path'
+import { execFile } from 'node:child_process'
+import type { BenchContext, Metric } from './lib/types.js'
+import { fmtBytes, fmtMs, fmtRate } from './lib/stats.js'
+
+const MiB = 1024 * 1024
+
+interface FioDir {
+  bytes: number
+  bwBytes: number
+  iops: number
+  runtimeMs: number
+  p50Ms: number
+  p99Ms: number
+  meanMs: number
+}
+
+export interface FioResult {
+  read: FioDir
+  write: FioDir
+  cpuSeconds: number
+  version: string
+}
+
+function dirOf(j: Record<string, unknown>): FioDir {
+  const clat = (j.clat_ns ?? {}) as { percentile?: Record<string, number>; mean?: number }
+  const pct = clat.percentile ?? {}
+  const ns = (k: string) => (typeof pct[k] === 'number' ? pct[k]! / 1e6 : NaN)
+  return {
+    bytes: Number(j.io_bytes ?? 0),
+    bwBytes: Number(j.bw_bytes ?? 0),
+    iops: Number(j.iops ?? 0),
+    runtimeMs: Number(j.runtime ?? 0),
+    p50Ms: ns('50.000000'),
+    p99Ms: ns('99.000000'),
+    meanMs: typeof clat.mean === 'number' ? clat.mean / 1e6 : NaN,
+  }
+}
+
+/** Runs one fio job (a child process) and parses its --output-format=json. */
+export async function runFio(args: string[], timeoutMs: number): Promise<FioResult> {
+  const { stdout, stderr } = await new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
+    execFile('fio', [...args, '--output-format=json'], { timeout: timeoutMs, maxBuffer: 64 * MiB }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`fio ${args.join(' ')} failed: ${err.message}\n${stderr}`))
+      else resolve({ stdout, stderr })
+    })
+  })
+  const start = stdout.indexOf('{')
+  if (start < 0) throw new Error(`fio printed no JSON: ${stdout.slice(0, 500)} ${stderr.slice(0, 500)}`)
+  const out = JSON.parse(stdout.slice(start)) as { 'fio version'?: string; jobs: Array<Record<string, unknown>> }
+  const job = out.jobs[0]
+  if (!job) throw new Error('fio JSON has no job')
+  if (Number(job.error ?? 0) !== 0) throw new Error(`fio job error ${String(job.error)}: ${stderr}`)
+  const read = dirOf(job.read as Record<string, unknown>)
+  const write = dirOf(job.write as Record<string, unknown>)
+  const runtimeS = Math.max(read.runtimeMs, write.runtimeMs, Number(job.job_runtime ?? 0)) / 1000
+  const cpuSeconds = ((Number(job.usr_cpu ?? 0) + Number(job.sys_cpu ?? 0)) / 100) * runtimeS
+  return { read, write, cpuSeconds, version: out['fio version'] ?? 'fio' }
+}
+
+type Phase = 'seqwrite' | 'seqread.warm' | 'seqread' | 'randread4k'
+
+interface Side {
+  key: 'fuse' | 'local'
+  name: string
+  dir: string
+}
+
+export async function runFuseFio(ctx: BenchContext): Promise<Metric[]> {
+  const { ioFileBytes: size, ioSeqBlock: seqBs, ioRandBlock: randBs, randReadSeconds } = ctx.sizes
+  const ns = await ctx.fixtures.getNamespaceCluster()
+  const fuseDir = path.join(ns.mnt, 'fio')
+  await fs.promises.mkdir(fuseDir, { recursive: true })
+  const sides: Side[] = [
+    { key: 'local', name: 'local disk', dir: ctx.fixtures.scratch('fio-local') },
+    { key: 'fuse', name: 'Strata FUSE', dir: fuseDir },
+  ]
+  const common = (s: Side) => [`--filename=${path.join(s.dir, 'fio.dat')}`, `--size=${size}`, '--ioengine=psync', '--iodepth=1', '--numjobs=1', '--direct=0', '--fallocate=none']
+  // the FUSE write of 1 GiB runs at tens of MB/s here; generous timeouts, never a hang
+  const timeoutMs = Math.max(600_000, (size / MiB) * 2_000)
+  const jobs: Record<Phase, { args: string[]; dir: 'read' | 'write'; cold: boolean }> = {
+    seqwrite: { args: ['--name=seqwrite', '--rw=write', `--bs=${seqBs}`, '--end_fsync=1'], dir: 'write', cold: false },
+    'seqread.warm': { args: ['--name=seqread-warm', '--rw=read', `--bs=${seqBs}`, '--invalidate=0'], dir: 'read', cold: false },
+    seqread: { args: ['--name=seqread', '--rw=read', `--bs=${seqBs}`, '--invalidate=1'], dir: 'read', cold: true },
+    randread4k: { args: ['--name=randread', '--rw=randread', `--bs=${randBs}`, '--time_based', `--runtime=${randReadSeconds}`, '--invalidate=1'], dir: 'read', cold: true },
+  }
+  const metrics: Metric[] = []
+  let version = ''
+  for (const phase of Object.keys(jobs) as Phase[]) {
+    const job = jobs[phase]
+    for (const s of sides) {
+      let dropped: boolean | null = null
+      if (job.cold) dropped = await ctx.fixtures.dropCaches()
+      else await ctx.fixtures.settle()
+      const clusterCpu0 = s.key === 'fuse' ? ctx.fixtures.cpuSeconds() : 0
+      const r = await runFio([...common(s), ...job.args], timeoutMs)
+      version = r.version
+      const d = r[job.dir]
+      // the cluster's idle background over the job's runtime is not the job's work
+      const clusterCpu = s.key === 'fuse' ? Math.max(0, ctx.fixtures.cpuSeconds() - clusterCpu0 - ns.idleCpuPerSec * (d.runtimeMs / 1000)) : 0
+      const cpuMs = (r.cpuSeconds + clusterCpu) * 1000
+      const cpuMsPerMiB = cpuMs / (d.bytes / MiB)
+      const cpuMsPerOp = cpuMs / Math.max(1, d.bytes / (job.dir === 'read' && phase === 'randread4k' ? randBs : seqBs))
+      const cache = job.cold ? (dropped ? 'page cache dropped first' : 'page cache NOT dropped (not root?)') : phase === 'seqwrite' ? 'end_fsync=1' : s.key === 'fuse' ? 'storage page cache warm, nothing cached client-side' : 'file in page cache'
+      const what =
+        phase === 'seqwrite'
+          ? `sequential write ${fmtBytes(seqBs)}`
+          : phase === 'randread4k'
+            ? `random read ${fmtBytes(randBs)}, 1 in flight`
+            : `sequential read ${fmtBytes(seqBs)}, ${phase === 'seqread' ? 'cold' : 'warm'}`
+      const isRand = phase === 'randread4k'
+      const cpuText = isRand ? `${cpuMsPerOp.toFixed(2)} ms CPU per read` : `${cpuMsPerMiB.toFixed(2)} ms CPU per MiB`
+      ctx.log(`fio ${s.name} ${what}: ${isRand ? `${d.iops.toFixed(0)} IOPS, p50 ${fmtMs(d.p50Ms)}, p99 ${fmtMs(d.p99Ms)}` : fmtRate(d.bwBytes)} (${cpuText})`)
+      metrics.push({
+        key: `fio.${s.key}.${phase}`,
+        label: `fio ${what} — ${s.name}`,
+        value: isRand ? d.iops : d.bwBytes,
+        unit: isRand ? 'ops/s' : 'B/s',
+        detail:
+          `${fmtBytes(d.bytes)} in ${(d.runtimeMs / 1000).toFixed(1)} s (${isRand ? `${fmtRate(d.bwBytes)}, time based` : `${fmtBytes(size)} file`}), psync, direct=0, ${cache}; ` +
+          `per I/O p50 ${fmtMs(d.p50Ms)}, p99 ${fmtMs(d.p99Ms)}; ${cpuText} (${s.key === 'fuse' ? 'fio + all cluster processes, net of their idle background' : 'fio'})`,
+        extra: { bytes: d.bytes, seconds: d.runtimeMs / 1000, iops: d.iops, p50Ms: d.p50Ms, p99Ms: d.p99Ms, meanMs: d.meanMs, cpuMsPerMiB, cpuMsPerOp, fio: version },
+      })
+    }
+  }
+  fs.rmSync(sides[0]!.dir, { recursive: true, force: true })
+  await fs.promises.rm(fuseDir, { recursive: true, force: true })
+  return metrics
+}
