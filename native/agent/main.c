@@ -301,9 +301,13 @@ static int send_data(struct conn *c, uint8_t type, const uint8_t *p, size_t n) {
 
 static void exec_check_done(struct exec *ex);
 
-static void stream_read(struct exec *ex, int i) {
+// Reads what the pipe has, up to max_reads reads (or until the client's queue
+// is full while still in the head). Returns true once the pipe hit EOF (it is
+// closed then).
+static bool stream_pull(struct exec *ex, int i, int max_reads) {
   struct stream *s = &ex->s[i];
-  for (int iter = 0; iter < 16 && s->fd >= 0; iter++) {
+  bool eof = false;
+  for (int iter = 0; iter < max_reads && s->fd >= 0; iter++) {
     if (!stream_can_read(ex, i)) { stream_set(ex, i, false); break; }
     ssize_t n = read(s->fd, G.rbuf, sizeof G.rbuf);
     if (n < 0 && errno == EINTR) continue;
@@ -312,8 +316,8 @@ static void stream_read(struct exec *ex, int i) {
       close(s->fd);
       s->fd = -1;
       s->reg = false;
-      exec_check_done(ex); // may finish the exec and flush its connection
-      return;
+      eof = true;
+      break;
     }
     size_t h = 0;
     if (s->total < ex->head_limit) {
@@ -325,6 +329,11 @@ static void stream_read(struct exec *ex, int i) {
     s->total += (uint64_t)n;
   }
   if (ex->c) conn_flush(ex->c);
+  return eof;
+}
+
+static void stream_read(struct exec *ex, int i) {
+  if (stream_pull(ex, i, 16)) exec_check_done(ex); // may finish the exec and flush its connection
 }
 
 static uint64_t dropped(struct exec *ex, int i) {
@@ -386,8 +395,17 @@ static void exec_check_done(struct exec *ex) {
     return;
   }
   if (!ex->started) return;
-  bool eof = ex->s[0].fd < 0 && ex->s[1].fd < 0;
-  if (!eof && now_ms() < ex->drain_deadline) return;
+  if (ex->s[0].fd >= 0 || ex->s[1].fd >= 0) {
+    // The main process is gone but something (a background child) still
+    // holds a pipe open. Give it DRAIN_MS, counted from when the exec was both
+    // reaped and started; then take what is already in the pipes and close
+    // them. A stream paused by a slow client is waited for, not cut.
+    int64_t now = now_ms();
+    if (!ex->drain_deadline) ex->drain_deadline = now + DRAIN_MS;
+    if (now < ex->drain_deadline) return;
+    for (int i = 0; i < 2; i++) if (ex->s[i].fd >= 0 && !stream_can_read(ex, i)) return;
+    for (int i = 0; i < 2; i++) stream_pull(ex, i, 16); // what is buffered: at most 1 MiB per stream
+  }
   exec_finish(ex);
 }
 
@@ -804,7 +822,7 @@ static bool reap_all(void) {
       ex->reaped = true;
       ex->status = st;
       ex->end = now_ms();
-      ex->drain_deadline = ex->end + DRAIN_MS;
+      ex->drain_deadline = 0; // set once both reaped and started (exec_check_done)
       exec_check_done(ex);
       break;
     }
@@ -981,7 +999,7 @@ static int next_timeout(int64_t now) {
   for (struct exec *ex = G.execs; ex; ex = ex->next) {
     if (ex->dead) continue;
     if (ex->deadline && !ex->reaped) CONSIDER(ex->deadline);
-    if (ex->reaped && ex->started) CONSIDER(ex->drain_deadline);
+    if (ex->reaped && ex->started && ex->drain_deadline > now) CONSIDER(ex->drain_deadline);
   }
   for (struct conn *c = G.conns; c; c = c->next) if (!c->dead && c->lingering) CONSIDER(c->linger_until);
   if (G.listen_retry_at) CONSIDER(G.listen_retry_at);

@@ -217,6 +217,6 @@ rt(title('a client that goes away kills its exec; a background writer does not h
   t.is(r.exitCode, 0)
 
   // many execs at once on one agent
-  const rs = await Promise.all(Array.from({ length: 50 }, (_, i) => c.client.exec(['sh', '-c', `echo ${i}`])))
-  t.deepEqual(rs.map((x) => x.stdout.toString()), Array.from({ length: 50 }, (_, i) => `${i}\n`))
+  const rs = await Promise.all(Array.from({ length: 100 }, (_, i) => c.client.exec(['sh', '-c', `echo ${i}`])))
+  t.deepEqual(rs.map((x) => x.stdout.toString()), Array.from({ length: 100 }, (_, i) => `${i}\n`))
 })
