@@ -79,6 +79,10 @@ export interface ExecResult extends ExitInfo {
   truncated: boolean
 }
 
+/**
+ * A running command. stdout and stderr share one connection: consume both (or `resume()` the one you do
+ * not need), or an unread stream eventually pauses the other — and, through the agent, the command.
+ */
 export interface AgentProcess {
   /** Resolves once the command runs (rejects if it could not be started). */
   readonly pid: Promise<number>
@@ -460,7 +464,7 @@ export class AgentClient {
     return call
   }
 
-  /** Closes every open request (their promises reject with SANDBOX_AGENT_UNREACHABLE). */
+  /** Closes every open request (their promises reject with CLOSED; the agent kills their execs) and refuses new ones. */
   close(): void {
     this.#closed = true
     for (const c of this.#calls) c.fail(new StrataError('CLOSED', 'the agent client was closed'))

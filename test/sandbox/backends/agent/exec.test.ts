@@ -220,3 +220,16 @@ rt(title('a client that goes away kills its exec; a background writer does not h
   const rs = await Promise.all(Array.from({ length: 100 }, (_, i) => c.client.exec(['sh', '-c', `echo ${i}`])))
   t.deepEqual(rs.map((x) => x.stdout.toString()), Array.from({ length: 100 }, (_, i) => `${i}\n`))
 })
+
+rt(title('a fork bomb hits the pids limit; the agent keeps answering and the timeout cleans it up'), async (t) => {
+  const c = await startAgentContainer(t, { rootfs: busyboxRootfs(t) }) // pids limit 512
+  const bomb = c.client.exec('f() { f | f & }; f; sleep 5', { timeoutMs: 3000 })
+  await until(() => c.procs().length > 400, 10000, 'bomb running')
+  t.is((await c.client.ping()).pid, 1) // ping needs no fork
+  const during = await c.client.exec(['true']).then(() => 'ran', (e: { code: string }) => e.code)
+  t.true(['ran', 'SANDBOX_RESOURCE_EXHAUSTED'].includes(during), during)
+  const r = await bomb
+  t.true(r.timedOut)
+  await until(() => c.procs().length === 1, 10000, 'every bomb process killed with its group and reaped')
+  t.is((await c.client.exec(['echo', 'after'])).stdout.toString(), 'after\n')
+})
