@@ -225,7 +225,7 @@ rt(title('malformed and random frames get errors or a closed connection, never a
 })
 
 rt(title('SIGTERM from outside: forwarded to workloads, results delivered, then the agent exits'), async (t) => {
-  const c = await startAgentContainer(t, { rootfs: busyboxRootfs(t), agentArgs: ['--grace-ms', '1500'] })
+  const c = await startAgentContainer(t, { rootfs: busyboxRootfs(t), agentArgs: ['--grace-ms', '4000'] })
   const polite = c.client.spawn(['sh', '-c', 'trap "echo got TERM; exit 7" TERM; echo ready; while :; do sleep 0.1; done'])
   const stubborn = c.client.spawn(['sh', '-c', 'trap "" TERM; echo ready; while :; do sleep 0.1; done'])
   let out = ''
