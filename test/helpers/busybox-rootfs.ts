@@ -12,7 +12,15 @@ import { tmpDir } from './procs.js'
 export const BUSYBOX = '/bin/busybox'
 export const DEBIAN_CACHE = '/var/cache/strata/rootfs/debian-bookworm-97d0063f89c3c7f8'
 
-export const hasBusybox = fs.existsSync(BUSYBOX) && execFileSync('file', ['-L', BUSYBOX]).toString().includes('statically linked')
+/** /bin/busybox exists and is static (busybox-static, not the dynamically linked busybox package). */
+export const hasBusybox = (() => {
+  try {
+    // A static ELF has no PT_INTERP program header; `file` says so without us parsing ELF.
+    return execFileSync('file', ['-L', BUSYBOX]).toString().includes('statically linked')
+  } catch {
+    return false
+  }
+})()
 export const hasDebianCache = fs.existsSync(path.join(DEBIAN_CACHE, 'bin'))
 
 /** Users every test rootfs knows: root, alice (1000, also in staff 50), nobody. */
