@@ -55,14 +55,14 @@ export interface Metric {
   label: string
   /** B/s for throughput, ms for latency */
   value: number
-  unit: 'B/s' | 'ms' | 'ops/s'
+  unit: 'B/s' | 'ms' | 'ops/s' | 'B'
   detail?: string
   /** latency percentiles and other numbers worth keeping in --json */
   extra?: Record<string, number | string>
 }
 
 /** A part of RESULTS.md with a generated block of its own. */
-export type Section = 'core' | 'namespace'
+export type Section = 'core' | 'namespace' | 'images'
 
 export interface Benchmark {
   name: string
