@@ -24,20 +24,22 @@ export const EROFS_UUID = '5472a7a0-0000-4000-8000-000000000000'
 const LOST_FOUND = 'lost+found'
 const STDERR_MAX = 16 * 1024
 
-/** Newest mtime (whole seconds) of `dir` and everything under it; refuses names mkfs.erofs 1.5 would drop. */
+/**
+ * Newest mtime (whole seconds) of `dir` and everything under it; refuses names
+ * mkfs.erofs 1.5 would drop. Synchronous calls: the tree was just written and
+ * its metadata is in the page cache (a thread pool round trip per lstat cost
+ * more than the lstat).
+ */
 export async function newestMtime(dir: string): Promise<number> {
-  let max = 0
+  const sec = (p: string): number => Number(fs.lstatSync(p, { bigint: true }).mtimeNs / 1_000_000_000n)
+  let max = sec(dir)
   const stack = [dir]
   while (stack.length) {
     const d = stack.pop()!
-    const st = await fs.promises.lstat(d, { bigint: true })
-    const sec = Number(st.mtimeNs / 1_000_000_000n)
-    if (sec > max) max = sec
-    if (!st.isDirectory()) continue
-    for (const ent of await fs.promises.readdir(d, { withFileTypes: true })) {
-      const p = path.join(d, ent.name)
+    for (const ent of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = d + '/' + ent.name
       if (ent.name.startsWith(LOST_FOUND)) {
-        const empty = ent.isDirectory() && (await fs.promises.readdir(p)).length === 0
+        const empty = ent.isDirectory() && fs.readdirSync(p).length === 0
         if (!empty) {
           throw new StrataError(
             'IMAGE_BUILD_FAILED',
@@ -46,12 +48,9 @@ export async function newestMtime(dir: string): Promise<number> {
         }
         continue
       }
+      const s = sec(p)
+      if (s > max) max = s
       if (ent.isDirectory()) stack.push(p)
-      else {
-        const s = await fs.promises.lstat(p, { bigint: true })
-        const fsec = Number(s.mtimeNs / 1_000_000_000n)
-        if (fsec > max) max = fsec
-      }
     }
   }
   return max

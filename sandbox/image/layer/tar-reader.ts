@@ -1,17 +1,18 @@
-// Streaming OCI layer tar reader on tar-stream: yields one normalized header
-// and a body per entry, wraps parse errors as IMAGE_BAD_ARCHIVE (with cause),
-// and insists on the end-of-archive block so a stream cut at an entry
-// boundary counts as truncated.
+// Streaming OCI layer tar reader: one normalized header and a body per
+// entry; malformed input is IMAGE_BAD_ARCHIVE (with an Error as cause); the
+// end-of-archive block is required, so a stream cut at an entry boundary
+// counts as truncated.
 //
-// tar-stream decodes PAX values as UTF-8 strings, which corrupts binary
-// xattr values (security.capability, ACLs). `paxRawShim` wraps its PAX
-// decoder so every decoded record set also carries the raw bytes of its
-// SCHILY.xattr.* values under a symbol key; the strings other users see are
-// unchanged. Pinned to tar-stream 3.2.2 (headers.js exports decodePax).
-import { createRequire } from 'node:module'
-import path from 'node:path'
+// It parses the input buffers in place (bodies are slices of them, never
+// copied) and reads exactly as tar-stream 3.2.2 did before it, quirks
+// included: zero blocks are skipped wherever they appear; ustar (`ustar\0`)
+// and GNU (`ustar  \0`) headers only (v7 is refused); a directory entry has
+// no data whatever its size field says; PAX (`x`), PAX global (`g`, merged
+// into the next `x` record set only) and GNU long names (`L`, `K`, `N`) of
+// at most 4 MiB; a PAX `size` overrides the header's. PAX values are UTF-8
+// strings except SCHILY.xattr.* values, which keep their raw bytes
+// (binary xattrs such as security.capability).
 import type { Readable } from 'node:stream'
-import tarStream from 'tar-stream'
 import { StrataError, toStrataError } from '../../../fs/common/errors.js'
 import type { Timespec } from './types.js'
 
@@ -37,66 +38,158 @@ export interface TarEntryHeader {
 
 export interface TarEntry {
   header: TarEntryHeader
-  /** The entry's data; read it to the end before asking for the next entry (it is drained otherwise). */
+  /** The entry's data; read it to the end before asking for the next entry (it is skipped otherwise). */
   body: AsyncIterable<Buffer>
 }
 
-type TarStreamEntry = AsyncIterable<Buffer> & { header: unknown }
-
-const RAW = Symbol.for('strata.tar-stream.paxRaw')
+const BLOCK = 512
 const XATTR_KEY = 'SCHILY.xattr.'
-
-function rawXattrRecords(buf: Buffer): Map<string, Buffer> | null {
-  // Same record walk as tar-stream's decodePax, keeping the value bytes.
-  let m: Map<string, Buffer> | null = null
-  while (buf.length) {
-    let i = 0
-    while (i < buf.length && buf[i] !== 32) i++
-    const len = parseInt(buf.subarray(0, i).toString(), 10)
-    if (!len) break
-    const rec = buf.subarray(i + 1, len - 1)
-    const eq = rec.indexOf(61)
-    if (eq === -1) break
-    const key = rec.subarray(0, eq).toString()
-    if (key.startsWith(XATTR_KEY)) (m ??= new Map()).set(key, Buffer.from(rec.subarray(eq + 1)))
-    buf = buf.subarray(len)
-  }
-  return m
-}
-
-let shimmed = false
-function paxRawShim(): void {
-  if (shimmed) return
-  shimmed = true
-  const req = createRequire(import.meta.url)
-  const headers = req(path.join(path.dirname(req.resolve('tar-stream')), 'headers.js')) as {
-    decodePax: ((buf: Buffer) => Record<string | symbol, unknown>) & { [RAW]?: true }
-  }
-  const orig = headers.decodePax
-  if (typeof orig !== 'function' || orig[RAW]) return
-  const wrapped = Object.assign((buf: Buffer) => {
-    const r = orig(buf)
-    const raw = rawXattrRecords(buf)
-    if (raw && r && typeof r === 'object') r[RAW] = raw
-    return r
-  }, { [RAW]: true as const })
-  headers.decodePax = wrapped
-}
+/** PAX and GNU long-name records larger than this are refused (tar-stream's limit). */
+const MAX_META_RECORD = 4 * 1024 * 1024
+const MAX_ID = 0xfffffffe
+/** Input chunks kept in the queue array before it is compacted. */
+const COMPACT_AT = 64
+const EMPTY = Buffer.alloc(0)
 
 function bad(msg: string, cause?: unknown): StrataError {
   return new StrataError('IMAGE_BAD_ARCHIVE', msg, cause === undefined ? undefined : { cause })
 }
 
-const MAX_ID = 0xfffffffe
+/** A malformed-input error with an Error cause, as tar-stream's errors were reported. */
+function tarError(why: string): StrataError {
+  return bad(`tar: ${why}`, new Error(why))
+}
 
-function parseId(v: unknown, fallback: number, what: string, name: string): number {
+function padOf(size: number): number {
+  const r = size % BLOCK
+  return r === 0 ? 0 : BLOCK - r
+}
+
+// --- header fields (tar-stream 3.2.2 semantics)
+
+function cstr(b: Buffer, start: number, len: number): string {
+  let end = start
+  const stop = start + len
+  while (end < stop && b[end] !== 0) end++
+  return b.toString('utf8', start, end)
+}
+
+function parse256(b: Buffer, start: number, len: number): number {
+  const first = b[start]
+  let positive: boolean
+  if (first === 0x80) positive = true
+  else if (first === 0xff) positive = false
+  else return NaN
+  let sum = 0
+  let mul = 1
+  for (let i = start + len - 1; i > start; i--) {
+    const byte = b[i]!
+    sum += (positive ? byte : 0xff - byte) * mul
+    mul *= 256
+  }
+  return positive ? sum : -sum
+}
+
+function decodeOct(b: Buffer, start: number, len: number): number {
+  if (b[start]! & 0x80) return parse256(b, start, len)
+  const stop = start + len
+  let off = start
+  while (off < stop && b[off] === 32) off++
+  let end = off
+  while (end < stop && b[end] !== 32) end++
+  while (off < end && b[off] === 0) off++
+  if (end === off) return 0
+  // parseInt stops at the first non-octal character (a NUL terminator)
+  let v = 0
+  let i = off
+  for (; i < end; i++) {
+    const c = b[i]!
+    if (c < 48 || c > 55) break
+    v = v * 8 + (c - 48)
+  }
+  return i === off ? parseInt(b.toString('utf8', off, end), 8) : v
+}
+
+function cksum(b: Buffer): number {
+  let sum = 8 * 32
+  for (let i = 0; i < 148; i++) sum += b[i]!
+  for (let i = 156; i < BLOCK; i++) sum += b[i]!
+  return sum
+}
+
+function isUstar(b: Buffer): boolean {
+  return b[257] === 0x75 && b[258] === 0x73 && b[259] === 0x74 && b[260] === 0x61 && b[261] === 0x72 && b[262] === 0
+}
+
+function isGnu(b: Buffer): boolean {
+  return b[257] === 0x75 && b[258] === 0x73 && b[259] === 0x74 && b[260] === 0x61 && b[261] === 0x72 && b[262] === 0x20 && b[263] === 0x20 && b[264] === 0
+}
+
+type RawType = TarEntryType | 'contiguous-file' | 'pax-header' | 'pax-global-header' | 'gnu-long-path' | 'gnu-long-link-path' | null
+
+function typeOf(flag: number): RawType {
+  switch (flag) {
+    case 0:
+      return 'file'
+    case 1:
+      return 'link'
+    case 2:
+      return 'symlink'
+    case 3:
+      return 'character-device'
+    case 4:
+      return 'block-device'
+    case 5:
+      return 'directory'
+    case 6:
+      return 'fifo'
+    case 7:
+      return 'contiguous-file'
+    case 72:
+      return 'pax-header'
+    case 55:
+      return 'pax-global-header'
+    case 27:
+      return 'gnu-long-link-path'
+    case 28:
+    case 30:
+      return 'gnu-long-path'
+  }
+  return null
+}
+
+interface Pax {
+  values: Map<string, string>
+  /** raw bytes of SCHILY.xattr.* values */
+  raw: Map<string, Buffer> | null
+}
+
+function decodePax(buf: Buffer): Pax {
+  const values = new Map<string, string>()
+  let raw: Map<string, Buffer> | null = null
+  while (buf.length) {
+    let i = 0
+    while (i < buf.length && buf[i] !== 32) i++
+    const len = parseInt(buf.toString('utf8', 0, i), 10)
+    if (!len) break
+    const rec = buf.subarray(i + 1, len - 1)
+    const eq = rec.indexOf(61)
+    if (eq === -1) break
+    const key = rec.toString('utf8', 0, eq)
+    values.set(key, rec.toString('utf8', eq + 1))
+    if (key.startsWith(XATTR_KEY)) (raw ??= new Map()).set(key, Buffer.from(rec.subarray(eq + 1)))
+    buf = buf.subarray(len)
+  }
+  return { values, raw }
+}
+
+function parseId(v: string | undefined, fallback: number, what: string, name: string): number {
   if (v === undefined) {
     if (!Number.isSafeInteger(fallback) || fallback < 0 || fallback > MAX_ID) throw bad(`${name}: invalid ${what} ${fallback}`)
     return fallback
   }
-  const s = String(v)
-  if (!/^[0-9]{1,10}$/.test(s) || Number(s) > MAX_ID) throw bad(`${name}: invalid PAX ${what} ${JSON.stringify(s)}`)
-  return Number(s)
+  if (!/^[0-9]{1,10}$/.test(v) || Number(v) > MAX_ID) throw bad(`${name}: invalid PAX ${what} ${JSON.stringify(v)}`)
+  return Number(v)
 }
 
 function parsePaxTime(s: string, name: string): Timespec {
@@ -108,28 +201,22 @@ function parsePaxTime(s: string, name: string): Timespec {
   return { sec, nsec }
 }
 
-interface RawHeader {
-  name: string
-  type: string | null
-  mode: number
-  uid: number
-  gid: number
-  size: number
-  mtime: Date
-  linkname: string | null
-  devmajor: number
-  devminor: number
-  byteOffset: number
-  pax: (Record<string, string> & { [RAW]?: Map<string, Buffer> }) | null
-}
+const NO_XATTRS: ReadonlyMap<string, Buffer> = new Map()
 
-function convertHeader(h: RawHeader): TarEntryHeader {
-  const name = h.name
-  let type: TarEntryType
-  switch (h.type) {
+function convertHeader(
+  b: Buffer,
+  type: RawType,
+  name: string,
+  linkname: string,
+  size: number,
+  pax: Pax | null,
+  globalRaw: Map<string, Buffer> | null,
+): TarEntryHeader {
+  let t: TarEntryType
+  switch (type) {
     case 'file':
     case 'contiguous-file':
-      type = 'file'
+      t = 'file'
       break
     case 'link':
     case 'symlink':
@@ -137,48 +224,269 @@ function convertHeader(h: RawHeader): TarEntryHeader {
     case 'block-device':
     case 'directory':
     case 'fifo':
-      type = h.type
+      t = type
       break
     default:
-      throw bad(`${JSON.stringify(name)}: unsupported tar entry type ${JSON.stringify(h.type)} (sparse and volume entries are not supported)`)
+      throw bad(`${JSON.stringify(name)}: unsupported tar entry type ${JSON.stringify(type)} (sparse and volume entries are not supported)`)
   }
-  const pax = h.pax ?? {}
-  for (const k of Object.keys(pax)) {
-    if (k.startsWith('GNU.sparse.')) throw bad(`${JSON.stringify(name)}: sparse files are not supported`)
+  const values = pax?.values
+  let xattrs: Map<string, Buffer> = NO_XATTRS as Map<string, Buffer>
+  if (values) {
+    const keys: string[] = []
+    for (const k of values.keys()) {
+      if (k.startsWith('GNU.sparse.')) throw bad(`${JSON.stringify(name)}: sparse files are not supported`)
+      if (k.startsWith(XATTR_KEY)) keys.push(k)
+    }
+    if (keys.length) {
+      xattrs = new Map()
+      for (const k of keys.sort()) {
+        const xname = k.slice(XATTR_KEY.length)
+        if (xname === '') throw bad(`${JSON.stringify(name)}: empty xattr name`)
+        xattrs.set(xname, pax!.raw?.get(k) ?? globalRaw?.get(k) ?? Buffer.from(values.get(k)!, 'utf8'))
+      }
+    }
   }
-  if (!Number.isSafeInteger(h.size) || h.size < 0) throw bad(`${JSON.stringify(name)}: invalid size ${h.size}`)
-  if (!Number.isInteger(h.mode)) throw bad(`${JSON.stringify(name)}: invalid mode`)
+  if (!Number.isSafeInteger(size) || size < 0) throw bad(`${JSON.stringify(name)}: invalid size ${size}`)
+  const rawMode = decodeOct(b, 100, 8)
+  if (!Number.isInteger(rawMode)) throw bad(`${JSON.stringify(name)}: invalid mode`)
   let mtime: Timespec
-  if (pax.mtime !== undefined) mtime = parsePaxTime(pax.mtime, name)
+  const paxTime = values?.get('mtime')
+  if (paxTime !== undefined) mtime = parsePaxTime(paxTime, name)
   else {
-    const ms = h.mtime.getTime()
-    if (!Number.isFinite(ms)) throw bad(`${JSON.stringify(name)}: invalid mtime`)
+    const ms = 1000 * decodeOct(b, 136, 12)
+    // as a Date: NaN and times past ±8.64e15 ms are invalid
+    if (!Number.isFinite(ms) || Math.abs(ms) > 8.64e15) throw bad(`${JSON.stringify(name)}: invalid mtime`)
     mtime = { sec: Math.floor(ms / 1000), nsec: 0 }
   }
   // Times before 1970 are stored as 1970: EROFS keeps unsigned seconds.
   if (mtime.sec < 0) mtime = { sec: 0, nsec: 0 }
-  const xattrs = new Map<string, Buffer>()
-  const raw = pax[RAW]
-  for (const k of Object.keys(pax).sort()) {
-    if (!k.startsWith(XATTR_KEY)) continue
-    const xname = k.slice(XATTR_KEY.length)
-    if (xname === '') throw bad(`${JSON.stringify(name)}: empty xattr name`)
-    xattrs.set(xname, raw?.get(k) ?? Buffer.from(pax[k]!, 'utf8'))
-  }
-  const linkname = h.linkname ?? ''
-  if ((type === 'link' || type === 'symlink') && linkname === '') throw bad(`${JSON.stringify(name)}: ${type} without a target`)
+  if ((t === 'link' || t === 'symlink') && linkname === '') throw bad(`${JSON.stringify(name)}: ${t} without a target`)
   return {
     name,
-    type,
-    mode: h.mode & 0o7777,
-    uid: parseId(pax.uid, h.uid, 'uid', name),
-    gid: parseId(pax.gid, h.gid, 'gid', name),
-    size: h.size,
+    type: t,
+    mode: rawMode & 0o7777,
+    uid: parseId(values?.get('uid'), decodeOct(b, 108, 8), 'uid', name),
+    gid: parseId(values?.get('gid'), decodeOct(b, 116, 8), 'gid', name),
+    size,
     mtime,
-    linkname: type === 'link' || type === 'symlink' ? linkname : '',
-    devmajor: h.devmajor || 0,
-    devminor: h.devminor || 0,
-    xattrs,
+    linkname: t === 'link' || t === 'symlink' ? linkname : '',
+    devmajor: decodeOct(b, 329, 8) || 0,
+    devminor: decodeOct(b, 337, 8) || 0,
+    // a fresh map per entry (callers may keep or change it)
+    xattrs: xattrs === NO_XATTRS ? new Map() : xattrs,
+  }
+}
+
+/**
+ * Pull-based tar parser over a stream. `next()` returns the next entry's
+ * header (skipping what is left of the previous entry's data); the current
+ * entry's data is read with `chunk()` (any size, as it arrives), `buffered()`
+ * (what has arrived, without waiting) or `readAll()` (all of it, as slices).
+ * Call `close()` when done: it destroys the input unless the archive was read
+ * to its end.
+ */
+export class TarReader {
+  readonly #input: Readable
+  readonly #it: AsyncIterator<Buffer | string>
+  #chunks: Buffer[] = []
+  #head = 0
+  #off = 0
+  #buffered = 0
+  /** bytes received from the input */
+  #total = 0
+  /** bytes taken from the queue */
+  #consumed = 0
+  #inputDone = false
+  #finished = false
+  /** data bytes of the current entry still unread, then its padding */
+  #remaining = 0
+  #pad = 0
+  /** end of the last entry's data blocks (its padding included) */
+  #endOfData = 0
+  #paxGlobal: Pax | null = null
+
+  constructor(input: Readable) {
+    this.#input = input
+    this.#it = (input as AsyncIterable<Buffer | string>)[Symbol.asyncIterator]()
+  }
+
+  /** Data bytes of the current entry not read yet. */
+  get remaining(): number {
+    return this.#remaining
+  }
+
+  async #pull(): Promise<boolean> {
+    if (this.#inputDone) return false
+    let r: IteratorResult<Buffer | string>
+    try {
+      r = await this.#it.next()
+    } catch (e) {
+      this.#inputDone = true
+      throw toStrataError(e, 'IO_ERROR')
+    }
+    if (r.done) {
+      this.#inputDone = true
+      return false
+    }
+    const buf = typeof r.value === 'string' ? Buffer.from(r.value) : r.value
+    if (buf.length === 0) return true
+    if (this.#head >= COMPACT_AT) {
+      this.#chunks = this.#chunks.slice(this.#head)
+      this.#head = 0
+    }
+    this.#chunks.push(buf)
+    this.#buffered += buf.length
+    this.#total += buf.length
+    return true
+  }
+
+  /** Waits until `n` bytes are buffered; false when the input ends first. */
+  async #fill(n: number): Promise<boolean> {
+    while (this.#buffered < n) if (!(await this.#pull())) return false
+    return true
+  }
+
+  /** Up to `max` buffered bytes from the front, as one slice of an input buffer. */
+  #takeSome(max: number): Buffer {
+    const c = this.#chunks[this.#head]!
+    const avail = c.length - this.#off
+    let out: Buffer
+    if (max >= avail) {
+      out = this.#off === 0 ? c : c.subarray(this.#off)
+      this.#chunks[this.#head++] = undefined as unknown as Buffer
+      this.#off = 0
+    } else {
+      out = c.subarray(this.#off, this.#off + max)
+      this.#off += max
+    }
+    this.#buffered -= out.length
+    this.#consumed += out.length
+    return out
+  }
+
+  /** Exactly `n` buffered bytes, contiguous (copied only when they span input buffers). */
+  #take(n: number): Buffer {
+    if (n === 0) return EMPTY
+    const first = this.#takeSome(n)
+    if (first.length === n) return first
+    const out = Buffer.allocUnsafe(n)
+    first.copy(out, 0)
+    let at = first.length
+    while (at < n) {
+      const p = this.#takeSome(n - at)
+      p.copy(out, at)
+      at += p.length
+    }
+    return out
+  }
+
+  async #skip(n: number): Promise<void> {
+    while (n > 0) {
+      while (this.#buffered === 0) if (!(await this.#pull())) throw tarError('Unexpected end of data')
+      n -= this.#takeSome(n).length
+    }
+  }
+
+  /** The current entry's data that has already arrived (at most `max` bytes), without waiting; null when none has. */
+  buffered(max = Infinity): Buffer | null {
+    if (this.#remaining === 0 || this.#buffered === 0) return null
+    const out = this.#takeSome(Math.min(max, this.#remaining))
+    this.#remaining -= out.length
+    return out
+  }
+
+  /** The next piece of the current entry's data (waits for input); null at the end of the data. */
+  async chunk(max = Infinity): Promise<Buffer | null> {
+    if (this.#remaining === 0) return null
+    while (this.#buffered === 0) if (!(await this.#pull())) throw tarError('Unexpected end of data')
+    return this.buffered(max)
+  }
+
+  /** The rest of the current entry's data as slices of the input (waits until it has all arrived). */
+  async readAll(): Promise<Buffer[]> {
+    if (!(await this.#fill(this.#remaining))) throw tarError('Unexpected end of data')
+    const out: Buffer[] = []
+    while (this.#remaining > 0) out.push(this.buffered()!)
+    return out
+  }
+
+  /** The next entry's header, or null after the last entry (the archive was complete). */
+  async next(): Promise<TarEntryHeader | null> {
+    if (this.#remaining > 0 || this.#pad > 0) {
+      await this.#skip(this.#remaining + this.#pad)
+      this.#remaining = 0
+      this.#pad = 0
+    }
+    let longPath: string | null = null
+    let longLink: string | null = null
+    let pax: Pax | null = null
+    for (;;) {
+      if (!(await this.#fill(BLOCK))) {
+        if (this.#buffered > 0) throw tarError('Unexpected end of data')
+        if (this.#total < this.#endOfData + BLOCK) {
+          throw bad(`tar: truncated (${this.#total} bytes, no end-of-archive block after the last entry)`)
+        }
+        this.#finished = true
+        return null
+      }
+      const b = this.#take(BLOCK)
+      const c = cksum(b)
+      if (c === 8 * 32) continue // a zero block
+      if (c !== decodeOct(b, 148, 8)) throw tarError('Invalid tar header. Maybe the tar is corrupted or it needs to be gunzipped?')
+      const ustar = isUstar(b)
+      if (!ustar && !isGnu(b)) throw tarError('Invalid tar header: unknown format.')
+      const type = typeOf(b[156] === 0 ? 0 : b[156]! - 48)
+      let size = decodeOct(b, 124, 12)
+      if (type === 'pax-header' || type === 'pax-global-header' || type === 'gnu-long-path' || type === 'gnu-long-link-path') {
+        if (size > MAX_META_RECORD) throw tarError('Header exceeds max size')
+        if (!(size >= 0)) throw tarError('Invalid header')
+        if (!(await this.#fill(size))) throw tarError('Unexpected end of data')
+        const data = this.#take(size)
+        await this.#skip(padOf(size))
+        if (type === 'gnu-long-path') longPath = cstr(data, 0, data.length)
+        else if (type === 'gnu-long-link-path') longLink = cstr(data, 0, data.length)
+        else if (type === 'pax-global-header') this.#paxGlobal = decodePax(data)
+        else {
+          const local = decodePax(data)
+          if (this.#paxGlobal === null) pax = local
+          else {
+            const values = new Map(this.#paxGlobal.values)
+            for (const [k, v] of local.values) values.set(k, v)
+            pax = { values, raw: local.raw ?? this.#paxGlobal.raw }
+          }
+        }
+        continue
+      }
+      let name = cstr(b, 0, 100)
+      if (ustar && b[345] !== 0) name = cstr(b, 345, 155) + '/' + name
+      let linkname = b[157] === 0 ? '' : cstr(b, 157, 100)
+      // (an empty long name is ignored)
+      if (longPath) name = longPath
+      if (longLink) linkname = longLink
+      if (pax) {
+        const p = pax.values.get('path')
+        if (p) name = p
+        const l = pax.values.get('linkpath')
+        if (l) linkname = l
+        const s = pax.values.get('size')
+        if (s) size = parseInt(s, 10)
+      }
+      if (!(size >= 0)) throw tarError('Invalid header')
+      const header = convertHeader(b, type, name, linkname, size, pax, this.#paxGlobal?.raw ?? null)
+      // a directory entry has no data, whatever its size field says
+      const dataSize = header.type === 'directory' ? 0 : header.size
+      this.#remaining = dataSize
+      this.#pad = padOf(dataSize)
+      this.#endOfData = this.#consumed + dataSize + this.#pad
+      return header
+    }
+  }
+
+  /** Stops reading: the input is destroyed unless the archive was read to its end. */
+  close(): void {
+    if (this.#finished) return
+    this.#finished = true
+    if (!this.#input.destroyed) this.#input.destroy()
   }
 }
 
@@ -189,97 +497,22 @@ function convertHeader(h: RawHeader): TarEntryHeader {
  * an error of the input stream itself is passed on (as a StrataError).
  */
 export async function* readTar(input: Readable): AsyncGenerator<TarEntry, void, undefined> {
-  paxRawShim()
-  const extract = tarStream.extract()
-  let total = 0
-  let inputError: unknown = null
-  let inputDone = false
-  const gone = (): boolean => extract.destroying || extract.destroyed
-  const feeding = (async () => {
-    try {
-      for await (const chunk of input as AsyncIterable<Buffer | string>) {
-        const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
-        total += buf.length
-        if (!extract.write(buf) && !gone()) {
-          await new Promise<void>((resolve) => {
-            const done = (): void => {
-              extract.off('drain', done)
-              extract.off('close', done)
-              extract.off('error', done)
-              resolve()
-            }
-            extract.on('drain', done)
-            extract.on('close', done)
-            extract.on('error', done)
-          })
-        }
-        if (gone()) return
-      }
-      inputDone = true
-      extract.end(undefined)
-    } catch (e) {
-      inputError = e
-      extract.destroy(e as Error)
-    }
-  })()
-  const it = (extract as AsyncIterable<TarStreamEntry>)[Symbol.asyncIterator]()
-  let endOfData = 0
-  let finished = false
-  const mapError = (e: unknown): StrataError => {
-    if (inputError !== null) return toStrataError(inputError, 'IO_ERROR')
-    if (e instanceof StrataError) return e
-    return bad(`tar: ${(e as Error)?.message ?? String(e)}`, e)
-  }
+  const r = new TarReader(input)
   try {
     for (;;) {
-      let r: IteratorResult<TarStreamEntry>
-      try {
-        r = await it.next()
-      } catch (e) {
-        throw mapError(e)
-      }
-      if (r.done) break
-      const entry = r.value
-      const raw = entry.header as unknown as RawHeader
-      const header = convertHeader(raw)
-      // tar-stream reads no data for directory entries, whatever their size field says.
-      endOfData = raw.byteOffset + (header.type === 'directory' ? 0 : Math.ceil(header.size / 512) * 512)
-      let consumed = false
+      const header = await r.next()
+      if (header === null) return
       const body: AsyncIterable<Buffer> = {
-        [Symbol.asyncIterator]: () => {
-          consumed = true
-          const inner = entry[Symbol.asyncIterator]()
-          return {
-            next: async () => {
-              try {
-                return await inner.next()
-              } catch (e) {
-                throw mapError(e)
-              }
-            },
-          }
-        },
+        [Symbol.asyncIterator]: () => ({
+          next: async (): Promise<IteratorResult<Buffer>> => {
+            const c = await r.chunk()
+            return c === null ? { done: true, value: undefined } : { done: false, value: c }
+          },
+        }),
       }
       yield { header, body }
-      if (!consumed) {
-        try {
-          for await (const _ of entry) void _
-        } catch (e) {
-          throw mapError(e)
-        }
-      }
     }
-    await feeding
-    if (inputError !== null) throw mapError(inputError)
-    if (!inputDone || total < endOfData + 512) {
-      throw bad(`tar: truncated (${total} bytes, no end-of-archive block after the last entry)`)
-    }
-    finished = true
   } finally {
-    if (!finished) {
-      extract.destroy()
-      if (!input.destroyed) input.destroy()
-      await feeding
-    }
+    r.close()
   }
 }

@@ -6,6 +6,10 @@
 // (security.capability). This writer emits ustar headers with empty
 // uname/gname, and a PAX record set (sorted by key) only when a field does not
 // fit: non-ASCII or long names, large ids/sizes, sub-second mtimes, xattrs.
+//
+// Headers, padding and small file data are gathered in a batch buffer (file
+// data is read straight into it) and written to the output, and hashed, one
+// batch at a time; large file data goes out in its own buffers.
 import crypto from 'node:crypto'
 import type { Writable } from 'node:stream'
 import { toStrataError } from '../../../fs/common/errors.js'
@@ -27,27 +31,35 @@ export interface TarWriteHeader {
   xattrs?: Map<string, Buffer>
 }
 
-const TYPEFLAG: Record<TarEntryType, string> = {
-  file: '0',
-  link: '1',
-  symlink: '2',
-  'character-device': '3',
-  'block-device': '4',
-  directory: '5',
-  fifo: '6',
+/** Reads up to `length` bytes of a file at `position` into `buf` at `offset`; returns the bytes read (0 at the end). */
+export type ReadAt = (buf: Buffer, offset: number, length: number, position: number) => number
+
+const TYPEFLAG: Record<TarEntryType, number> = {
+  file: 0x30,
+  link: 0x31,
+  symlink: 0x32,
+  'character-device': 0x33,
+  'block-device': 0x34,
+  directory: 0x35,
+  fifo: 0x36,
 }
 
 const MAX_OCT7 = 0o7777777
 const MAX_OCT11 = 0o77777777777
 const ZEROS = Buffer.alloc(1024)
+const EMPTY = Buffer.alloc(0)
+/** Bytes gathered before they are written out. */
+const BATCH = 256 * 1024
+/** Large files are read and written in pieces of this size. */
+const PIECE = 1024 * 1024
 
-function isAscii(b: Buffer): boolean {
-  for (const x of b) if (x >= 0x80) return false
-  return true
+function yieldToLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve))
 }
 
-function oct(n: number, width: number): string {
-  return n.toString(8).padStart(width - 1, '0') + '\0'
+function isAscii(b: Buffer): boolean {
+  for (let i = 0; i < b.length; i++) if (b[i]! >= 0x80) return false
+  return true
 }
 
 function paxRecord(key: string, value: Buffer): Buffer {
@@ -59,7 +71,7 @@ function paxRecord(key: string, value: Buffer): Buffer {
 
 /** Splits a name into ustar (prefix, name) fields, or null when it does not fit. */
 function splitUstar(name: Buffer): [Buffer, Buffer] | null {
-  if (name.length <= 100) return [Buffer.alloc(0), name]
+  if (name.length <= 100) return [EMPTY, name]
   for (let i = Math.min(name.length - 1, 155); i > 0; i--) {
     if (name[i] === 0x2f && name.length - i - 1 <= 100 && name.length - i - 1 > 0) return [name.subarray(0, i), name.subarray(i + 1)]
   }
@@ -71,37 +83,51 @@ function formatTime(t: Timespec): string {
   return `${t.sec}.${String(t.nsec).padStart(9, '0').replace(/0+$/, '')}`
 }
 
-function ustarHeader(f: {
-  name: Buffer
-  prefix: Buffer
-  mode: number
-  uid: number
-  gid: number
-  size: number
-  mtime: number
-  typeflag: string
-  linkname: Buffer
-  devmajor: number
-  devminor: number
-}): Buffer {
-  const b = Buffer.alloc(512)
-  f.name.copy(b, 0, 0, 100)
-  b.write(oct(f.mode, 8), 100, 'latin1')
-  b.write(oct(f.uid, 8), 108, 'latin1')
-  b.write(oct(f.gid, 8), 116, 'latin1')
-  b.write(oct(f.size, 12), 124, 'latin1')
-  b.write(oct(f.mtime, 12), 136, 'latin1')
-  b.write('        ', 148, 'latin1')
-  b.write(f.typeflag, 156, 'latin1')
-  f.linkname.copy(b, 157, 0, 100)
-  b.write('ustar\u000000', 257, 'latin1')
-  b.write(oct(f.devmajor, 8), 329, 'latin1')
-  b.write(oct(f.devminor, 8), 337, 'latin1')
-  f.prefix.copy(b, 345, 0, 155)
+/** Writes `n` as `width - 1` octal digits and a NUL at b[at]. */
+function putOct(b: Buffer, at: number, n: number, width: number): void {
+  const s = n.toString(8)
+  const digits = width - 1
+  let i = 0
+  for (; i < digits - s.length; i++) b[at + i] = 0x30
+  b.write(s, at + i, 'latin1')
+  b[at + digits] = 0
+}
+
+/** Encodes a ustar header into b[at, at + 512). */
+function putUstarHeader(
+  b: Buffer,
+  at: number,
+  f: {
+    name: Buffer
+    prefix: Buffer
+    mode: number
+    uid: number
+    gid: number
+    size: number
+    mtime: number
+    typeflag: number
+    linkname: Buffer
+    devmajor: number
+    devminor: number
+  },
+): void {
+  b.fill(0, at, at + 512)
+  f.name.copy(b, at, 0, 100)
+  putOct(b, at + 100, f.mode, 8)
+  putOct(b, at + 108, f.uid, 8)
+  putOct(b, at + 116, f.gid, 8)
+  putOct(b, at + 124, f.size, 12)
+  putOct(b, at + 136, f.mtime, 12)
+  b.fill(0x20, at + 148, at + 156)
+  b[at + 156] = f.typeflag
+  f.linkname.copy(b, at + 157, 0, 100)
+  b.write('ustar\u000000', at + 257, 'latin1')
+  putOct(b, at + 329, f.devmajor, 8)
+  putOct(b, at + 337, f.devminor, 8)
+  f.prefix.copy(b, at + 345, 0, 155)
   let sum = 0
-  for (const x of b) sum += x
-  b.write(sum.toString(8).padStart(6, '0') + '\0 ', 148, 'latin1')
-  return b
+  for (let i = at; i < at + 512; i++) sum += b[i]!
+  b.write(sum.toString(8).padStart(6, '0') + '\0 ', at + 148, 'latin1')
 }
 
 export class TarWriter {
@@ -109,6 +135,8 @@ export class TarWriter {
   #hash = crypto.createHash('sha256')
   #size = 0
   #error: unknown = null
+  #buf: Buffer = Buffer.allocUnsafe(BATCH)
+  #pos = 0
 
   constructor(out: Writable) {
     this.#out = out
@@ -117,13 +145,26 @@ export class TarWriter {
     })
   }
 
-  async #write(buf: Buffer): Promise<void> {
+  #check(): void {
     if (this.#error !== null) throw toStrataError(this.#error, 'IO_ERROR')
     if (this.#out.destroyed) throw toStrataError(new Error('output stream destroyed before the tar was written'), 'IO_ERROR')
+  }
+
+  /**
+   * Writes a buffer the writer no longer touches, waiting for the output to
+   * drain, and lets the event loop run (file data is read synchronously, and
+   * an output that drains at once would otherwise never let timers, signals
+   * or a reader's destroy() in).
+   */
+  async #emit(buf: Buffer): Promise<void> {
+    this.#check()
     if (buf.length === 0) return
     this.#hash.update(buf)
     this.#size += buf.length
-    if (this.#out.write(buf)) return
+    if (this.#out.write(buf)) {
+      await yieldToLoop()
+      return
+    }
     if (this.#out.destroyed) throw toStrataError(this.#error ?? new Error('output stream destroyed before the tar was written'), 'IO_ERROR')
     await new Promise<void>((resolve, reject) => {
       const cleanup = (): void => {
@@ -148,23 +189,54 @@ export class TarWriter {
       this.#out.on('error', onError)
       this.#out.on('close', onClose)
     })
+    await yieldToLoop()
   }
 
+  /** Writes out what the batch holds; the next batch is a fresh buffer (the output may still hold the old one). */
+  async #flush(): Promise<void> {
+    if (this.#pos === 0) return this.#check()
+    const full = this.#buf.subarray(0, this.#pos)
+    this.#buf = Buffer.allocUnsafe(BATCH)
+    this.#pos = 0
+    await this.#emit(full)
+  }
+
+  /** Makes room for `n` bytes in the batch (n ≤ BATCH). */
+  async #reserve(n: number): Promise<void> {
+    if (this.#pos + n > this.#buf.length) await this.#flush()
+    else this.#check()
+  }
+
+  async #put(data: Buffer): Promise<void> {
+    if (data.length > BATCH / 4) {
+      await this.#flush()
+      await this.#emit(data)
+      return
+    }
+    await this.#reserve(data.length)
+    data.copy(this.#buf, this.#pos)
+    this.#pos += data.length
+  }
+
+  /** Zeros up to the next 512-byte boundary after `n` bytes of data. */
   async #pad(n: number): Promise<void> {
     const r = n % 512
-    if (r) await this.#write(ZEROS.subarray(0, 512 - r))
+    if (r === 0) return
+    await this.#reserve(512 - r)
+    this.#buf.fill(0, this.#pos, this.#pos + 512 - r)
+    this.#pos += 512 - r
   }
 
-  /** Writes one entry; `body` must yield exactly `size` bytes for files. */
-  async entry(h: TarWriteHeader, body?: AsyncIterable<Buffer>): Promise<void> {
+  /** The header block(s) of an entry: a PAX record set where ustar cannot hold a value, then the ustar header. */
+  async #header(h: TarWriteHeader): Promise<number> {
     const pax = new Map<string, Buffer>()
     const nameBuf = Buffer.from(h.name)
     let split = isAscii(nameBuf) ? splitUstar(nameBuf) : null
     if (split === null) {
       pax.set('path', nameBuf)
-      split = [Buffer.alloc(0), nameBuf.subarray(0, 100)]
+      split = [EMPTY, nameBuf.subarray(0, 100)]
     }
-    let linkBuf = Buffer.from(h.linkname ?? '')
+    let linkBuf = h.linkname ? Buffer.from(h.linkname) : EMPTY
     if (linkBuf.length > 100 || !isAscii(linkBuf)) {
       pax.set('linkpath', linkBuf)
       linkBuf = linkBuf.subarray(0, 100)
@@ -190,64 +262,110 @@ export class TarWriter {
       pax.set('mtime', Buffer.from(formatTime(h.mtime)))
       mtime = Math.min(Math.max(mtime, 0), MAX_OCT11)
     }
-    for (const [k, v] of h.xattrs ?? []) pax.set(`SCHILY.xattr.${k}`, v)
+    if (h.xattrs) for (const [k, v] of h.xattrs) pax.set(`SCHILY.xattr.${k}`, v)
     if (pax.size) {
       const keys = [...pax.keys()].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)))
       const records = Buffer.concat(keys.map((k) => paxRecord(k, pax.get(k)!)))
       const base = h.name.replace(/\/+$/, '').split('/').pop() ?? ''
       const paxName = Buffer.from(('PaxHeaders/' + base.replace(/[^\x20-\x7e]/g, '_')).slice(0, 100))
-      await this.#write(
-        ustarHeader({
-          name: paxName,
-          prefix: Buffer.alloc(0),
-          mode: 0o644,
-          uid: 0,
-          gid: 0,
-          size: records.length,
-          mtime: 0,
-          typeflag: 'x',
-          linkname: Buffer.alloc(0),
-          devmajor: 0,
-          devminor: 0,
-        }),
-      )
-      await this.#write(records)
+      await this.#reserve(512)
+      putUstarHeader(this.#buf, this.#pos, {
+        name: paxName,
+        prefix: EMPTY,
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        size: records.length,
+        mtime: 0,
+        typeflag: 0x78, // 'x'
+        linkname: EMPTY,
+        devmajor: 0,
+        devminor: 0,
+      })
+      this.#pos += 512
+      await this.#put(records)
       await this.#pad(records.length)
     }
-    await this.#write(
-      ustarHeader({
-        name: split[1],
-        prefix: split[0],
-        mode: h.mode & 0o7777,
-        uid,
-        gid,
-        size,
-        mtime,
-        typeflag: TYPEFLAG[h.type],
-        linkname: linkBuf,
-        devmajor: h.devmajor ?? 0,
-        devminor: h.devminor ?? 0,
-      }),
-    )
+    await this.#reserve(512)
+    putUstarHeader(this.#buf, this.#pos, {
+      name: split[1],
+      prefix: split[0],
+      mode: h.mode & 0o7777,
+      uid,
+      gid,
+      size,
+      mtime,
+      typeflag: TYPEFLAG[h.type],
+      linkname: linkBuf,
+      devmajor: h.devmajor ?? 0,
+      devminor: h.devminor ?? 0,
+    })
+    this.#pos += 512
+    return realSize
+  }
+
+  /** Writes one entry; `body` must yield exactly `size` bytes for files. */
+  async entry(h: TarWriteHeader, body?: AsyncIterable<Buffer>): Promise<void> {
+    const realSize = await this.#header(h)
     if (h.type !== 'file') return
     let n = 0
     if (body) {
       for await (const chunk of body) {
         n += chunk.length
         if (n > realSize) break
-        await this.#write(chunk)
+        await this.#put(chunk)
       }
     }
     if (n !== realSize) throw toStrataError(new Error(`${h.name}: file changed size while being read (${n} of ${realSize} bytes)`), 'IO_ERROR')
     await this.#pad(realSize)
   }
 
+  /**
+   * Writes a regular file entry whose `h.size` bytes are read with `read`
+   * (synchronously, straight into the batch when they fit in it; in pieces
+   * of a batch otherwise). Fewer bytes than `h.size` is an IO_ERROR.
+   */
+  async fileEntry(h: TarWriteHeader, read: ReadAt): Promise<void> {
+    const size = await this.#header({ ...h, type: 'file' })
+    const short = (got: number): Error => toStrataError(new Error(`${h.name}: file changed size while being read (${got} of ${size} bytes)`), 'IO_ERROR')
+    if (size <= BATCH) {
+      await this.#reserve(size)
+      let got = 0
+      while (got < size) {
+        const n = read(this.#buf, this.#pos + got, size - got, got)
+        if (n === 0) throw short(got)
+        got += n
+      }
+      this.#pos += size
+    } else {
+      await this.#flush()
+      let got = 0
+      while (got < size) {
+        const piece = Buffer.allocUnsafe(Math.min(PIECE, size - got))
+        let filled = 0
+        while (filled < piece.length) {
+          const n = read(piece, filled, piece.length - filled, got + filled)
+          if (n === 0) throw short(got + filled)
+          filled += n
+        }
+        got += filled
+        await this.#emit(piece)
+      }
+    }
+    await this.#pad(size)
+  }
+
   /** Writes the end-of-archive blocks; ends `out` when `end`. */
   async finish(end: boolean): Promise<{ diffId: string; size: number }> {
-    await this.#write(ZEROS)
+    await this.#put(ZEROS)
+    await this.#flush()
     if (end) {
       await new Promise<void>((resolve, reject) => {
-        this.#out.end(() => (this.#error !== null ? reject(toStrataError(this.#error, 'IO_ERROR')) : resolve()))
+        this.#out.end((err?: Error | null) => {
+          const e = this.#error ?? err ?? null
+          if (e !== null) reject(toStrataError(e, 'IO_ERROR'))
+          else resolve()
+        })
       })
     }
     if (this.#error !== null) throw toStrataError(this.#error, 'IO_ERROR')

@@ -5,9 +5,7 @@
 // inode) point at the first path; xattrs other than overlayfs's go into PAX
 // SCHILY.xattr records; uid/gid/mode/mtime kept, uname/gname empty, no
 // atime/ctime. The same layer gives the same bytes.
-import { once } from 'node:events'
 import fs from 'node:fs'
-import path from 'node:path'
 import type { Writable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
@@ -50,11 +48,23 @@ function readXattrs(abs: string): { xattrs: Map<string, Buffer>; opaque: boolean
 
 interface Child {
   tarName: string
+  /** tarName as bytes (the sort key) */
+  key: Buffer
   rel: string
   abs: string
   st: fs.BigIntStats | null
 }
 
+function lstat(abs: string): fs.BigIntStats {
+  return fs.lstatSync(abs, { bigint: true })
+}
+
+/**
+ * Walks the mounted layer depth first. Metadata comes from the page cache of
+ * a read-only mount, so it is read with synchronous calls; so is file data
+ * (straight into the writer's batch buffer), while writing the output is
+ * asynchronous and waits for it to drain.
+ */
 class LayerWalker {
   /** inode → first tar path, for hard links. */
   readonly inodes = new Map<bigint, string>()
@@ -77,18 +87,22 @@ class LayerWalker {
       xattrs,
     })
     const children: Child[] = []
-    for (const raw of await fs.promises.readdir(abs, { encoding: 'buffer' })) {
+    for (const raw of fs.readdirSync(abs, { encoding: 'buffer' })) {
       const name = decodeName(raw, rel || '.')
-      const cabs = path.join(abs, name)
+      const cabs = abs + '/' + name
       const crel = rel === '' ? name : `${rel}/${name}`
       if (name.startsWith(WHITEOUT_PREFIX)) throw new StrataError('IMAGE_BAD_LAYER', `${crel}: names starting with ${WHITEOUT_PREFIX} cannot be carried in a layer tar`)
-      const cst = await fs.promises.lstat(cabs, { bigint: true })
+      const cst = lstat(cabs)
       const isWhiteout = cst.isCharacterDevice() && cst.rdev === 0n
       const tarBase = isWhiteout ? WHITEOUT_PREFIX + name : name
-      children.push({ tarName: rel === '' ? tarBase : `${rel}/${tarBase}`, rel: crel, abs: cabs, st: cst })
+      const tarName = rel === '' ? tarBase : `${rel}/${tarBase}`
+      children.push({ tarName, key: Buffer.from(tarName), rel: crel, abs: cabs, st: cst })
     }
-    if (opaque) children.push({ tarName: rel === '' ? OPAQUE_MARKER : `${rel}/${OPAQUE_MARKER}`, rel, abs, st: null })
-    children.sort((a, b) => Buffer.compare(Buffer.from(a.tarName), Buffer.from(b.tarName)))
+    if (opaque) {
+      const tarName = rel === '' ? OPAQUE_MARKER : `${rel}/${OPAQUE_MARKER}`
+      children.push({ tarName, key: Buffer.from(tarName), rel, abs, st: null })
+    }
+    children.sort((a, b) => Buffer.compare(a.key, b.key))
     for (const c of children) await this.child(c)
   }
 
@@ -122,19 +136,15 @@ class LayerWalker {
     }
     const { xattrs } = readXattrs(c.abs)
     if (st.isFile()) {
-      const size = Number(st.size)
-      const rs = fs.createReadStream(c.abs, { highWaterMark: 1 << 20 })
+      // The file must be closed before the layer can be unmounted: always closed here.
+      const fd = fs.openSync(c.abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW)
       try {
-        await this.w.entry({ ...base, type: 'file', size, xattrs }, rs as AsyncIterable<Buffer>)
+        await this.w.fileEntry({ ...base, type: 'file', size: Number(st.size), xattrs }, (buf, off, len, pos) => fs.readSync(fd, buf, off, len, pos))
       } finally {
-        // The file must be closed before the layer can be unmounted.
-        if (!rs.closed) {
-          rs.destroy()
-          await once(rs, 'close').catch(() => {})
-        }
+        fs.closeSync(fd)
       }
     } else if (st.isSymbolicLink()) {
-      const target = decodeName(await fs.promises.readlink(c.abs, { encoding: 'buffer' }), c.rel)
+      const target = decodeName(fs.readlinkSync(c.abs, { encoding: 'buffer' }), c.rel)
       await this.w.entry({ ...base, type: 'symlink', linkname: target, xattrs })
     } else if (st.isCharacterDevice() || st.isBlockDevice()) {
       const { major, minor } = devNumbers(st.rdev)
@@ -155,7 +165,7 @@ export async function layerToTar(erofsFile: string, out: Writable, opts: LayerTo
     const w = new TarWriter(out)
     const walker = new LayerWalker(w, mp)
     try {
-      await walker.dir(mp, '', await fs.promises.lstat(mp, { bigint: true }))
+      await walker.dir(mp, '', lstat(mp))
       return await w.finish(opts.end ?? true)
     } catch (e) {
       // A half-written tar must not look complete to whoever reads `out`.

@@ -8,18 +8,19 @@
 // whose later entry's attributes win. Ownership, modes (setuid/sticky included),
 // xattrs and nanosecond mtimes are kept; directory times are set last.
 //
-// Metadata system calls (mkdir, open, chown, chmod, link, mknod, xattrs, times)
-// run synchronously: each takes microseconds on a local disk, while a thread
-// pool round trip per call made unpacking several times slower on a loaded
-// machine. File data is written asynchronously, chunk by chunk as it streams in.
+// System calls run synchronously on the calling thread, file data included:
+// each takes microseconds on a local disk (data goes to the page cache),
+// while a thread pool round trip per call made unpacking several times
+// slower on a loaded machine. File data is written as it arrives, whatever
+// has arrived in one writev: a small file usually takes open, writev,
+// fchown, fchmod and close. Only reading the input waits.
 import fs from 'node:fs'
-import path from 'node:path'
 import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
 import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, sys, timesOf } from './fs-ops.js'
 import { ancestorsOf, classifyWhiteout, joinRel, normalizeEntryPath, parentOf } from './paths.js'
-import { readTar, type TarEntryHeader } from './tar-reader.js'
+import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackOptions, UnpackStats } from './types.js'
 
 const S_IFCHR = 0o020000
@@ -27,6 +28,7 @@ const S_IFBLK = 0o060000
 const S_IFIFO = 0o010000
 const OPAQUE_XATTR = 'trusted.overlay.opaque'
 const IMPLICIT_DIR_MODE = 0o755
+const CREATE_FLAGS = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW
 
 /**
  * What this layer did at a path: `dir` (a directory entry), `idir` (a directory
@@ -35,10 +37,22 @@ const IMPLICIT_DIR_MODE = 0o755
  */
 type Seen = 'dir' | 'idir' | 'ldir' | 'node' | 'wh'
 
-function writeChunk(fd: number, buf: Buffer, off: number, rel: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    fs.write(fd, buf, off, buf.length - off, null, (e, n) => (e ? reject(fsError(e, `writing ${JSON.stringify(rel)}`)) : resolve(n)))
-  })
+/** What is left of `bufs` after the first `n` bytes were written. */
+function dropWritten(bufs: Buffer[], n: number): Buffer[] {
+  let i = 0
+  while (i < bufs.length && n >= bufs[i]!.length) n -= bufs[i++]!.length
+  if (i === bufs.length) return []
+  const rest = bufs.slice(i)
+  if (n > 0) rest[0] = rest[0]!.subarray(n)
+  return rest
+}
+
+/** Writes all of `bufs` at the file's offset (synchronously), retrying short writes. */
+function writeAllSync(fd: number, bufs: Buffer[]): void {
+  while (bufs.length > 0) {
+    const n = bufs.length === 1 ? fs.writeSync(fd, bufs[0]!) : fs.writevSync(fd, bufs)
+    bufs = dropWritten(bufs, n)
+  }
 }
 
 function dup(rel: string, why: string): StrataError {
@@ -47,7 +61,7 @@ function dup(rel: string, why: string): StrataError {
 
 class Unpacker {
   readonly seen = new Map<string, Seen>()
-  /** Directories verified to be real directories (not symlinks) in this run. */
+  /** Directories verified to be real directories (not symlinks) in this run; their ancestors were verified first. */
   readonly dirOk = new Set<string>([''])
   /** Times of directory entries, set at the end. */
   readonly dirTimes = new Map<string, Timespec>()
@@ -57,13 +71,17 @@ class Unpacker {
   rootTimes: Timespec | null = null
   readonly stats: UnpackStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, maxMtime: 0 }
 
+  readonly #prefix: string
+
   constructor(
     readonly root: string,
     readonly mode: 'layer' | 'apply',
-  ) {}
+  ) {
+    this.#prefix = root.endsWith('/') ? root : root + '/'
+  }
 
   abs(rel: string): string {
-    return rel === '' ? this.root : path.join(this.root, rel)
+    return rel === '' ? this.root : this.#prefix + rel
   }
 
   forget(rel: string): void {
@@ -74,14 +92,14 @@ class Unpacker {
   }
 
   /** Before changing the entries of directory `rel`: remember a lower directory's times. */
-  async noteModify(rel: string): Promise<void> {
+  noteModify(rel: string): void {
     if (this.mode !== 'apply' || rel === '' || this.seen.get(rel) !== 'ldir' || this.restore.has(rel)) return
     const st = lstatOrNull(this.abs(rel))
     if (st) this.restore.set(rel, timesOf(st))
   }
 
-  async mkdirImplicit(rel: string): Promise<void> {
-    await this.noteModify(parentOf(rel))
+  mkdirImplicit(rel: string): void {
+    this.noteModify(parentOf(rel))
     const abs = this.abs(rel)
     sys(`mkdir ${JSON.stringify(rel)}`, () => {
       fs.mkdirSync(abs, IMPLICIT_DIR_MODE)
@@ -93,12 +111,12 @@ class Unpacker {
   }
 
   /** Checks that `rel` is a real directory (creating it when `create`); false when missing and not created. */
-  async checkDir(rel: string, create: boolean): Promise<boolean> {
+  checkDir(rel: string, create: boolean): boolean {
     if (this.dirOk.has(rel)) return true
     const st = lstatOrNull(this.abs(rel))
     if (st === null) {
       if (!create) return false
-      await this.mkdirImplicit(rel)
+      this.mkdirImplicit(rel)
       return true
     }
     if (st.isSymbolicLink()) throw new StrataError('IMAGE_UNSAFE_PATH', `${JSON.stringify(rel)} is a symlink; no entry may be written through it`)
@@ -113,13 +131,15 @@ class Unpacker {
   }
 
   /** Makes every ancestor of `rel` a real directory; with create=false returns false if one is missing. */
-  async parents(rel: string, create: boolean): Promise<boolean> {
-    for (const a of ancestorsOf(rel)) if (!(await this.checkDir(a, create))) return false
+  parents(rel: string, create: boolean): boolean {
+    // a verified parent had all its ancestors verified before it
+    if (this.dirOk.has(parentOf(rel))) return true
+    for (const a of ancestorsOf(rel)) if (!this.checkDir(a, create)) return false
     return true
   }
 
   async removeExisting(rel: string): Promise<void> {
-    await this.noteModify(parentOf(rel))
+    this.noteModify(parentOf(rel))
     try {
       await fs.promises.rm(this.abs(rel), { recursive: true, force: true })
     } catch (e) {
@@ -128,7 +148,7 @@ class Unpacker {
     this.forget(rel)
   }
 
-  async entry(h: TarEntryHeader, body: AsyncIterable<Buffer>): Promise<void> {
+  async entry(h: TarEntryHeader, r: TarReader): Promise<void> {
     this.stats.entries++
     if (h.mtime.sec > this.stats.maxMtime) this.stats.maxMtime = h.mtime.sec
     const rel = normalizeEntryPath(h.name)
@@ -148,17 +168,17 @@ class Unpacker {
             : 'is a directory holding entries of this layer and also a non-directory entry',
       )
     }
-    await this.parents(rel, true)
+    this.parents(rel, true)
     const abs = this.abs(rel)
     // In layer mode the tree holds only what this layer made, all of it in `seen`.
     const existing = this.mode === 'layer' && prev === undefined ? null : lstatOrNull(abs)
     if (h.type === 'directory') {
       if (existing && !existing.isDirectory()) await this.removeExisting(rel)
       if (!existing || !existing.isDirectory()) {
-        await this.noteModify(parentOf(rel))
+        this.noteModify(parentOf(rel))
         sys(`mkdir ${JSON.stringify(rel)}`, () => fs.mkdirSync(abs, 0o700))
       }
-      await this.attrs(abs, rel, h, true)
+      this.attrs(abs, rel, h, true)
       this.seen.set(rel, 'dir')
       this.dirOk.add(rel)
       this.restore.delete(rel)
@@ -166,17 +186,17 @@ class Unpacker {
       return
     }
     if (existing) await this.removeExisting(rel)
-    else await this.noteModify(parentOf(rel))
+    else this.noteModify(parentOf(rel))
     switch (h.type) {
       case 'file':
-        await this.writeFile(abs, rel, h, body)
+        await this.writeFile(abs, rel, h, r)
         break
       case 'symlink':
         sys(`symlink ${JSON.stringify(rel)}`, () => fs.symlinkSync(h.linkname, abs))
-        await this.attrs(abs, rel, h, false)
+        this.attrs(abs, rel, h, false)
         break
       case 'link':
-        await this.hardlink(abs, rel, h)
+        this.hardlink(abs, rel, h)
         break
       case 'character-device':
       case 'block-device':
@@ -185,7 +205,7 @@ class Unpacker {
         sys(`mknod ${JSON.stringify(rel)}`, () =>
           native().mknod(abs, type | 0o600, h.type === 'fifo' ? 0 : h.devmajor, h.type === 'fifo' ? 0 : h.devminor),
         )
-        await this.attrs(abs, rel, h, true)
+        this.attrs(abs, rel, h, true)
         break
       }
     }
@@ -193,25 +213,32 @@ class Unpacker {
   }
 
   /** Owner, mode (after chown, which clears setuid), xattrs; times for non-directories. */
-  async attrs(abs: string, rel: string, h: TarEntryHeader, chmod: boolean): Promise<void> {
+  attrs(abs: string, rel: string, h: TarEntryHeader, chmod: boolean): void {
     sys(`owner/mode of ${JSON.stringify(rel)}`, () => {
       fs.lchownSync(abs, h.uid, h.gid)
       if (chmod) fs.chmodSync(abs, h.mode)
     })
     if (h.type === 'directory') clearXattrs(abs)
-    setXattrs(abs, h.xattrs, rel)
+    if (h.xattrs.size > 0) setXattrs(abs, h.xattrs, rel)
     if (h.type !== 'directory') setTimes(abs, h.mtime)
   }
 
-  async writeFile(abs: string, rel: string, h: TarEntryHeader, body: AsyncIterable<Buffer>): Promise<void> {
-    const flags = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW
-    const fd = sys(`creating ${JSON.stringify(rel)}`, () => fs.openSync(abs, flags, 0o600))
-    let written = 0
+  async writeFile(abs: string, rel: string, h: TarEntryHeader, r: TarReader): Promise<void> {
+    const fd = sys(`creating ${JSON.stringify(rel)}`, () => fs.openSync(abs, CREATE_FLAGS, 0o600))
     try {
-      for await (const chunk of body) {
-        let off = 0
-        while (off < chunk.length) off += await writeChunk(fd, chunk, off, rel)
-        written += chunk.length
+      // what has arrived goes out in one writev (all of a small file, usually)
+      let written = 0
+      while (written < h.size) {
+        const first = r.buffered() ?? (await r.chunk())
+        if (first === null) break
+        const bufs = [first]
+        let n = first.length
+        for (let c = r.buffered(); c !== null; c = r.buffered()) {
+          bufs.push(c)
+          n += c.length
+        }
+        sys(`writing ${JSON.stringify(rel)}`, () => writeAllSync(fd, bufs))
+        written += n
       }
       if (written !== h.size) throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: ${written} bytes of ${h.size}`)
       sys(`owner/mode of ${JSON.stringify(rel)}`, () => {
@@ -221,18 +248,18 @@ class Unpacker {
     } finally {
       fs.closeSync(fd)
     }
-    setXattrs(abs, h.xattrs, rel)
+    if (h.xattrs.size > 0) setXattrs(abs, h.xattrs, rel)
     setTimes(abs, h.mtime)
     this.stats.files++
-    this.stats.bytes += written
+    this.stats.bytes += h.size
   }
 
-  async hardlink(abs: string, rel: string, h: TarEntryHeader): Promise<void> {
+  hardlink(abs: string, rel: string, h: TarEntryHeader): void {
     const target = normalizeEntryPath(h.linkname, 'hard link target')
     if (target === '') throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link to the root`)
     const kind = this.seen.get(target)
     if (kind === undefined && this.mode === 'apply') {
-      if (!(await this.parents(target, false))) {
+      if (!this.parents(target, false)) {
         throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} does not exist`)
       }
       const st = lstatOrNull(this.abs(target))
@@ -248,9 +275,9 @@ class Unpacker {
     sys(`hard link ${JSON.stringify(rel)}`, () => fs.linkSync(this.abs(target), abs))
   }
 
-  async rootEntry(h: TarEntryHeader): Promise<void> {
+  rootEntry(h: TarEntryHeader): void {
     if (h.type !== 'directory') throw new StrataError('IMAGE_BAD_ARCHIVE', `the root entry is a ${h.type}, not a directory`)
-    await this.attrs(this.root, '', h, true)
+    this.attrs(this.root, '', h, true)
     this.rootTimes = h.mtime
   }
 
@@ -258,11 +285,11 @@ class Unpacker {
     this.stats.whiteouts++
     if (this.seen.has(target)) throw dup(target, 'is both an entry and a whiteout in this layer')
     if (this.mode === 'layer') {
-      await this.parents(target, true)
+      this.parents(target, true)
       const abs = this.abs(target)
       sys(`whiteout ${JSON.stringify(target)}`, () => native().mknod(abs, S_IFCHR | 0o600, 0, 0))
-      await this.attrs(abs, target, { ...h, xattrs: new Map() }, true)
-    } else if (await this.parents(target, false)) {
+      this.attrs(abs, target, { ...h, xattrs: new Map() }, true)
+    } else if (this.parents(target, false)) {
       if (lstatOrNull(this.abs(target))) await this.removeExisting(target)
     }
     this.seen.set(target, 'wh')
@@ -275,10 +302,10 @@ class Unpacker {
     if (kind === 'node' || kind === 'wh') throw dup(dir, 'is both a non-directory entry and an opaque directory in this layer')
     this.opaque.add(dir)
     if (dir !== '') {
-      await this.parents(dir, true)
+      this.parents(dir, true)
       const st = lstatOrNull(this.abs(dir))
       if (st && !st.isDirectory()) await this.removeExisting(dir)
-      await this.checkDir(dir, true)
+      this.checkDir(dir, true)
     }
     if (this.mode === 'apply') await this.purge(dir)
   }
@@ -309,7 +336,7 @@ class Unpacker {
     }
   }
 
-  async finish(): Promise<void> {
+  finish(): void {
     const n = native()
     const dflt: Timespec = { sec: this.stats.maxMtime, nsec: 0 }
     if (this.mode === 'layer') {
@@ -365,7 +392,12 @@ export async function unpackLayer(tar: Readable, destDir: string, opts: UnpackOp
     throw new StrataError('INVALID_ARGUMENT', `destination ${destDir}: ${(e as Error).message}`, { cause: e })
   }
   const u = new Unpacker(root, opts.mode)
-  for await (const { header, body } of readTar(tar)) await u.entry(header, body)
-  await u.finish()
+  const r = new TarReader(tar)
+  try {
+    for (let h = await r.next(); h !== null; h = await r.next()) await u.entry(h, r)
+  } finally {
+    r.close()
+  }
+  u.finish()
   return u.stats
 }

@@ -1,0 +1,134 @@
+// The tar reader parses input buffers in place: the same archive must read
+// the same whatever the chunking, and quirks of the tar-stream parser it
+// replaced are kept (an empty long name is ignored, a directory carries no
+// data whatever its size field says), minus tar-stream's hang on such a
+// directory.
+import test from 'ava'
+import { execFileSync } from 'node:child_process'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { Readable } from 'node:stream'
+import { readTar, TarReader } from '../../../../sandbox/image/layer/tar-reader.js'
+
+function tmp(t: { teardown(f: () => void): void }): string {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-tar-reader-'))
+  t.teardown(() => fs.rmSync(d, { recursive: true, force: true }))
+  return d
+}
+
+function chunked(buf: Buffer, size: number): Readable {
+  const parts: Buffer[] = []
+  for (let i = 0; i < buf.length; i += size) parts.push(buf.subarray(i, i + size))
+  return Readable.from(parts)
+}
+
+async function listing(input: Readable): Promise<string[]> {
+  const out: string[] = []
+  for await (const { header, body } of readTar(input)) {
+    const h = crypto.createHash('sha256')
+    let n = 0
+    for await (const c of body) {
+      h.update(c)
+      n += c.length
+    }
+    const x = [...header.xattrs].map(([k, v]) => `${k}=${v.toString('hex')}`).join(',')
+    out.push(`${header.type} ${header.name} ${header.linkname} ${header.mode.toString(8)} ${header.uid}:${header.gid} ${header.mtime.sec}.${header.mtime.nsec} ${header.size} ${n} ${h.digest('hex').slice(0, 12)} [${x}]`)
+  }
+  return out
+}
+
+function header(name: string, typeflag: string, size: number, extra: (b: Buffer) => void = () => {}): Buffer {
+  const b = Buffer.alloc(512)
+  b.write(name, 0, 'utf8')
+  b.write('0000644\0', 100, 'latin1')
+  b.write('0000000\0', 108, 'latin1')
+  b.write('0000000\0', 116, 'latin1')
+  b.write(size.toString(8).padStart(11, '0') + '\0', 124, 'latin1')
+  b.write('14000000000\0', 136, 'latin1')
+  b.write(typeflag, 156, 'latin1')
+  b.write('ustar\u000000', 257, 'latin1')
+  extra(b)
+  b.fill(0x20, 148, 156)
+  let sum = 0
+  for (const x of b) sum += x
+  b.write(sum.toString(8).padStart(6, '0') + '\0 ', 148, 'latin1')
+  return b
+}
+
+function padded(data: Buffer): Buffer {
+  return Buffer.concat([data, Buffer.alloc((512 - (data.length % 512)) % 512)])
+}
+
+test('an archive reads the same whatever the input chunking (GNU and POSIX formats, long names, xattrs, hard links)', async (t) => {
+  const dir = tmp(t)
+  const src = path.join(dir, 'src')
+  const deep = path.join(src, 'd', 'x'.repeat(120))
+  fs.mkdirSync(deep, { recursive: true })
+  fs.writeFileSync(path.join(src, 'd', 'f'), 'hello')
+  fs.writeFileSync(path.join(deep, 'y'.repeat(110)), crypto.randomBytes(70_000))
+  fs.writeFileSync(path.join(src, 'big'), crypto.randomBytes(200_017))
+  fs.writeFileSync(path.join(src, 'ünï'), 'u')
+  fs.symlinkSync('../' + 'z'.repeat(150), path.join(src, 'd', 'lnk'))
+  fs.linkSync(path.join(src, 'd', 'f'), path.join(src, 'd', 'hl'))
+  for (const format of ['gnu', 'posix']) {
+    const tar = execFileSync('tar', [`--format=${format}`, '--sort=name', '-C', src, '-cf', '-', '.'], { maxBuffer: 64 << 20 })
+    const whole = await listing(chunked(tar, tar.length))
+    t.is(whole.length, 9, format)
+    t.true(whole.some((l) => l.startsWith(`file ./d/${'x'.repeat(120)}/${'y'.repeat(110)} `)), format)
+    t.true(whole.some((l) => l.startsWith(`symlink ./d/lnk ../${'z'.repeat(150)} `)), format)
+    for (const size of [1, 7, 511, 512, 513, 65536]) t.deepEqual(await listing(chunked(tar, size)), whole, `${format}, ${size}-byte chunks`)
+  }
+})
+
+test('readAll and buffered return the data as slices, and unread data is skipped by next()', async (t) => {
+  const a = crypto.randomBytes(1500)
+  const b = crypto.randomBytes(700)
+  const tar = Buffer.concat([header('a', '0', a.length), padded(a), header('b', '0', b.length), padded(b), header('c', '0', 0), Buffer.alloc(1024)])
+  for (const size of [1, 100, 512, 4096]) {
+    const r = new TarReader(chunked(tar, size))
+    t.is((await r.next())?.name, 'a')
+    t.true(Buffer.concat(await r.readAll()).equals(a))
+    t.is(r.remaining, 0)
+    t.is((await r.next())?.name, 'b')
+    t.is(r.remaining, b.length)
+    t.is((await r.next())?.name, 'c', 'the unread data of b was skipped')
+    t.is(await r.next(), null)
+    r.close()
+  }
+})
+
+test('quirks kept from tar-stream: a directory carries no data whatever its size; an empty GNU long name is ignored; zero blocks are skipped', async (t) => {
+  // a directory header with a size field: the bytes after it are the next header (tar-stream hung here)
+  const tar = Buffer.concat([
+    header('d/', '5', 1024),
+    header('d/f', '0', 2),
+    padded(Buffer.from('hi')),
+    Buffer.alloc(512),
+    header('././@LongLink', 'L', 0),
+    header('named', '0', 0),
+    Buffer.alloc(1024),
+  ])
+  t.deepEqual(
+    (await listing(chunked(tar, 300))).map((l) => l.split(' ').slice(0, 2).join(' ')),
+    ['directory d/', 'file d/f', 'file named'],
+  )
+})
+
+test('bad input: checksum, unknown format, truncation and oversized records are IMAGE_BAD_ARCHIVE with a cause', async (t) => {
+  const good = Buffer.concat([header('f', '0', 3), padded(Buffer.from('abc')), Buffer.alloc(1024)])
+  const cases: Array<[string, Buffer]> = [
+    ['checksum', Buffer.concat([Buffer.from(good.subarray(0, 512)).fill(0x41, 0, 1), good.subarray(512)])],
+    ['v7 header', Buffer.concat([header('f', '0', 0, (b) => b.fill(0, 257, 265)), Buffer.alloc(1024)])],
+    ['cut inside the data', good.subarray(0, 514)],
+    ['cut inside a header', good.subarray(0, 100)],
+    ['oversized PAX record', Buffer.concat([header('PaxHeaders/f', 'x', 5 * 1024 * 1024), Buffer.alloc(1024)])],
+  ]
+  for (const [what, tar] of cases) {
+    const e = await t.throwsAsync(listing(chunked(tar, 256)), { code: 'IMAGE_BAD_ARCHIVE' as never }, what)
+    t.truthy((e as Error).cause, what)
+  }
+  // cut at an entry boundary: no end-of-archive block
+  await t.throwsAsync(listing(chunked(good.subarray(0, 1024), 256)), { code: 'IMAGE_BAD_ARCHIVE' as never })
+})
