@@ -35,6 +35,8 @@ import {
 const IO_STEP = 8 * 1024 * 1024
 /** Reads kept in flight by readBlob. */
 const READ_AHEAD = 3
+/** Writes kept in flight by putBlob (each IO_STEP bytes). */
+const WRITE_WINDOW = 4
 /** gc removes staging files older than this (partial pulls: PARTIAL_MAX_AGE_MS). */
 const TMP_MAX_AGE_MS = 60 * 60 * 1000
 const PARTIAL_MAX_AGE_MS = 24 * 60 * 60 * 1000
@@ -70,6 +72,19 @@ function throwIfAborted(signal: AbortSignal | undefined): void {
 export interface StoredBlob {
   digest: string
   size: number
+}
+
+/** An open partial blob file. */
+interface PartialBlob {
+  fh: FileHandle
+  /** bytes appended (the file's length once every append has landed) */
+  length: number
+  /**
+   * Running sha256 of every byte appended, in order, when this process
+   * created the file empty and every append so far went through; null for a
+   * resumed file (finishPartialBlob then re-reads it).
+   */
+  hash: crypto.Hash | null
 }
 
 export interface GcOptions {
@@ -113,7 +128,9 @@ function isMetaCode(e: unknown, ...codes: string[]): boolean {
 export class ImageStore {
   readonly fs: FileSystem
   readonly root: string
-  readonly #partials = new Map<string, { fh: FileHandle; length: number }>()
+  readonly #partials = new Map<string, PartialBlob>()
+  /** Digests whose partial file saw a failed append in this process: finishPartialBlob re-reads them. */
+  readonly #tornPartials = new Set<string>()
   #opened: Promise<void> | null = null
   #closed = false
 
@@ -287,28 +304,46 @@ export class ImageStore {
     return false
   }
 
-  /** Copies `src` into an open DFS file: one write in flight while the next piece is gathered. */
+  /**
+   * Copies `src` into an open DFS file, hashing as it goes: pieces of
+   * IO_STEP bytes, up to WRITE_WINDOW writes in flight while the next piece
+   * is gathered (each write goes to its own offset; the first failure stops
+   * the copy after the writes in flight have settled).
+   */
   async #streamInto(fh: FileHandle, src: Readable | AsyncIterable<Uint8Array>, limit: number | undefined, onProgress?: (bytes: number) => void, signal?: AbortSignal): Promise<StoredBlob> {
     const hash = crypto.createHash('sha256')
     let size = 0
     let pending: Buffer[] = []
     let pendingBytes = 0
-    let inflight: Promise<unknown> | null = null
+    const inflight = new Set<Promise<void>>()
+    let failed: { e: unknown } | null = null
     let written = 0
     const flush = async () => {
       if (pendingBytes === 0) return
       const data = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes)
       pending = []
       pendingBytes = 0
-      if (inflight) await inflight
+      while (inflight.size >= WRITE_WINDOW && failed === null) await Promise.race(inflight)
+      if (failed !== null) throw (failed as { e: unknown }).e
       const at = written
       written += data.length
-      inflight = this.fs.write(fh, data, at).then(() => onProgress?.(data.length))
+      const w: Promise<void> = this.fs.write(fh, data, at).then(
+        () => {
+          inflight.delete(w)
+          onProgress?.(data.length)
+        },
+        (e: unknown) => {
+          inflight.delete(w)
+          failed ??= { e }
+        },
+      )
+      inflight.add(w)
     }
     try {
       throwIfAborted(signal)
       for await (const chunk of src) {
         throwIfAborted(signal)
+        if (failed !== null) throw (failed as { e: unknown }).e
         const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
         if (buf.length === 0) continue
         size += buf.length
@@ -319,10 +354,11 @@ export class ImageStore {
         if (pendingBytes >= IO_STEP) await flush()
       }
       await flush()
-      if (inflight) await inflight
+      await Promise.all(inflight)
+      if (failed !== null) throw (failed as { e: unknown }).e
       throwIfAborted(signal)
     } catch (e) {
-      if (inflight) await (inflight as Promise<unknown>).catch(() => undefined)
+      await Promise.all(inflight)
       throw e
     }
     return { digest: 'sha256:' + hash.digest('hex'), size }
@@ -357,7 +393,12 @@ export class ImageStore {
     return (await this.#statLength(this.#partialPath(digest))) ?? 0
   }
 
-  /** Appends bytes to tmp/partial-<hex> (the file is kept open until finishPartialBlob or close). */
+  /**
+   * Appends bytes to tmp/partial-<hex> (the file is kept open until
+   * finishPartialBlob or close). Each call takes the next offset when it is
+   * made, so several may be in flight; the first one opens the file and
+   * should be awaited alone.
+   */
   async appendPartialBlob(digest: string, chunk: Uint8Array): Promise<void> {
     assertDigest(digest, 'partial blob digest')
     await this.open()
@@ -366,43 +407,57 @@ export class ImageStore {
       const path = this.#partialPath(digest)
       const length = (await this.#statLength(path)) ?? 0
       const fh = await this.fs.open(path, length > 0 ? 'r+' : 'w', 0o644)
-      p = { fh, length }
+      // bytes this process appends to an empty file are hashed as they go
+      p = { fh, length, hash: length === 0 && !this.#tornPartials.has(digest) ? crypto.createHash('sha256') : null }
       this.#partials.set(digest, p)
     }
     if (chunk.byteLength === 0) return
     const at = p.length
     p.length += chunk.byteLength
+    p.hash?.update(chunk)
     try {
       await this.fs.write(p.fh, chunk, at)
     } catch (e) {
-      // the file's length is unknown now: forget the handle, a later call re-reads it
-      this.#partials.delete(digest)
+      // the file's length and contents are unknown now: forget the handle (a
+      // later call re-reads the length) and re-hash the file when it is finished
+      this.#tornPartials.add(digest)
+      if (this.#partials.get(digest) === p) this.#partials.delete(digest)
       await this.fs.close(p.fh).catch(() => undefined)
       throw e
     }
   }
 
   /**
-   * Re-hashes the whole partial file; on a match renames it to the blob.
-   * IMAGE_SIZE_MISMATCH or IMAGE_DIGEST_MISMATCH (and the partial file is
-   * deleted) otherwise.
+   * Verifies the partial file and renames it to the blob. A file this process
+   * wrote from its first byte, every append landing, is checked against the
+   * hash taken as the bytes were appended (and its stored length); any other
+   * (resumed, or an append failed) is re-read from the DFS and re-hashed
+   * whole. IMAGE_SIZE_MISMATCH or IMAGE_DIGEST_MISMATCH (and the partial file
+   * is deleted) when it does not match.
    */
   async finishPartialBlob(digest: string, expectSize?: number): Promise<StoredBlob> {
     assertDigest(digest, 'partial blob digest')
     const p = this.#partials.get(digest)
+    const torn = this.#tornPartials.delete(digest)
     if (p) {
       this.#partials.delete(digest)
       await this.fs.fsync(p.fh).catch(() => undefined)
       await this.fs.close(p.fh)
     }
     const path = this.#partialPath(digest)
-    const hash = crypto.createHash('sha256')
+    let got: string | null = null
     let size = 0
-    for await (const chunk of this.#readFile(path, 0, undefined, () => new StrataError('IMAGE_BLOB_MISSING', `no partial blob staged for ${digest}`))) {
-      hash.update(chunk)
-      size += chunk.length
+    if (p?.hash && !torn && (await this.#statLength(path)) === p.length) {
+      got = 'sha256:' + p.hash.digest('hex')
+      size = p.length
+    } else {
+      const hash = crypto.createHash('sha256')
+      for await (const chunk of this.#readFile(path, 0, undefined, () => new StrataError('IMAGE_BLOB_MISSING', `no partial blob staged for ${digest}`))) {
+        hash.update(chunk)
+        size += chunk.length
+      }
+      got = 'sha256:' + hash.digest('hex')
     }
-    const got = 'sha256:' + hash.digest('hex')
     try {
       checkExpect(got, size, { digest, ...(expectSize !== undefined ? { size: expectSize } : {}) })
     } catch (e) {
