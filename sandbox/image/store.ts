@@ -16,6 +16,7 @@ import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { StrataError } from '../../fs/common/errors.js'
 import type { FileHandle, FileSystem } from '../../fs/client/index.js'
+import { sha256File } from './layer/hash.js'
 import {
   IMAGE_ROOT,
   assertDigest,
@@ -61,6 +62,12 @@ export interface PutBlobOptions {
   onProgress?: (bytes: number) => void
   /** stops the copy (the staging file is removed) with the signal's reason, or CANCELLED */
   signal?: AbortSignal
+  /**
+   * called with the verified digest and size just before the staging file is
+   * renamed to the blob (e.g. to lease it first); an error stops the put and
+   * removes the staging file
+   */
+  beforePublish?: (blob: StoredBlob) => Promise<void>
 }
 
 function throwIfAborted(signal: AbortSignal | undefined): void {
@@ -284,6 +291,7 @@ export class ImageStore {
       fh = null
       await this.fs.close(h)
       checkExpect(digest, size, expect)
+      await opts.beforePublish?.({ digest, size })
       return { digest, size, existed: await this.#publishBlob(tmp, digest, size) }
     } catch (e) {
       discard(src)
@@ -831,13 +839,7 @@ function parseManifestBytes(bytes: Buffer): ImageManifest {
   return validateManifest(v)
 }
 
-/** sha256 and size of a local file, streamed. */
+/** sha256 and size of a local file (a large one is read and hashed on a worker thread). */
 export async function hashLocalFile(path: string): Promise<StoredBlob> {
-  const hash = crypto.createHash('sha256')
-  let size = 0
-  for await (const chunk of fs.createReadStream(path, { highWaterMark: 1024 * 1024 })) {
-    hash.update(chunk as Buffer)
-    size += (chunk as Buffer).length
-  }
-  return { digest: 'sha256:' + hash.digest('hex'), size }
+  return sha256File(path)
 }

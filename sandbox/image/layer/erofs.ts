@@ -18,6 +18,7 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { StrataError } from '../../../fs/common/errors.js'
+import { sha256File } from './hash.js'
 import type { BuildErofsOptions, BuildErofsResult } from './types.js'
 
 export const EROFS_UUID = '5472a7a0-0000-4000-8000-000000000000'
@@ -56,15 +57,7 @@ export async function newestMtime(dir: string): Promise<number> {
   return max
 }
 
-export async function sha256File(file: string): Promise<{ digest: string; size: number }> {
-  const h = crypto.createHash('sha256')
-  let size = 0
-  for await (const chunk of fs.createReadStream(file, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) {
-    h.update(chunk)
-    size += chunk.length
-  }
-  return { digest: 'sha256:' + h.digest('hex'), size }
-}
+export { sha256File }
 
 function runMkfs(args: string[], env: NodeJS.ProcessEnv): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -94,6 +87,18 @@ function runMkfs(args: string[], env: NodeJS.ProcessEnv): Promise<void> {
  * its stderr.
  */
 export async function buildErofs(dir: string, outFile: string, opts: BuildErofsOptions = {}): Promise<BuildErofsResult> {
+  return build(dir, outFile, opts, true) as Promise<BuildErofsResult>
+}
+
+/**
+ * buildErofs without hashing the result: for a caller that hashes the file
+ * while it does something else with it (an import hashes it while uploading).
+ */
+export async function buildErofsFile(dir: string, outFile: string, opts: BuildErofsOptions = {}): Promise<{ size: number }> {
+  return build(dir, outFile, opts, false)
+}
+
+async function build(dir: string, outFile: string, opts: BuildErofsOptions, hash: boolean): Promise<{ size: number; digest?: string }> {
   if (opts.compress !== undefined && opts.compress !== 'lz4' && opts.compress !== 'lz4hc') {
     throw new TypeError(`buildErofs: compress must be 'lz4' or 'lz4hc'`)
   }
@@ -111,7 +116,7 @@ export async function buildErofs(dir: string, outFile: string, opts: BuildErofsO
   args.push(tmp, dir)
   try {
     await runMkfs(args, { ...process.env, SOURCE_DATE_EPOCH: String(epoch) })
-    const r = await sha256File(tmp)
+    const r = hash ? await sha256File(tmp) : { size: (await fs.promises.stat(tmp)).size }
     await fs.promises.rename(tmp, outFile)
     return r
   } catch (e) {

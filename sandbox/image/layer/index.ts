@@ -1,7 +1,8 @@
 // sandbox/image/layer: OCI layer tar ↔ directory ↔ EROFS layer file. See README.md.
 export { unpackLayer } from './unpack.js'
 export { decompressStream, sniffCompression, compressionOfMediaType, type Compression } from './decompress.js'
-export { buildErofs, EROFS_UUID } from './erofs.js'
+export { buildErofs, buildErofsFile, EROFS_UUID } from './erofs.js'
+export { sha256File } from './hash.js'
 export { layerToTar } from './to-tar.js'
 export { withErofsMount } from './mount.js'
 export { readTar, type TarEntry, type TarEntryHeader, type TarEntryType } from './tar-reader.js'

@@ -9,6 +9,12 @@
 // renamed) and its diffId recorded. A diffId the store already has a layer
 // for is not read at all. Layers are built two at a time.
 //
+// Hashing runs beside the work it checks: a built layer file is hashed on a
+// worker thread while it is uploaded (the upload hashes what it sends, the
+// two must agree; a blob the store already has stops the upload), and a
+// rootfs tarball is hashed on a worker while it is unpacked (a layer stored
+// for that diffId stops the unpack and is reused).
+//
 // Nothing is half-published: the manifest is stored only after every layer,
 // the tag only after the manifest. Everything the import stores is leased
 // (a transient lease) until the tag is written, so a concurrent gc keeps
@@ -20,10 +26,10 @@ import os from 'node:os'
 import path from 'node:path'
 import { Readable, Transform, Writable, finished, pipeline, type TransformCallback } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
-import { buildErofs, layerToTar, unpackLayer } from '../layer/index.js'
+import { buildErofsFile, layerToTar, sha256File, unpackLayer } from '../layer/index.js'
 import { decompressStream } from '../layer/decompress.js'
 import { NO_PROGRESS, formatBytes, type ProgressSink, type ProgressTask } from '../progress.js'
-import { TRANSIENT_LEASE_PREFIX, hashLocalFile, type ImageStore } from '../store.js'
+import { TRANSIENT_LEASE_PREFIX, type ImageStore } from '../store.js'
 import {
   MANIFEST_MEDIA_TYPE,
   emptyConfig,
@@ -233,25 +239,66 @@ class ImportRun {
   }
 
   /**
-   * Stores a built EROFS file and records the diffId it stands for. The
-   * diffId may still be being computed (from the same file): the upload
-   * runs meanwhile, and both are awaited before anything is recorded.
+   * Stores an EROFS file mkfs.erofs just built and records the diffId it
+   * stands for. The file's digest is computed on a worker thread while the
+   * file is uploaded (putBlob hashes what it uploads, and the two must
+   * agree); the digest is leased as soon as it is known, before the blob is
+   * renamed into place, and when the store already has that blob the upload
+   * stops. The diffId may still be being computed (from the same file):
+   * everything is awaited before anything is recorded.
    */
-  async storeLayer(file: string, built: { digest: string; size: number }, diffIdOf: string | Promise<string>, task: ProgressTask): Promise<string> {
-    await this.lease(built.digest)
+  async storeBuilt(file: string, size: number, diffIdOf: string | Promise<string>, task: ProgressTask): Promise<{ digest: string; size: number; diffId: string }> {
+    const diffIdP = Promise.resolve(diffIdOf)
+    diffIdP.catch(noop)
     checkSignal(this.opts.signal)
-    const [put, did] = await Promise.allSettled([this.store.putBlobFile(file, built, this.opts.signal ? { signal: this.opts.signal } : {}), Promise.resolve(diffIdOf)])
-    if (put.status === 'fulfilled' && !put.value.existed) this.createdBlobs.add(built.digest)
-    if (put.status === 'rejected') throw put.reason
+    const stop = new AbortController()
+    const leased = sha256File(file).then(async (h) => {
+      await this.lease(h.digest)
+      return h
+    })
+    leased.catch(() => stop.abort())
+    const signal = this.opts.signal ? AbortSignal.any([this.opts.signal, stop.signal]) : stop.signal
+    const upload = this.store.putBlob(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), { size }, {
+      signal,
+      beforePublish: async (b) => {
+        const h = await leased
+        if (h.digest !== b.digest || h.size !== b.size) throw new StrataError('IMAGE_DIGEST_MISMATCH', `layer file ${file} changed while it was stored`)
+      },
+    })
+    // the blob may be stored already (the same tree built before): then the upload is not needed
+    const existing = leased.then(async (h) => {
+      const st = await this.store.statBlob(h.digest)
+      if (st?.size !== size) return null
+      stop.abort(new StrataError('CANCELLED', 'blob already stored'))
+      return h.digest
+    })
+    const [put, found, did] = await Promise.allSettled([upload, existing, diffIdP])
+    if (found.status === 'rejected') {
+      stop.abort()
+      throw found.reason
+    }
+    let digest: string
+    let existed: boolean
+    if (put.status === 'fulfilled') {
+      // (stored by this upload, or found at its end)
+      digest = put.value.digest
+      existed = put.value.existed
+      if (!existed) this.createdBlobs.add(digest)
+    } else if (found.value !== null) {
+      digest = found.value
+      existed = true
+    } else {
+      throw put.reason
+    }
     if (did.status === 'rejected') throw did.reason
     const diffId = did.value
     await fs.promises.rm(file, { force: true })
-    if ((await this.store.lookupDiffId(diffId)) !== built.digest) {
-      await this.store.recordDiffId(diffId, built.digest)
-      this.recorded.set(diffId, built.digest)
+    if ((await this.store.lookupDiffId(diffId)) !== digest) {
+      await this.store.recordDiffId(diffId, digest)
+      this.recorded.set(diffId, digest)
     }
-    task.done(put.value.existed ? `layer ${shortDigest(built.digest)} already stored` : `built ${formatBytes(built.size)} layer ${shortDigest(built.digest)}`)
-    return diffId
+    task.done(existed ? `layer ${shortDigest(digest)} already stored` : `built ${formatBytes(size)} layer ${shortDigest(digest)}`)
+    return { digest, size, diffId }
   }
 
   /** A stored layer for `diffId`, leased, if the store has one. */
@@ -433,12 +480,12 @@ async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, 
     await fs.promises.mkdir(dir)
     await unpackVerified(l, diffId, dir, 'layer', label, task, run.opts.signal)
     const file = `${dir}.erofs`
-    const built = await buildErofs(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
+    const { size } = await buildErofsFile(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
     checkSignal(run.opts.signal)
     await fs.promises.rm(dir, { recursive: true, force: true })
-    await run.storeLayer(file, built, diffId, task)
+    const stored = await run.storeBuilt(file, size, diffId, task)
     run.layersBuilt++
-    return built
+    return { digest: stored.digest, size }
   } finally {
     task.done()
   }
@@ -453,22 +500,63 @@ async function buildFromDir(run: ImportRun, dir: string, label: string, own: boo
   const task = run.progress.start(`build ${label}`)
   try {
     const file = path.join(run.workDir, `${path.basename(dir)}-${crypto.randomBytes(4).toString('hex')}.erofs`)
-    const built = await buildErofs(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
+    const { size } = await buildErofsFile(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
     if (own) await fs.promises.rm(dir, { recursive: true, force: true })
     checkSignal(run.opts.signal)
-    // the diffId (layerToTar of the built file) is computed while the file is uploaded
-    const diffId = await run.storeLayer(file, built, layerToTar(file, nullSink(), { tmpDir: run.workDir }).then((r) => r.diffId), task)
+    // the diffId (layerToTar of the built file) is computed while the file is hashed and uploaded
+    const stored = await run.storeBuilt(file, size, layerToTar(file, nullSink(), { tmpDir: run.workDir }).then((r) => r.diffId), task)
     run.layersBuilt++
-    return { ...built, diffId }
+    return stored
   } finally {
     task.done()
   }
 }
 
 /**
+ * Unpacks a rootfs tarball into `dir` while its sha256 (the layer's diffId)
+ * is computed on a worker thread. As soon as the digest is known, a layer
+ * the store already has for it is leased and the unpack is stopped
+ * (`reused`). Otherwise the bytes unpacked must hash to that digest too (the
+ * file may have changed in between): IMAGE_DIGEST_MISMATCH if not.
+ */
+async function unpackWhileHashing(run: ImportRun, file: string, size: number, dir: string, task: ProgressTask): Promise<{ diffId: string; reused: { digest: string; size: number } | null }> {
+  const check = new DigestCheck({ size }, 'rootfs tarball', (b) => task.tick(b), run.opts.signal)
+  const tar = pipeline(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), check, noop) as unknown as Readable
+  let reused: { digest: string; size: number } | null = null
+  const lookup = sha256File(file).then(async (h) => {
+    reused = await run.reuse(h.digest)
+    if (reused) tar.destroy()
+    return h
+  })
+  lookup.catch(noop)
+  let failure: { e: unknown } | null = null
+  try {
+    await unpackLayer(tar, dir, { mode: 'layer' })
+    await drain(tar)
+  } catch (e) {
+    tar.destroy()
+    failure = { e }
+  }
+  // settle the lookup (it may lease a layer) before anything is reported
+  let h: { digest: string; size: number }
+  try {
+    h = await lookup
+  } catch (e) {
+    throw failure ? failure.e : e
+  }
+  if (reused) return { diffId: h.digest, reused }
+  if (failure) throw failure.e
+  if (check.digest !== h.digest || check.bytes !== h.size) {
+    throw new StrataError('IMAGE_DIGEST_MISMATCH', `${file} changed while it was imported (${check.digest} unpacked, ${h.digest} hashed)`)
+  }
+  return { diffId: h.digest, reused: null }
+}
+
+/**
  * Imports a rootfs tarball (an uncompressed tar file; `importPath`
  * decompresses others first) as one layer. Its diffId is the tar's sha256,
- * so importing the same tarball again reuses the layer without unpacking.
+ * so importing the same tarball again reuses the layer: the unpack that
+ * starts while the tarball is hashed is stopped once the digest is known.
  */
 export async function importRootfsTar(store: ImageStore, file: string, source: ImageSource, opts: ImportOptions = {}): Promise<ImportResult> {
   const run = new ImportRun(store, opts)
@@ -477,36 +565,30 @@ export async function importRootfsTar(store: ImageStore, file: string, source: I
     await run.begin()
     await store.open()
     const kind = opts.kind ?? 'base'
-    const { digest: diffId, size } = await hashLocalFile(file)
+    const { size } = await fs.promises.stat(file)
+    const task = run.progress.start('rootfs', size)
     let ref: { digest: string; size: number }
-    const reused = await run.reuse(diffId)
-    if (reused) {
-      run.layersReused++
-      run.progress.start('rootfs').done(`reused ${shortDigest(reused.digest)}`)
-      ref = reused
-    } else {
-      const task = run.progress.start('rootfs', size)
-      try {
-        const dir = path.join(run.workDir, 'rootfs')
-        await fs.promises.mkdir(dir)
-        const tar = pipeline(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), new DigestCheck({ digest: diffId, size }, 'rootfs tarball', (b) => task.tick(b), opts.signal), noop) as unknown as Readable
-        try {
-          await unpackLayer(tar, dir, { mode: 'layer' })
-          await drain(tar)
-        } catch (e) {
-          tar.destroy()
-          throw e
-        }
+    let diffId: string
+    try {
+      const dir = path.join(run.workDir, 'rootfs')
+      await fs.promises.mkdir(dir)
+      const r = await unpackWhileHashing(run, file, size, dir, task)
+      diffId = r.diffId
+      if (r.reused) {
+        run.layersReused++
+        task.done(`reused ${shortDigest(r.reused.digest)}`)
+        ref = r.reused
+        await fs.promises.rm(dir, { recursive: true, force: true })
+      } else {
         const out = `${dir}.erofs`
-        const built = await buildErofs(dir, out, opts.compress ? { compress: opts.compress } : {})
+        const built = await buildErofsFile(dir, out, opts.compress ? { compress: opts.compress } : {})
         checkSignal(opts.signal)
         await fs.promises.rm(dir, { recursive: true, force: true })
-        await run.storeLayer(out, built, diffId, task)
+        ref = await run.storeBuilt(out, built.size, diffId, task)
         run.layersBuilt++
-        ref = built
-      } finally {
-        task.done()
       }
+    } finally {
+      task.done()
     }
     const result = await run.publish([{ digest: ref.digest, size: ref.size, kind, diffId }], emptyConfig(), source, new Date().toISOString())
     failed = false
