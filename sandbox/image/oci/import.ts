@@ -257,9 +257,12 @@ class ImportRun {
       return h
     })
     leased.catch(() => stop.abort())
-    const signal = this.opts.signal ? AbortSignal.any([this.opts.signal, stop.signal]) : stop.signal
+    // the import's cancellation stops the upload too
+    const outer = this.opts.signal
+    const onCancel = (): void => stop.abort(outer?.reason)
+    outer?.addEventListener('abort', onCancel, { once: true })
     const upload = this.store.putBlob(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), { size }, {
-      signal,
+      signal: stop.signal,
       beforePublish: async (b) => {
         const h = await leased
         if (h.digest !== b.digest || h.size !== b.size) throw new StrataError('IMAGE_DIGEST_MISMATCH', `layer file ${file} changed while it was stored`)
@@ -273,6 +276,7 @@ class ImportRun {
       return h.digest
     })
     const [put, found, did] = await Promise.allSettled([upload, existing, diffIdP])
+    outer?.removeEventListener('abort', onCancel)
     if (found.status === 'rejected') {
       stop.abort()
       throw found.reason
