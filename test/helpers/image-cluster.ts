@@ -4,7 +4,7 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import type { ExecutionContext } from 'ava'
+import type { ExecutionContext, TestFn } from 'ava'
 import { FileSystem } from '../../fs/client/index.js'
 import { ImageStore } from '../../sandbox/image/store.js'
 import { sharedMetaCluster, type MetaCluster } from './meta-cluster.js'
@@ -59,4 +59,23 @@ export function localTmp(t: ExecutionContext, prefix = 'strata-img-'): string {
     if (!process.env.STRATA_KEEP_TEST_DIRS) fs.rmSync(dir, { recursive: true, force: true })
   })
   return dir
+}
+
+/**
+ * One image cluster for the serial tests of a file (started in test.before,
+ * closed in test.after.always); `fresh()` gives a store under a new root each call.
+ */
+export function useImageStores(test: TestFn, rootPrefix: string): { fresh: () => Promise<ImageStore>; cluster: () => ImageCluster } {
+  let ic: ImageCluster | undefined
+  let n = 0
+  test.before(async () => {
+    ic = await startImageCluster()
+  })
+  test.after.always(async () => {
+    await ic?.close()
+  })
+  return {
+    fresh: async () => ic!.store(`${rootPrefix}-${++n}`),
+    cluster: () => ic!,
+  }
 }

@@ -6,24 +6,13 @@
 import test from 'ava'
 import crypto from 'node:crypto'
 import { Readable } from 'node:stream'
-import { startImageCluster, type ImageCluster } from '../../helpers/image-cluster.js'
+import { useImageStores } from '../../helpers/image-cluster.js'
 import { sha256Digest } from '../../../sandbox/image/types.js'
 import type { ImageStore } from '../../../sandbox/image/store.js'
 import type { FileHandle } from '../../../fs/client/index.js'
 
-let ic: ImageCluster
-let n = 0
-
-test.before(async () => {
-  ic = await startImageCluster()
-})
-test.after.always(async () => {
-  await ic?.close()
-})
-
-async function fresh(): Promise<ImageStore> {
-  return ic.store(`/img-stream-${++n}`)
-}
+const stores = useImageStores(test, '/img-stream')
+const fresh = stores.fresh
 
 async function tmpNames(s: ImageStore): Promise<string[]> {
   return (await s.fs.readdirAll(`${s.root}/tmp`)).entries.map((e) => e.name)
@@ -122,7 +111,7 @@ test.serial('a resumed partial blob is re-read and re-hashed whole', async (t) =
   const digest = sha256Digest(data)
   await appendAll(s, digest, data.subarray(0, 5 * 1024 * 1024), 1024 * 1024)
   await s.close()
-  const s2 = await ic.store(s.root)
+  const s2 = await stores.cluster().store(s.root)
   t.is(await s2.partialBlobLength(digest), 5 * 1024 * 1024)
   const rest = data.subarray(5 * 1024 * 1024)
   for (let at = 0; at < rest.length; at += 1024 * 1024) await s2.appendPartialBlob(digest, rest.subarray(at, at + 1024 * 1024))
@@ -136,7 +125,7 @@ test.serial('a resumed partial blob is re-read and re-hashed whole', async (t) =
   bad[100] ^= 1
   await appendAll(s3, digest, bad.subarray(0, 2 * 1024 * 1024), 1024 * 1024)
   await s3.close()
-  const s4 = await ic.store(s3.root)
+  const s4 = await stores.cluster().store(s3.root)
   await appendAll(s4, digest, data.subarray(2 * 1024 * 1024), 1024 * 1024)
   await t.throwsAsync(s4.finishPartialBlob(digest, data.length), { code: 'IMAGE_DIGEST_MISMATCH' })
   t.is(await s4.partialBlobLength(digest), 0)

@@ -6,23 +6,12 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { Readable } from 'node:stream'
-import { startImageCluster, localTmp, type ImageCluster } from '../../helpers/image-cluster.js'
+import { localTmp, useImageStores } from '../../helpers/image-cluster.js'
 import { MANIFEST_MEDIA_TYPE, emptyConfig, sha256Digest, type ImageManifest } from '../../../sandbox/image/types.js'
 import type { ImageStore } from '../../../sandbox/image/store.js'
 
-let ic: ImageCluster
-let n = 0
-
-test.before(async () => {
-  ic = await startImageCluster()
-})
-test.after.always(async () => {
-  await ic?.close()
-})
-
-async function fresh(): Promise<ImageStore> {
-  return ic.store(`/img-store-${++n}`)
-}
+const stores = useImageStores(test, '/img-store')
+const fresh = stores.fresh
 
 function manifestOf(layers: Array<{ digest: string; size: number }>, extra: Partial<ImageManifest> = {}): ImageManifest {
   return {
@@ -165,7 +154,7 @@ test.serial('diffId cache, partial blobs, leases and gc', async (t) => {
   await s.appendPartialBlob(bigDigest, big.subarray(1024 * 1024, 2 * 1024 * 1024))
   t.is(await s.partialBlobLength(bigDigest), 2 * 1024 * 1024)
   await s.close()
-  const s2 = await ic.store(s.root)
+  const s2 = await stores.cluster().store(s.root)
   t.is(await s2.partialBlobLength(bigDigest), 2 * 1024 * 1024)
   await s2.appendPartialBlob(bigDigest, big.subarray(2 * 1024 * 1024))
   t.deepEqual(await s2.finishPartialBlob(bigDigest, big.length), { digest: bigDigest, size: big.length })
