@@ -39,8 +39,13 @@ async function reversed(tar: Buffer): Promise<Buffer> {
   return Buffer.concat(out)
 }
 
-function inodeOrder(root: string, a: string, b: string): boolean {
-  return fs.lstatSync(path.join(root, a)).ino < fs.lstatSync(path.join(root, b)).ino
+async function entryNames(tar: Buffer): Promise<string[]> {
+  const names: string[] = []
+  for await (const { header, body } of readTar(streamOf(tar))) {
+    for await (const _ of body) void _
+    names.push(header.name)
+  }
+  return names
 }
 
 test('the same tar unpacked in a different creation order builds byte-identical EROFS files (plain, lz4, lz4hc)', async (t) => {
@@ -50,11 +55,12 @@ test('the same tar unpacked in a different creation order builds byte-identical 
     const rev = path.join(work, `rev${i}`)
     fs.mkdirSync(fwd)
     fs.mkdirSync(rev)
+    const rtar = await reversed(tar)
+    // The creation order is the tar order; inode numbers are not a reliable
+    // witness of it (ext4 spreads directories over block groups).
+    t.notDeepEqual(await entryNames(tar), await entryNames(rtar), 'the two trees are created in different orders')
     await unpackLayer(streamOf(tar), fwd, { mode: 'layer' })
-    await unpackLayer(streamOf(await reversed(tar)), rev, { mode: 'layer' })
-    if (i === 0) {
-      t.not(inodeOrder(fwd, 'bin/tool', 'etc/passwd'), inodeOrder(rev, 'bin/tool', 'etc/passwd'), 'the two trees were created in different orders')
-    }
+    await unpackLayer(streamOf(rtar), rev, { mode: 'layer' })
     // Compression on the big layer only, to keep the suite quick.
     for (const compress of i === 0 ? ([undefined, 'lz4', 'lz4hc'] as const) : ([undefined] as const)) {
       const opts = compress ? { compress } : {}
