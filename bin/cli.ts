@@ -2,12 +2,15 @@
 // this file only wires them into commander.
 import { Command } from 'commander'
 import { RELEASE_VERSION } from '../fs/common/config.js'
-import { registerDaemonCommand } from './commands/daemon.js'
+import { addDaemonRole, registerDaemonCommand } from './commands/daemon.js'
 import { registerClusterCommands } from './commands/cluster.js'
 import { registerAdminCommands } from './commands/admin.js'
 import { registerFsCommands } from './commands/fs.js'
 import { registerFsMountCommands } from './commands/fs-mount.js'
 import { registerImageCommands } from './commands/image.js'
+import { registerSandboxCommands, registerServeCommand } from './commands/sandbox.js'
+import { registerClusterRole } from '../fs/admin/index.js'
+import { sandboxClusterRole } from '../sandbox/daemon/index.js'
 import { describeFailure } from './commands/output.js'
 
 const program = new Command()
@@ -22,11 +25,19 @@ program
   // usage errors throw instead of exiting, so they can exit with code 2
   .exitOverride()
 
+// `cluster up` starts a sandbox node daemon after the FUSE mount
+registerClusterRole(sandboxClusterRole)
+addDaemonRole('sandbox', async () => {
+  const { startSandboxDaemon } = await import('../sandbox/daemon/index.js')
+  return (c, log) => startSandboxDaemon(c, log)
+})
 registerDaemonCommand(program)
 registerClusterCommands(program)
 registerAdminCommands(program)
 registerFsMountCommands(registerFsCommands(program))
 registerImageCommands(program)
+registerSandboxCommands(program)
+registerServeCommand(program)
 
 // A stray argument (`cluster up /some/dir` instead of `--cluster /some/dir`)
 // is a usage error, not something to ignore silently.

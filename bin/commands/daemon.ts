@@ -32,7 +32,7 @@ export function addDaemonRole(name: string, load: () => Promise<Starter>): void 
 export function registerDaemonCommand(program: Command): void {
   program
     .command('daemon')
-    .description('run one cluster process in the foreground (roles: mgmtd, storage, meta, fuse)')
+    .description('run one cluster process in the foreground (roles: mgmtd, storage, meta, fuse, sandbox)')
     .argument('<role>', 'which process to run')
     .requiredOption('--config <file>', 'JSON config file of this process')
     .option('--name <name>', 'name used in logs (default: the role)')

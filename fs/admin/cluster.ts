@@ -73,6 +73,8 @@ export interface ClusterRoleSpec {
   config(ctx: RoleConfigContext): Record<string, unknown>
   /** waits until the process is usable (default: it answers RPC echo) */
   ready?(p: ClusterProcess, s: AdminSession, deadline: number): Promise<void>
+  /** `cluster down`, while every process still runs: wind down what the process serves (e.g. sandboxes) */
+  beforeStop?(p: ClusterProcess): Promise<void>
   /** after `cluster down`/`destroy` stopped it (or found it dead): release what it held (e.g. a FUSE mount) */
   cleanup?(p: ClusterProcess): Promise<void>
 }
@@ -532,6 +534,11 @@ export async function clusterDown(o: { dir?: string | null; graceMs?: number } =
   const extraRoleNames = [...new Set(running.filter((p) => p.role !== 'storage' && p.role !== 'mgmtd').map((p) => p.role))]
   extraRoleNames.sort((a, b) => (extraRoles.get(b)?.order ?? 0) - (extraRoles.get(a)?.order ?? 0))
   const groups = [...extraRoleNames.map((r) => running.filter((p) => p.role === r)), running.filter((p) => p.role === 'storage'), running.filter((p) => p.role === 'mgmtd')]
+  for (const r of extraRoleNames) {
+    const spec = extraRoles.get(r)
+    if (!spec?.beforeStop) continue
+    for (const p of running.filter((x) => x.role === r)) await spec.beforeStop(p).catch(() => {})
+  }
   const killed: string[] = []
   for (const g of groups) if (g.length) killed.push(...(await stopProcesses(g, o.graceMs ?? 10_000)))
   await cleanupRoles(c)

@@ -136,6 +136,7 @@ export const ERRORS = {
   SANDBOX_AGENT_UNREACHABLE: spec(true, 'EHOSTDOWN', 'the agent inside the sandbox did not answer'),
   SANDBOX_PROTOCOL_ERROR: spec(false, 'EPROTO', 'a malformed frame on the sandbox agent channel'),
   SANDBOX_EXEC_FAILED: spec(false, 'ENOEXEC', 'the command could not be started (errno in detail)'),
+  SANDBOX_START_FAILED: spec(false, 'EIO', 'the runtime could not start the sandbox (stage and output in detail)'),
   SANDBOX_PERMISSION_DENIED: spec(false, 'EACCES', 'permission denied inside the sandbox'),
   SANDBOX_NOT_A_DIRECTORY: spec(false, 'ENOTDIR', 'a path component inside the sandbox is not a directory'),
   SANDBOX_IS_A_DIRECTORY: spec(false, 'EISDIR', 'the path inside the sandbox is a directory'),
@@ -144,6 +145,12 @@ export const ERRORS = {
   SANDBOX_RESOURCE_EXHAUSTED: spec(true, 'EAGAIN', 'the sandbox ran out of processes, memory or file descriptors'),
   SANDBOX_FS_ERROR: spec(false, 'EIO', 'a file operation inside the sandbox failed (errno in detail)'),
   OUTPUT_LIMIT: spec(false, 'EFBIG', 'the data exceeds the size limit the caller set'),
+  // node daemon and SDK (sandbox/daemon, sandbox/sdk)
+  SANDBOX_NOT_FOUND: spec(false, 'ENOENT', 'no sandbox with that id on this node'),
+  UNAUTHENTICATED: spec(false, 'EACCES', 'the bearer token is missing or wrong'),
+  QUOTA_EXCEEDED: spec(false, 'EDQUOT', 'the request exceeds a configured limit of the node (sandbox count, per-sandbox resources)'),
+  CAPACITY_UNAVAILABLE: spec(true, 'EAGAIN', 'the node lacks the memory, pids or disk to admit the sandbox now'),
+  IDEMPOTENCY_MISMATCH: spec(false, 'EEXIST', 'the idempotency key was used before with a different request'),
   // rootfs and datasets (sandbox/rootfs)
   ROOTFS_MOUNT_FAILED: spec(false, 'EIO', 'mounting a layer, the overlay or a dataset failed (errno in detail)'),
   ROOTFS_UNMOUNT_FAILED: spec(true, 'EBUSY', 'a layer, overlay or dataset mount could not be removed'),

@@ -26,4 +26,4 @@ export {
   type FuseDaemonProcess,
 } from './mounts.js'
 export { mountBackground, unmountFs, planMount, mountName, waitMounted, type MountOptions, type MountResult, type UnmountResult } from './control.js'
-export { fuseClusterRole, FUSE_ROLE, FUSE_NODE_ID_BASE } from './cluster-role.js'
+export { fuseClusterRole, fuseUsable, FUSE_ROLE, FUSE_NODE_ID_BASE } from './cluster-role.js'

@@ -71,8 +71,17 @@ function sharedPrefix(layers: LayerRef[], prefixes: LayerRef[][]): number {
   return best
 }
 
-/** Composes and stores the image; the tag (if any) is written last. */
-export async function composeImage(store: ImageStore, opts: ComposeOptions): Promise<ComposeResult> {
+export interface ComposedLayers {
+  layers: LayerRef[]
+  config: ImageConfig
+  parts: ComposeResult['parts']
+}
+
+/**
+ * The layers and config `composeImage` would store, without storing
+ * anything: what a sandbox created from base + workspace + toolkits mounts.
+ */
+export async function composeLayers(store: ImageStore, opts: Omit<ComposeOptions, 'name' | 'tag'>): Promise<ComposedLayers> {
   const parts: Array<{ kind: LayerKind; ref: string }> = [{ kind: 'base', ref: opts.base }]
   if (opts.workspace) parts.push({ kind: 'workspace', ref: opts.workspace })
   for (const t of opts.toolkits ?? []) parts.push({ kind: 'toolkit', ref: t })
@@ -91,6 +100,12 @@ export async function composeImage(store: ImageStore, opts: ComposeOptions): Pro
     config = mergeConfigs(config, r.manifest.config)
     out.push({ kind: r.kind, ref: formatImageRef(r.ref), digest: r.digest, layers: own.length })
   }
+  return { layers, config, parts: out }
+}
+
+/** Composes and stores the image; the tag (if any) is written last. */
+export async function composeImage(store: ImageStore, opts: ComposeOptions): Promise<ComposeResult> {
+  const { layers, config, parts: out } = await composeLayers(store, opts)
   const manifest: ImageManifest = {
     schemaVersion: 1,
     mediaType: MANIFEST_MEDIA_TYPE,

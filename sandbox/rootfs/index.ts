@@ -24,3 +24,4 @@
 export { LayerMounts, type LayerMount, type LayerMountInfo, type LayerMountsOptions } from './layers.js'
 export { Rootfs, RootfsBuilder, type DatasetMount, type MountedDataset, type RootfsBuilderOptions, type RootfsSpec } from './builder.js'
 export { cleanAbsolute, resolveInRoot, type Resolved } from './resolve.js'
+export { mountsUnder, unmountAll, unmountTree } from './mounts.js'

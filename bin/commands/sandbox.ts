@@ -1,0 +1,360 @@
+// `strata sandbox create|exec|ls|inspect|kill|rm|cp` (clients of a node
+// daemon, through the SDK) and `strata serve` (a node daemon in the
+// foreground).
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { pipeline } from 'node:stream/promises'
+import type { Command } from 'commander'
+import { formatTable, readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
+import { runDaemon } from '../../fs/common/daemon.js'
+import { StrataError, isStrataError } from '../../fs/common/errors.js'
+import { createLogger } from '../../fs/common/log.js'
+import { sandboxStateDir, startSandboxDaemon, TOKEN_FILE, type CreateSandboxRequest, type SandboxInfo } from '../../sandbox/daemon/index.js'
+import { Strata } from '../../sandbox/sdk/index.js'
+import { UsageError, choiceArg, intArg, out, printJson } from './output.js'
+
+interface ClientOpts {
+  cluster?: string
+  endpoint?: string
+  token?: string
+}
+
+function client(cmd: Command): Strata {
+  const g = cmd.optsWithGlobals() as ClientOpts
+  return new Strata({ ...(g.cluster ? { cluster: g.cluster } : {}), ...(g.endpoint ? { endpoint: g.endpoint } : {}), ...(g.token ? { token: g.token } : {}) })
+}
+
+async function withClient<T>(cmd: Command, fn: (s: Strata) => Promise<T>): Promise<T> {
+  const s = client(cmd)
+  try {
+    return await fn(s)
+  } finally {
+    s.close()
+  }
+}
+
+function kvArg(what: string) {
+  return (v: string, prev: Record<string, string> = {}): Record<string, string> => {
+    const eq = v.indexOf('=')
+    if (eq <= 0) throw new UsageError(`${what} ${JSON.stringify(v)} must be KEY=VALUE`)
+    return { ...prev, [v.slice(0, eq)]: v.slice(eq + 1) }
+  }
+}
+
+function mountArg(v: string, prev: Array<{ source: string; target: string }> = []): Array<{ source: string; target: string }> {
+  const i = v.indexOf(':')
+  if (i <= 0 || i === v.length - 1) throw new UsageError(`--mount ${JSON.stringify(v)} must be DFS_PATH:TARGET`)
+  return [...prev, { source: v.slice(0, i), target: v.slice(i + 1) }]
+}
+
+function collect(v: string, prev: string[] = []): string[] {
+  return [...prev, v]
+}
+
+function ago(iso: string): string {
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000))
+  return s < 120 ? `${s}s` : s < 7200 ? `${Math.round(s / 60)}m` : `${Math.round(s / 3600)}h`
+}
+
+function stateText(i: SandboxInfo): string {
+  return i.state === 'stopped' && i.stop ? `stopped (${i.stop.reason})` : i.state
+}
+
+function sandboxTable(list: SandboxInfo[]): string {
+  return formatTable([
+    ['ID', 'State', 'Image', 'Created', 'Labels'],
+    ...list.map((i) => [i.id, stateText(i), i.image?.ref ?? i.layers.map((l) => l.kind).join('+'), ago(i.createdAt), Object.entries(i.labels).map(([k, v]) => `${k}=${v}`).join(',') || '-']),
+  ])
+}
+
+const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGILL: 4, SIGTRAP: 5, SIGABRT: 6, SIGBUS: 7, SIGFPE: 8, SIGKILL: 9, SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15 }
+
+/** `ID:/path` → in the sandbox; anything else is local. */
+function splitCpArg(s: string): { id: string; path: string } | null {
+  const m = /^(sb-[a-z0-9]{12}):(\/.*)$/.exec(s)
+  return m ? { id: m[1]!, path: m[2]! } : null
+}
+
+function runTar(args: string[], io: 'in' | 'out'): { proc: ReturnType<typeof spawn>; done: Promise<void> } {
+  const proc = spawn('tar', args, { stdio: io === 'in' ? ['pipe', 'inherit', 'pipe'] : ['ignore', 'pipe', 'pipe'] })
+  let err = ''
+  proc.stderr!.on('data', (c: Buffer) => (err += c.toString()))
+  const done = new Promise<void>((resolve, reject) => {
+    proc.once('error', reject)
+    proc.once('close', (code) => (code === 0 ? resolve() : reject(new StrataError('IO_ERROR', `tar ${args.join(' ')} exited ${code}: ${err.trim()}`))))
+  })
+  return { proc, done }
+}
+
+async function copy(s: Strata, src: string, dst: string): Promise<string> {
+  const from = splitCpArg(src)
+  const to = splitCpArg(dst)
+  if (!!from === !!to) throw new UsageError('exactly one of SRC and DST must be ID:/path (a sandbox path)')
+  if (from) {
+    const sb = await s.sandboxes.get(from.id)
+    const st = await sb.files.stat(from.path, { followSymlinks: true })
+    const local = path.resolve(dst)
+    const localIsDir = fs.existsSync(local) && fs.statSync(local).isDirectory()
+    if (st.type === 'file') {
+      const target = localIsDir ? path.join(local, path.posix.basename(from.path)) : local
+      await pipeline(await sb.files.readStream(from.path), fs.createWriteStream(target))
+      return target
+    }
+    // a directory: its contents land in DST (created), or in DST/<name> when DST exists
+    const target = localIsDir ? path.join(local, path.posix.basename(from.path)) : local
+    fs.mkdirSync(target, { recursive: true })
+    const tar = runTar(['-x', '-f', '-', '-C', target, '--no-same-owner'], 'in')
+    await pipeline(await sb.files.downloadTar(from.path), tar.proc.stdin!)
+    await tar.done
+    return target
+  }
+  const sb = await s.sandboxes.get(to!.id)
+  const local = path.resolve(src)
+  const lst = fs.statSync(local)
+  let remoteIsDir = false
+  try {
+    remoteIsDir = (await sb.files.stat(to!.path, { followSymlinks: true })).type === 'dir'
+  } catch (e) {
+    if (!isStrataError(e, 'NOT_FOUND')) throw e
+  }
+  const target = remoteIsDir ? path.posix.join(to!.path, path.basename(local)) : to!.path
+  if (lst.isFile()) {
+    await sb.files.write(target, fs.createReadStream(local), { mode: lst.mode & 0o7777, mkdirs: true })
+    return `${sb.id}:${target}`
+  }
+  if (!lst.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${src} is neither a file nor a directory`)
+  const tar = runTar(['-c', '-f', '-', '-C', local, '.'], 'out')
+  const [r] = await Promise.all([sb.files.uploadTar(target, tar.proc.stdout!), tar.done])
+  void r
+  return `${sb.id}:${target}`
+}
+
+export function registerSandboxCommands(program: Command): void {
+  const g = program
+    .command('sandbox')
+    .description('sandboxes on a node daemon: create, exec, ls, inspect, kill, rm, cp')
+    .enablePositionalOptions(false)
+    .option('--cluster <dir>', 'cluster directory to find the daemon and token in (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--endpoint <url>', 'daemon URL, http://host:port (default: $STRATA_ENDPOINT, then the cluster\'s)')
+    .option('--token <token>', 'bearer token (default: $STRATA_TOKEN, then DIR/sandbox.token)')
+    .addHelpText('after', `
+Errors print "strata: CODE: message" and exit 1 (usage errors exit 2).
+The HTTP API behind these commands is documented in docs/sandbox-api.md.`)
+
+  g.command('create')
+    .description('create a sandbox (or --count of them) and print its id')
+    .option('--image <ref>', 'image in the store: NAME[:TAG] or NAME@sha256:…')
+    .option('--base <ref>', 'compose layers instead: the base image …')
+    .option('--workspace <ref>', '… then a workspace image …')
+    .option('--toolkit <ref>', '… then toolkit images (repeatable)', collect)
+    .option('--mount <src:target>', 'read-only DFS dataset, DFS_PATH:PATH_IN_SANDBOX (repeatable)', mountArg)
+    .option('--cpu <n>', 'CPUs (fractional allowed)', (v: string) => {
+      const n = Number(v)
+      if (!Number.isFinite(n) || n <= 0) throw new UsageError('--cpu must be a positive number')
+      return n
+    })
+    .option('--memory <mib>', 'memory limit in MiB', intArg('--memory', { min: 8 }))
+    .option('--pids <n>', 'process limit', intArg('--pids', { min: 8 }))
+    .option('--idle-ttl <sec>', 'reclaim after this many seconds without API activity', intArg('--idle-ttl', { min: 1 }))
+    .option('--max-lifetime <sec>', 'reclaim this many seconds after creation', intArg('--max-lifetime', { min: 1 }))
+    .option('--env <k=v>', 'environment variable (repeatable)', kvArg('--env'))
+    .option('--label <k=v>', 'label (repeatable)', kvArg('--label'))
+    .option('--workdir <path>', 'default working directory of commands')
+    .option('--user <user>', 'default user of commands')
+    .option('--network <mode>', 'none (loopback only, the default) or host', choiceArg('--network', ['none', 'host'] as const))
+    .option('--hostname <name>', 'host name inside the sandbox (default: the id)')
+    .option('--idempotency-key <key>', 'a retried create with the same key returns the same sandbox')
+    .option('--count <n>', 'create this many (partial success is reported per item)', intArg('--count', { min: 1, max: 1024 }))
+    .option('--json', 'print the sandbox (or the per-item results) as JSON')
+    .addHelpText('after', `
+Examples:
+  strata sandbox create --image py:3.11 --mount /datasets/mnist:/data --memory 512 --json
+  strata sandbox create --base debian:bookworm --toolkit tools:v1 --label job=j1 --count 8`)
+    .action(async (o, cmd: Command) => {
+      const spec: CreateSandboxRequest = {
+        ...(o.image ? { image: o.image } : {}),
+        ...(o.base ? { base: o.base } : {}),
+        ...(o.workspace ? { workspace: o.workspace } : {}),
+        ...(o.toolkit ? { toolkits: o.toolkit } : {}),
+        ...(o.mount ? { mounts: o.mount } : {}),
+        ...(o.cpu !== undefined || o.memory !== undefined || o.pids !== undefined
+          ? { resources: { ...(o.cpu !== undefined ? { cpu: o.cpu } : {}), ...(o.memory !== undefined ? { memoryMiB: o.memory } : {}), ...(o.pids !== undefined ? { pids: o.pids } : {}) } }
+          : {}),
+        ...(o.idleTtl !== undefined || o.maxLifetime !== undefined
+          ? { lifetime: { ...(o.idleTtl !== undefined ? { idleTtlSec: o.idleTtl } : {}), ...(o.maxLifetime !== undefined ? { maxLifetimeSec: o.maxLifetime } : {}) } }
+          : {}),
+        ...(o.env ? { env: o.env } : {}),
+        ...(o.label ? { labels: o.label } : {}),
+        ...(o.workdir ? { workdir: o.workdir } : {}),
+        ...(o.user ? { user: o.user } : {}),
+        ...(o.network ? { network: o.network } : {}),
+        ...(o.hostname ? { hostname: o.hostname } : {}),
+        ...(o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {}),
+      }
+      if (!spec.image && !spec.base) throw new UsageError('give --image or --base')
+      await withClient(cmd, async (s) => {
+        if (o.count !== undefined) {
+          const r = await s.sandboxes.createMany(spec, { count: o.count })
+          if (o.json) printJson(r.map((x) => (x.ok ? { ok: true, sandbox: x.sandbox.info } : { ok: false, error: x.error.toWire() })))
+          else for (const x of r) out(x.ok ? x.sandbox.id : `error: ${x.error.message}`)
+          if (r.some((x) => !x.ok)) process.exitCode = 1
+          return
+        }
+        const sb = await s.sandboxes.create(spec)
+        if (o.json) printJson(sb.info)
+        else out(sb.id)
+      })
+    })
+
+  g.command('exec')
+    .description('run a command in a sandbox, streaming its output; exits with its exit code')
+    .argument('<id>', 'sandbox id')
+    .argument('<cmd...>', 'the command and its arguments (after --); one argument with spaces runs through /bin/sh -c')
+    .option('-i, --interactive', 'forward this process\'s stdin to the command (otherwise stdin is empty)')
+    .option('--cwd <path>', 'working directory')
+    .option('--env <k=v>', 'environment variable (repeatable)', kvArg('--env'))
+    .option('--user <user>', 'run as this user')
+    .option('--timeout <sec>', 'kill the command after this many seconds (exit code 124)', intArg('--timeout', { min: 1 }))
+    .addHelpText('after', `
+Exit code: the command's; 128+N when killed by signal N; 124 on --timeout.
+Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
+    .action(async (id: string, argv: string[], o, cmd: Command) => {
+      await withClient(cmd, async (s) => {
+        const sb = await s.sandboxes.get(id)
+        const command = argv.length === 1 && /\s/.test(argv[0]!) ? argv[0]! : argv
+        const p = await sb.spawn(command, {
+          ...(o.cwd ? { cwd: o.cwd } : {}), ...(o.env ? { env: o.env } : {}), ...(o.user ? { user: o.user } : {}),
+          ...(o.timeout ? { timeoutMs: o.timeout * 1000 } : {}),
+        })
+        if (o.interactive) void pipeline(process.stdin, p.stdin).catch(() => undefined)
+        else p.stdin.end()
+        const pumps = [pipeline(p.stdout, process.stdout, { end: false }), pipeline(p.stderr, process.stderr, { end: false })]
+        const exit = await p.wait()
+        await Promise.all(pumps)
+        if (o.interactive) process.stdin.destroy()
+        process.exitCode = exit.timedOut ? 124 : exit.exitCode ?? 128 + (SIGNALS[exit.signal ?? ''] ?? 0)
+      })
+    })
+
+  g.command('ls')
+    .description('list sandboxes on the node')
+    .option('--label <k=v>', 'only sandboxes with this label (repeatable: all must match)', kvArg('--label'))
+    .option('--state <state>', 'creating, running or stopped', choiceArg('--state', ['creating', 'running', 'stopped'] as const))
+    .option('--json', 'print as JSON')
+    .action(async (o, cmd: Command) => {
+      await withClient(cmd, async (s) => {
+        const list = (await s.sandboxes.list({ ...(o.label ? { labels: o.label } : {}), ...(o.state ? { state: o.state } : {}) })).map((x) => x.info)
+        if (o.json) printJson(list)
+        else out(list.length ? sandboxTable(list) : 'no sandboxes')
+      })
+    })
+
+  g.command('inspect')
+    .description('everything the node knows about a sandbox (JSON)')
+    .argument('<id>', 'sandbox id')
+    .option('--json', 'print as JSON (the default; accepted for symmetry)')
+    .action(async (id: string, _o, cmd: Command) => {
+      await withClient(cmd, async (s) => printJson(await (await s.sandboxes.get(id)).refresh()))
+    })
+
+  g.command('kill')
+    .description('stop sandboxes and free their resources; their records stay (state stopped) until rm')
+    .argument('<ids...>', 'sandbox ids')
+    .option('--json', 'print the stopped sandboxes as JSON')
+    .action(async (ids: string[], o, cmd: Command) => {
+      await withClient(cmd, async (s) => {
+        const done: SandboxInfo[] = []
+        for (const id of ids) done.push(await (await s.sandboxes.get(id)).kill())
+        if (o.json) printJson(done)
+        else for (const i of done) out(`${i.id} ${stateText(i)}`)
+      })
+    })
+
+  g.command('rm')
+    .description('stop and remove sandboxes (processes, mounts, cgroups, directories)')
+    .argument('<ids...>', 'sandbox ids')
+    .option('--json', 'print the removed ids as JSON')
+    .action(async (ids: string[], o, cmd: Command) => {
+      await withClient(cmd, async (s) => {
+        const removed: string[] = []
+        let first: unknown
+        for (const id of ids) {
+          try {
+            await (await s.sandboxes.get(id)).delete()
+            removed.push(id)
+          } catch (e) {
+            first ??= e
+            process.stderr.write(`strata: ${id}: ${(e as Error).message}\n`)
+          }
+        }
+        if (o.json) printJson({ removed })
+        else for (const id of removed) out(id)
+        if (first) process.exitCode = 1
+      })
+    })
+
+  g.command('cp')
+    .description('copy a file or directory between this machine and a sandbox (one side is ID:/path)')
+    .argument('<src>', 'local path or ID:/path')
+    .argument('<dst>', 'local path or ID:/path')
+    .option('--json', 'print the destination as JSON')
+    .addHelpText('after', `
+Like docker cp: when DST is an existing directory the source goes inside it
+under its own name, else it becomes DST. Directories travel as tar streams.
+Examples:
+  strata sandbox cp ./app sb-0123456789ab:/work
+  strata sandbox cp sb-0123456789ab:/work/out.json .`)
+    .action(async (src: string, dst: string, o, cmd: Command) => {
+      await withClient(cmd, async (s) => {
+        const target = await copy(s, src, dst)
+        if (o.json) printJson({ copied: target })
+        else out(target)
+      })
+    })
+}
+
+export function registerServeCommand(program: Command): void {
+  program
+    .command('serve')
+    .description('run a sandbox node daemon in the foreground (cluster up starts one; see docs/sandbox-api.md)')
+    .option('--cluster <dir>', 'cluster whose DFS and FUSE mount (DIR/mnt) it uses (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--listen <host:port>', 'address of the HTTP API', '127.0.0.1:7410')
+    .option('--state-dir <dir>', 'registry, layer mounts and sandboxes (default: DIR/data/serve-<port>)')
+    .option('--token-file <file>', 'bearer token file, created (mode 0600) if missing (default: DIR/sandbox.token)')
+    .option('--fuse-mnt <dir>', 'the node\'s FUSE mount of the DFS (default: DIR/mnt)')
+    .option('--node-id <name>', 'node name: image-store lease holder and cgroup parent /strata/<name>', `node-serve`)
+    .option('--runtime <bin>', 'OCI runtime binary', 'runc')
+    .option('--max-sandboxes <n>', 'refuse creates beyond this many live sandboxes (QUOTA_EXCEEDED)', intArg('--max-sandboxes', { min: 1 }))
+    .option('--reserve-memory <mib>', 'refuse creates when MemAvailable would drop below this (CAPACITY_UNAVAILABLE)', intArg('--reserve-memory', { min: 0 }))
+    .option('--reserve-disk <mib>', 'refuse creates when the state filesystem would have less free', intArg('--reserve-disk', { min: 0 }))
+    .option('--reserve-pids <n>', 'refuse creates when fewer threads than this would be left', intArg('--reserve-pids', { min: 0 }))
+    .option('--reap-interval <ms>', 'how often dead, idle and expired sandboxes are looked for', intArg('--reap-interval', { min: 50 }), 1000)
+    .addHelpText('after', `
+SIGTERM stops the API and leaves sandboxes running; the next daemon on the
+same --state-dir re-adopts them.`)
+    .action(async (o) => {
+      const dir = resolveClusterDir(o.cluster)
+      const c = readClusterFile(dir)
+      const port = o.listen.slice(o.listen.lastIndexOf(':') + 1)
+      const dataDir = path.join(dir, 'data', `serve-${port}`)
+      const log = createLogger('sandbox')
+      await runDaemon(log, () => startSandboxDaemon({
+        nodeId: o.nodeId,
+        listen: o.listen,
+        mgmtdAddresses: c.mgmtdAddresses,
+        fuseMnt: o.fuseMnt ?? path.join(dir, 'mnt'),
+        stateDir: o.stateDir ?? sandboxStateDir(dir, dataDir),
+        tokenFile: o.tokenFile ?? path.join(dir, TOKEN_FILE),
+        runtime: o.runtime,
+        reapIntervalMs: o.reapInterval,
+        limits: {
+          ...(o.maxSandboxes !== undefined ? { maxSandboxes: o.maxSandboxes } : {}),
+          ...(o.reserveMemory !== undefined ? { reserveMemoryMiB: o.reserveMemory } : {}),
+          ...(o.reserveDisk !== undefined ? { reserveDiskMiB: o.reserveDisk } : {}),
+          ...(o.reservePids !== undefined ? { reservePids: o.reservePids } : {}),
+        },
+      }, log), { closeTimeoutMs: 30_000 })
+    })
+}
+

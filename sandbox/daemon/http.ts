@@ -1,0 +1,527 @@
+// The node daemon's HTTP API (docs/sandbox-api.md): JSON bodies, NDJSON
+// streams for command output, raw bytes for files and tar archives, bearer
+// token on every route but /v1/health. Errors are `{code, message, detail?}`
+// with an HTTP status derived from the code; clients match on `code`.
+import crypto from 'node:crypto'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { pipeline } from 'node:stream/promises'
+import { StrataError, toStrataError, type ErrorCode } from '../../fs/common/errors.js'
+import type { Logger } from '../../fs/common/log.js'
+import type { AgentProcess, ExitInfo, FileEntry } from '../backends/agent/index.js'
+import type { SandboxService } from './service.js'
+import type { ExecRequest, OutputEvent } from './types.js'
+import { parseListFilter, validateExec } from './validate.js'
+
+export const API_VERSION = 'v1'
+/** JSON request bodies above this are refused (files and archives stream and have no limit). */
+export const MAX_JSON_BODY = 4 * 1024 * 1024
+/** exec output cap when the request gives none (the agent's exec default) */
+export const DEFAULT_EXEC_OUTPUT = 1024 * 1024
+
+const STATUS: Partial<Record<ErrorCode, number>> = {
+  INVALID_ARGUMENT: 400, IMAGE_INVALID_REFERENCE: 400, ROOTFS_BAD_MOUNT_TARGET: 400, ROOTFS_BAD_DATASET: 400,
+  UNAUTHENTICATED: 401,
+  QUOTA_EXCEEDED: 403, SANDBOX_PERMISSION_DENIED: 403,
+  NOT_FOUND: 404, SANDBOX_NOT_FOUND: 404, IMAGE_NOT_FOUND: 404, ROOTFS_DATASET_NOT_FOUND: 404,
+  ALREADY_EXISTS: 409, IDEMPOTENCY_MISMATCH: 409,
+  SANDBOX_GONE: 410,
+  OUTPUT_LIMIT: 413,
+  NOT_IMPLEMENTED: 501,
+  CAPACITY_UNAVAILABLE: 503, CLOSED: 503, SANDBOX_AGENT_UNREACHABLE: 503,
+  TIMEOUT: 504,
+}
+
+export function httpStatusOf(code: ErrorCode): number {
+  return STATUS[code] ?? (code.startsWith('SANDBOX_') ? 422 : 500)
+}
+
+interface Ctx {
+  req: http.IncomingMessage
+  res: http.ServerResponse
+  url: URL
+  params: string[]
+  signal: AbortSignal
+}
+
+type Handler = (c: Ctx) => Promise<void>
+
+/** One running command started with POST …/processes, until its exit is streamed. */
+interface ProcessEntry {
+  sandboxId: string
+  proc: AgentProcess
+  pid: number
+  reader: boolean
+  release: () => void
+  /** stdin writes are serialized (a second PUT waits for the first) */
+  stdinBusy: Promise<void>
+  expires?: NodeJS.Timeout
+}
+
+export interface SandboxHttpOptions {
+  service: SandboxService
+  token: string
+  log: Logger
+  version: string
+  /** host:port ('127.0.0.1:0' picks a port) */
+  listen: string
+}
+
+export class SandboxHttpServer {
+  readonly #svc: SandboxService
+  readonly #token: Buffer
+  readonly #log: Logger
+  readonly #version: string
+  readonly #server: http.Server
+  readonly #routes: Array<{ method: string; re: RegExp; h: Handler; auth: boolean }> = []
+  readonly #procs = new Map<string, ProcessEntry>()
+  readonly #listen: string
+  #closed: Promise<void> | null = null
+
+  constructor(o: SandboxHttpOptions) {
+    this.#svc = o.service
+    this.#token = Buffer.from(o.token)
+    this.#log = o.log
+    this.#version = o.version
+    this.#listen = o.listen
+    this.#server = http.createServer((req, res) => void this.#dispatch(req, res))
+    this.#server.keepAliveTimeout = 30_000
+    this.#server.headersTimeout = 30_000
+    // streams (exec output, tar) may be long; a dead client is noticed by the socket closing
+    this.#server.requestTimeout = 0
+    this.#defineRoutes()
+  }
+
+  async listen(): Promise<string> {
+    const i = this.#listen.lastIndexOf(':')
+    const host = this.#listen.slice(0, i)
+    const port = Number(this.#listen.slice(i + 1))
+    if (i <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new StrataError('BAD_CONFIG', `listen address ${this.#listen} is not host:port`)
+    await new Promise<void>((resolve, reject) => {
+      this.#server.once('error', reject)
+      this.#server.listen(port, host, () => {
+        this.#server.off('error', reject)
+        resolve()
+      })
+    })
+    return this.address
+  }
+
+  get address(): string {
+    const a = this.#server.address() as AddressInfo
+    return `${a.address}:${a.port}`
+  }
+
+  /** Stops accepting, ends open streams, kills processes nobody will read any more. Idempotent. */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      for (const [key, p] of this.#procs) {
+        p.proc.kill('SIGKILL')
+        p.release()
+        this.#procs.delete(key)
+      }
+      await new Promise<void>((r) => {
+        this.#server.close(() => r())
+        this.#server.closeAllConnections()
+      })
+    })()
+    return this.#closed
+  }
+
+  // ---------------------------------------------------------------- plumbing
+
+  #route(method: string, pattern: string, h: Handler, auth = true): void {
+    const re = new RegExp('^' + pattern.replace(/:([a-z]+)/g, '([^/]+)') + '$')
+    this.#routes.push({ method, re, h, auth })
+  }
+
+  async #dispatch(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const ac = new AbortController()
+    // the client went away: cancel what its request started
+    res.on('close', () => ac.abort(new StrataError('CANCELLED', 'the client closed the connection')))
+    let url: URL
+    try {
+      url = new URL(req.url ?? '/', 'http://x')
+    } catch {
+      return this.#error(res, new StrataError('INVALID_ARGUMENT', 'malformed request URL'))
+    }
+    try {
+      let allowed: string[] = []
+      for (const r of this.#routes) {
+        const m = r.re.exec(url.pathname)
+        if (!m) continue
+        if (r.method !== req.method) {
+          allowed.push(r.method)
+          continue
+        }
+        if (r.auth) this.#authenticate(req)
+        await r.h({ req, res, url, params: m.slice(1).map(decodeURIComponent), signal: ac.signal })
+        return
+      }
+      allowed = [...new Set(allowed)]
+      if (allowed.length) {
+        res.setHeader('Allow', allowed.join(', '))
+        throw new StrataError('INVALID_ARGUMENT', `${req.method} is not allowed on ${url.pathname} (allowed: ${allowed.join(', ')})`, { detail: { status: 405 } })
+      }
+      throw new StrataError('NOT_FOUND', `no route ${req.method} ${url.pathname}`)
+    } catch (e) {
+      this.#error(res, e)
+    }
+  }
+
+  #authenticate(req: http.IncomingMessage): void {
+    const h = req.headers.authorization ?? ''
+    const m = /^Bearer (.+)$/.exec(h)
+    const given = Buffer.from(m?.[1] ?? '')
+    if (given.length !== this.#token.length || !crypto.timingSafeEqual(given, this.#token)) {
+      throw new StrataError('UNAUTHENTICATED', m ? 'wrong bearer token' : 'an Authorization: Bearer <token> header is required (the token is in the cluster directory, sandbox.token)')
+    }
+  }
+
+  #error(res: http.ServerResponse, e: unknown): void {
+    const se = toStrataError(e)
+    if (se.code === 'INTERNAL') this.#log.error('request failed', { err: e, stack: (e as Error)?.stack })
+    if (res.headersSent) {
+      // mid-stream: an error event if the stream is NDJSON, else cut the connection so the client sees a short body
+      if (res.getHeader('content-type') === 'application/x-ndjson' && !res.writableEnded) {
+        res.end(JSON.stringify({ type: 'error', code: se.code, message: se.reason }) + '\n')
+      } else {
+        res.destroy(se)
+      }
+      return
+    }
+    const status = (se.detail?.status as number | undefined) ?? httpStatusOf(se.code)
+    json(res, status, se.toWire())
+  }
+
+  // ---------------------------------------------------------------- routes
+
+  #defineRoutes(): void {
+    const svc = this.#svc
+    this.#route('GET', '/v1/health', async ({ res }) => json(res, 200, { ok: true, version: this.#version }), false)
+    this.#route('GET', '/v1/node', async ({ res }) => json(res, 200, svc.nodeInfo(this.#version)))
+    this.#route('POST', '/v1/node/reclaim', async ({ res }) => json(res, 200, { removed: await svc.reclaimAll() }))
+
+    this.#route('POST', '/v1/sandboxes', async ({ req, res }) => {
+      const r = await svc.create(await readJson(req))
+      json(res, r.replay ? 200 : 201, r.info)
+    })
+    this.#route('POST', '/v1/sandboxes/batch', async ({ req, res }) => {
+      const body = await readJson(req)
+      if (!body || typeof body !== 'object' || Array.isArray(body)) throw new StrataError('INVALID_ARGUMENT', 'body must be {spec, count}')
+      const { spec, count, ...rest } = body as Record<string, unknown>
+      if (Object.keys(rest).length) throw new StrataError('INVALID_ARGUMENT', `batch: unknown field ${JSON.stringify(Object.keys(rest)[0])} (known: spec, count)`)
+      json(res, 200, await svc.createMany(spec, count as number))
+    })
+    this.#route('GET', '/v1/sandboxes', async ({ res, url }) => json(res, 200, { sandboxes: svc.list(parseListFilter(url.searchParams)) }))
+    this.#route('GET', '/v1/sandboxes/:id', async ({ res, params }) => json(res, 200, await svc.inspect(params[0]!)))
+    this.#route('DELETE', '/v1/sandboxes/:id', async ({ res, params }) => {
+      await svc.delete(params[0]!)
+      res.writeHead(204).end()
+    })
+    this.#route('POST', '/v1/sandboxes/:id/kill', async ({ req, res, params }) => {
+      await readJson(req, true)
+      json(res, 200, await svc.kill(params[0]!))
+    })
+    this.#route('POST', '/v1/sandboxes/:id/keepalive', async ({ res, params }) => json(res, 200, svc.touch(params[0]!)))
+
+    // exec: run to completion, output streamed as NDJSON
+    this.#route('POST', '/v1/sandboxes/:id/exec', async ({ req, res, params, signal }) => {
+      const body = validateExec(await readJson(req), true)
+      await svc.use(params[0]!, async (h, info) => {
+        const proc = h.agent.spawn(body.cmd, { ...runOpts(body, info), maxOutputBytes: body.maxOutputBytes ?? DEFAULT_EXEC_OUTPUT, signal })
+        if (body.stdin !== undefined) proc.stdin.end(Buffer.from(body.stdin, 'base64'))
+        else proc.stdin.end()
+        await streamProcess(res, proc, signal)
+      })
+    })
+
+    // processes: started by one request, fed and read by others
+    this.#route('POST', '/v1/sandboxes/:id/processes', async ({ req, res, params }) => {
+      const body = validateExec(await readJson(req), false)
+      const id = params[0]!
+      let release!: () => void
+      const held = new Promise<void>((r) => (release = r))
+      let entry: ProcessEntry | undefined
+      const started = new Promise<ProcessEntry>((resolve, reject) => {
+        svc.use(id, async (h, info) => {
+          const proc = h.agent.spawn(body.cmd, { ...runOpts(body, info), ...(body.maxOutputBytes ? { maxOutputBytes: body.maxOutputBytes } : {}) })
+          const pid = await proc.pid
+          entry = { sandboxId: id, proc, pid, reader: false, release, stdinBusy: Promise.resolve() }
+          resolve(entry)
+          // counts as activity until its output has been read to the end (or the server closes)
+          await held
+        }).catch(reject)
+      })
+      const e = await started
+      const key = `${id}/${e.pid}`
+      this.#procs.set(key, e)
+      // nobody ever reads it: do not keep it forever
+      e.expires = setTimeout(() => this.#dropProcess(key, 'SIGKILL'), 10 * 60_000)
+      e.expires.unref()
+      json(res, 201, { pid: e.pid })
+    })
+    this.#route('GET', '/v1/sandboxes/:id/processes/:pid/output', async ({ res, params, signal }) => {
+      const key = this.#procKey(params)
+      const e = this.#procs.get(key)!
+      if (e.reader) throw new StrataError('ALREADY_EXISTS', `process ${e.pid}'s output is already being read`)
+      e.reader = true
+      if (e.expires) clearTimeout(e.expires)
+      try {
+        await streamProcess(res, e.proc, signal)
+        this.#dropProcess(key)
+      } finally {
+        e.reader = false
+      }
+    })
+    this.#route('PUT', '/v1/sandboxes/:id/processes/:pid/stdin', async ({ req, res, url, params }) => {
+      const e = this.#procs.get(this.#procKey(params))!
+      const eof = url.searchParams.get('eof')
+      const prev = e.stdinBusy
+      let done!: () => void
+      e.stdinBusy = new Promise<void>((r) => (done = r))
+      try {
+        await prev
+        let bytes = 0
+        for await (const c of req) {
+          bytes += (c as Buffer).length
+          if (!e.proc.stdin.write(c)) await new Promise<void>((r) => e.proc.stdin.once('drain', r))
+        }
+        if (eof === '1' || eof === 'true') e.proc.stdin.end()
+        json(res, 200, { bytes })
+      } finally {
+        done()
+      }
+    })
+    this.#route('POST', '/v1/sandboxes/:id/processes/:pid/signal', async ({ req, res, params }) => {
+      const e = this.#procs.get(this.#procKey(params))!
+      const body = (await readJson(req, true)) as { signal?: unknown; group?: unknown } | undefined
+      const sig = body?.signal ?? 'SIGTERM'
+      if (typeof sig !== 'string' && typeof sig !== 'number') throw new StrataError('INVALID_ARGUMENT', 'signal must be a name like SIGTERM or a number')
+      try {
+        e.proc.kill(sig as NodeJS.Signals | number, { group: body?.group !== false })
+      } catch (err) {
+        throw new StrataError('INVALID_ARGUMENT', `signal ${String(sig)}: ${(err as Error).message}`, { cause: err })
+      }
+      json(res, 200, { ok: true })
+    })
+
+    // files
+    this.#route('GET', '/v1/sandboxes/:id/files', async ({ res, url, params, signal }) => {
+      const q = query(url, ['path', 'offset', 'length', 'user'])
+      await svc.use(params[0]!, async (h, info) => {
+        const s = h.agent.files.readStream(q.path!, { ...userOf(q, info), ...intParam(q, 'offset'), ...intParam(q, 'length'), signal })
+        const first = await firstChunk(s)
+        res.writeHead(200, { 'content-type': 'application/octet-stream' })
+        if (first) res.write(first)
+        await pipeline(s, res)
+      })
+    })
+    this.#route('PUT', '/v1/sandboxes/:id/files', async ({ req, res, url, params, signal }) => {
+      const q = query(url, ['path', 'mode', 'mkdirs', 'append', 'exclusive', 'user'])
+      await svc.use(params[0]!, async (h, info) => {
+        const r = await h.agent.files.write(q.path!, req, {
+          ...userOf(q, info),
+          ...(q.mode !== undefined ? { mode: parseMode(q.mode) } : {}),
+          mkdirs: flag(q.mkdirs), append: flag(q.append), exclusive: flag(q.exclusive), signal,
+        })
+        json(res, 200, r)
+      })
+    })
+    this.#route('GET', '/v1/sandboxes/:id/files/list', async ({ res, url, params, signal }) => {
+      const q = query(url, ['path', 'user'])
+      await svc.use(params[0]!, async (h, info) => json(res, 200, { entries: (await h.agent.files.list(q.path!, { ...userOf(q, info), signal })).map(entryJson) }))
+    })
+    this.#route('GET', '/v1/sandboxes/:id/files/stat', async ({ res, url, params, signal }) => {
+      const q = query(url, ['path', 'user', 'follow'])
+      await svc.use(params[0]!, async (h, info) => json(res, 200, entryJson(await h.agent.files.stat(q.path!, { ...userOf(q, info), followSymlinks: flag(q.follow), signal }))))
+    })
+    this.#route('POST', '/v1/sandboxes/:id/files/mkdir', async ({ req, res, params, signal }) => {
+      const b = fileBody(await readJson(req), ['path', 'parents', 'mode', 'user'])
+      await svc.use(params[0]!, async (h, info) => {
+        await h.agent.files.mkdir(b.path as string, { user: (b.user as string) ?? info.user, parents: b.parents === true, ...(b.mode !== undefined ? { mode: b.mode as number } : {}), signal })
+        json(res, 200, { ok: true })
+      })
+    })
+    this.#route('POST', '/v1/sandboxes/:id/files/remove', async ({ req, res, params, signal }) => {
+      const b = fileBody(await readJson(req), ['path', 'recursive', 'force', 'user'])
+      await svc.use(params[0]!, async (h, info) => {
+        await h.agent.files.remove(b.path as string, { user: (b.user as string) ?? info.user, recursive: b.recursive === true, force: b.force === true, signal })
+        json(res, 200, { ok: true })
+      })
+    })
+    this.#route('POST', '/v1/sandboxes/:id/files/rename', async ({ req, res, params, signal }) => {
+      const b = fileBody(await readJson(req), ['from', 'to', 'noReplace', 'user'], 'from')
+      if (typeof b.to !== 'string') throw new StrataError('INVALID_ARGUMENT', 'to must be a path')
+      await svc.use(params[0]!, async (h, info) => {
+        await h.agent.files.rename(b.from as string, b.to as string, { user: (b.user as string) ?? info.user, noReplace: b.noReplace === true, signal })
+        json(res, 200, { ok: true })
+      })
+    })
+    this.#route('GET', '/v1/sandboxes/:id/archive', async ({ res, url, params, signal }) => {
+      const q = query(url, ['path', 'user'])
+      await svc.use(params[0]!, async (h, info) => {
+        const s = h.agent.files.downloadTar(q.path!, { ...userOf(q, info), signal })
+        // the first bytes (or the error) decide the status: a missing path is a 404, not a truncated 200
+        const first = await firstChunk(s)
+        res.writeHead(200, { 'content-type': 'application/x-tar' })
+        if (first) res.write(first)
+        await pipeline(s, res)
+      })
+    })
+    this.#route('PUT', '/v1/sandboxes/:id/archive', async ({ req, res, url, params, signal }) => {
+      const q = query(url, ['path', 'user', 'owner'])
+      await svc.use(params[0]!, async (h, info) => json(res, 200, await h.agent.files.uploadTar(q.path!, req, { ...userOf(q, info), preserveOwner: flag(q.owner), signal })))
+    })
+  }
+
+  #procKey(params: string[]): string {
+    const [id, pid] = params
+    const key = `${id}/${pid}`
+    if (!this.#procs.has(key)) {
+      this.#svc.inspect(id!).catch(() => undefined)
+      throw new StrataError('NOT_FOUND', `no process ${pid} started through the API in sandbox ${id} (or its output was read to the end)`)
+    }
+    return key
+  }
+
+  #dropProcess(key: string, signal?: NodeJS.Signals): void {
+    const e = this.#procs.get(key)
+    if (!e) return
+    this.#procs.delete(key)
+    if (e.expires) clearTimeout(e.expires)
+    if (signal) e.proc.kill(signal)
+    e.release()
+  }
+}
+
+// ---------------------------------------------------------------- helpers
+
+function json(res: http.ServerResponse, status: number, body: unknown): void {
+  const s = JSON.stringify(body)
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(s) })
+  res.end(s)
+}
+
+async function readJson(req: http.IncomingMessage, optional = false): Promise<unknown> {
+  const chunks: Buffer[] = []
+  let n = 0
+  for await (const c of req) {
+    n += (c as Buffer).length
+    if (n > MAX_JSON_BODY) throw new StrataError('INVALID_ARGUMENT', `the JSON body exceeds ${MAX_JSON_BODY} bytes`, { detail: { status: 413 } })
+    chunks.push(c as Buffer)
+  }
+  if (n === 0) {
+    if (optional) return undefined
+    throw new StrataError('INVALID_ARGUMENT', 'a JSON body is required')
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'))
+  } catch (e) {
+    throw new StrataError('INVALID_ARGUMENT', `the body is not valid JSON: ${(e as Error).message}`)
+  }
+}
+
+function query(url: URL, allowed: string[]): Record<string, string | undefined> {
+  const q: Record<string, string | undefined> = {}
+  for (const [k, v] of url.searchParams) {
+    if (!allowed.includes(k)) throw new StrataError('INVALID_ARGUMENT', `unknown query parameter ${JSON.stringify(k)} (known: ${allowed.join(', ')})`)
+    q[k] = v
+  }
+  if (allowed.includes('path') && !q.path) throw new StrataError('INVALID_ARGUMENT', 'the path query parameter is required')
+  return q
+}
+
+function flag(v: string | undefined): boolean {
+  return v === '1' || v === 'true'
+}
+
+function intParam(q: Record<string, string | undefined>, k: string): Record<string, number> {
+  const v = q[k]
+  if (v === undefined) return {}
+  const n = Number(v)
+  if (!/^\d+$/.test(v) || !Number.isSafeInteger(n)) throw new StrataError('INVALID_ARGUMENT', `${k} must be a non-negative integer`)
+  return { [k]: n }
+}
+
+function parseMode(v: string): number {
+  if (!/^0?[0-7]{1,4}$/.test(v)) throw new StrataError('INVALID_ARGUMENT', 'mode must be octal, e.g. 0644')
+  return parseInt(v, 8)
+}
+
+function userOf(q: Record<string, string | undefined>, info: { user: string }): { user: string } {
+  return { user: q.user ?? info.user }
+}
+
+function fileBody(body: unknown, allowed: string[], pathKey = 'path'): Record<string, unknown> {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) throw new StrataError('INVALID_ARGUMENT', 'the body must be a JSON object')
+  const b = body as Record<string, unknown>
+  for (const k of Object.keys(b)) if (!allowed.includes(k)) throw new StrataError('INVALID_ARGUMENT', `unknown field ${JSON.stringify(k)} (known: ${allowed.join(', ')})`)
+  if (typeof b[pathKey] !== 'string') throw new StrataError('INVALID_ARGUMENT', `${pathKey} must be a path`)
+  if (b.user !== undefined && typeof b.user !== 'string') throw new StrataError('INVALID_ARGUMENT', 'user must be a string')
+  return b
+}
+
+function runOpts(body: ExecRequest, info: { user: string; workdir: string }): { user: string; cwd: string; env?: Record<string, string>; timeoutMs?: number } {
+  return {
+    user: body.user ?? info.user,
+    cwd: body.cwd ?? info.workdir,
+    ...(body.env ? { env: body.env } : {}),
+    ...(body.timeoutMs !== undefined ? { timeoutMs: body.timeoutMs } : {}),
+  }
+}
+
+export function entryJson(e: FileEntry): Record<string, unknown> {
+  return { ...e, mtimeNs: e.mtimeNs.toString() }
+}
+
+async function firstChunk(s: NodeJS.ReadableStream & AsyncIterable<Buffer>): Promise<Buffer | null> {
+  return new Promise<Buffer | null>((resolve, reject) => {
+    const onData = (c: Buffer) => { cleanup(); s.pause(); resolve(c) }
+    const onEnd = () => { cleanup(); resolve(null) }
+    const onErr = (e: Error) => { cleanup(); reject(e) }
+    const cleanup = () => { s.off('data', onData); s.off('end', onEnd); s.off('error', onErr) }
+    s.on('data', onData)
+    s.once('end', onEnd)
+    s.once('error', onErr)
+  })
+}
+
+/**
+ * Streams a process's output as NDJSON events: started, stdout/stderr
+ * chunks (base64) in the order they arrived, then exit. A start failure is a
+ * plain error response (nothing was streamed yet).
+ */
+async function streamProcess(res: http.ServerResponse, proc: AgentProcess, signal: AbortSignal): Promise<void> {
+  const pid = await proc.pid
+  res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' })
+  const write = (ev: OutputEvent): boolean => res.write(JSON.stringify(ev) + '\n')
+  write({ type: 'started', pid })
+  let paused = 0
+  const pump = (stream: NodeJS.ReadableStream, type: 'stdout' | 'stderr') => new Promise<void>((resolve, reject) => {
+    stream.on('data', (c: Buffer) => {
+      if (!write({ type, data: c.toString('base64') })) {
+        // the client reads slower than the command writes: backpressure to the agent
+        stream.pause()
+        paused++
+        res.once('drain', () => {
+          paused--
+          stream.resume()
+        })
+      }
+    })
+    stream.once('end', resolve)
+    stream.once('error', reject)
+  })
+  const onAbort = () => proc.kill('SIGKILL')
+  signal.addEventListener('abort', onAbort, { once: true })
+  try {
+    await Promise.all([pump(proc.stdout, 'stdout'), pump(proc.stderr, 'stderr')])
+    const info: ExitInfo = await proc.wait()
+    const { coreDumped: _c, ...exit } = info
+    res.end(JSON.stringify({ type: 'exit', ...exit } satisfies OutputEvent) + '\n')
+  } finally {
+    signal.removeEventListener('abort', onAbort)
+    void paused
+  }
+}

@@ -1,0 +1,627 @@
+// The node's sandbox service: everything the HTTP API does, in-process.
+//
+// A sandbox on this node is three things, undone in reverse order:
+//   <root>/sb/<id>/fs   its rootfs (sandbox/rootfs: overlay of the shared layer mounts + dataset binds)
+//   <root>/sb/<id>/rt   its container (sandbox/backends: bundle, runtime state, agent socket)
+//   registry `sb:<id>`  its record (lmdb under <root>/registry)
+// The record is written before anything is built (state 'creating'), so a
+// daemon killed mid-create finds the half-built sandbox at restart and undoes
+// it. A running sandbox's init (the agent) is watched through /proc; when it
+// dies the sandbox is reported stopped with its reason (exited, oom) and its
+// rootfs and container are released; the record stays for `inspect` until it
+// is deleted or ages out.
+//
+// Sandboxes outlive the daemon: close() leaves them running and a new daemon
+// on the same root re-adopts them (open()). reclaimAll() is what `cluster
+// down` uses to stop everything.
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { StrataError, isStrataError, toStrataError } from '../../fs/common/errors.js'
+import type { Logger } from '../../fs/common/log.js'
+import { pidAlive } from '../../fs/fuse/index.js'
+import { ContainerBackend, type SandboxHandle, type SandboxSpec } from '../backends/index.js'
+import { composeLayers, type ImageConfig, type ImageStore, type LayerRef } from '../image/index.js'
+import { LayerMounts, Rootfs, RootfsBuilder, unmountTree } from '../rootfs/index.js'
+import { checkCapacity, checkQuota, nodeCapacity, type AdmissionLimits } from './admission.js'
+import { Registry } from './registry.js'
+import type { CreateManyResult, CreateSandboxRequest, ListFilter, NodeInfo, SandboxInfo, StopReason } from './types.js'
+import { checkSandboxId, validateCreate } from './validate.js'
+
+export interface SandboxServiceOptions {
+  /** local directory for the registry, layer mounts and sandboxes (short: unix socket paths live below it) */
+  stateDir: string
+  /** the node's FUSE mount of the DFS */
+  fuseMnt: string
+  /** opened image store on the DFS */
+  store: ImageStore
+  /** lease holder and node name */
+  nodeId: string
+  log: Logger
+  /** OCI runtime binary. Default 'runc'. */
+  runtime?: string
+  /** cgroup parent of the sandboxes. Default '/strata/<nodeId>'. */
+  cgroupParent?: string
+  limits?: Partial<AdmissionLimits>
+  /** what a create without resources gets */
+  defaultResources?: { cpu?: number; memoryMiB?: number; pids?: number }
+  /** applied when a create gives no lifetime */
+  defaultLifetime?: { idleTtlSec?: number; maxLifetimeSec?: number }
+  /** how often the reaper looks at sandboxes. Default 1000 ms. */
+  reapIntervalMs?: number
+  /** how long stopped sandboxes stay listed. Default 3600 s. */
+  retainStoppedSec?: number
+  /** creates run at most this many at once (more wait). Default 16. */
+  maxConcurrentCreates?: number
+}
+
+export const DEFAULT_LIMITS = (memTotalMiB: number): AdmissionLimits => ({
+  reserveMemoryMiB: Math.min(2048, Math.max(256, Math.floor(memTotalMiB * 0.05))),
+  reserveDiskMiB: 1024,
+  reservePids: 4096,
+  maxSandboxes: 4096,
+  maxMemoryMiB: memTotalMiB,
+  maxPids: 65536,
+  maxCpu: 1024,
+})
+
+interface Live {
+  info: SandboxInfo
+  handle?: SandboxHandle
+  rootfs?: Rootfs
+  /** API calls in flight (exec, files, process streams): an idle TTL never fires while > 0 */
+  active: number
+  /** a stop in progress */
+  stopping?: Promise<void>
+}
+
+const SUN_PATH_MAX = 107
+
+export class SandboxService {
+  readonly stateDir: string
+  readonly nodeId: string
+  readonly limits: AdmissionLimits
+  readonly layers: LayerMounts
+  readonly builder: RootfsBuilder
+  readonly backend: ContainerBackend
+  readonly store: ImageStore
+  readonly #log: Logger
+  readonly #registry: Registry
+  readonly #live = new Map<string, Live>()
+  readonly #idemInFlight = new Map<string, { hash: string; p: Promise<{ info: SandboxInfo; replay: boolean }> }>()
+  readonly #opts: SandboxServiceOptions
+  readonly #tagCache = new Map<string, { digest: string; at: number }>()
+  readonly #manifestCache = new Map<string, { layers: LayerRef[]; config: ImageConfig }>()
+  #creating = 0
+  readonly #createQueue: Array<() => void> = []
+  #reaper: NodeJS.Timeout | null = null
+  #reaping = false
+  #closed = false
+
+  private constructor(opts: SandboxServiceOptions, registry: Registry) {
+    this.#opts = opts
+    this.stateDir = path.resolve(opts.stateDir)
+    this.nodeId = opts.nodeId
+    this.store = opts.store
+    this.#log = opts.log
+    this.#registry = registry
+    const memTotal = nodeCapacity(this.stateDir).memTotalMiB
+    this.limits = { ...DEFAULT_LIMITS(memTotal), ...opts.limits }
+    this.layers = new LayerMounts({ fuseMnt: opts.fuseMnt, stateDir: this.stateDir, store: opts.store, nodeId: opts.nodeId })
+    this.builder = new RootfsBuilder({ layers: this.layers })
+    this.backend = new ContainerBackend({
+      ...(opts.runtime ? { runtime: opts.runtime } : {}),
+      cgroupParent: opts.cgroupParent ?? `/strata/${opts.nodeId}`,
+    })
+  }
+
+  /** Opens the registry and re-adopts what an earlier daemon left (see the file comment). */
+  static async open(opts: SandboxServiceOptions): Promise<SandboxService> {
+    const root = path.resolve(opts.stateDir)
+    fs.mkdirSync(path.join(root, 'sb'), { recursive: true, mode: 0o700 })
+    const longest = path.join(root, 'sb', 'sb-xxxxxxxxxxxx', 'rt', 'agent.sock')
+    if (Buffer.byteLength(longest) > SUN_PATH_MAX) {
+      throw new StrataError('BAD_CONFIG', `sandbox stateDir ${root} is too long: agent sockets below it would exceed ${SUN_PATH_MAX} bytes (${longest})`)
+    }
+    const registry = Registry.open(path.join(root, 'registry'))
+    const svc = new SandboxService(opts, registry)
+    try {
+      await svc.#recover()
+    } catch (e) {
+      await registry.close()
+      throw e
+    }
+    svc.#reaper = setInterval(() => void svc.#reap(), opts.reapIntervalMs ?? 1000)
+    svc.#reaper.unref()
+    return svc
+  }
+
+  #dirs(id: string): { dir: string; fs: string; rt: string } {
+    const dir = path.join(this.stateDir, 'sb', id)
+    return { dir, fs: path.join(dir, 'fs'), rt: path.join(dir, 'rt') }
+  }
+
+  // ---------------------------------------------------------------- recovery
+
+  async #recover(): Promise<void> {
+    const known = new Set<string>()
+    let adopted = 0
+    for (const info of this.#registry.all()) {
+      known.add(info.id)
+      const d = this.#dirs(info.id)
+      if (info.state === 'creating') {
+        // the create never returned: undo it and forget it (its idempotency key was never recorded)
+        await this.#teardown(info.id, undefined, undefined).catch((e) => this.#log.warn('undoing a half-built sandbox failed', { id: info.id, err: e }))
+        await this.#registry.remove(info.id)
+        continue
+      }
+      if (info.state === 'stopped') {
+        await this.#teardown(info.id, undefined, undefined).catch(() => undefined)
+        this.#live.set(info.id, { info, active: 0 })
+        continue
+      }
+      let handle: SandboxHandle | undefined
+      let rootfs: Rootfs | undefined
+      try {
+        handle = await this.backend.adopt(info.id, d.rt)
+        const st = await handle.status()
+        if (st.state !== 'running') throw new StrataError('SANDBOX_GONE', `sandbox ${info.id} stopped while the daemon was away`)
+        rootfs = await this.builder.adopt({ sandboxId: info.id, layers: info.layers.map((l) => l.digest), datasets: info.mounts, stateDir: d.fs })
+        this.#live.set(info.id, { info: { ...info, pid: handle.pid }, handle, rootfs, active: 0 })
+        adopted++
+      } catch (e) {
+        const oomKills = handle ? (await handle.status().catch(() => ({ oomKills: 0 }))).oomKills : 0
+        const reason: StopReason = oomKills > 0 ? 'oom' : handle ? 'exited' : 'lost'
+        this.#log.warn('sandbox not re-adopted', { id: info.id, reason, err: (e as Error).message })
+        await this.#teardown(info.id, handle, rootfs).catch(() => undefined)
+        const stopped = this.#stoppedInfo(info, reason, `found stopped when the daemon started: ${(e as Error).message}`, oomKills)
+        await this.#registry.put(stopped)
+        this.#live.set(info.id, { info: stopped, active: 0 })
+      }
+    }
+    // directories nobody knows: a create killed before its record was written, or a deleted record
+    for (const name of fs.readdirSync(path.join(this.stateDir, 'sb'))) {
+      if (!known.has(name)) await this.#teardown(name, undefined, undefined).catch((e) => this.#log.warn('removing an unknown sandbox dir failed', { name, err: e }))
+    }
+    const swept = await this.layers.sweep()
+    if (adopted || swept.length) this.#log.info('recovered', { adopted, sweptLayers: swept.length })
+  }
+
+  /**
+   * Stops and removes whatever is left of a sandbox: its container (through
+   * the handle, or adopted from disk, or by the runtime directly), its rootfs
+   * mounts, its directory. Works on any half-built state.
+   */
+  async #teardown(id: string, handle: SandboxHandle | undefined, rootfs: Rootfs | undefined): Promise<void> {
+    const d = this.#dirs(id)
+    if (!handle && fs.existsSync(path.join(d.rt, 'sandbox.json'))) {
+      // not adoptable: the runtime no longer knows it, so nothing of it runs
+      handle = await this.backend.adopt(id, d.rt).catch(() => undefined)
+    }
+    if (handle) await handle.delete()
+    fs.rmSync(d.rt, { recursive: true, force: true })
+    // the rootfs goes only after the container: its processes held the mounts
+    await (rootfs ?? new Rootfs(id, d.fs)).destroy()
+    fs.rmSync(d.dir, { recursive: true, force: true })
+  }
+
+  // ---------------------------------------------------------------- create
+
+  /** Creates a sandbox (or returns the one its idempotency key made). `replay` is true for the latter. */
+  async create(body: unknown): Promise<{ info: SandboxInfo; replay: boolean }> {
+    this.#checkOpen()
+    const req = validateCreate(body)
+    const key = req.idempotencyKey
+    if (key === undefined) return { info: await this.#create(req), replay: false }
+    const hash = requestHash(req)
+    const inFlight = this.#idemInFlight.get(key)
+    if (inFlight) {
+      if (inFlight.hash !== hash) throw mismatch(key)
+      return { info: (await inFlight.p).info, replay: true }
+    }
+    const p = (async () => {
+      const prior = this.#registry.getIdempotency(key)
+      if (prior) {
+        if (prior.requestHash !== hash) throw mismatch(key)
+        const info = this.#live.get(prior.id)?.info ?? this.#registry.get(prior.id)
+        if (info) return { info, replay: true }
+        throw new StrataError('SANDBOX_GONE', `the sandbox idempotency key ${JSON.stringify(key)} created (${prior.id}) was deleted`)
+      }
+      const info = await this.#create(req)
+      await this.#registry.putIdempotency(key, { id: info.id, requestHash: hash, at: Date.now() })
+      return { info, replay: false }
+    })()
+    this.#idemInFlight.set(key, { hash, p })
+    try {
+      return await p
+    } finally {
+      this.#idemInFlight.delete(key)
+    }
+  }
+
+  /** `count` sandboxes from one request; each item succeeds or fails on its own. */
+  async createMany(body: unknown, count: number): Promise<CreateManyResult> {
+    this.#checkOpen()
+    if (!Number.isSafeInteger(count) || count < 1 || count > 1024) throw new StrataError('INVALID_ARGUMENT', 'count must be an integer in [1, 1024]')
+    const req = validateCreate(body)
+    const results = await Promise.all(Array.from({ length: count }, async (_, i) => {
+      try {
+        const one = req.idempotencyKey === undefined ? req : { ...req, idempotencyKey: `${req.idempotencyKey}#${i}` }
+        return { ok: true as const, sandbox: (await this.create(one)).info }
+      } catch (e) {
+        const se = toStrataError(e)
+        return { ok: false as const, error: { code: se.code, message: se.reason } }
+      }
+    }))
+    return { results }
+  }
+
+  async #slot(): Promise<() => void> {
+    const max = this.#opts.maxConcurrentCreates ?? 16
+    if (this.#creating >= max) await new Promise<void>((r) => this.#createQueue.push(r))
+    this.#creating++
+    return () => {
+      this.#creating--
+      this.#createQueue.shift()?.()
+    }
+  }
+
+  async #create(req: CreateSandboxRequest): Promise<SandboxInfo> {
+    const t0 = Date.now()
+    const resources = { ...this.#opts.defaultResources, ...req.resources }
+    const lifetime = { ...this.#opts.defaultLifetime, ...req.lifetime }
+    checkQuota(this.limits, this.#countLive(), resources)
+    const release = await this.#slot()
+    let live: Live | undefined
+    try {
+      this.#checkOpen()
+      checkQuota(this.limits, this.#countLive(), resources)
+      checkCapacity(this.limits, nodeCapacity(this.stateDir), this.#creating - 1)
+      const { layers, config, image } = await this.#resolveLayers(req)
+      const id = newId()
+      const env: Record<string, string> = {}
+      for (const kv of config.env) {
+        const eq = kv.indexOf('=')
+        if (eq > 0) env[kv.slice(0, eq)] = kv.slice(eq + 1)
+      }
+      Object.assign(env, req.env)
+      const now = new Date().toISOString()
+      const info: SandboxInfo = {
+        id,
+        backend: 'container',
+        state: 'creating',
+        createdAt: now,
+        lastActivityAt: now,
+        labels: req.labels ?? {},
+        ...(image ? { image } : {}),
+        layers: layers.map((l) => ({ digest: l.digest, kind: l.kind, size: l.size })),
+        mounts: req.mounts ?? [],
+        resources,
+        lifetime,
+        env,
+        workdir: req.workdir ?? (config.workdir || '/'),
+        user: req.user ?? (config.user || 'root'),
+        network: req.network ?? 'none',
+        hostname: req.hostname ?? id,
+        oomKills: 0,
+        ...(req.idempotencyKey !== undefined ? { idempotencyKey: req.idempotencyKey } : {}),
+      }
+      live = { info, active: 0 }
+      this.#live.set(id, live)
+      await this.#registry.put(info)
+      const d = this.#dirs(id)
+      fs.mkdirSync(d.dir, { mode: 0o700 })
+      live.rootfs = await this.builder.create({ sandboxId: id, layers: info.layers.map((l) => l.digest), datasets: info.mounts, stateDir: d.fs })
+      const spec: SandboxSpec = {
+        id, rootfsDir: live.rootfs.dir, env, workdir: info.workdir, user: info.user, resources, network: info.network,
+        hostname: info.hostname, stateDir: d.rt,
+      }
+      live.handle = await this.backend.create(spec)
+      info.state = 'running'
+      info.pid = live.handle.pid
+      info.startedAt = new Date().toISOString()
+      info.createMs = Date.now() - t0
+      info.lastActivityAt = info.startedAt
+      await this.#registry.put(info)
+      return { ...info }
+    } catch (e) {
+      if (live) {
+        this.#live.delete(live.info.id)
+        await this.#teardown(live.info.id, live.handle, live.rootfs).catch((err) => this.#log.warn('undoing a failed create', { id: live!.info.id, err }))
+        await this.#registry.remove(live.info.id).catch(() => undefined)
+      }
+      throw e
+    } finally {
+      release()
+    }
+  }
+
+  #countLive(): number {
+    let n = 0
+    for (const l of this.#live.values()) if (l.info.state !== 'stopped') n++
+    return n
+  }
+
+  async #resolveLayers(req: CreateSandboxRequest): Promise<{ layers: LayerRef[]; config: ImageConfig; image?: { ref: string; digest: string } }> {
+    if (req.image !== undefined) {
+      const digest = await this.#tagDigest(req.image)
+      let m = this.#manifestCache.get(digest)
+      if (!m) {
+        const r = await this.store.getManifest(digest)
+        m = { layers: r.manifest.layers, config: r.manifest.config }
+        this.#manifestCache.set(digest, m)
+      }
+      return { ...m, image: { ref: req.image, digest } }
+    }
+    const c = await composeLayers(this.store, { base: req.base!, ...(req.workspace ? { workspace: req.workspace } : {}), ...(req.toolkits ? { toolkits: req.toolkits } : {}) })
+    return { layers: c.layers, config: c.config }
+  }
+
+  /** A tag's manifest digest, cached for a second: tags move, but a burst of creates needs one lookup. */
+  async #tagDigest(ref: string): Promise<string> {
+    const c = this.#tagCache.get(ref)
+    if (c && Date.now() - c.at < 1000) return c.digest
+    const r = await this.store.resolve(ref)
+    if (!this.#manifestCache.has(r.digest)) this.#manifestCache.set(r.digest, { layers: r.manifest.layers, config: r.manifest.config })
+    this.#tagCache.set(ref, { digest: r.digest, at: Date.now() })
+    return r.digest
+  }
+
+  // ---------------------------------------------------------------- access
+
+  #get(id: string): Live {
+    checkSandboxId(id)
+    const l = this.#live.get(id)
+    if (!l) throw new StrataError('SANDBOX_NOT_FOUND', `no sandbox ${id} on this node`)
+    return l
+  }
+
+  /** The record, with a fresh OOM count for a running sandbox. */
+  async inspect(id: string): Promise<SandboxInfo> {
+    const l = this.#get(id)
+    if (l.info.state === 'running' && l.handle) {
+      const st = await l.handle.status().catch(() => undefined)
+      if (st) l.info.oomKills = st.oomKills
+    }
+    return { ...l.info }
+  }
+
+  list(filter: ListFilter = {}): SandboxInfo[] {
+    const out: SandboxInfo[] = []
+    for (const l of this.#live.values()) {
+      if (filter.state && l.info.state !== filter.state) continue
+      if (filter.labels && !Object.entries(filter.labels).every(([k, v]) => l.info.labels[k] === v)) continue
+      out.push({ ...l.info })
+    }
+    return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id))
+  }
+
+  /**
+   * Runs `fn` with the running sandbox's handle, counting it as activity for
+   * the idle TTL (for as long as `fn` runs: a long exec is not idle).
+   */
+  async use<T>(id: string, fn: (h: SandboxHandle, info: SandboxInfo) => Promise<T>): Promise<T> {
+    const l = this.#get(id)
+    if (l.info.state !== 'running' || !l.handle || l.stopping) {
+      throw new StrataError('SANDBOX_GONE', `sandbox ${id} is ${l.stopping ? 'stopping' : l.info.state}${l.info.stop ? ` (${l.info.stop.reason}: ${l.info.stop.message})` : ''}`, { detail: { state: l.info.state, ...(l.info.stop ? { stop: l.info.stop } : {}) } })
+    }
+    l.active++
+    this.#touch(l)
+    try {
+      return await fn(l.handle, l.info)
+    } catch (e) {
+      // the agent vanished under the call: report it as the sandbox being gone if it is
+      if (isStrataError(e, ['SANDBOX_AGENT_UNREACHABLE', 'RPC_CONNECTION_CLOSED']) && !pidAlive(l.handle.pid)) {
+        throw new StrataError('SANDBOX_GONE', `sandbox ${id} stopped during the call`, { cause: e })
+      }
+      throw e
+    } finally {
+      l.active--
+      this.#touch(l)
+    }
+  }
+
+  /** Marks API activity without a call (keepalive). */
+  touch(id: string): SandboxInfo {
+    const l = this.#get(id)
+    if (l.info.state !== 'running') throw new StrataError('SANDBOX_GONE', `sandbox ${id} is ${l.info.state}`)
+    this.#touch(l)
+    return { ...l.info }
+  }
+
+  #touch(l: Live): void {
+    l.info.lastActivityAt = new Date().toISOString()
+  }
+
+  // ---------------------------------------------------------------- stop / delete
+
+  /** Stops the sandbox and releases everything but its record. Idempotent on a stopped sandbox. */
+  async kill(id: string): Promise<SandboxInfo> {
+    const l = this.#get(id)
+    if (l.info.state === 'creating') throw new StrataError('SANDBOX_GONE', `sandbox ${id} is still being created`)
+    await this.#stop(l, 'killed', 'killed through the API')
+    return { ...l.info }
+  }
+
+  /** Stops the sandbox if needed and forgets it. */
+  async delete(id: string): Promise<void> {
+    const l = this.#get(id)
+    if (l.info.state === 'creating') throw new StrataError('SANDBOX_GONE', `sandbox ${id} is still being created; delete it once create returns`)
+    await this.#stop(l, 'killed', 'deleted through the API')
+    this.#live.delete(id)
+    await this.#registry.remove(id)
+  }
+
+  #stop(l: Live, reason: StopReason, message: string): Promise<void> {
+    if (l.info.state === 'stopped') return Promise.resolve()
+    l.stopping ??= (async () => {
+      let oomKills = l.info.oomKills
+      if (l.handle) oomKills = (await l.handle.status().catch(() => ({ oomKills }))).oomKills
+      await this.#teardown(l.info.id, l.handle, l.rootfs)
+      l.handle = undefined
+      l.rootfs = undefined
+      l.info = this.#stoppedInfo(l.info, reason, message, oomKills)
+      await this.#registry.put(l.info)
+      this.#log.info('sandbox stopped', { id: l.info.id, reason, oomKills })
+    })().finally(() => {
+      l.stopping = undefined
+    })
+    return l.stopping
+  }
+
+  #stoppedInfo(info: SandboxInfo, reason: StopReason, message: string, oomKills: number): SandboxInfo {
+    const { pid: _pid, ...rest } = info
+    return { ...rest, state: 'stopped', oomKills, stop: { reason, at: new Date().toISOString(), message, oomKills } }
+  }
+
+  // ---------------------------------------------------------------- reaper
+
+  /** One pass: dead inits, idle TTLs, maximum lifetimes, aged-out stopped records. */
+  async #reap(): Promise<void> {
+    if (this.#reaping || this.#closed) return
+    this.#reaping = true
+    try {
+      const now = Date.now()
+      const retainMs = (this.#opts.retainStoppedSec ?? 3600) * 1000
+      const work: Promise<void>[] = []
+      for (const l of this.#live.values()) {
+        const i = l.info
+        if (i.state === 'stopped') {
+          if (now - Date.parse(i.stop!.at) > retainMs) {
+            this.#live.delete(i.id)
+            work.push(this.#registry.remove(i.id))
+          }
+          continue
+        }
+        if (i.state !== 'running' || !l.handle || l.stopping) continue
+        if (!pidAlive(l.handle.pid)) {
+          const handle = l.handle
+          work.push((async () => {
+            const st = await handle.status().catch(() => ({ oomKills: 0 }))
+            const reason: StopReason = st.oomKills > 0 ? 'oom' : 'exited'
+            await this.#stop(l, reason, reason === 'oom' ? `the OOM killer killed the sandbox's init (${st.oomKills} kill(s))` : `the sandbox's init exited`)
+          })())
+          continue
+        }
+        if (i.lifetime.maxLifetimeSec !== undefined && now - Date.parse(i.createdAt) > i.lifetime.maxLifetimeSec * 1000) {
+          work.push(this.#stop(l, 'max_lifetime', `reached its maximum lifetime of ${i.lifetime.maxLifetimeSec} s`))
+        } else if (i.lifetime.idleTtlSec !== undefined && l.active === 0 && now - Date.parse(i.lastActivityAt) > i.lifetime.idleTtlSec * 1000) {
+          work.push(this.#stop(l, 'idle_ttl', `idle for more than ${i.lifetime.idleTtlSec} s`))
+        }
+      }
+      const results = await Promise.allSettled(work)
+      for (const r of results) if (r.status === 'rejected') this.#log.warn('reaper', { err: r.reason })
+      if (now % 60_000 < (this.#opts.reapIntervalMs ?? 1000)) await this.#registry.expireIdempotency()
+    } finally {
+      this.#reaping = false
+    }
+  }
+
+  /** Runs one reaper pass now (tests and `kick`). */
+  reapNow(): Promise<void> {
+    return this.#reap()
+  }
+
+  // ---------------------------------------------------------------- node
+
+  nodeInfo(version: string): NodeInfo {
+    const cap = nodeCapacity(this.stateDir)
+    const counts = { running: 0, stopped: 0, creating: 0 }
+    for (const l of this.#live.values()) counts[l.info.state]++
+    return {
+      version,
+      nodeId: this.nodeId,
+      sandboxes: counts,
+      capacity: {
+        memAvailableMiB: cap.memAvailableMiB, memTotalMiB: cap.memTotalMiB, reserveMemoryMiB: this.limits.reserveMemoryMiB,
+        threads: cap.threads, threadsMax: cap.threadsMax, diskFreeMiB: cap.diskFreeMiB, reserveDiskMiB: this.limits.reserveDiskMiB,
+        maxSandboxes: this.limits.maxSandboxes,
+      },
+      layers: this.layers.list().map((m) => ({ digest: m.digest, users: Object.keys(m.users).length })),
+    }
+  }
+
+  /** Stops and removes every sandbox on the node (cluster down). */
+  async reclaimAll(): Promise<number> {
+    const ids = [...this.#live.keys()]
+    for (const id of ids) {
+      const l = this.#live.get(id)!
+      if (l.info.state === 'creating') continue
+      await this.delete(id).catch((e) => this.#log.warn('reclaim', { id, err: e }))
+    }
+    await this.layers.sweep()
+    return ids.length
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw new StrataError('CLOSED', 'the sandbox service is shutting down')
+  }
+
+  /** Leaves every sandbox running (a new daemon re-adopts them); idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    if (this.#reaper) clearInterval(this.#reaper)
+    while (this.#reaping || this.#creating > 0) await new Promise((r) => setTimeout(r, 20))
+    for (const l of this.#live.values()) l.handle?.agent.close()
+    await this.#registry.close()
+  }
+}
+
+/**
+ * Removes every sandbox under a node's state dir without a daemon or the
+ * DFS (after `cluster down` found the daemon dead): runtime state, rootfs
+ * mounts, layer mounts, directories. The registry is emptied of them too.
+ * Image-store leases of the layers stay until the store's stale-lease rules
+ * drop them.
+ */
+export async function reclaimOffline(stateDir: string, opts: { runtime?: string } = {}): Promise<number> {
+  const root = path.resolve(stateDir)
+  const sbDir = path.join(root, 'sb')
+  if (!fs.existsSync(sbDir)) return 0
+  const backend = new ContainerBackend(opts.runtime ? { runtime: opts.runtime } : {})
+  let n = 0
+  for (const id of fs.readdirSync(sbDir)) {
+    const dir = path.join(sbDir, id)
+    const rt = path.join(dir, 'rt')
+    if (fs.existsSync(path.join(rt, 'sandbox.json'))) {
+      const h = await backend.adopt(id, rt).catch(() => undefined)
+      if (h) await h.delete()
+    }
+    fs.rmSync(rt, { recursive: true, force: true })
+    await new Rootfs(id, path.join(dir, 'fs')).destroy()
+    fs.rmSync(dir, { recursive: true, force: true })
+    n++
+  }
+  await unmountTree(path.join(root, 'layers'))
+  const reg = Registry.open(path.join(root, 'registry'))
+  try {
+    for (const info of reg.all()) await reg.remove(info.id)
+  } finally {
+    await reg.close()
+  }
+  return n
+}
+
+function newId(): string {
+  const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789'
+  const b = crypto.randomBytes(12)
+  let s = 'sb-'
+  for (const x of b) s += alphabet[x % 36]
+  return s
+}
+
+function canonical(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(canonical)
+  if (v && typeof v === 'object') return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canonical((v as Record<string, unknown>)[k])]))
+  return v
+}
+
+function requestHash(req: CreateSandboxRequest): string {
+  const { idempotencyKey: _k, ...rest } = req
+  return crypto.createHash('sha256').update(JSON.stringify(canonical(rest))).digest('hex')
+}
+
+function mismatch(key: string): StrataError {
+  return new StrataError('IDEMPOTENCY_MISMATCH', `idempotency key ${JSON.stringify(key)} was used before with a different request`)
+}

@@ -1,0 +1,357 @@
+// The Strata SDK: sandboxes on a node daemon, over its HTTP API.
+//
+//   const strata = new Strata()                       // endpoint and token from the local cluster
+//   const sb = await strata.sandboxes.create({ image: 'py:3.11', mounts: [...] })
+//   const r = await sb.exec('python3 -c "print(1)"')  // { exitCode, stdout, stderr, truncated, durationMs, … }
+//   await sb.delete()
+//
+// Exit codes are data; only infrastructure failures throw, as StrataError
+// with a stable `code` (SANDBOX_GONE, QUOTA_EXCEEDED, CAPACITY_UNAVAILABLE,
+// TIMEOUT, INVALID_ARGUMENT, …). Arguments are checked here first so bad
+// input fails before a request is sent; the daemon checks everything again.
+import fs from 'node:fs'
+import path from 'node:path'
+import { Readable, Writable } from 'node:stream'
+import { StrataError } from '../../fs/common/errors.js'
+import { readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
+import type { FileEntry } from '../backends/agent/index.js'
+import { TOKEN_FILE, SANDBOX_ROLE, validateCreate, validateExec } from '../daemon/index.js'
+import type { CreateSandboxRequest, ExitEvent, ListFilter, NodeInfo, OutputEvent, SandboxInfo, SandboxState } from '../daemon/index.js'
+import { Transport, ndjson, readAll } from './http.js'
+
+export interface StrataOptions {
+  /** http://host:port of a node daemon. Default: $STRATA_ENDPOINT, else the local cluster's. */
+  endpoint?: string
+  /** Default: $STRATA_TOKEN, else the local cluster's sandbox.token. */
+  token?: string
+  /** Cluster directory to read defaults from. Default: $STRATA_CLUSTER, else ~/.strata/cluster. */
+  cluster?: string
+  /** Deadline of non-streaming calls (exec runs as long as its own timeoutMs). Default 120000 ms. */
+  timeoutMs?: number
+}
+
+export interface ExecOptions {
+  timeoutMs?: number
+  cwd?: string
+  env?: Record<string, string>
+  user?: string
+  /** Sent to the command's stdin, then EOF (at most a few MiB; stream larger input with spawn). */
+  stdin?: string | Uint8Array
+  /** Per stream; beyond it the head and tail are kept and `truncated` is set. Default 1 MiB. */
+  maxOutputBytes?: number
+  signal?: AbortSignal
+  /** Called with each chunk as it arrives (the result still holds the capped output). */
+  onStdout?: (chunk: Buffer) => void
+  onStderr?: (chunk: Buffer) => void
+}
+
+export interface ExecResult extends ExitEvent {
+  /** stdout decoded as UTF-8 */
+  stdout: string
+  stderr: string
+  stdoutBytes: Buffer
+  stderrBytes: Buffer
+  /** either stream went over maxOutputBytes; droppedStdout/droppedStderr say by how much */
+  truncated: boolean
+}
+
+export type SpawnOptions = Omit<ExecOptions, 'stdin' | 'onStdout' | 'onStderr'>
+
+export interface SandboxProcess {
+  readonly pid: number
+  /** consume both (or resume() the one you do not need): they share one connection */
+  readonly stdout: Readable
+  readonly stderr: Readable
+  /** write() sends to the command; end() closes its stdin */
+  readonly stdin: Writable
+  wait(): Promise<ExitEvent>
+  kill(signal?: NodeJS.Signals | number): Promise<void>
+}
+
+export interface SandboxFileEntry extends Omit<FileEntry, 'mtimeNs'> {
+  mtimeNs: bigint
+}
+
+export type CreateManyItem = { ok: true; sandbox: Sandbox } | { ok: false; error: StrataError }
+
+/** Finds endpoint and token the way `new Strata()` does (options, environment, cluster directory). */
+export function resolveConnection(o: StrataOptions = {}): { endpoint: string; token: string } {
+  let endpoint = o.endpoint ?? process.env.STRATA_ENDPOINT
+  let token = o.token ?? process.env.STRATA_TOKEN
+  if (!endpoint || !token) {
+    const dir = resolveClusterDir(o.cluster)
+    if (!endpoint) {
+      const c = readClusterFile(dir)
+      const p = c.processes.find((x) => x.role === SANDBOX_ROLE)
+      if (!p) throw new StrataError('NOT_FOUND', `the cluster at ${dir} runs no sandbox daemon (started with --no-sandbox or --no-mount?)`)
+      endpoint = `http://${p.address}`
+    }
+    if (!token) {
+      try {
+        token = fs.readFileSync(path.join(dir, TOKEN_FILE), 'utf8').trim()
+      } catch (e) {
+        throw new StrataError('UNAUTHENTICATED', `no token given and none readable at ${path.join(dir, TOKEN_FILE)}: ${(e as Error).message}`, { cause: e })
+      }
+    }
+  }
+  return { endpoint, token }
+}
+
+export class Strata {
+  readonly sandboxes: Sandboxes
+  readonly endpoint: string
+  /** @internal */
+  readonly transport: Transport
+
+  constructor(o: StrataOptions = {}) {
+    const { endpoint, token } = resolveConnection(o)
+    this.endpoint = endpoint
+    this.transport = new Transport({ endpoint, token, ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}) })
+    this.sandboxes = new Sandboxes(this.transport)
+  }
+
+  /** The node: its sandbox counts, capacity and mounted layers. */
+  node(): Promise<NodeInfo> {
+    return this.transport.json<NodeInfo>({ method: 'GET', path: '/v1/node' })
+  }
+
+  /** Closes idle connections (the process can then exit). */
+  close(): void {
+    this.transport.close()
+  }
+}
+
+export class Sandboxes {
+  readonly #t: Transport
+
+  constructor(t: Transport) {
+    this.#t = t
+  }
+
+  /** Creates a sandbox; with an idempotencyKey a retried call returns the first call's sandbox. */
+  async create(spec: CreateSandboxRequest & { signal?: AbortSignal }): Promise<Sandbox> {
+    const { signal, ...req } = spec ?? ({} as CreateSandboxRequest)
+    validateCreate(req)
+    const info = await this.#t.json<SandboxInfo>({ method: 'POST', path: '/v1/sandboxes', json: req, ...(signal ? { signal } : {}) })
+    return new Sandbox(this.#t, info)
+  }
+
+  /** `count` sandboxes of one spec in one request; each item succeeds or fails on its own. */
+  async createMany(spec: CreateSandboxRequest, opts: { count: number; signal?: AbortSignal }): Promise<CreateManyItem[]> {
+    validateCreate(spec)
+    if (!Number.isSafeInteger(opts?.count) || opts.count < 1 || opts.count > 1024) throw new StrataError('INVALID_ARGUMENT', 'count must be an integer in [1, 1024]')
+    const r = await this.#t.json<{ results: Array<{ ok: true; sandbox: SandboxInfo } | { ok: false; error: { code: string; message: string } }> }>({
+      method: 'POST', path: '/v1/sandboxes/batch', json: { spec, count: opts.count }, timeoutMs: 600_000, ...(opts.signal ? { signal: opts.signal } : {}),
+    })
+    return r.results.map((x) => (x.ok ? { ok: true as const, sandbox: new Sandbox(this.#t, x.sandbox) } : { ok: false as const, error: StrataError.fromWire(x.error) }))
+  }
+
+  async list(filter: ListFilter = {}): Promise<Sandbox[]> {
+    const label: string[] = []
+    for (const [k, v] of Object.entries(filter.labels ?? {})) {
+      if (typeof v !== 'string') throw new StrataError('INVALID_ARGUMENT', `labels.${k} must be a string`)
+      label.push(`${k}=${v}`)
+    }
+    if (filter.state !== undefined && !(['creating', 'running', 'stopped'] as SandboxState[]).includes(filter.state)) {
+      throw new StrataError('INVALID_ARGUMENT', 'state must be creating, running or stopped')
+    }
+    const r = await this.#t.json<{ sandboxes: SandboxInfo[] }>({ method: 'GET', path: '/v1/sandboxes', query: { label, state: filter.state } })
+    return r.sandboxes.map((i) => new Sandbox(this.#t, i))
+  }
+
+  /** SANDBOX_NOT_FOUND if the node has no such sandbox. */
+  async get(id: string): Promise<Sandbox> {
+    return new Sandbox(this.#t, await this.#t.json<SandboxInfo>({ method: 'GET', path: `/v1/sandboxes/${sid(id)}` }))
+  }
+}
+
+function sid(id: string): string {
+  if (typeof id !== 'string' || !/^sb-[a-z0-9]{12}$/.test(id)) throw new StrataError('SANDBOX_NOT_FOUND', `no sandbox ${JSON.stringify(id)} (ids look like sb-xxxxxxxxxxxx)`)
+  return id
+}
+
+function checkPath(p: unknown, what = 'path'): string {
+  if (typeof p !== 'string' || !p.startsWith('/') || p.includes('\0')) throw new StrataError('INVALID_ARGUMENT', `${what} must be an absolute path inside the sandbox`)
+  return p
+}
+
+function execBody(cmd: string | readonly string[], o: ExecOptions | SpawnOptions, withStdin: boolean): Record<string, unknown> {
+  const body: Record<string, unknown> = { cmd: typeof cmd === 'string' ? cmd : [...(cmd ?? [])] }
+  if (o.env !== undefined) body.env = o.env
+  if (o.cwd !== undefined) body.cwd = o.cwd
+  if (o.user !== undefined) body.user = o.user
+  if (o.timeoutMs !== undefined) body.timeoutMs = o.timeoutMs
+  if (o.maxOutputBytes !== undefined) body.maxOutputBytes = o.maxOutputBytes
+  const stdin = (o as ExecOptions).stdin
+  if (withStdin && stdin !== undefined) {
+    if (typeof stdin !== 'string' && !(stdin instanceof Uint8Array)) throw new StrataError('INVALID_ARGUMENT', 'stdin must be a string or bytes')
+    body.stdin = Buffer.from(stdin).toString('base64')
+  }
+  validateExec(body, withStdin)
+  return body
+}
+
+export class Sandbox {
+  readonly id: string
+  /** as of the last call that returned it (create, get, list, refresh, kill) */
+  info: SandboxInfo
+  readonly #t: Transport
+
+  constructor(t: Transport, info: SandboxInfo) {
+    this.#t = t
+    this.id = info.id
+    this.info = info
+  }
+
+  #p(rest = ''): string {
+    return `/v1/sandboxes/${this.id}${rest}`
+  }
+
+  /** Fresh state from the node (including OOM kills so far). */
+  async refresh(): Promise<SandboxInfo> {
+    this.info = await this.#t.json<SandboxInfo>({ method: 'GET', path: this.#p() })
+    return this.info
+  }
+
+  /** Counts as activity for the idle TTL. */
+  async keepalive(): Promise<void> {
+    this.info = await this.#t.json<SandboxInfo>({ method: 'POST', path: this.#p('/keepalive') })
+  }
+
+  /** Runs a command to completion. A non-zero exit is in the result, not thrown. */
+  async exec(cmd: string | readonly string[], o: ExecOptions = {}): Promise<ExecResult> {
+    const body = execBody(cmd, o, true)
+    const res = await this.#t.request({ method: 'POST', path: this.#p('/exec'), json: body, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+    const out: Buffer[] = []
+    const err: Buffer[] = []
+    for await (const ev of ndjson<OutputEvent>(res)) {
+      if (ev.type === 'stdout' || ev.type === 'stderr') {
+        const b = Buffer.from(ev.data, 'base64')
+        if (ev.type === 'stdout') { out.push(b); o.onStdout?.(b) } else { err.push(b); o.onStderr?.(b) }
+      } else if (ev.type === 'exit') {
+        const { type: _t, ...exit } = ev
+        const stdoutBytes = Buffer.concat(out)
+        const stderrBytes = Buffer.concat(err)
+        return {
+          ...exit, stdoutBytes, stderrBytes, stdout: stdoutBytes.toString('utf8'), stderr: stderrBytes.toString('utf8'),
+          truncated: exit.droppedStdout > 0 || exit.droppedStderr > 0,
+        }
+      } else if (ev.type === 'error') {
+        throw StrataError.fromWire(ev)
+      }
+    }
+    throw new StrataError('RPC_CONNECTION_CLOSED', `exec in ${this.id}: the output stream ended before the exit status`)
+  }
+
+  /** Starts a command and streams its output; stdin stays open until stdin.end(). */
+  async spawn(cmd: string | readonly string[], o: SpawnOptions = {}): Promise<SandboxProcess> {
+    const body = execBody(cmd, o, false)
+    const { pid } = await this.#t.json<{ pid: number }>({ method: 'POST', path: this.#p('/processes'), json: body, ...(o.signal ? { signal: o.signal } : {}) })
+    const t = this.#t
+    const base = this.#p(`/processes/${pid}`)
+    let res: import('node:http').IncomingMessage | undefined
+    // one connection carries both streams: a full buffer on either pauses it, a read on either resumes it
+    const stdout = new Readable({ read: () => { res?.resume() } })
+    const stderr = new Readable({ read: () => { res?.resume() } })
+    let exitResolve!: (e: ExitEvent) => void
+    let exitReject!: (e: unknown) => void
+    const exited = new Promise<ExitEvent>((a, b) => { exitResolve = a; exitReject = b })
+    exited.catch(() => undefined)
+    void (async () => {
+      try {
+        res = await t.request({ method: 'GET', path: `${base}/output`, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+        for await (const ev of ndjson<OutputEvent>(res)) {
+          if (ev.type === 'stdout' || ev.type === 'stderr') {
+            const r = ev.type === 'stdout' ? stdout : stderr
+            if (!r.push(Buffer.from(ev.data, 'base64'))) res.pause()
+          } else if (ev.type === 'exit') {
+            const { type: _t, ...exit } = ev
+            stdout.push(null)
+            stderr.push(null)
+            exitResolve(exit)
+            return
+          } else if (ev.type === 'error') {
+            throw StrataError.fromWire(ev)
+          }
+        }
+        throw new StrataError('RPC_CONNECTION_CLOSED', `process ${pid} in ${this.id}: the output stream ended before the exit status`)
+      } catch (e) {
+        stdout.destroy(e as Error)
+        stderr.destroy(e as Error)
+        exitReject(e)
+      }
+    })()
+    // each write is one PUT; writes are serialized by the Writable
+    const stdin = new Writable({
+      write: (chunk: Buffer, _e, cb) => { t.json({ method: 'PUT', path: `${base}/stdin`, body: chunk, stream: true }).then(() => cb(), cb) },
+      final: (cb) => { t.json({ method: 'PUT', path: `${base}/stdin`, query: { eof: 1 }, body: Buffer.alloc(0) }).then(() => cb(), cb) },
+    })
+    stdin.on('error', () => undefined)
+    return {
+      pid,
+      stdout,
+      stderr,
+      stdin,
+      wait: () => exited,
+      kill: async (signal: NodeJS.Signals | number = 'SIGTERM') => {
+        await t.json({ method: 'POST', path: `${base}/signal`, json: { signal } })
+      },
+    }
+  }
+
+  readonly files = {
+    read: async (p: string, o: { offset?: number; length?: number; user?: string; signal?: AbortSignal } = {}): Promise<Buffer> => {
+      return readAll(await this.#t.request({ method: 'GET', path: this.#p('/files'), query: { path: checkPath(p), offset: o.offset, length: o.length, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) }))
+    },
+    readStream: async (p: string, o: { offset?: number; length?: number; user?: string; signal?: AbortSignal } = {}): Promise<Readable> => {
+      return this.#t.request({ method: 'GET', path: this.#p('/files'), query: { path: checkPath(p), offset: o.offset, length: o.length, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+    },
+    write: async (p: string, data: string | Uint8Array | AsyncIterable<Uint8Array>, o: { mode?: number; mkdirs?: boolean; append?: boolean; exclusive?: boolean; user?: string; signal?: AbortSignal } = {}): Promise<{ bytes: number }> => {
+      if (o.mode !== undefined && (!Number.isInteger(o.mode) || o.mode < 0 || o.mode > 0o7777)) throw new StrataError('INVALID_ARGUMENT', 'mode must be an integer in [0, 0o7777]')
+      return this.#t.json<{ bytes: number }>({
+        method: 'PUT', path: this.#p('/files'), body: data, stream: true, ...(o.signal ? { signal: o.signal } : {}),
+        query: { path: checkPath(p), mode: o.mode?.toString(8), mkdirs: o.mkdirs ? 1 : undefined, append: o.append ? 1 : undefined, exclusive: o.exclusive ? 1 : undefined, user: o.user },
+      })
+    },
+    list: async (p: string, o: { user?: string } = {}): Promise<SandboxFileEntry[]> => {
+      const r = await this.#t.json<{ entries: Array<Record<string, unknown>> }>({ method: 'GET', path: this.#p('/files/list'), query: { path: checkPath(p), user: o.user } })
+      return r.entries.map(entryOf)
+    },
+    stat: async (p: string, o: { user?: string; followSymlinks?: boolean } = {}): Promise<SandboxFileEntry> => {
+      return entryOf(await this.#t.json<Record<string, unknown>>({ method: 'GET', path: this.#p('/files/stat'), query: { path: checkPath(p), user: o.user, follow: o.followSymlinks ? 1 : undefined } }))
+    },
+    mkdir: async (p: string, o: { parents?: boolean; mode?: number; user?: string } = {}): Promise<void> => {
+      await this.#t.json({ method: 'POST', path: this.#p('/files/mkdir'), json: { path: checkPath(p), ...o } })
+    },
+    remove: async (p: string, o: { recursive?: boolean; force?: boolean; user?: string } = {}): Promise<void> => {
+      await this.#t.json({ method: 'POST', path: this.#p('/files/remove'), json: { path: checkPath(p), ...o } })
+    },
+    rename: async (from: string, to: string, o: { noReplace?: boolean; user?: string } = {}): Promise<void> => {
+      await this.#t.json({ method: 'POST', path: this.#p('/files/rename'), json: { from: checkPath(from, 'from'), to: checkPath(to, 'to'), ...o } })
+    },
+    /** A tar stream of a directory's contents (or of one file). */
+    downloadTar: async (p: string, o: { user?: string; signal?: AbortSignal } = {}): Promise<Readable> => {
+      return this.#t.request({ method: 'GET', path: this.#p('/archive'), query: { path: checkPath(p), user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+    },
+    /** Unpacks a tar stream into a directory (created if missing). */
+    uploadTar: async (dir: string, tar: Uint8Array | AsyncIterable<Uint8Array>, o: { user?: string; preserveOwner?: boolean; signal?: AbortSignal } = {}): Promise<{ entries: number }> => {
+      return this.#t.json<{ entries: number }>({ method: 'PUT', path: this.#p('/archive'), body: tar, stream: true, query: { path: checkPath(dir, 'dir'), user: o.user, owner: o.preserveOwner ? 1 : undefined }, ...(o.signal ? { signal: o.signal } : {}) })
+    },
+  }
+
+  /** Stops the sandbox and frees its resources; the record stays (state 'stopped') until delete. */
+  async kill(): Promise<SandboxInfo> {
+    this.info = await this.#t.json<SandboxInfo>({ method: 'POST', path: this.#p('/kill') })
+    return this.info
+  }
+
+  /** Stops the sandbox if needed and removes it. Deleting a deleted sandbox is SANDBOX_NOT_FOUND. */
+  async delete(): Promise<void> {
+    await this.#t.json({ method: 'DELETE', path: this.#p() })
+  }
+}
+
+function entryOf(e: Record<string, unknown>): SandboxFileEntry {
+  return { ...(e as unknown as SandboxFileEntry), mtimeNs: BigInt(e.mtimeNs as string) }
+}
+

@@ -1,0 +1,151 @@
+// The SDK's transport: node:http with a keep-alive agent (one TCP connection
+// reused across calls), JSON in and out, streams passed through with
+// backpressure. Every failure becomes a StrataError: the daemon's own
+// `{code, message}` when it answered, RPC_CONNECT_FAILED / TIMEOUT /
+// RPC_CONNECTION_CLOSED when it could not.
+import http from 'node:http'
+import { Readable } from 'node:stream'
+import { StrataError, isStrataError } from '../../fs/common/errors.js'
+
+export interface TransportOptions {
+  endpoint: string
+  token: string
+  /** per-request deadline for non-streaming calls. Default 120000 ms. */
+  timeoutMs?: number
+}
+
+export interface RequestOptions {
+  method: string
+  path: string
+  query?: Record<string, string | number | boolean | undefined | string[]>
+  json?: unknown
+  body?: Uint8Array | AsyncIterable<Uint8Array> | string
+  signal?: AbortSignal
+  /** no deadline (streams run as long as they run) */
+  stream?: boolean
+  timeoutMs?: number
+}
+
+export class Transport {
+  readonly endpoint: URL
+  readonly #token: string
+  readonly #agent: http.Agent
+  readonly #timeoutMs: number
+
+  constructor(o: TransportOptions) {
+    let u: URL
+    try {
+      u = new URL(o.endpoint)
+    } catch {
+      throw new StrataError('INVALID_ARGUMENT', `endpoint ${JSON.stringify(o.endpoint)} is not a URL (http://host:port)`)
+    }
+    if (u.protocol !== 'http:') throw new StrataError('INVALID_ARGUMENT', `endpoint ${o.endpoint}: only http:// is supported (the daemon listens on a local address)`)
+    if (typeof o.token !== 'string' || o.token.length === 0) throw new StrataError('INVALID_ARGUMENT', 'a token is required')
+    this.endpoint = u
+    this.#token = o.token
+    this.#agent = new http.Agent({ keepAlive: true, maxSockets: 64 })
+    this.#timeoutMs = o.timeoutMs ?? 120_000
+  }
+
+  close(): void {
+    this.#agent.destroy()
+  }
+
+  /** Sends the request; resolves with the response once its headers arrive (2xx only). */
+  async request(o: RequestOptions): Promise<http.IncomingMessage> {
+    const url = new URL(o.path, this.endpoint)
+    for (const [k, v] of Object.entries(o.query ?? {})) {
+      if (v === undefined) continue
+      if (Array.isArray(v)) for (const x of v) url.searchParams.append(k, x)
+      else url.searchParams.set(k, String(v))
+    }
+    const headers: Record<string, string> = { authorization: `Bearer ${this.#token}` }
+    let payload: Buffer | AsyncIterable<Uint8Array> | undefined
+    if (o.json !== undefined) {
+      payload = Buffer.from(JSON.stringify(o.json))
+      headers['content-type'] = 'application/json'
+    } else if (o.body !== undefined) {
+      payload = typeof o.body === 'string' ? Buffer.from(o.body) : o.body instanceof Uint8Array ? Buffer.from(o.body.buffer, o.body.byteOffset, o.body.byteLength) : o.body
+      headers['content-type'] = 'application/octet-stream'
+    }
+    if (Buffer.isBuffer(payload)) headers['content-length'] = String(payload.length)
+    const timeoutMs = o.stream ? 0 : (o.timeoutMs ?? this.#timeoutMs)
+    return new Promise<http.IncomingMessage>((resolve, reject) => {
+      let settled = false
+      const fail = (e: StrataError) => {
+        if (settled) return
+        settled = true
+        req.destroy()
+        reject(e)
+      }
+      const req = http.request(url, { method: o.method, headers, agent: this.#agent, signal: o.signal }, (res) => {
+        if (settled) {
+          res.resume()
+          return
+        }
+        settled = true
+        if (timer) clearTimeout(timer)
+        if ((res.statusCode ?? 500) < 300) return resolve(res)
+        void errorOf(res).then(reject, reject)
+      })
+      const timer = timeoutMs > 0 ? setTimeout(() => fail(new StrataError('TIMEOUT', `${o.method} ${o.path}: no answer within ${timeoutMs} ms`)), timeoutMs) : null
+      req.on('error', (e: NodeJS.ErrnoException) => {
+        if (timer) clearTimeout(timer)
+        if (o.signal?.aborted) return fail(new StrataError('CANCELLED', `${o.method} ${o.path}: cancelled`, { cause: e }))
+        if (e.code === 'ECONNREFUSED' || e.code === 'ENOTFOUND' || e.code === 'EHOSTUNREACH') {
+          return fail(new StrataError('RPC_CONNECT_FAILED', `cannot reach the sandbox daemon at ${this.endpoint.origin}: ${e.code} (is the cluster up? strata cluster status)`, { cause: e }))
+        }
+        fail(new StrataError('RPC_CONNECTION_CLOSED', `${o.method} ${o.path}: ${e.message}`, { cause: e }))
+      })
+      if (payload === undefined) req.end()
+      else if (Buffer.isBuffer(payload)) req.end(payload)
+      else {
+        Readable.from(payload).on('error', (e) => fail(isStrataError(e) ? e : new StrataError('INVALID_ARGUMENT', `reading the request body failed: ${e.message}`, { cause: e }))).pipe(req)
+      }
+    })
+  }
+
+  async json<T>(o: RequestOptions): Promise<T> {
+    const res = await this.request(o)
+    const text = await readAll(res)
+    if (res.statusCode === 204 || text.length === 0) return undefined as T
+    try {
+      return JSON.parse(text.toString('utf8')) as T
+    } catch (e) {
+      throw new StrataError('RPC_BAD_FRAME', `${o.method} ${o.path}: the daemon answered with invalid JSON`, { cause: e })
+    }
+  }
+}
+
+export async function readAll(res: AsyncIterable<Uint8Array>): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  for await (const c of res) chunks.push(Buffer.from(c))
+  return Buffer.concat(chunks)
+}
+
+async function errorOf(res: http.IncomingMessage): Promise<StrataError> {
+  const body = await readAll(res).catch(() => Buffer.alloc(0))
+  try {
+    const w = JSON.parse(body.toString('utf8')) as { code?: unknown; message?: unknown; detail?: Record<string, unknown> }
+    if (typeof w.code === 'string' && typeof w.message === 'string') return StrataError.fromWire({ code: w.code, message: w.message, ...(w.detail ? { detail: w.detail } : {}) })
+  } catch {
+    // not ours: below
+  }
+  return new StrataError('INTERNAL', `HTTP ${res.statusCode}: ${body.toString('utf8').slice(0, 200)}`)
+}
+
+/** Splits an NDJSON byte stream into parsed lines. */
+export async function* ndjson<T>(src: AsyncIterable<Uint8Array>): AsyncGenerator<T> {
+  let buf = ''
+  const dec = new TextDecoder()
+  for await (const c of src) {
+    buf += dec.decode(c, { stream: true })
+    let nl: number
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl)
+      buf = buf.slice(nl + 1)
+      if (line.trim()) yield JSON.parse(line) as T
+    }
+  }
+  if (buf.trim()) yield JSON.parse(buf) as T
+}
