@@ -17,6 +17,14 @@
 // until delete. The init's exit code is not known to this backend (the
 // runtime detaches it and it is reaped by the host's init), so `exitCode` is
 // left out of the status.
+//
+// create() fails with SANDBOX_START_FAILED when the sandbox could not be
+// started, with `detail.stage` saying where: 'runtime' (the runtime could not
+// be run or exited non-zero), 'agent' (the agent exited before answering, or
+// did not answer within startTimeoutMs) or 'start' (anything else on the way,
+// e.g. the control socket), and `detail.output` the tail of the agent's and
+// the runtime's logs. Not SANDBOX_EXEC_FAILED: that one means a command inside
+// a running sandbox could not be started, and callers treat the two apart.
 import { execFile, spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -118,12 +126,14 @@ export class ContainerBackend implements SandboxBackend {
         ], { stdio: ['ignore', logFd, logFd, listenFd] })
         // not 'close': the container inherits the runtime's stdout and stderr
         const code = await new Promise<number | null>((resolve, reject) => {
-          child.once('error', reject)
+          child.once('error', (e: NodeJS.ErrnoException) => reject(new StrataError('SANDBOX_START_FAILED', `cannot run ${this.runtime} for sandbox ${spec.id}: ${e.code ?? e.message}`,
+            { cause: e, detail: { stage: 'runtime', errno: e.code ?? null, output: '' } })))
           child.once('exit', (c) => resolve(c))
         })
         if (code !== 0) {
-          throw new StrataError('SANDBOX_EXEC_FAILED', `${this.runtime} run ${spec.id} exited ${code}: ${tail(path.join(stateDir, 'agent.log'), 2048) || tail(path.join(stateDir, 'runtime.log'), 2048)}`,
-            { detail: { stage: 'runtime', exitCode: code } })
+          const output = startOutput(stateDir)
+          throw new StrataError('SANDBOX_START_FAILED', `${this.runtime} run ${spec.id} exited ${code}: ${output || 'no output'}`,
+            { detail: { stage: 'runtime', exitCode: code, output } })
         }
       } finally {
         fs.closeSync(listenFd) // the agent holds the only copy from here on
@@ -133,9 +143,11 @@ export class ContainerBackend implements SandboxBackend {
       await handle.waitForAgent(this.#startTimeoutMs)
       return handle
     } catch (e) {
+      // read the logs before delete() removes the stateDir with them
+      const output = startOutput(stateDir)
       await handle.delete().catch(() => {})
-      if (e instanceof StrataError) throw e
-      throw new StrataError('SANDBOX_EXEC_FAILED', `starting sandbox ${spec.id}: ${(e as Error).message}`, { cause: e, detail: { stage: 'start' } })
+      if (e instanceof StrataError && e.code === 'SANDBOX_START_FAILED') throw e
+      throw new StrataError('SANDBOX_START_FAILED', `starting sandbox ${spec.id}: ${(e as Error).message}`, { cause: e, detail: { stage: 'start', output } })
     }
   }
 
@@ -185,6 +197,11 @@ function tail(file: string, n = 4096): string {
   } catch {
     return ''
   }
+}
+
+/** What a failed start left in the logs: the agent's output (it says why it stopped), else the runtime's. */
+function startOutput(stateDir: string): string {
+  return tail(path.join(stateDir, 'agent.log'), 2048) || tail(path.join(stateDir, 'runtime.log'), 2048)
 }
 
 let memCgroupRoot: { dir: string; v2: boolean } | null | undefined
@@ -256,11 +273,16 @@ class ContainerSandbox implements SandboxHandle {
       }
       const st = await this.runtimeState()
       if (!st || st.status === 'stopped') {
-        throw new StrataError('SANDBOX_EXEC_FAILED', `the agent of sandbox ${this.id} exited during startup: ${tail(path.join(this.stateDir, 'agent.log')) || 'no output'}`,
-          { detail: { stage: 'agent' } })
+        const output = startOutput(this.stateDir)
+        throw new StrataError('SANDBOX_START_FAILED', `the agent of sandbox ${this.id} exited during startup: ${output || 'no output'}`,
+          { cause: last, detail: { stage: 'agent', output } })
       }
+      // Not SANDBOX_AGENT_UNREACHABLE (retryable): create() deletes the sandbox after this, so there is
+      // no agent left to retry against; the failure is the start's.
       if (Date.now() > end) {
-        throw new StrataError('SANDBOX_AGENT_UNREACHABLE', `the agent of sandbox ${this.id} did not answer within ${timeoutMs} ms: ${(last as Error)?.message}`)
+        const output = startOutput(this.stateDir)
+        throw new StrataError('SANDBOX_START_FAILED', `the agent of sandbox ${this.id} did not answer within ${timeoutMs} ms: ${(last as Error)?.message}`,
+          { cause: last, detail: { stage: 'agent', timeoutMs, output } })
       }
       await new Promise((r) => setTimeout(r, 10))
     }

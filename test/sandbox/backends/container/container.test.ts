@@ -1,8 +1,9 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import test from 'ava'
+import { StrataError } from '../../../../fs/common/errors.js'
 import { ContainerBackend } from '../../../../sandbox/backends/container/index.js'
-import { hasBusybox } from '../../../helpers/busybox-rootfs.js'
+import { busyboxRootfs, hasBusybox } from '../../../helpers/busybox-rootfs.js'
 import { hasRunc } from '../../../helpers/agent-container.js'
 import { tmpDir } from '../../../helpers/procs.js'
 import { runConformance, sandbox } from '../conformance.js'
@@ -41,6 +42,21 @@ run('container: a runtime failure is a typed error and leaves nothing behind', a
   fs.mkdirSync(rootfs)
   const stateDir = path.join(dir, 's')
   const e = await t.throwsAsync(new ContainerBackend({ runtime: '/nonexistent/runc' }).create({ id: `ct-fail-${process.pid}`, rootfsDir: rootfs, stateDir }))
-  t.is((e as { code?: string }).code, 'SANDBOX_EXEC_FAILED')
+  t.is((e as { code?: string }).code, 'SANDBOX_START_FAILED')
+  t.is((e as StrataError).detail?.stage, 'runtime')
   t.false(fs.existsSync(stateDir))
+})
+
+run('container: an agent that exits during startup is SANDBOX_START_FAILED with its output, and leaves nothing behind', async (t) => {
+  const dir = tmpDir(t, 'strata-ct-')
+  const stateDir = path.join(dir, 's')
+  const id = `ct-agent-exit-${process.pid}`
+  // --version makes the agent print its protocol version and exit 0 before it serves the socket
+  const e = await t.throwsAsync(new ContainerBackend({ agentArgs: ['--version'] }).create({ id, rootfsDir: busyboxRootfs(t), stateDir }), { instanceOf: StrataError })
+  t.is(e?.code, 'SANDBOX_START_FAILED')
+  t.is(e?.detail?.stage, 'agent')
+  t.regex(String(e?.detail?.output), /strata-agent protocol/)
+  t.false(fs.existsSync(stateDir))
+  t.false(fs.existsSync(`/sys/fs/cgroup/memory/strata/${id}`))
+  t.false(fs.existsSync(`/sys/fs/cgroup/pids/strata/${id}`))
 })
