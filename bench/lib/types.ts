@@ -39,6 +39,12 @@ export interface Sizes {
   mdFiles: number
   mdDirs: number
   mdProcs: number
+  /** sandbox-start: create → exec → delete cycles per path and concurrency */
+  sandboxIters: number
+  /** sandbox-density: idle sandboxes asked for (0: 1000 when the memory is there) */
+  sandboxDensity: number
+  /** sandbox-cold: cold starts measured (each on a fresh FUSE daemon) */
+  sandboxColdTrials: number
 }
 
 export interface BenchContext {
@@ -53,16 +59,16 @@ export interface Metric {
   /** stable id used in comparisons and --json, e.g. "dfs.write.fsync" */
   key: string
   label: string
-  /** B/s for throughput, ms for latency */
+  /** B/s for throughput, ms for latency, count for how many */
   value: number
-  unit: 'B/s' | 'ms' | 'ops/s' | 'B'
+  unit: 'B/s' | 'ms' | 'ops/s' | 'B' | 'count'
   detail?: string
   /** latency percentiles and other numbers worth keeping in --json */
   extra?: Record<string, number | string>
 }
 
 /** A part of RESULTS.md with a generated block of its own. */
-export type Section = 'core' | 'namespace' | 'images'
+export type Section = 'core' | 'namespace' | 'images' | 'sandbox'
 
 export interface Benchmark {
   name: string
