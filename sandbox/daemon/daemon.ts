@@ -36,6 +36,8 @@ export interface SandboxDaemonConfig {
   reapIntervalMs?: number
   retainStoppedSec?: number
   maxConcurrentCreates?: number
+  /** keep a layer mounted this long after its last sandbox went. Default 60000 ms. */
+  layerLingerMs?: number
 }
 
 
@@ -89,6 +91,7 @@ export async function startSandboxDaemon(c: SandboxDaemonConfig, log: Logger): P
       ...(c.reapIntervalMs ? { reapIntervalMs: c.reapIntervalMs } : {}),
       ...(c.retainStoppedSec ? { retainStoppedSec: c.retainStoppedSec } : {}),
       ...(c.maxConcurrentCreates ? { maxConcurrentCreates: c.maxConcurrentCreates } : {}),
+      ...(c.layerLingerMs !== undefined ? { layerLingerMs: c.layerLingerMs } : {}),
     })
     http = new SandboxHttpServer({ service, token, log, version: RELEASE_VERSION, listen: c.listen })
     const address = await http.listen()

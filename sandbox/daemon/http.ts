@@ -28,6 +28,7 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   SANDBOX_GONE: 410,
   OUTPUT_LIMIT: 413,
   NOT_IMPLEMENTED: 501,
+  SANDBOX_START_FAILED: 500,
   CAPACITY_UNAVAILABLE: 503, CLOSED: 503, SANDBOX_AGENT_UNREACHABLE: 503,
   TIMEOUT: 504,
 }
@@ -408,9 +409,14 @@ async function readJson(req: http.IncomingMessage, optional = false): Promise<un
   let n = 0
   for await (const c of req) {
     n += (c as Buffer).length
-    if (n > MAX_JSON_BODY) throw new StrataError('INVALID_ARGUMENT', `the JSON body exceeds ${MAX_JSON_BODY} bytes`, { detail: { status: 413 } })
+    if (n > MAX_JSON_BODY) {
+      // read the rest (up to a bound) so the client sees the 413 instead of a reset mid-upload
+      if (n > 16 * MAX_JSON_BODY) req.destroy()
+      continue
+    }
     chunks.push(c as Buffer)
   }
+  if (n > MAX_JSON_BODY) throw new StrataError('INVALID_ARGUMENT', `the JSON body exceeds ${MAX_JSON_BODY} bytes`, { detail: { status: 413 } })
   if (n === 0) {
     if (optional) return undefined
     throw new StrataError('INVALID_ARGUMENT', 'a JSON body is required')

@@ -53,6 +53,8 @@ export interface SandboxServiceOptions {
   retainStoppedSec?: number
   /** creates run at most this many at once (more wait). Default 16. */
   maxConcurrentCreates?: number
+  /** keep a layer mounted this long after its last sandbox went. Default 60000 ms. */
+  layerLingerMs?: number
 }
 
 export const DEFAULT_LIMITS = (memTotalMiB: number): AdmissionLimits => ({
@@ -90,9 +92,11 @@ export class SandboxService {
   readonly #live = new Map<string, Live>()
   readonly #idemInFlight = new Map<string, { hash: string; p: Promise<{ info: SandboxInfo; replay: boolean }> }>()
   readonly #opts: SandboxServiceOptions
-  readonly #tagCache = new Map<string, { digest: string; at: number }>()
+  readonly #tagCache = new Map<string, { digest: string; at: number; refreshing: boolean }>()
   readonly #manifestCache = new Map<string, { layers: LayerRef[]; config: ImageConfig }>()
   #creating = 0
+  /** creates past admission whose record is not in #live yet */
+  #admitted = 0
   readonly #createQueue: Array<() => void> = []
   #reaper: NodeJS.Timeout | null = null
   #reaping = false
@@ -107,7 +111,7 @@ export class SandboxService {
     this.#registry = registry
     const memTotal = nodeCapacity(this.stateDir).memTotalMiB
     this.limits = { ...DEFAULT_LIMITS(memTotal), ...opts.limits }
-    this.layers = new LayerMounts({ fuseMnt: opts.fuseMnt, stateDir: this.stateDir, store: opts.store, nodeId: opts.nodeId })
+    this.layers = new LayerMounts({ fuseMnt: opts.fuseMnt, stateDir: this.stateDir, store: opts.store, nodeId: opts.nodeId, lingerMs: opts.layerLingerMs ?? 60_000 })
     this.builder = new RootfsBuilder({ layers: this.layers })
     this.backend = new ContainerBackend({
       ...(opts.runtime ? { runtime: opts.runtime } : {}),
@@ -273,10 +277,14 @@ export class SandboxService {
     checkQuota(this.limits, this.#countLive(), resources)
     const release = await this.#slot()
     let live: Live | undefined
+    // admitted creates count against the limits from here on, before their record exists
+    let admitted = false
     try {
       this.#checkOpen()
-      checkQuota(this.limits, this.#countLive(), resources)
-      checkCapacity(this.limits, nodeCapacity(this.stateDir), this.#creating - 1)
+      checkQuota(this.limits, this.#countLive() + this.#admitted, resources)
+      checkCapacity(this.limits, nodeCapacity(this.stateDir), this.#admitted)
+      this.#admitted++
+      admitted = true
       const { layers, config, image } = await this.#resolveLayers(req)
       const id = newId()
       const env: Record<string, string> = {}
@@ -308,15 +316,20 @@ export class SandboxService {
       }
       live = { info, active: 0 }
       this.#live.set(id, live)
+      this.#admitted--
+      admitted = false
       await this.#registry.put(info)
       const d = this.#dirs(id)
       fs.mkdirSync(d.dir, { mode: 0o700 })
+      const tResolved = Date.now()
       live.rootfs = await this.builder.create({ sandboxId: id, layers: info.layers.map((l) => l.digest), datasets: info.mounts, stateDir: d.fs })
       const spec: SandboxSpec = {
         id, rootfsDir: live.rootfs.dir, env, workdir: info.workdir, user: info.user, resources, network: info.network,
         hostname: info.hostname, stateDir: d.rt,
       }
+      const tRootfs = Date.now()
       live.handle = await this.backend.create(spec)
+      this.#log.debug('sandbox created', { id, resolveMs: tResolved - t0, rootfsMs: tRootfs - tResolved, startMs: Date.now() - tRootfs })
       info.state = 'running'
       info.pid = live.handle.pid
       info.startedAt = new Date().toISOString()
@@ -332,6 +345,7 @@ export class SandboxService {
       }
       throw e
     } finally {
+      if (admitted) this.#admitted--
       release()
     }
   }
@@ -357,13 +371,30 @@ export class SandboxService {
     return { layers: c.layers, config: c.config }
   }
 
-  /** A tag's manifest digest, cached for a second: tags move, but a burst of creates needs one lookup. */
+  /**
+   * A tag's manifest digest. A create never waits on the DFS for a tag it
+   * resolved before: the cached digest is used and, when older than a
+   * second, re-read in the background, so a moved tag is seen by the next
+   * create after the re-read (a digest reference is exact and immutable).
+   */
   async #tagDigest(ref: string): Promise<string> {
     const c = this.#tagCache.get(ref)
-    if (c && Date.now() - c.at < 1000) return c.digest
+    if (c) {
+      if (Date.now() - c.at > 1000 && !c.refreshing) {
+        c.refreshing = true
+        void this.#readTag(ref).catch(() => {
+          this.#tagCache.delete(ref)
+        })
+      }
+      return c.digest
+    }
+    return this.#readTag(ref)
+  }
+
+  async #readTag(ref: string): Promise<string> {
     const r = await this.store.resolve(ref)
     if (!this.#manifestCache.has(r.digest)) this.#manifestCache.set(r.digest, { layers: r.manifest.layers, config: r.manifest.config })
-    this.#tagCache.set(ref, { digest: r.digest, at: Date.now() })
+    this.#tagCache.set(ref, { digest: r.digest, at: Date.now(), refreshing: false })
     return r.digest
   }
 
@@ -447,21 +478,22 @@ export class SandboxService {
   async delete(id: string): Promise<void> {
     const l = this.#get(id)
     if (l.info.state === 'creating') throw new StrataError('SANDBOX_GONE', `sandbox ${id} is still being created; delete it once create returns`)
-    await this.#stop(l, 'killed', 'deleted through the API')
+    await this.#stop(l, 'killed', 'deleted through the API', false)
     this.#live.delete(id)
     await this.#registry.remove(id)
   }
 
-  #stop(l: Live, reason: StopReason, message: string): Promise<void> {
+  /** `keep`: the record stays (kill, reaper) and gets the final OOM count; a delete skips both. */
+  #stop(l: Live, reason: StopReason, message: string, keep = true): Promise<void> {
     if (l.info.state === 'stopped') return Promise.resolve()
     l.stopping ??= (async () => {
       let oomKills = l.info.oomKills
-      if (l.handle) oomKills = (await l.handle.status().catch(() => ({ oomKills }))).oomKills
+      if (l.handle && keep) oomKills = (await l.handle.status().catch(() => ({ oomKills }))).oomKills
       await this.#teardown(l.info.id, l.handle, l.rootfs)
       l.handle = undefined
       l.rootfs = undefined
       l.info = this.#stoppedInfo(l.info, reason, message, oomKills)
-      await this.#registry.put(l.info)
+      if (keep) await this.#registry.put(l.info)
       this.#log.info('sandbox stopped', { id: l.info.id, reason, oomKills })
     })().finally(() => {
       l.stopping = undefined
@@ -549,6 +581,7 @@ export class SandboxService {
       if (l.info.state === 'creating') continue
       await this.delete(id).catch((e) => this.#log.warn('reclaim', { id, err: e }))
     }
+    await this.layers.dropIdle()
     await this.layers.sweep()
     return ids.length
   }

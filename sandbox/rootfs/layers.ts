@@ -27,6 +27,12 @@ export interface LayerMountsOptions {
   store: ImageStore
   /** lease holder: the node id */
   nodeId: string
+  /**
+   * Keep a layer mounted this long after its last user released it, so a
+   * node creating sandboxes back to back does not remount (and re-lease)
+   * the same layers each time. Default 0: unmount at once.
+   */
+  lingerMs?: number
 }
 
 /** One user's hold on a mounted layer. */
@@ -49,6 +55,8 @@ interface Entry {
   digest: string
   dir: string
   users: Map<string, number>
+  /** set while nobody uses it and it lingers */
+  idle?: NodeJS.Timeout
 }
 
 const HEX_RE = /^[0-9a-f]{64}$/
@@ -58,6 +66,7 @@ export class LayerMounts {
   readonly dir: string
   readonly store: ImageStore
   readonly nodeId: string
+  readonly lingerMs: number
   readonly #entries = new Map<string, Entry>()
   readonly #queues = new Map<string, Promise<unknown>>()
   #anon = 0
@@ -67,6 +76,7 @@ export class LayerMounts {
     this.dir = path.join(path.resolve(opts.stateDir), 'layers')
     this.store = opts.store
     this.nodeId = opts.nodeId
+    this.lingerMs = opts.lingerMs ?? 0
   }
 
   /** Where `digest` is (or would be) mounted. */
@@ -92,6 +102,10 @@ export class LayerMounts {
         await this.#mount(digest, dir)
         e = { digest, dir, users: new Map() }
         this.#entries.set(digest, e)
+      }
+      if (e.idle) {
+        clearTimeout(e.idle)
+        delete e.idle
       }
       e.users.set(u, (e.users.get(u) ?? 0) + 1)
       return this.#handle(digest, dir, u)
@@ -184,9 +198,31 @@ export class LayerMounts {
       if (n > 1) e.users.set(user, n - 1)
       else e.users.delete(user)
       if (e.users.size > 0) return
+      if (this.lingerMs > 0) {
+        e.idle = setTimeout(() => void this.#dropIdle(digest).catch(() => undefined), this.lingerMs)
+        e.idle.unref()
+        return
+      }
       this.#entries.delete(digest)
       await this.#unmount(digest, e.dir)
     })
+  }
+
+  #dropIdle(digest: string): Promise<void> {
+    return this.#serial(digest, async () => {
+      const e = this.#entries.get(digest)
+      if (!e || e.users.size > 0) return
+      if (e.idle) clearTimeout(e.idle)
+      this.#entries.delete(digest)
+      await this.#unmount(digest, e.dir)
+    })
+  }
+
+  /** Unmounts every lingering layer nobody uses now (instead of waiting for lingerMs). */
+  async dropIdle(): Promise<string[]> {
+    const idle = [...this.#entries.values()].filter((e) => e.users.size === 0).map((e) => e.digest)
+    for (const d of idle) await this.#dropIdle(d)
+    return idle
   }
 
   async #mount(digest: string, dir: string): Promise<void> {

@@ -324,7 +324,7 @@ class ContainerSandbox implements SandboxHandle {
     this.agent.close()
     this.#oomKills()
     if (fs.existsSync(path.join(this.stateDir, 'runc', this.id))) {
-      try { await this.#runtime('kill', this.id, 'KILL') } catch { /* already stopped */ }
+      // --force kills a running container itself (SIGKILL) before deleting it
       try {
         await this.#runtime('delete', '--force', this.id)
       } catch (e) {

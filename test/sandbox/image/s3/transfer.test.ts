@@ -64,13 +64,13 @@ test.serial('round trip A → s3rver → B: same manifest digest, same layer byt
   t.is(pushed.blobsPushed, 2)
   t.is(pushed.blobsSkipped, 0)
   const total = [...f.layers.values()].reduce((a, b) => a + b.length, 0)
-  t.true(pushed.bytesSent >= total)
+  t.true(pushed.bytesSent >= total, `bytesSent ${pushed.bytesSent} < ${total}`)
   // the layout: blobs as stored in the DFS, the manifest's exact bytes, the tag
-  for (const [d, bytes] of f.layers) t.true(fs.readFileSync(s3.objectPath(blobKey('mirror', d))).equals(bytes))
-  t.true(fs.readFileSync(s3.objectPath(manifestKey('mirror', f.digest))).equals(encodeManifest(f.manifest)))
+  for (const [d, bytes] of f.layers) t.true(fs.readFileSync(s3.objectPath(blobKey('mirror', d))).equals(bytes), `bucket object of ${d}`)
+  t.true(fs.readFileSync(s3.objectPath(manifestKey('mirror', f.digest))).equals(encodeManifest(f.manifest)), 'bucket manifest object')
   t.is(fs.readFileSync(s3.objectPath(tagKey('mirror', 'team/app', 'v1')), 'utf8'), `${f.digest}\n`)
   // the big layer went up in parts
-  t.true(s3.requests.some((r) => /partNumber=3&/.test(r)))
+  t.true(s3.requests.some((r) => /partNumber=3&/.test(r)), `a third part was uploaded: ${s3.requests.filter((r) => /partNumber/.test(r)).slice(0, 5).join(' | ')}`)
 
   const again = await pushS3(f.store, 'team/app:v1', `s3://${s3.bucket}/mirror`, o)
   t.is(again.blobsPushed, 0)
@@ -84,8 +84,8 @@ test.serial('round trip A → s3rver → B: same manifest digest, same layer byt
   t.is(pulled.blobsFetched, 2)
   const got = await storeB.resolve('team/app:v1')
   t.is(got.digest, f.digest)
-  t.true(got.bytes.equals(encodeManifest(f.manifest)))
-  for (const [d, bytes] of f.layers) t.true((await blobBytes(storeB, d)).equals(bytes))
+  t.true(got.bytes.equals(encodeManifest(f.manifest)), 'manifest in B')
+  for (const [d, bytes] of f.layers) t.true((await blobBytes(storeB, d)).equals(bytes), `layer ${d} in B`)
 
   // pulled again: nothing fetched; under another local name
   const re = await pullS3(storeB, `s3://${s3.bucket}/mirror/team/app:v1`, { ...o, name: 'copy' })
