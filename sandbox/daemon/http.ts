@@ -216,9 +216,11 @@ export class SandboxHttpServer {
     })
     this.#route('GET', '/v1/sandboxes', async ({ res, url }) => json(res, 200, { sandboxes: svc.list(parseListFilter(url.searchParams)) }))
     this.#route('GET', '/v1/sandboxes/:id', async ({ res, params }) => json(res, 200, await svc.inspect(params[0]!)))
-    this.#route('DELETE', '/v1/sandboxes/:id', async ({ res, params }) => {
-      await svc.delete(params[0]!)
-      res.writeHead(204).end()
+    this.#route('DELETE', '/v1/sandboxes/:id', async ({ res, url, params }) => {
+      const q = query(url, ['wait'])
+      const wait = q.wait === undefined || flag(q.wait)
+      await svc.delete(params[0]!, { wait })
+      res.writeHead(wait ? 204 : 202).end()
     })
     this.#route('POST', '/v1/sandboxes/:id/kill', async ({ req, res, params }) => {
       await readJson(req, true)

@@ -97,6 +97,8 @@ export class SandboxService {
   #creating = 0
   /** creates past admission whose record is not in #live yet */
   #admitted = 0
+  /** deletions releasing resources */
+  readonly #deleting = new Set<Promise<void>>()
   readonly #createQueue: Array<() => void> = []
   #reaper: NodeJS.Timeout | null = null
   #reaping = false
@@ -153,6 +155,12 @@ export class SandboxService {
     for (const info of this.#registry.all()) {
       known.add(info.id)
       const d = this.#dirs(info.id)
+      if (info.deleted) {
+        // deleted while its resources were being released: finish the job
+        await this.#teardown(info.id, undefined, undefined).catch((e) => this.#log.warn('finishing a deletion failed', { id: info.id, err: e }))
+        await this.#registry.remove(info.id)
+        continue
+      }
       if (info.state === 'creating') {
         // the create never returned: undo it and forget it (its idempotency key was never recorded)
         await this.#teardown(info.id, undefined, undefined).catch((e) => this.#log.warn('undoing a half-built sandbox failed', { id: info.id, err: e }))
@@ -318,7 +326,9 @@ export class SandboxService {
       this.#live.set(id, live)
       this.#admitted--
       admitted = false
-      await this.#registry.put(info)
+      // not awaited (lmdb applies writes in order): if the daemon dies before this commits, the
+      // restart finds the directory without a record and removes it, which is what the record would do
+      void this.#registry.put({ ...info }).catch((e) => this.#log.warn('registry', { id, err: e }))
       const d = this.#dirs(id)
       fs.mkdirSync(d.dir, { mode: 0o700 })
       const tResolved = Date.now()
@@ -351,7 +361,8 @@ export class SandboxService {
   }
 
   #countLive(): number {
-    let n = 0
+    // a sandbox being deleted still holds its resources
+    let n = this.#deleting.size
     for (const l of this.#live.values()) if (l.info.state !== 'stopped') n++
     return n
   }
@@ -474,13 +485,40 @@ export class SandboxService {
     return { ...l.info }
   }
 
-  /** Stops the sandbox if needed and forgets it. */
-  async delete(id: string): Promise<void> {
+  /**
+   * Stops the sandbox and forgets it. With `wait: false` it returns once
+   * every process of the sandbox is killed and the deletion is recorded; the
+   * mounts, cgroups and directories go in the background (a daemon restarted
+   * meanwhile finishes the job). The sandbox is gone from the API either way.
+   */
+  async delete(id: string, opts: { wait?: boolean } = {}): Promise<void> {
     const l = this.#get(id)
     if (l.info.state === 'creating') throw new StrataError('SANDBOX_GONE', `sandbox ${id} is still being created; delete it once create returns`)
-    await this.#stop(l, 'killed', 'deleted through the API', false)
     this.#live.delete(id)
-    await this.#registry.remove(id)
+    const work = (async () => {
+      await this.#stop(l, 'killed', 'deleted through the API', false)
+      await this.#registry.remove(id)
+    })()
+    this.#deleting.add(work)
+    void work.catch((e) => this.#log.warn('delete', { id, err: e })).finally(() => this.#deleting.delete(work))
+    if (opts.wait !== false) return work
+    // the sandbox's init is pid 1 of its pid namespace: killing it kills every process in it
+    if (l.handle && l.info.state === 'running') {
+      try {
+        process.kill(l.handle.pid, 'SIGKILL')
+      } catch { /* already gone */ }
+    }
+    await this.#registry.put({ ...l.info, deleted: true })
+  }
+
+  /** Deletions still releasing resources in the background. */
+  get pendingDeletes(): number {
+    return this.#deleting.size
+  }
+
+  /** Resolves when no deletion is in progress. */
+  async settled(): Promise<void> {
+    while (this.#deleting.size) await Promise.allSettled([...this.#deleting])
   }
 
   /** `keep`: the record stays (kill, reaper) and gets the final OOM count; a delete skips both. */
@@ -558,7 +596,7 @@ export class SandboxService {
 
   nodeInfo(version: string): NodeInfo {
     const cap = nodeCapacity(this.stateDir)
-    const counts = { running: 0, stopped: 0, creating: 0 }
+    const counts = { running: 0, stopped: 0, creating: 0, deleting: this.#deleting.size }
     for (const l of this.#live.values()) counts[l.info.state]++
     return {
       version,
@@ -581,6 +619,7 @@ export class SandboxService {
       if (l.info.state === 'creating') continue
       await this.delete(id).catch((e) => this.#log.warn('reclaim', { id, err: e }))
     }
+    await this.settled()
     await this.layers.dropIdle()
     await this.layers.sweep()
     return ids.length
@@ -596,6 +635,7 @@ export class SandboxService {
     this.#closed = true
     if (this.#reaper) clearInterval(this.#reaper)
     while (this.#reaping || this.#creating > 0) await new Promise((r) => setTimeout(r, 20))
+    await this.settled()
     for (const l of this.#live.values()) l.handle?.agent.close()
     await this.#registry.close()
   }

@@ -97,6 +97,8 @@ export interface SandboxInfo {
   /** processes the OOM killer killed in this sandbox so far */
   oomKills: number
   idempotencyKey?: string
+  /** set on the node's record while a deletion releases resources (never returned by the API) */
+  deleted?: boolean
 }
 
 export interface ExecRequest {
@@ -143,7 +145,8 @@ export interface CreateManyResult {
 export interface NodeInfo {
   version: string
   nodeId: string
-  sandboxes: { running: number; stopped: number; creating: number }
+  /** `deleting`: deletions still releasing mounts, cgroups and directories in the background */
+  sandboxes: { running: number; stopped: number; creating: number; deleting: number }
   capacity: {
     memAvailableMiB: number
     memTotalMiB: number

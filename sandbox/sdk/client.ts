@@ -345,9 +345,15 @@ export class Sandbox {
     return this.info
   }
 
-  /** Stops the sandbox if needed and removes it. Deleting a deleted sandbox is SANDBOX_NOT_FOUND. */
-  async delete(): Promise<void> {
-    await this.#t.json({ method: 'DELETE', path: this.#p() })
+  /**
+   * Stops the sandbox if needed and removes it (SANDBOX_NOT_FOUND if it is
+   * gone already). By default the call returns once mounts, cgroups and
+   * directories are released; with `wait: false` it returns as soon as every
+   * process of the sandbox is killed and the node releases the rest in the
+   * background.
+   */
+  async delete(o: { wait?: boolean } = {}): Promise<void> {
+    await this.#t.json({ method: 'DELETE', path: this.#p(), query: { wait: o.wait === false ? 0 : undefined } })
   }
 }
 

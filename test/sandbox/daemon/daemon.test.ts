@@ -295,11 +295,13 @@ test.serial('500 create/delete cycles leave nothing behind: processes, mounts, c
       done++
       const sb = await d.sdk.sandboxes.create({ image: 'bb:1', mounts: [{ source: '/datasets/t', target: '/data' }] })
       if (done % 50 === 0) t.is((await sb.exec('cat /data/small.txt')).stdout, 'hello dataset\n')
-      await sb.delete()
+      // every other one returns once the processes are killed and releases the rest in the background
+      await sb.delete({ wait: done % 2 === 0 })
     }
   }
   await Promise.all(Array.from({ length: 4 }, worker))
   t.log(`${cycles} cycles`)
+  await until(async () => (await d.sdk.node()).sandboxes.deleting === 0, 60_000, 'background deletions done')
   t.is((await d.sdk.sandboxes.list()).length, 0)
   t.true((await d.sdk.node()).layers.every((l) => l.users === 0), 'layers may linger, unused')
   t.is(countProcs('strata-agent'), agentsBefore)
