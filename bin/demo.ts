@@ -1,17 +1,27 @@
-// `npm run demo`: Strata's storage core end to end on this machine, with what
-// it measured. Brings up a local cluster through the same code as `strata
-// cluster up`, pushes data through the chunk-level StorageClient, shows the
-// replicas agree, SIGKILLs a storage node under a running writer, restarts
-// it and watches it resync, then tears everything down and prints a summary.
-// The stages live in bin/demo/; this file owns the process: options, Ctrl-C,
-// teardown on every path, output and exit status.
+// `npm run demo`: Strata's main job end to end on this machine (issue 5).
+// Brings up the embedded single-node cluster (mgmtd, storage, meta, FUSE
+// mount, sandbox daemon) through the same code as `strata cluster up`,
+// builds a Debian base image from Debian packages (debootstrap, cached) and a
+// toolkit layer and imports both into the DFS image store, publishes a
+// dataset into the DFS, creates a batch of container sandboxes with the
+// dataset mounted read-only, runs a Python program in each that checks the
+// dataset against the host's numbers and tries to write to it, deletes the
+// sandboxes, tears the cluster down and prints what it measured. The stages
+// live in bin/demo/; this file owns the process: options, Ctrl-C, teardown
+// on every path, output and exit status.
 
 import fs from 'node:fs'
 import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { clusterExists, formatTable, logTail, processAlive, readClusterFile, strataBin } from '../fs/admin/index.js'
-import { prepareDir, removeDir, tearDown, type DemoCluster, type DemoDir } from './demo/cluster.js'
+import { isStrataError } from '../fs/common/errors.js'
+import { unmountTree } from '../sandbox/rootfs/mounts.js'
+import type { Sandbox } from '../sandbox/sdk/index.js'
+import { missingPrerequisites, prepareDir, removeDir, tearDown, type DemoCluster, type DemoDir } from './demo/cluster.js'
+import { rootfsScratchDirs } from './demo/images.js'
 import { parseOptions, type DemoOptions } from './demo/options.js'
 import { Reporter, fmtBytes, shortError } from './demo/report.js'
+import { RUN_LABEL } from './demo/sandboxes.js'
 import { STAGES, runStages } from './demo/stages.js'
 import { emptySummary, summaryJson, summaryRows, type Summary } from './demo/summary.js'
 
@@ -23,15 +33,19 @@ class Demo {
   readonly r: Reporter
   readonly s: Summary
   private readonly t0 = performance.now()
+  private readonly abort = new AbortController()
   private d: DemoDir | null = null
   private cluster: DemoCluster | null = null
+  /** sandboxes created and not yet deleted by the delete stage */
+  private readonly sandboxes = new Map<string, Sandbox>()
+  private rootfsBuild: Promise<unknown> | null = null
   private stage = 'setup'
-  private cleaning: Promise<{ ms: number; dirRemoved: boolean }> | null = null
+  private cleaning: Promise<NonNullable<Summary['teardown']>> | null = null
   private interrupted = false
 
   constructor(readonly o: DemoOptions) {
     this.r = new Reporter({ stream: o.json ? process.stderr : process.stdout, details: !o.json })
-    this.s = emptySummary(o.sizeMiB, o.keep)
+    this.s = emptySummary(o)
   }
 
   async run(): Promise<number> {
@@ -41,13 +55,26 @@ class Demo {
       process.stderr.write(`strata demo: ${shortError(e)}\n`)
       return EXIT_USAGE
     }
+    const missing = missingPrerequisites()
+    if (missing.length) {
+      process.stderr.write(`strata demo: this machine lacks what the demo needs:\n${missing.map((m) => `  - ${m}\n`).join('')}`)
+      await removeDir(this.d).catch(() => undefined)
+      return EXIT_USAGE
+    }
     this.s.dir = this.d.dir
-    this.r.say(this.r.bold(`Strata demo: ${fmtBytes(this.o.sizeMiB * 1024 * 1024)} through a local 3-node cluster, a node killed and resynced`))
+    this.r.say(this.r.bold(`Strata demo: ${this.o.sandboxes} sandboxes on a Debian image from the DFS, a ${fmtBytes(this.o.sizeMiB * 1024 * 1024)} dataset mounted read-only`))
     this.r.say(this.r.dim(`cluster directory ${this.d.dir} (${this.o.keep ? 'kept at the end' : 'removed at the end; --keep keeps it'})`))
     try {
-      await runStages(this.d.dir, this.o.sizeMiB, this.r, this.s, {
+      await runStages({ dir: this.d.dir, sandboxes: this.o.sandboxes, sizeMiB: this.o.sizeMiB }, this.r, this.s, {
         onCluster: (c) => (this.cluster = c),
         onStage: (name) => (this.stage = name),
+        onSandbox: (sb) => this.sandboxes.set(sb.id, sb),
+        onDeleted: (id) => this.sandboxes.delete(id),
+        onRootfsBuild: (p) => {
+          this.rootfsBuild = p
+          p.then(() => (this.rootfsBuild = null), () => (this.rootfsBuild = null))
+        },
+        signal: this.abort.signal,
       })
       this.stage = 'teardown'
       this.r.section(STAGES, STAGES, `Teardown: cluster down${this.o.keep ? '' : ', remove the directory'}`)
@@ -63,8 +90,10 @@ class Demo {
         this.s.error.notRunning = dead
         process.stderr.write(`\nstrata demo: cluster processes not running at the failure: ${dead.join(', ')}\n`)
       }
-      this.printLogTails()
+      // the cluster's logs help unless the failure was the image build on this host and every process still runs
+      if (dead.length || !isStrataError(e, ['IMAGE_BUILD_FAILED', 'IMAGE_NEEDS_ROOT'])) this.printLogTails()
       try {
+        process.stderr.write(`strata demo: tearing down (sandboxes, cluster${this.o.keep ? '' : ', directory'})\n`)
         this.s.teardown = await this.cleanup()
       } catch (te) {
         this.s.error.message += `; teardown failed too: ${shortError(te)}`
@@ -75,16 +104,61 @@ class Demo {
     return this.s.ok ? 0 : EXIT_FAILED
   }
 
-  /** cluster down (always) and removal of the directory (unless --keep); runs once. */
-  cleanup(): Promise<{ ms: number; dirRemoved: boolean }> {
+  /**
+   * Deletes the sandboxes still there, stops the cluster (whose sandbox
+   * daemon reclaims anything a create in flight made), lets a debootstrap in
+   * flight clean up, removes the directory (unless --keep). Runs once.
+   */
+  cleanup(): Promise<NonNullable<Summary['teardown']>> {
     return (this.cleaning ??= (async () => {
       const t = performance.now()
-      this.cluster?.close()
-      if (!this.d) return { ms: 0, dirRemoved: false }
+      this.abort.abort()
+      let sandboxesDeleted = 0
+      const c = this.cluster
+      if (c) {
+        const left = new Map(this.sandboxes)
+        try {
+          for (const sb of await c.strata.sandboxes.list({ labels: { app: RUN_LABEL } })) if (sb.info.state !== 'creating') left.set(sb.id, sb)
+        } catch {
+          // the daemon is gone: cluster down cleans up offline
+        }
+        const results = await Promise.allSettled([...left.values()].map((sb) => Promise.race([sb.delete(), sleep(60_000).then(() => Promise.reject(new Error('timeout')))])))
+        sandboxesDeleted = results.filter((x) => x.status === 'fulfilled').length
+        await c.close()
+      }
+      if (!this.d) return { ms: 0, dirRemoved: false, sandboxesDeleted }
       await tearDown(this.d.dir)
-      if (!this.o.keep) removeDir(this.d)
-      return { ms: performance.now() - t, dirRemoved: !this.o.keep }
+      await this.settleRootfsBuild()
+      if (!this.o.keep) await removeDir(this.d)
+      return { ms: performance.now() - t, dirRemoved: !this.o.keep, sandboxesDeleted }
     })())
+  }
+
+  /**
+   * A debootstrap cut short: stop it and what it runs (our own descendants,
+   * by pid), let ensureDebianRootfs remove its scratch tree, and remove it
+   * ourselves if that did not happen — never through a mount debootstrap
+   * left in it (its chroot's /proc and /sys).
+   */
+  private async settleRootfsBuild(): Promise<void> {
+    const build = this.rootfsBuild
+    if (!build) return
+    for (const pid of descendants(childPids('debootstrap'))) {
+      try {
+        process.kill(pid, 'SIGTERM')
+      } catch {
+        // already gone
+      }
+    }
+    await Promise.race([build.catch(() => undefined), sleep(30_000)])
+    for (const dir of rootfsScratchDirs()) {
+      try {
+        await unmountTree(dir)
+        fs.rmSync(dir, { recursive: true, force: true })
+      } catch (e) {
+        process.stderr.write(`strata demo: left ${dir} behind: ${shortError(e)}\n`)
+      }
+    }
   }
 
   async onSignal(sig: NodeJS.Signals): Promise<void> {
@@ -95,8 +169,9 @@ class Demo {
     }
     this.interrupted = true
     this.s.interrupted = true
+    this.abort.abort()
     this.r.abortLive('interrupted')
-    process.stderr.write(`\nstrata demo: ${sig} during ${this.stage}; tearing the cluster down (again to force)\n`)
+    process.stderr.write(`\nstrata demo: ${sig} during ${this.stage}; deleting the sandboxes and tearing the cluster down (again to force)\n`)
     this.s.error = { stage: this.stage, message: `interrupted by ${sig}` }
     try {
       this.s.teardown = await this.cleanup()
@@ -159,13 +234,47 @@ class Demo {
       r.say(`\nkept ${this.d.dir} (logs in ${path.join(this.d.dir, 'logs')}); start the cluster again with: node ${cli} cluster up --dir ${this.d.dir}`)
     }
     if (this.s.ok) {
-      r.say(`\n${r.bold('PASSED')}: data verified, replicas equal, no acknowledged write lost across a node kill and resync.`)
+      const e = this.s.exec!
+      r.say(`\n${r.bold('PASSED')}: ${e.runs.length} sandboxes read the DFS dataset and matched the host's summary, writes to it failed with EROFS, everything deleted.`)
     } else if (this.s.interrupted) {
-      r.say(`\n${r.bold('INTERRUPTED')} during ${this.s.error?.stage}; the cluster was torn down${this.s.teardown?.dirRemoved ? ' and its directory removed' : ''}.`)
+      r.say(`\n${r.bold('INTERRUPTED')} during ${this.s.error?.stage}; sandboxes deleted and the cluster torn down${this.s.teardown?.dirRemoved ? ', its directory removed' : ''}.`)
     } else {
       r.say(`\n${r.bold('FAILED')} in ${this.s.error?.stage}: ${this.s.error?.message}`)
     }
   }
+}
+
+/** pid → [comm, ppid] of every process (from /proc). */
+function processTable(): Map<number, [string, number]> {
+  const out = new Map<number, [string, number]>()
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    try {
+      const m = /^\d+ \((.*)\) \S+ (\d+)/.exec(fs.readFileSync(`/proc/${name}/stat`, 'utf8'))
+      if (m) out.set(Number(name), [m[1]!, Number(m[2])])
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out
+}
+
+/** Pids of this process's children named `comm`. */
+function childPids(comm: string): number[] {
+  return [...processTable()].filter(([, [c, ppid]]) => c === comm && ppid === process.pid).map(([pid]) => pid)
+}
+
+/** `roots` and all their descendants, parents first. */
+function descendants(roots: number[]): number[] {
+  const table = processTable()
+  const out: number[] = []
+  const todo = [...roots]
+  while (todo.length) {
+    const pid = todo.shift()!
+    out.push(pid)
+    for (const [child, [, ppid]] of table) if (ppid === pid) todo.push(child)
+  }
+  return out
 }
 
 async function main(): Promise<void> {

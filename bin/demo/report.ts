@@ -3,7 +3,8 @@
 // On a TTY each running step is one live line (elapsed time ticking, detail
 // rewritten in place) that turns into `✓ step: detail (1.2s)` when it ends.
 // Elsewhere (pipes, CI logs, --json) nothing is rewritten: a step prints one
-// `ok`/`FAIL` line when it ends. Result lines (tables, figures) go to the same
+// `ok`/`FAIL` line when it ends, and a `...` line with its detail every 10 s
+// while it runs (when the detail changed; every minute regardless). Result lines (tables, figures) go to the same
 // stream, except with --json where only progress is printed (on stderr) and
 // stdout is left to the JSON summary.
 
@@ -29,6 +30,10 @@ interface LiveStep {
 }
 
 const TICK_MS = 200
+/** off a TTY: a progress line for a running step at most this often … */
+const HEARTBEAT_MS = 10_000
+/** … and at least this often */
+const HEARTBEAT_IDLE_MS = 60_000
 
 export class Reporter {
   readonly tty: boolean
@@ -80,6 +85,18 @@ export class Reporter {
     if (this.tty) {
       this.render()
       this.ticker = setInterval(() => this.render(), TICK_MS)
+      this.ticker.unref()
+    } else {
+      // a long step still shows it is alive: its detail when it changed, at least every minute
+      let shown = ''
+      let lastAt = performance.now()
+      this.ticker = setInterval(() => {
+        const now = performance.now()
+        if (step.detail === shown && now - lastAt < HEARTBEAT_IDLE_MS) return
+        shown = step.detail
+        lastAt = now
+        this.stream.write(`  ...  ${step.label}${step.detail ? `: ${step.detail}` : ''} (${fmtSecs(now - step.t0)})\n`)
+      }, HEARTBEAT_MS)
       this.ticker.unref()
     }
     let ended = false

@@ -2,220 +2,176 @@
 // as a table (or as JSON with --json). A failed run still reports what it
 // measured before the failure.
 
-import type { ReplicaCheck, ReplicaSample } from './replicas.js'
-import type { FailoverResult, RecoveryResult } from './failover.js'
-import type { SmallBurst } from './data.js'
-import { fmtBytes, fmtMBps, fmtMs, fmtSecs, round } from './report.js'
-
-export interface ClusterFigures {
-  dir: string
-  upMs: number
-  storageNodes: number
-  replicas: number
-  chunkSize: number
-  chains: number[]
-  /** processes as started by cluster up (the restarted one gets a new pid, see recovery.pid) */
-  processes: Array<{ name: string; role: string; nodeId: number; address: string; pid: number | null }>
-}
-
-export interface BulkFigures {
-  chunks: number
-  bytes: number
-  parallel: number
-  writeMs: number
-  writeMBps: number
-  readMs: number
-  readMBps: number
-  mismatchedChunks: number
-}
-
-export interface SmallFigures {
-  qd1: SmallBurst
-  qd16: SmallBurst
-  verifiedBlocks: number
-  mismatchedBlocks: number
-}
+import type { ImportFigures } from './images.js'
+import type { LatencySummary } from './latency.js'
+import { fmtBytes, fmtMs, fmtSecs, round } from './report.js'
+import type { CreateFigures, SandboxRun } from './sandboxes.js'
 
 export interface Summary {
   ok: boolean
   interrupted: boolean
   /** notRunning: cluster processes found dead when the failure was handled */
   error: { stage: string; message: string; notRunning?: string[] } | null
-  sizeMiB: number
   dir: string | null
   kept: boolean
-  cluster: ClusterFigures | null
-  bulk: BulkFigures | null
-  small: SmallFigures | null
-  replication: { samples: ReplicaSample[]; check: ReplicaCheck } | null
-  failover: FailoverResult | null
-  recovery: RecoveryResult | null
-  teardown: { ms: number; dirRemoved: boolean } | null
+  options: { sandboxes: number; sizeMiB: number }
+  cluster: {
+    upMs: number
+    storageNodes: number
+    replicas: number
+    chains: number
+    processes: Array<{ name: string; role: string; nodeId: number; address: string; pid: number | null }>
+  } | null
+  rootfs: { dir: string; cached: boolean; buildMs: number; ms: number; treeBytes: number; files: number; packages: string[] } | null
+  baseImage: ImportFigures | null
+  toolkit: (ImportFigures & { files: number; treeBytes: number }) | null
+  dataset: { path: string; files: number; bytes: number; digest: string; publishMs: number; readBackMs: number; mismatched: string[] } | null
+  create: CreateFigures | null
+  /** the node after the creates: layer mounts shared by the sandboxes */
+  node: { running: number; layers: Array<{ digest: string; users: number }> } | null
+  exec: {
+    runs: SandboxRun[]
+    first: LatencySummary
+    firstAgent: LatencySummary
+    stats: LatencySummary
+    probe: LatencySummary
+    wallMs: number
+    verified: number
+    probesOk: number
+  } | null
+  /** bytes the node's FUSE daemon read from the DFS */
+  dfsBytes: { create: number; firstExec: number; stats: number; probe: number; total: number; imageBytes: number; datasetBytes: number } | null
+  delete: { count: number; latency: LatencySummary; wallMs: number; left: { sandboxes: number; layers: number } } | null
+  teardown: { ms: number; dirRemoved: boolean; sandboxesDeleted: number } | null
   totalMs: number
 }
 
-export function emptySummary(sizeMiB: number, kept: boolean): Summary {
+export function emptySummary(o: { sandboxes: number; sizeMiB: number; keep: boolean }): Summary {
   return {
     ok: false,
     interrupted: false,
     error: null,
-    sizeMiB,
     dir: null,
-    kept,
+    kept: o.keep,
+    options: { sandboxes: o.sandboxes, sizeMiB: o.sizeMiB },
     cluster: null,
-    bulk: null,
-    small: null,
-    replication: null,
-    failover: null,
-    recovery: null,
+    rootfs: null,
+    baseImage: null,
+    toolkit: null,
+    dataset: null,
+    create: null,
+    node: null,
+    exec: null,
+    dfsBytes: null,
+    delete: null,
     teardown: null,
     totalMs: 0,
   }
 }
 
-const ms = (v: number | null | undefined) => (v == null ? null : round(v, 1))
+const ms = (v: number | null | undefined) => (v == null || !Number.isFinite(v) ? null : round(v, 1))
+const lat = (l: LatencySummary | null | undefined) => l && { count: l.count, p50Ms: ms(l.p50Ms), p99Ms: ms(l.p99Ms), maxMs: ms(l.maxMs), meanMs: ms(l.meanMs) }
 
-/** The --json document: stable field names, times in ms, rates in decimal MB/s. */
+/** The --json document: stable field names, times in ms, sizes in bytes. */
 export function summaryJson(s: Summary): Record<string, unknown> {
-  const f = s.failover
-  const rc = s.recovery
+  const c = s.create
+  const e = s.exec
   return {
     ok: s.ok,
     interrupted: s.interrupted,
     error: s.error,
-    sizeMiB: s.sizeMiB,
     dir: s.dir,
     kept: s.kept,
+    options: s.options,
     cluster: s.cluster && { ...s.cluster, upMs: ms(s.cluster.upMs) },
-    bulk: s.bulk && {
-      chunks: s.bulk.chunks,
-      bytes: s.bulk.bytes,
-      parallel: s.bulk.parallel,
-      writeMs: ms(s.bulk.writeMs),
-      writeMBps: round(s.bulk.writeMBps, 1),
-      readMs: ms(s.bulk.readMs),
-      readMBps: round(s.bulk.readMBps, 1),
-      verified: s.bulk.mismatchedChunks === 0,
-      mismatchedChunks: s.bulk.mismatchedChunks,
+    rootfs: s.rootfs && { ...s.rootfs, buildMs: ms(s.rootfs.buildMs), ms: ms(s.rootfs.ms) },
+    baseImage: s.baseImage && { ...s.baseImage, ms: ms(s.baseImage.ms) },
+    toolkit: s.toolkit && { ...s.toolkit, ms: ms(s.toolkit.ms) },
+    dataset: s.dataset && { ...s.dataset, publishMs: ms(s.dataset.publishMs), readBackMs: ms(s.dataset.readBackMs), verified: s.dataset.mismatched.length === 0 },
+    create: c && {
+      count: c.all.count,
+      coldWallMs: ms(c.cold.wallMs),
+      coldNodeMs: ms(c.cold.nodeMs),
+      batch: c.batch && { count: c.batch.count, wallMs: ms(c.batch.wallMs), perSec: round(c.batch.perSec, 2), failed: c.batch.failed, node: lat(c.batch.node) },
+      node: lat(c.all),
     },
-    smallWrites: s.small && {
-      blockSize: 4096,
-      qd1: burstJson(s.small.qd1),
-      qd16: burstJson(s.small.qd16),
-      verifiedBlocks: s.small.verifiedBlocks,
-      mismatchedBlocks: s.small.mismatchedBlocks,
+    node: s.node,
+    exec: e && {
+      sandboxes: e.runs.length,
+      verified: e.verified,
+      probesOk: e.probesOk,
+      wallMs: ms(e.wallMs),
+      firstExec: lat(e.first),
+      firstExecAgent: lat(e.firstAgent),
+      statsExec: lat(e.stats),
+      probeExec: lat(e.probe),
+      runs: e.runs.map((r) => ({
+        id: r.id,
+        firstExecMs: ms(r.firstExecMs),
+        firstExecAgentMs: ms(r.firstExecAgentMs),
+        statsMs: ms(r.statsMs),
+        readMs: ms(r.readMs),
+        digest: r.digest,
+        python: r.python,
+        statsOk: r.statsOk,
+        differences: r.differences,
+        probeMs: ms(r.probeMs),
+        probe: r.probe,
+        probeOk: r.probeOk,
+      })),
     },
-    replication: s.replication && {
-      replicasEqual: s.replication.check.equal && s.replication.samples.every((x) => x.equal),
-      chunksCompared: s.replication.check.chunks,
-      replicas: s.replication.check.replicas,
-      differences: s.replication.check.differences,
-      samples: s.replication.samples.map((x) => ({ chainId: x.chainId, chunk: x.chunk, equal: x.equal, replicas: x.rows })),
-    },
-    failover: f && {
-      victim: f.victim,
-      victimPid: f.victimPid,
-      victimTargets: f.victimTargets,
-      nodeFailedAfterMs: ms(f.nodeFailedAfterMs),
-      chainsUpdatedAfterMs: ms(f.chainsUpdatedAfterMs),
-      chainVersions: f.chainVersions,
-      writes: f.writes.writes,
-      writesAcknowledged: f.writes.acknowledged,
-      writesFailed: f.writes.failed,
-      maxAckGapMs: ms(f.writes.maxAckGapMs),
-      maxWriteLatencyMs: ms(f.writes.maxLatencyMs),
-      p50WriteLatencyMs: ms(f.writes.p50Ms),
-      acknowledgedWritesChecked: f.verify.acknowledged,
-      lostWrites: f.verify.lost,
-      chainsBefore: f.chainsBefore,
-      chainsAfter: f.chainsAfter,
-      timeline: f.timeline.map((e) => ({ atMs: ms(e.atMs), event: e.text })),
-    },
-    recovery: rc && {
-      pid: rc.pid,
-      connectedAfterMs: ms(rc.connectedAfterMs),
-      syncingAfterMs: ms(rc.syncingAfterMs),
-      servingAfterMs: ms(rc.servingAfterMs),
-      resyncJobs: rc.resync.jobs,
-      resyncChunks: rc.resync.chunksSent,
-      resyncChunksRemoved: rc.resync.chunksRemoved,
-      resyncBytes: rc.resync.bytesSent,
-      resyncFailures: rc.resync.failures,
-      resyncMBps: rc.resync.mbps === null ? null : round(rc.resync.mbps, 1),
-      writes: rc.writes.writes,
-      writesAcknowledged: rc.writes.acknowledged,
-      writesFailed: rc.writes.failed,
-      maxWriteLatencyMs: ms(rc.writes.maxLatencyMs),
-      acknowledgedWritesChecked: rc.verify.acknowledged,
-      lostWrites: rc.verify.lost,
-      replicasEqual: rc.replicas.equal,
-      chunksCompared: rc.replicas.chunks,
-      differences: rc.replicas.differences,
-      chainsAfter: rc.chainsAfter,
-      timeline: rc.timeline.map((e) => ({ atMs: ms(e.atMs), event: e.text })),
-    },
-    teardown: s.teardown && { ms: ms(s.teardown.ms), dirRemoved: s.teardown.dirRemoved },
+    dfsBytes: s.dfsBytes,
+    delete: s.delete && { count: s.delete.count, wallMs: ms(s.delete.wallMs), latency: lat(s.delete.latency), left: s.delete.left },
+    teardown: s.teardown && { ms: ms(s.teardown.ms), dirRemoved: s.teardown.dirRemoved, sandboxesDeleted: s.teardown.sandboxesDeleted },
     totalMs: ms(s.totalMs),
   }
 }
 
-function burstJson(b: SmallBurst): Record<string, number> {
-  return {
-    writes: b.writes,
-    parallel: b.parallel,
-    ms: round(b.ms, 1),
-    iops: Math.round(b.iops),
-    p50Ms: round(b.latency.p50Ms, 3),
-    p99Ms: round(b.latency.p99Ms, 3),
-    maxMs: round(b.latency.maxMs, 3),
-  }
-}
-
-const secs = (v: number | null | undefined) => (v == null ? 'not observed' : `${(v / 1000).toFixed(2)} s`)
+const p50p99 = (l: LatencySummary) => `p50 ${fmtMs(l.p50Ms)}, p99 ${fmtMs(l.p99Ms)}`
+const pct = (part: number, whole: number) => (whole > 0 ? `${((part / whole) * 100).toFixed(1)}%` : 'n/a')
 
 /** Rows [stage, measure, value] of the final table. */
 export function summaryRows(s: Summary): string[][] {
   const rows: string[][] = [['Stage', 'Measure', 'Value']]
   const add = (stage: string, measure: string, value: string) => rows.push([stage, measure, value])
-  const c = s.cluster
-  if (c) add('cluster', `up: mgmtd + ${c.storageNodes} storage, ${c.chains.length} chains x ${c.replicas}`, fmtSecs(c.upMs))
-  const b = s.bulk
+  if (s.cluster) add('cluster', `up: mgmtd, ${s.cluster.storageNodes} storage, meta, FUSE, sandbox daemon`, fmtSecs(s.cluster.upMs))
+  if (s.rootfs) {
+    add(
+      'base image',
+      `Debian ${s.rootfs.packages.join(' ')} rootfs (debootstrap minbase)`,
+      `${s.rootfs.cached ? 'cached' : `built in ${fmtSecs(s.rootfs.buildMs)}`}: ${fmtBytes(s.rootfs.treeBytes)}, ${s.rootfs.files} files`,
+    )
+  }
+  if (s.baseImage) add('base image', `import ${s.baseImage.ref} (mkfs.erofs + DFS)`, `${fmtSecs(s.baseImage.ms)}: ${s.baseImage.layers.length} layer, ${fmtBytes(s.baseImage.layerBytes)}`)
+  if (s.toolkit) add('toolkit', `build + import ${s.toolkit.ref}`, `${fmtSecs(s.toolkit.ms)}: ${s.toolkit.files} files, layer ${fmtBytes(s.toolkit.layerBytes)}`)
+  if (s.dataset) {
+    add('dataset', `publish ${s.dataset.path} (${s.dataset.files} files)`, `${fmtSecs(s.dataset.publishMs)}: ${fmtBytes(s.dataset.bytes)}`)
+    add('dataset', 'read back through the file client', `${fmtSecs(s.dataset.readBackMs)}: ${s.dataset.mismatched.length ? `${s.dataset.mismatched.length} files DIFFER` : 'equal'}`)
+  }
+  const c = s.create
+  if (c) {
+    add('create', '1st sandbox, cold node (mounts the layers)', `${fmtMs(c.cold.wallMs)} (node ${fmtMs(c.cold.nodeMs)})`)
+    if (c.batch) {
+      add('create', `createMany(${c.batch.count}), node-side per sandbox`, p50p99(c.batch.node))
+      add('create', `createMany(${c.batch.count}), whole batch`, `${fmtSecs(c.batch.wallMs)} (${c.batch.perSec.toFixed(1)} creates/s)`)
+    }
+  }
+  if (s.node) add('create', 'layer mounts on the node', `${s.node.layers.length} (users: ${s.node.layers.map((l) => l.users).join(', ')}) for ${s.node.running} sandboxes`)
+  const e = s.exec
+  if (e) {
+    add('exec', `first exec: python3 -c 'import hashlib, json…', all ${e.runs.length} at once`, `${p50p99(e.first)} (agent ${p50p99(e.firstAgent)})`)
+    add('exec', 'exec: stats.py over /data', `${p50p99(e.stats)}; equal to the host's summary in ${e.verified}/${e.runs.length}`)
+    add('exec', 'exec: write probe (/data EROFS, /tmp writable)', `${p50p99(e.probe)}; ${e.probesOk}/${e.runs.length} as expected`)
+  }
+  const b = s.dfsBytes
   if (b) {
-    add('data', `bulk write, ${b.chunks} x ${fmtBytes(b.bytes / b.chunks)} chunks, ${b.parallel} in flight`, `${fmtMBps(b.writeMBps)} (${fmtSecs(b.writeMs)})`)
-    add('data', 'bulk read back + compare', `${fmtMBps(b.readMBps)} (${fmtSecs(b.readMs)}), ${b.chunks - b.mismatchedChunks}/${b.chunks} chunks equal`)
+    add('DFS bytes', 'fetched by the FUSE daemon for the creates', `${fmtBytes(b.create)} (${pct(b.create, b.imageBytes)} of the ${fmtBytes(b.imageBytes)} image)`)
+    add('DFS bytes', '... for the first execs (python3 from the image)', `${fmtBytes(b.firstExec)} (${pct(b.firstExec, b.imageBytes)} of the image)`)
+    add('DFS bytes', '... for stats.py (the dataset, /data)', `${fmtBytes(b.stats)} (${(b.stats / b.datasetBytes).toFixed(1)}x the ${fmtBytes(b.datasetBytes)} dataset)`)
+    add('DFS bytes', '... for the probes', fmtBytes(b.probe))
+    add('DFS bytes', 'total for the batch', fmtBytes(b.total))
   }
-  const sm = s.small
-  if (sm) {
-    add('data', `4 KiB write latency, 1 in flight (${sm.qd1.writes} writes)`, `p50 ${fmtMs(sm.qd1.latency.p50Ms)}, p99 ${fmtMs(sm.qd1.latency.p99Ms)}`)
-    add('data', `4 KiB writes, ${sm.qd16.parallel} in flight (${sm.qd16.writes} writes)`, `${Math.round(sm.qd16.iops)} IOPS, p50 ${fmtMs(sm.qd16.latency.p50Ms)}, p99 ${fmtMs(sm.qd16.latency.p99Ms)}`)
-    add('data', '4 KiB writes read back + compare', `${sm.verifiedBlocks - sm.mismatchedBlocks}/${sm.verifiedBlocks} blocks equal`)
-  }
-  const rp = s.replication
-  if (rp) {
-    add('replication', 'sampled chunks, queryChunk on every replica', `${rp.samples.filter((x) => x.equal).length}/${rp.samples.length} equal`)
-    add('replication', 'chunk metadata of every target compared', rp.check.equal ? `${rp.check.chunks} chunks identical on ${rp.check.replicas} replicas` : `${rp.check.differences.length}+ differences`)
-  }
-  const f = s.failover
-  if (f) {
-    add('failover', 'SIGKILL', `${f.victim} (${f.victimTargets.map((t) => `${t.role} of ${t.chainId}`).join(', ')})`)
-    add('failover', 'node HEARTBEAT_FAILED after', secs(f.nodeFailedAfterMs))
-    add('failover', 'targets OFFLINE, moved to chain end after', secs(f.chainsUpdatedAfterMs))
-    add('failover', 'chain versions', f.chainVersions.map((v) => `${v.before}→${v.after}`).join(', '))
-    add('failover', 'writes from the kill on: acknowledged / failed', `${f.writes.acknowledged} / ${f.writes.failed}`)
-    add('failover', 'longest pause between acknowledgements', fmtMs(f.writes.maxAckGapMs))
-    add('failover', 'max write latency / p50', `${fmtMs(f.writes.maxLatencyMs)} / ${fmtMs(f.writes.p50Ms)}`)
-    add('failover', 'acknowledged writes lost', `${f.verify.lost} of ${f.verify.acknowledged}`)
-  }
-  const rc = s.recovery
-  if (rc) {
-    add('recovery', 'restarted, HEARTBEAT_CONNECTED after', secs(rc.connectedAfterMs))
-    add('recovery', 'first target SYNCING after', secs(rc.syncingAfterMs))
-    add('recovery', 'all chains SERVING after', secs(rc.servingAfterMs))
-    add('recovery', 'resynced', `${rc.resync.chunksSent} chunks, ${fmtBytes(rc.resync.bytesSent)}${rc.resync.mbps !== null ? ` (${fmtMBps(rc.resync.mbps)})` : ''}`)
-    add('recovery', 'writes meanwhile: acknowledged / failed', `${rc.writes.acknowledged} / ${rc.writes.failed}, max latency ${fmtMs(rc.writes.maxLatencyMs)}`)
-    add('recovery', 'acknowledged writes lost (all stages)', `${rc.verify.lost} of ${rc.verify.acknowledged}`)
-    add('recovery', 'replicas equal again', rc.replicas.equal ? `yes, ${rc.replicas.chunks} chunks` : 'NO')
-  }
+  if (s.delete) add('delete', `${s.delete.count} sandboxes, all at once`, `${p50p99(s.delete.latency)}; ${fmtSecs(s.delete.wallMs)} in all, ${s.delete.left.sandboxes} sandboxes and ${s.delete.left.layers} layer mounts left`)
   if (s.teardown) add('teardown', `cluster down${s.teardown.dirRemoved ? ' + remove dir' : ''}`, fmtSecs(s.teardown.ms))
   add('total', 'wall time', fmtSecs(s.totalMs))
   return rows

@@ -1,5 +1,6 @@
 // `npm run demo` (dist/bin/demo.js) as a user runs it: a child process that
-// brings up its own cluster, and a JSON summary whose checks must all hold.
+// brings up its own cluster, builds and imports the images, runs sandboxes
+// over a DFS dataset, and a JSON summary whose checks must all hold.
 import test from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -39,9 +40,11 @@ function alive(pid: number | null | undefined): boolean {
   }
 }
 
-test('demo --json: data verified, replicas equal, no acknowledged write lost, everything torn down', async (t) => {
+test('demo --json: sandboxes on the Debian image read the DFS dataset, cannot write it, and everything is torn down', async (t) => {
+  // the first run on a machine builds the Debian rootfs with debootstrap (minutes, from the Debian mirror)
+  t.timeout(15 * 60_000)
   const dir = path.join(tempDir(t, 'strata-demo-test-'), 'cluster')
-  const r = await demo(['--size', '4', '--json', '--dir', dir])
+  const r = await demo(['--sandboxes', '2', '--size', '2', '--json', '--dir', dir], 14 * 60_000)
   const context = `exit ${r.code}\nstderr:\n${r.stderr.slice(-4000)}`
   t.is(r.code, 0, context)
   let s: any
@@ -50,77 +53,68 @@ test('demo --json: data verified, replicas equal, no acknowledged write lost, ev
   t.true(s.ok, context)
   t.is(s.error, null)
   t.false(s.interrupted)
-  t.is(s.sizeMiB, 4)
+  t.deepEqual(s.options, { sandboxes: 2, sizeMiB: 2 })
   t.is(s.dir, dir)
 
-  // the cluster: 3 storage nodes, 2 chains of 3 replicas
-  t.is(s.cluster.storageNodes, 3)
-  t.is(s.cluster.replicas, 3)
-  t.is(s.cluster.chains.length, 2)
-  // the DFS core processes (cluster up also starts the meta servers; the demo asks for no FUSE mount)
-  t.deepEqual(
-    s.cluster.processes.map((p: any) => p.name).filter((n: string) => !n.startsWith('meta-')),
-    ['mgmtd', 'storage-1', 'storage-2', 'storage-3'],
-  )
+  // the embedded single-node cluster, with its FUSE mount and sandbox daemon
+  t.is(s.cluster.storageNodes, 1)
+  const roles = s.cluster.processes.map((p: any) => p.role)
+  for (const role of ['mgmtd', 'storage', 'meta', 'fuse', 'sandbox']) t.true(roles.includes(role), role)
 
-  // data path: every byte read back equal; figures are measured
-  t.true(s.bulk.verified)
-  t.is(s.bulk.chunks, 4)
-  t.is(s.bulk.mismatchedChunks, 0)
-  t.true(s.bulk.writeMBps > 0 && s.bulk.readMBps > 0)
-  t.true(s.smallWrites.qd1.writes > 0 && s.smallWrites.qd16.writes > 0)
-  t.true(s.smallWrites.qd1.p50Ms > 0 && s.smallWrites.qd1.p99Ms >= s.smallWrites.qd1.p50Ms)
-  t.is(s.smallWrites.verifiedBlocks, s.smallWrites.qd1.writes + s.smallWrites.qd16.writes)
-  t.is(s.smallWrites.mismatchedBlocks, 0)
+  // the images: a Debian base layer and a toolkit layer in the DFS
+  t.is(s.baseImage.ref, 'debian:bookworm')
+  t.deepEqual(s.baseImage.layers.map((l: any) => l.kind), ['base'])
+  t.true(s.baseImage.layerBytes > 50 << 20)
+  t.is(s.toolkit.ref, 'toolkit:v1')
+  t.deepEqual(s.toolkit.layers.map((l: any) => l.kind), ['toolkit'])
+  t.true(s.rootfs.packages.includes('python3'))
 
-  // replication: every sampled chunk equal on its 3 replicas, and all chunk metadata equal
-  t.true(s.replication.replicasEqual)
-  t.deepEqual(s.replication.differences, [])
-  t.true(s.replication.chunksCompared >= s.bulk.chunks)
-  for (const sample of s.replication.samples) {
-    t.true(sample.equal, sample.chunk)
-    t.is(sample.replicas.length, 3)
-    t.is(new Set(sample.replicas.map((x: any) => x.checksum)).size, 1)
+  // the dataset went into the DFS and came back equal
+  t.true(s.dataset.verified)
+  t.is(s.dataset.path, '/datasets/demo')
+  t.true(s.dataset.bytes >= 2 << 20)
+
+  // every sandbox computed the host's summary and could not write the dataset
+  t.is(s.create.count, 2)
+  t.true(s.create.coldNodeMs > 0 && s.create.node.p50Ms > 0)
+  t.is(s.exec.sandboxes, 2)
+  t.is(s.exec.verified, 2)
+  t.is(s.exec.probesOk, 2)
+  for (const run of s.exec.runs) {
+    t.is(run.digest, s.dataset.digest, run.id)
+    t.deepEqual(run.differences, [])
+    t.is(run.probe.dataset, 'EROFS', run.id)
+    t.is(run.probe.tmp, 'ok', run.id)
   }
+  // the node shared one mount per layer; a cold create read a small part of the image
+  t.is(s.node.running, 2)
+  t.is(s.node.layers.length, 2)
+  // lazily: python3 started in every sandbox having read a part of the image from the DFS, and /data was read from it
+  const cold = s.dfsBytes.create + s.dfsBytes.firstExec
+  t.true(cold > 0 && cold < s.dfsBytes.imageBytes / 2, `fetched ${cold} of ${s.dfsBytes.imageBytes} image bytes until python3 ran`)
+  t.true(s.dfsBytes.stats >= s.dataset.bytes, `stats.py fetched ${s.dfsBytes.stats} of the ${s.dataset.bytes} byte dataset`)
 
-  // failover: writes kept being acknowledged, none failed, none lost; the victim went to the chain end
-  const f = s.failover
-  t.is(f.writesFailed, 0)
-  t.true(f.writesAcknowledged > 0)
-  t.is(f.lostWrites, 0)
-  t.true(f.acknowledgedWritesChecked > 0)
-  t.true(f.chainsUpdatedAfterMs > 0)
-  t.true(f.chainVersions.every((v: any) => v.after > v.before))
-  for (const vt of f.victimTargets) t.regex(f.chainsAfter, new RegExp(`${vt.targetId}\\(OFFLINE-OFFLINE\\)\\s*$`, 'm'))
-
-  // recovery: back to SERVING, replicas equal again, still nothing lost
-  const rc = s.recovery
-  t.true(rc.servingAfterMs > 0)
-  t.true(rc.replicasEqual)
-  t.deepEqual(rc.differences, [])
-  t.is(rc.writesFailed, 0)
-  t.is(rc.lostWrites, 0)
-  t.true(rc.acknowledgedWritesChecked >= f.acknowledgedWritesChecked)
-  t.true(rc.resyncJobs >= 1)
-  t.notRegex(rc.chainsAfter, /OFFLINE|SYNCING|WAITING/)
-
-  // teardown: no daemon left, directory gone
+  // deleted, then torn down: no sandbox, daemon, mount or directory left
+  t.deepEqual(s.delete.left, { sandboxes: 0, layers: 0 })
   t.true(s.teardown.dirRemoved)
   t.false(fs.existsSync(dir))
   for (const p of s.cluster.processes) t.false(alive(p.pid), `${p.name} (pid ${p.pid}) still runs`)
-  t.false(alive(rc.pid), `restarted ${f.victim} (pid ${rc.pid}) still runs`)
+  t.false(fs.readFileSync('/proc/self/mountinfo', 'utf8').includes(dir), 'a mount below the cluster directory is left')
 })
 
 test('demo --help describes the options and exits 0', async (t) => {
   const r = await demo(['--help'], 30_000)
   t.is(r.code, 0)
-  for (const opt of ['--dir', '--keep', '--size', '--json', '--help']) t.true(r.stdout.includes(opt), opt)
+  for (const opt of ['--dir', '--keep', '--sandboxes', '--size', '--json', '--help']) t.true(r.stdout.includes(opt), opt)
 })
 
 test('demo refuses bad options and a non-empty --dir without touching it', async (t) => {
   const size = await demo(['--size', '0'], 30_000)
   t.is(size.code, 2)
   t.regex(size.stderr, /--size/)
+  const many = await demo(['--sandboxes', '1000'], 30_000)
+  t.is(many.code, 2)
+  t.regex(many.stderr, /--sandboxes/)
   const unknown = await demo(['--frobnicate'], 30_000)
   t.is(unknown.code, 2)
 
