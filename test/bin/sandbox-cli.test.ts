@@ -1,0 +1,277 @@
+// `strata sandbox …` the way a new user following the README runs it, every
+// step a child process of the real CLI against a real cluster: cluster up
+// (the token file), image import of a busybox rootfs, sandbox create / exec
+// (exit code, separate streams, -i stdin) / ls / inspect / cp (file and
+// directory, both ways) / kill / rm, usage errors, a wrong token, --help of
+// every subcommand, and finally cluster down leaving no mounts, runc state or
+// cgroups of the cluster behind. Teardown runs `cluster down` and clears
+// leftovers even when the test failed.
+import test, { type ExecutionContext } from 'ava'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { forceUnmount } from '../../fs/fuse/mounts.js'
+import { reclaimOffline } from '../../sandbox/daemon/index.js'
+import { hasRunc } from '../helpers/agent-container.js'
+import { busyboxRootfs, hasBusybox } from '../helpers/busybox-rootfs.js'
+import { snapshotTree, type Tree } from '../helpers/tree-compare.js'
+import { fuseSkipReason } from '../fs/fuse/helpers.js'
+import { ok, strata, tempDir, until, type Run } from './helpers.js'
+
+const skip = fuseSkipReason() || (!hasRunc ? 'needs root and runc' : !hasBusybox ? 'needs busybox-static' : '')
+const run = skip ? test.serial.skip : test.serial
+
+const SUBCOMMANDS = ['create', 'exec', 'ls', 'inspect', 'kill', 'rm', 'cp']
+const CGROUP_CONTROLLERS = ['memory', 'pids', 'cpu,cpuacct', 'cpu', 'cpuacct', 'cpuset', 'freezer', 'devices', 'blkio']
+
+interface SandboxProc {
+  stateDir: string
+  nodeId: string
+}
+
+/** The sandbox daemon's state dir and node name, from the config `cluster up` wrote. */
+function sandboxProc(dir: string): SandboxProc {
+  const c = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8')) as { processes: Array<{ role: string; configFile: string }> }
+  const p = c.processes.find((x) => x.role === 'sandbox')
+  if (!p) throw new Error(`cluster.json lists no sandbox process: ${JSON.stringify(c.processes)}`)
+  const cfg = JSON.parse(fs.readFileSync(p.configFile, 'utf8')) as { stateDir: string; nodeId: string }
+  return { stateDir: cfg.stateDir, nodeId: cfg.nodeId }
+}
+
+/** Mount points at or below any of `roots` (this test shares the daemons' mount namespace). */
+function mountsUnder(roots: string[]): string[] {
+  return fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')
+    .map((l) => (l.split(' ')[4] ?? '').replace(/\\040/g, ' '))
+    .filter((m) => m && roots.some((r) => m === r || m.startsWith(r + '/')))
+}
+
+/** cgroup directories of these sandboxes under /strata/<nodeId> in any v1 hierarchy. */
+function cgroupsOf(nodeId: string, ids: string[]): string[] {
+  const found: string[] = []
+  for (const ctl of CGROUP_CONTROLLERS) {
+    for (const id of ids) {
+      const d = path.join('/sys/fs/cgroup', ctl, 'strata', nodeId, id)
+      if (fs.existsSync(d)) found.push(d)
+    }
+  }
+  return found
+}
+
+/** Files by relative path with what a copy must keep: type, permission bits, size and content, link target. */
+function essentials(tree: Tree): Record<string, string> {
+  const o: Record<string, string> = {}
+  for (const [rel, e] of tree) {
+    if (rel === '.') continue
+    o[rel] = [e.type, e.type === 'symlink' ? '' : e.mode, e.size ?? '', e.sha256 ?? '', e.target ?? ''].join(' ')
+  }
+  return o
+}
+
+/**
+ * The process state of a sandbox's init while it is alive ('R', 'S', 'D', …),
+ * or null once it is gone or a zombie. A pid reused by another process
+ * (not in the sandbox's cgroup) counts as gone.
+ */
+function initState(pid: number, id: string): string | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3)
+    if (state === 'Z') return null
+    return fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8').includes(id) ? state : null
+  } catch {
+    return null
+  }
+}
+
+function failed(t: ExecutionContext, what: string, r: Run): void {
+  t.fail(`${what}: exit ${r.code}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`)
+}
+
+run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kill/rm, errors, --help, cluster down leaves nothing', async (t) => {
+  t.timeout(15 * 60_000)
+  const base = tempDir(t, 'strata-sbcli-')
+  const dir = path.join(base, 'c')
+  const env = { STRATA_CLUSTER: dir, STRATA_LOG_LEVEL: 'error' }
+  const cli = (args: string[], o: { input?: string; timeoutMs?: number } = {}) => strata(args, { env, timeoutMs: o.timeoutMs ?? 120_000, ...(o.input !== undefined ? { input: o.input } : {}) })
+  const okCli = (args: string[], timeoutMs = 120_000) => ok(t, args, { env, timeoutMs })
+  let proc: SandboxProc | undefined
+  // registered after tempDir's, so it runs first (teardowns run last-registered first)
+  t.teardown(async () => {
+    if (fs.existsSync(path.join(dir, 'cluster.json'))) {
+      const down = await strata(['cluster', 'down', '--dir', dir], { env, timeoutMs: 180_000 })
+      if (down.code !== 0) t.log(`teardown: cluster down exited ${down.code}: ${down.stderr}`)
+    }
+    // whatever a failed run left: sandboxes (runc, rootfs and layer mounts), then the FUSE mount
+    if (proc) await reclaimOffline(proc.stateDir).catch((e) => t.log(`teardown: reclaimOffline: ${(e as Error).message}`))
+    for (const m of mountsUnder([dir, ...(proc ? [proc.stateDir] : [])]).reverse()) await forceUnmount(m).catch(() => undefined)
+    if (proc && !proc.stateDir.startsWith(dir + '/')) fs.rmSync(proc.stateDir, { recursive: true, force: true })
+  })
+
+  // --- cluster up: one storage node, one replica; the sandbox daemon and its token come with it
+  await okCli(['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '-q'], 300_000)
+  proc = sandboxProc(dir)
+  const tokenFile = path.join(dir, 'sandbox.token')
+  t.true(fs.existsSync(tokenFile), 'cluster up wrote DIR/sandbox.token')
+  t.is(fs.statSync(tokenFile).mode & 0o777, 0o600)
+  t.regex(fs.readFileSync(tokenFile, 'utf8'), /^[0-9a-f]{64}\n$/)
+
+  // --- an image from a busybox rootfs directory
+  const rootfs = busyboxRootfs(t)
+  await okCli(['image', 'import', rootfs, '--name', 'bb:1'], 300_000)
+
+  // --- create
+  const created = JSON.parse(await okCli(['sandbox', 'create', '--image', 'bb:1', '--label', 'job=t', '--json']))
+  const id: string = created.id
+  t.regex(id, /^sb-[a-z0-9]{12}$/)
+  t.like(created, { state: 'running', backend: 'container', labels: { job: 't' }, image: { ref: 'bb:1' } })
+  t.true(created.pid > 0)
+  // its cgroup exists while it runs (so the absence checked after cluster down means something)
+  t.not(cgroupsOf(proc.nodeId, [id]).length, 0, `no cgroup of ${id} under /sys/fs/cgroup/*/strata/${proc.nodeId}`)
+
+  // --- exec: the command's exit code, stdout and stderr kept apart
+  const e7 = await cli(['sandbox', 'exec', id, '--', 'sh', '-c', 'echo out; echo err >&2; exit 7'])
+  t.is(e7.code, 7, e7.stderr)
+  t.is(e7.stdout, 'out\n')
+  t.is(e7.stderr, 'err\n')
+  // one argument with spaces runs through /bin/sh -c
+  const shell = await cli(['sandbox', 'exec', id, '--', 'echo $((6 * 7)) | tr 4 x'])
+  t.is(shell.code, 0, shell.stderr)
+  t.is(shell.stdout, 'x2\n')
+  // -i forwards stdin; without it the command's stdin is empty
+  const piped = await cli(['sandbox', 'exec', '-i', id, '--', 'cat'], { input: 'data\n' })
+  t.is(piped.code, 0, piped.stderr)
+  t.is(piped.stdout, 'data\n')
+  const noStdin = await cli(['sandbox', 'exec', id, '--', 'cat'], { input: 'ignored\n' })
+  t.is(noStdin.code, 0, noStdin.stderr)
+  t.is(noStdin.stdout, '')
+  const sig = await cli(['sandbox', 'exec', id, '--', 'sh', '-c', 'kill -9 $$'])
+  t.is(sig.code, 128 + 9, sig.stderr)
+
+  // --- ls and inspect
+  const listed = JSON.parse(await okCli(['sandbox', 'ls', '--json', '--label', 'job=t']))
+  t.deepEqual(listed.map((x: { id: string }) => x.id), [id])
+  t.deepEqual(JSON.parse(await okCli(['sandbox', 'ls', '--json', '--label', 'job=other'])), [])
+  const table = (await okCli(['sandbox', 'ls'])).trim().split('\n')
+  t.deepEqual(table[0]!.split(/\s+/), ['ID', 'State', 'Image', 'Created', 'Labels'])
+  t.true(table.some((l) => l.startsWith(id) && /\brunning\b/.test(l) && l.includes('bb:1') && l.includes('job=t')), table.join('\n'))
+  const insp = JSON.parse(await okCli(['sandbox', 'inspect', id]))
+  t.like(insp, { id, state: 'running', image: { ref: 'bb:1' }, labels: { job: 't' }, network: 'none', oomKills: 0 })
+  t.regex(insp.image.digest, /^sha256:[0-9a-f]{64}$/)
+  t.true(insp.layers.length >= 1)
+
+  // --- cp a file in and back
+  const local = path.join(base, 'local')
+  fs.mkdirSync(local)
+  const fileIn = path.join(local, 'blob.bin')
+  fs.writeFileSync(fileIn, crypto.randomBytes(300 * 1024 + 5), { mode: 0o640 })
+  t.is((await okCli(['sandbox', 'cp', fileIn, `${id}:/tmp/blob.bin`])).trim(), `${id}:/tmp/blob.bin`)
+  const wc = await cli(['sandbox', 'exec', id, '--', 'wc', '-c', '/tmp/blob.bin'])
+  t.is(wc.stdout.trim().split(/\s+/)[0], String(300 * 1024 + 5), wc.stderr)
+  const fileBack = path.join(local, 'blob.back')
+  t.is((await okCli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, fileBack])).trim(), fileBack)
+  t.true(fs.readFileSync(fileBack).equals(fs.readFileSync(fileIn)), 'file bytes equal after the round trip')
+  // into an existing directory: under its own name
+  t.is(JSON.parse(await okCli(['sandbox', 'cp', fileIn, `${id}:/root`, '--json'])).copied, `${id}:/root/blob.bin`)
+  const inRoot = await cli(['sandbox', 'exec', id, '--', 'cmp', '/root/blob.bin', '/tmp/blob.bin'])
+  t.is(inRoot.code, 0, inRoot.stdout + inRoot.stderr)
+
+  // --- cp a directory in and back
+  const tree = path.join(local, 'tree')
+  fs.mkdirSync(path.join(tree, 'a/b'), { recursive: true })
+  fs.mkdirSync(path.join(tree, 'empty'))
+  fs.writeFileSync(path.join(tree, 'top.txt'), 'top\n')
+  fs.writeFileSync(path.join(tree, 'a/b/deep.bin'), crypto.randomBytes(70_000))
+  fs.writeFileSync(path.join(tree, 'a/run.sh'), '#!/bin/sh\necho ran\n', { mode: 0o755 })
+  fs.writeFileSync(path.join(tree, 'a/zero'), '')
+  fs.symlinkSync('b/deep.bin', path.join(tree, 'a/link'))
+  t.is((await okCli(['sandbox', 'cp', tree, `${id}:/work`])).trim(), `${id}:/work`)
+  const ran = await cli(['sandbox', 'exec', id, '--', '/work/a/run.sh'])
+  t.is(ran.stdout, 'ran\n', ran.stderr)
+  const treeBack = path.join(local, 'tree.back')
+  t.is((await okCli(['sandbox', 'cp', `${id}:/work`, treeBack])).trim(), treeBack)
+  t.deepEqual(essentials(await snapshotTree(treeBack)), essentials(await snapshotTree(tree)))
+  // and into an existing local directory: under its own name
+  const into = path.join(local, 'into')
+  fs.mkdirSync(into)
+  t.is((await okCli(['sandbox', 'cp', `${id}:/work/a`, into])).trim(), path.join(into, 'a'))
+  t.true(fs.readFileSync(path.join(into, 'a/b/deep.bin')).equals(fs.readFileSync(path.join(tree, 'a/b/deep.bin'))))
+  const missing = await cli(['sandbox', 'cp', `${id}:/no/such/file`, path.join(local, 'x')])
+  t.is(missing.code, 1)
+  t.regex(missing.stderr, /^strata: NOT_FOUND: /m)
+
+  // --- a second sandbox stays running for cluster down to reclaim
+  const other = JSON.parse(await okCli(['sandbox', 'create', '--image', 'bb:1', '--label', 'job=left', '--json']))
+  t.not(initState(other.pid, other.id), null, `the init of ${other.id} (pid ${other.pid}) runs in its cgroup`)
+
+  // --- kill: the record stays (stopped, killed); exec is SANDBOX_GONE
+  t.is((await okCli(['sandbox', 'kill', id])).trim(), `${id} stopped (killed)`)
+  const gone = await cli(['sandbox', 'exec', id, '--', 'true'])
+  t.is(gone.code, 1)
+  t.regex(gone.stderr, /^strata: SANDBOX_GONE: /m)
+  t.like(JSON.parse(await okCli(['sandbox', 'inspect', id])), { id, state: 'stopped', stop: { reason: 'killed' } })
+  t.deepEqual(cgroupsOf(proc.nodeId, [id]), [], 'kill removed the cgroups')
+  t.is(JSON.parse(await okCli(['sandbox', 'ls', '--json', '--state', 'stopped'])).length, 1)
+
+  // --- rm: gone for good
+  t.is((await okCli(['sandbox', 'rm', id])).trim(), id)
+  const after = await cli(['sandbox', 'inspect', id])
+  t.is(after.code, 1)
+  t.regex(after.stderr, /^strata: SANDBOX_NOT_FOUND: /m)
+  const rmAgain = await cli(['sandbox', 'rm', id])
+  t.is(rmAgain.code, 1)
+  t.regex(rmAgain.stderr, /SANDBOX_NOT_FOUND/)
+  t.deepEqual(JSON.parse(await okCli(['sandbox', 'ls', '--json', '--label', 'job=t'])), [])
+
+  // --- usage errors exit 2
+  for (const args of [
+    ['sandbox', 'create'],
+    ['sandbox', 'create', '--image', 'bb:1', '--memory', 'lots'],
+    ['sandbox', 'create', '--image', 'bb:1', '--label', 'novalue'],
+    ['sandbox', 'create', '--image', 'bb:1', '--mount', '/datasets'],
+    ['sandbox', 'exec'],
+    ['sandbox', 'exec', other.id],
+    ['sandbox', 'ls', '--state', 'sideways'],
+    ['sandbox', 'cp', fileIn, path.join(local, 'y')],
+    ['sandbox', 'frobnicate'],
+  ]) {
+    const r = await cli(args)
+    if (r.code !== 2) failed(t, `${args.join(' ')} should be a usage error`, r)
+  }
+  // a well-formed request the daemon refuses is exit 1 with its code
+  const noImage = await cli(['sandbox', 'create', '--image', 'nope:1'])
+  t.is(noImage.code, 1)
+  t.regex(noImage.stderr, /^strata: IMAGE_NOT_FOUND: /m)
+
+  // --- a wrong token is refused (flag and environment)
+  for (const r of [
+    await cli(['sandbox', 'ls', '--token', 'wrong-token']),
+    await strata(['sandbox', 'exec', other.id, '--', 'true'], { env: { ...env, STRATA_TOKEN: 'x'.repeat(64) } }),
+  ]) {
+    t.is(r.code, 1, r.stdout + r.stderr)
+    t.regex(r.stderr, /^strata: UNAUTHENTICATED: /m)
+  }
+
+  // --- --help of every sandbox subcommand (and serve)
+  for (const args of [['sandbox'], ...SUBCOMMANDS.map((c) => ['sandbox', c]), ['serve']]) {
+    const r = await cli([...args, '--help'])
+    if (r.code !== 0) failed(t, `${args.join(' ')} --help`, r)
+    t.regex(r.stdout, /^Usage: strata /m, args.join(' '))
+  }
+
+  // --- cluster down: every sandbox reclaimed, no mounts, runc state or cgroups left
+  const ids = [id, other.id as string]
+  await okCli(['cluster', 'down', '--dir', dir], 180_000)
+  t.deepEqual(mountsUnder([dir, proc.stateDir]), [], 'no mounts under the cluster dir or the sandbox state dir')
+  t.deepEqual(cgroupsOf(proc.nodeId, ids), [], 'no cgroups of the cluster\'s sandboxes')
+  const sbDir = path.join(proc.stateDir, 'sb')
+  t.deepEqual(fs.existsSync(sbDir) ? fs.readdirSync(sbDir) : [], [], 'no sandbox (runc) state left')
+  // the runtime SIGKILLs the init; once it is dead (or a zombie nobody reaped yet) it is gone
+  const first = initState(other.pid, other.id)
+  if (first !== null) t.log(`right after cluster down the init of ${other.id} (pid ${other.pid}) was still in state ${first}`)
+  const state = await until('the init to exit', async () => initState(other.pid, other.id) === null, 5000, 100).then(() => null, () => initState(other.pid, other.id))
+  t.is(state, null, `the init of ${other.id} (pid ${other.pid}) still runs after cluster down (state ${state})`)
+
+  // --- destroy
+  await okCli(['cluster', 'destroy', '--dir', dir])
+  t.false(fs.existsSync(path.join(dir, 'cluster.json')))
+})
