@@ -11,11 +11,13 @@ import type { Logger } from '../../fs/common/log.js'
 import { RELEASE_VERSION } from '../../fs/common/config.js'
 import crypto from 'node:crypto'
 import { ImageStore } from '../image/index.js'
-import type { AdmissionLimits } from './admission.js'
 import { SandboxHttpServer } from './http.js'
-import { SandboxService } from './service.js'
+import { SandboxService, type SandboxServiceOptions } from './service.js'
 
-export interface SandboxDaemonConfig {
+/** Service settings a daemon config may carry, passed through as they are. */
+type Tunables = Pick<SandboxServiceOptions, 'runtime' | 'limits' | 'defaultResources' | 'defaultLifetime' | 'reapIntervalMs' | 'retainStoppedSec' | 'maxConcurrentCreates' | 'layerLingerMs'>
+
+export interface SandboxDaemonConfig extends Tunables {
   /** node name: lease holder in the image store and cgroup parent (/strata/<nodeId>) */
   nodeId: string
   /** host:port of the HTTP API */
@@ -29,17 +31,7 @@ export interface SandboxDaemonConfig {
   tokenFile: string
   /** the address the API listens on is written here once it listens */
   endpointFile?: string
-  runtime?: string
-  limits?: Partial<AdmissionLimits>
-  defaultResources?: { cpu?: number; memoryMiB?: number; pids?: number }
-  defaultLifetime?: { idleTtlSec?: number; maxLifetimeSec?: number }
-  reapIntervalMs?: number
-  retainStoppedSec?: number
-  maxConcurrentCreates?: number
-  /** keep a layer mounted this long after its last sandbox went. Default 60000 ms. */
-  layerLingerMs?: number
 }
-
 
 /** Reads the token, creating it (32 random bytes, hex, mode 0600) when the file does not exist. */
 export function ensureToken(file: string): string {
@@ -82,17 +74,8 @@ export async function startSandboxDaemon(c: SandboxDaemonConfig, log: Logger): P
   try {
     await store.open()
     fs.mkdirSync(c.stateDir, { recursive: true, mode: 0o700 })
-    service = await SandboxService.open({
-      stateDir: c.stateDir, fuseMnt: c.fuseMnt, store, nodeId: c.nodeId, log,
-      ...(c.runtime ? { runtime: c.runtime } : {}),
-      ...(c.limits ? { limits: c.limits } : {}),
-      ...(c.defaultResources ? { defaultResources: c.defaultResources } : {}),
-      ...(c.defaultLifetime ? { defaultLifetime: c.defaultLifetime } : {}),
-      ...(c.reapIntervalMs ? { reapIntervalMs: c.reapIntervalMs } : {}),
-      ...(c.retainStoppedSec ? { retainStoppedSec: c.retainStoppedSec } : {}),
-      ...(c.maxConcurrentCreates ? { maxConcurrentCreates: c.maxConcurrentCreates } : {}),
-      ...(c.layerLingerMs !== undefined ? { layerLingerMs: c.layerLingerMs } : {}),
-    })
+    const { nodeId, listen: _l, mgmtdAddresses: _m, fuseMnt, stateDir, tokenFile: _t, endpointFile: _e, ...tunables } = c
+    service = await SandboxService.open({ ...tunables, stateDir, fuseMnt, store, nodeId, log })
     http = new SandboxHttpServer({ service, token, log, version: RELEASE_VERSION, listen: c.listen })
     const address = await http.listen()
     if (c.endpointFile) fs.writeFileSync(c.endpointFile, `http://${address}\n`)
