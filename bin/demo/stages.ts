@@ -213,7 +213,7 @@ export async function runStages(o: StageOptions, r: Reporter, s: Summary, hooks:
   const deleteWall = performance.now() - t
   const after = await c.strata.node()
   const leftLayers = after.layers.filter((l) => l.users > 0).length
-  const leftSandboxes = after.sandboxes.running + after.sandboxes.creating + after.sandboxes.stopped
+  const leftSandboxes = after.sandboxes.running + after.sandboxes.creating + after.sandboxes.stopped + (after.sandboxes.deleting ?? 0)
   s.delete = { count: lat.length, latency: summarize(lat), wallMs: deleteWall, left: { sandboxes: leftSandboxes, layers: leftLayers } }
   r.line(`node after the deletes: ${leftSandboxes} sandboxes, ${after.layers.length} layer mounts (${leftLayers} in use)`)
   if (leftSandboxes || leftLayers) throw new Error(`after deleting every sandbox the node still has ${leftSandboxes} sandboxes and ${leftLayers} layer mounts in use`)
