@@ -82,7 +82,7 @@ export async function runStages(o: StageOptions, r: Reporter, s: Summary, hooks:
   }
   s.rootfs = { dir: rootfs.dir, cached: rootfs.cached, buildMs: rootfs.buildMs, ms: performance.now() - t0, treeBytes: rootfs.treeBytes, files: rootfs.files, packages: DEBIAN_PACKAGES }
   const base = await r.step(`import as ${ref(BASE_IMAGE)} (kind base): mkfs.erofs of the tree, stored in the DFS`, (u) => importBase(c.store, rootfs.dir, workDir, u, hooks.signal), (b) =>
-    `${b.digest.slice(0, 19)}…, layer ${fmtBytes(b.layerBytes)} (tree ${fmtBytes(rootfs.treeBytes)})`,
+    `layer ${b.layers[0]?.digest.slice(0, 19) ?? '?'}… of ${fmtBytes(b.layerBytes)} (tree ${fmtBytes(rootfs.treeBytes)})`,
   )
   s.baseImage = base
 
