@@ -217,16 +217,28 @@ Examples:
     .option('--user <user>', 'run as this user')
     .option('--timeout <sec>', 'kill the command after this many seconds (exit code 124)', intArg('--timeout', { min: 1 }))
     .addHelpText('after', `
-Exit code: the command's; 128+N when killed by signal N; 124 on --timeout.
+Exit code: the command's; 128+N when killed by signal N; 124 on --timeout;
+127 when the command does not exist, 126 when it may not be run.
 Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .action(async (id: string, argv: string[], o, cmd: Command) => {
       await withClient(cmd, async (s) => {
         const sb = await s.sandboxes.get(id)
         const command = argv.length === 1 && /\s/.test(argv[0]!) ? argv[0]! : argv
-        const p = await sb.spawn(command, {
-          ...(o.cwd ? { cwd: o.cwd } : {}), ...(o.env ? { env: o.env } : {}), ...(o.user ? { user: o.user } : {}),
-          ...(o.timeout ? { timeoutMs: o.timeout * 1000 } : {}),
-        })
+        let p
+        try {
+          p = await sb.spawn(command, {
+            ...(o.cwd ? { cwd: o.cwd } : {}), ...(o.env ? { env: o.env } : {}), ...(o.user ? { user: o.user } : {}),
+            ...(o.timeout ? { timeoutMs: o.timeout * 1000 } : {}),
+          })
+        } catch (e) {
+          // as a shell does: 127 for a command that is not there, 126 for one that may not run
+          if (isStrataError(e, ['NOT_FOUND', 'SANDBOX_PERMISSION_DENIED'])) {
+            process.stderr.write(`strata: ${(e as Error).message}\n`)
+            process.exitCode = isStrataError(e, 'NOT_FOUND') ? 127 : 126
+            return
+          }
+          throw e
+        }
         if (o.interactive) void pipeline(process.stdin, p.stdin).catch(() => undefined)
         else p.stdin.end()
         const pumps = [pipeline(p.stdout, process.stdout, { end: false }), pipeline(p.stderr, process.stderr, { end: false })]

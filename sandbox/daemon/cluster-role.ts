@@ -67,7 +67,8 @@ export const sandboxClusterRole: ClusterRoleSpec = {
     const tokenFile = path.join(ctx.dir, TOKEN_FILE)
     ensureToken(tokenFile)
     const c: SandboxDaemonConfig = {
-      nodeId: `node-${ctx.nodeId}`,
+      // unique per cluster directory: several local clusters share this machine's cgroup tree
+      nodeId: `node-${ctx.nodeId}-${crypto.createHash('sha256').update(path.resolve(ctx.dir)).digest('hex').slice(0, 8)}`,
       listen: ctx.listen,
       mgmtdAddresses: ctx.mgmtdAddresses,
       fuseMnt: path.join(ctx.dir, 'mnt'),

@@ -156,7 +156,13 @@ export class SandboxHttpServer {
           continue
         }
         if (r.auth) this.#authenticate(req)
-        await r.h({ req, res, url, params: m.slice(1).map(decodeURIComponent), signal: ac.signal })
+        let params: string[]
+        try {
+          params = m.slice(1).map(decodeURIComponent)
+        } catch {
+          throw new StrataError('INVALID_ARGUMENT', `malformed percent-encoding in ${url.pathname}`)
+        }
+        await r.h({ req, res, url, params, signal: ac.signal })
         return
       }
       allowed = [...new Set(allowed)]
@@ -273,6 +279,10 @@ export class SandboxHttpServer {
       try {
         await streamProcess(res, e.proc, signal)
         this.#dropProcess(key)
+      } catch (err) {
+        // the command or its sandbox is gone: nothing more will come out of it
+        if (!signal.aborted) this.#dropProcess(key)
+        throw this.#svc.explain(e.sandboxId, err)
       } finally {
         e.reader = false
       }
@@ -285,10 +295,21 @@ export class SandboxHttpServer {
       e.stdinBusy = new Promise<void>((r) => (done = r))
       try {
         await prev
+        const stdin = e.proc.stdin
+        if (stdin.writableEnded || stdin.destroyed) throw new StrataError('CLOSED', `process ${e.pid}'s stdin is closed`)
         let bytes = 0
         for await (const c of req) {
           bytes += (c as Buffer).length
-          if (!e.proc.stdin.write(c)) await new Promise<void>((r) => e.proc.stdin.once('drain', r))
+          if (!stdin.write(c)) {
+            // drain, or the stream ends (the command exited): never wait forever
+            await new Promise<void>((r) => {
+              const done = () => { stdin.off('drain', done); stdin.off('close', done); stdin.off('error', done); r() }
+              stdin.once('drain', done)
+              stdin.once('close', done)
+              stdin.once('error', done)
+            })
+            if (stdin.destroyed) throw new StrataError('CLOSED', `process ${e.pid}'s stdin closed while writing`)
+          }
         }
         if (eof === '1' || eof === 'true') e.proc.stdin.end()
         json(res, 200, { bytes })
@@ -304,7 +325,7 @@ export class SandboxHttpServer {
       try {
         e.proc.kill(sig as NodeJS.Signals | number, { group: body?.group !== false })
       } catch (err) {
-        throw new StrataError('INVALID_ARGUMENT', `signal ${String(sig)}: ${(err as Error).message}`, { cause: err })
+        throw new StrataError('INVALID_ARGUMENT', `signal ${String(sig)}: ${(err as StrataError).reason ?? (err as Error).message}`, { cause: err })
       }
       json(res, 200, { ok: true })
     })
@@ -337,12 +358,12 @@ export class SandboxHttpServer {
     })
     this.#route('GET', '/v1/sandboxes/:id/files/stat', async ({ res, url, params, signal }) => {
       const q = query(url, ['path', 'user', 'follow'])
-      await svc.use(params[0]!, async (h, info) => json(res, 200, entryJson(await h.agent.files.stat(q.path!, { ...userOf(q, info), followSymlinks: flag(q.follow), signal }))))
+      await svc.use(params[0]!, async (h, info) => json(res, 200, entryJson(await h.agent.files.stat(q.path!, { ...userOf(q, info), ...(q.follow !== undefined ? { followSymlinks: flag(q.follow) } : {}), signal }))))
     })
     this.#route('POST', '/v1/sandboxes/:id/files/mkdir', async ({ req, res, params, signal }) => {
       const b = fileBody(await readJson(req), ['path', 'parents', 'mode', 'user'])
       await svc.use(params[0]!, async (h, info) => {
-        await h.agent.files.mkdir(b.path as string, { user: (b.user as string) ?? info.user, parents: b.parents === true, ...(b.mode !== undefined ? { mode: b.mode as number } : {}), signal })
+        await h.agent.files.mkdir(b.path as string, { user: (b.user as string) ?? info.user, ...(b.parents !== undefined ? { parents: b.parents === true } : {}), ...(b.mode !== undefined ? { mode: b.mode as number } : {}), signal })
         json(res, 200, { ok: true })
       })
     })
@@ -378,13 +399,16 @@ export class SandboxHttpServer {
     })
   }
 
+  /** The process entry, after checking its sandbox still runs (its entries go when it does not). */
   #procKey(params: string[]): string {
     const [id, pid] = params
-    const key = `${id}/${pid}`
-    if (!this.#procs.has(key)) {
-      this.#svc.inspect(id!).catch(() => undefined)
-      throw new StrataError('NOT_FOUND', `no process ${pid} started through the API in sandbox ${id} (or its output was read to the end)`)
+    const st = this.#svc.peek(id!)
+    if (st.state !== 'running') {
+      for (const [k, e] of this.#procs) if (e.sandboxId === id) this.#dropProcess(k)
+      throw new StrataError('SANDBOX_GONE', `sandbox ${id} is ${st.state}`)
     }
+    const key = `${id}/${pid}`
+    if (!this.#procs.has(key)) throw new StrataError('NOT_FOUND', `no process ${pid} started through the API in sandbox ${id} (or its output was read to the end)`)
     return key
   }
 
@@ -502,7 +526,10 @@ async function firstChunk(s: NodeJS.ReadableStream & AsyncIterable<Buffer>): Pro
  */
 async function streamProcess(res: http.ServerResponse, proc: AgentProcess, signal: AbortSignal): Promise<void> {
   const pid = await proc.pid
-  res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' })
+  // setHeader, not writeHead's argument: #error looks the content type up to end a failed stream with an error event
+  res.setHeader('content-type', 'application/x-ndjson')
+  res.setHeader('cache-control', 'no-store')
+  res.writeHead(200)
   const write = (ev: OutputEvent): boolean => res.write(JSON.stringify(ev) + '\n')
   write({ type: 'started', pid })
   let paused = 0

@@ -222,7 +222,10 @@ export class SandboxService {
   /** Creates a sandbox (or returns the one its idempotency key made). `replay` is true for the latter. */
   async create(body: unknown): Promise<{ info: SandboxInfo; replay: boolean }> {
     this.#checkOpen()
-    const req = validateCreate(body)
+    return this.#createChecked(validateCreate(body))
+  }
+
+  async #createChecked(req: CreateSandboxRequest): Promise<{ info: SandboxInfo; replay: boolean }> {
     const key = req.idempotencyKey
     if (key === undefined) return { info: await this.#create(req), replay: false }
     const hash = requestHash(req)
@@ -259,7 +262,8 @@ export class SandboxService {
     const results = await Promise.all(Array.from({ length: count }, async (_, i) => {
       try {
         const one = req.idempotencyKey === undefined ? req : { ...req, idempotencyKey: `${req.idempotencyKey}#${i}` }
-        return { ok: true as const, sandbox: (await this.create(one)).info }
+        // item keys derive from a checked key: not checked again (KEY#i may pass the length limit)
+        return { ok: true as const, sandbox: (await this.#createChecked(one)).info }
       } catch (e) {
         const se = toStrataError(e)
         return { ok: false as const, error: { code: se.code, message: se.reason } }
@@ -438,29 +442,48 @@ export class SandboxService {
     return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id))
   }
 
+  /** The record as it stands, without asking the runtime (cheap; SANDBOX_NOT_FOUND if unknown). */
+  peek(id: string): SandboxInfo {
+    return this.#get(id).info
+  }
+
   /**
    * Runs `fn` with the running sandbox's handle, counting it as activity for
    * the idle TTL (for as long as `fn` runs: a long exec is not idle).
    */
   async use<T>(id: string, fn: (h: SandboxHandle, info: SandboxInfo) => Promise<T>): Promise<T> {
     const l = this.#get(id)
-    if (l.info.state !== 'running' || !l.handle || l.stopping) {
-      throw new StrataError('SANDBOX_GONE', `sandbox ${id} is ${l.stopping ? 'stopping' : l.info.state}${l.info.stop ? ` (${l.info.stop.reason}: ${l.info.stop.message})` : ''}`, { detail: { state: l.info.state, ...(l.info.stop ? { stop: l.info.stop } : {}) } })
-    }
+    const handle = l.handle
+    if (l.info.state !== 'running' || !handle || l.stopping) throw this.#goneError(id, l)
     l.active++
     this.#touch(l)
     try {
-      return await fn(l.handle, l.info)
+      return await fn(handle, l.info)
     } catch (e) {
-      // the agent vanished under the call: report it as the sandbox being gone if it is
-      if (isStrataError(e, ['SANDBOX_AGENT_UNREACHABLE', 'RPC_CONNECTION_CLOSED']) && !pidAlive(l.handle.pid)) {
-        throw new StrataError('SANDBOX_GONE', `sandbox ${id} stopped during the call`, { cause: e })
-      }
-      throw e
+      throw this.explain(id, e)
     } finally {
       l.active--
       this.#touch(l)
     }
+  }
+
+  /**
+   * A failure of a call into a sandbox, restated as SANDBOX_GONE when the
+   * sandbox stopped or is stopping (the agent's connection broke because the
+   * sandbox went, not the other way round).
+   */
+  explain(id: string, e: unknown): unknown {
+    const l = this.#live.get(id)
+    const gone = !l || l.stopping !== undefined || l.info.state !== 'running' || !l.handle || !pidAlive(l.handle.pid)
+    if (gone && !isStrataError(e, 'SANDBOX_GONE')) {
+      return l ? this.#goneError(id, l, e) : new StrataError('SANDBOX_GONE', `sandbox ${id} was deleted during the call`, { cause: e })
+    }
+    return e
+  }
+
+  #goneError(id: string, l: Live, cause?: unknown): StrataError {
+    return new StrataError('SANDBOX_GONE', `sandbox ${id} is ${l.stopping ? 'stopping' : l.info.state}${l.info.stop ? ` (${l.info.stop.reason}: ${l.info.stop.message})` : ''}`,
+      { ...(cause !== undefined ? { cause } : {}), detail: { state: l.info.state, ...(l.info.stop ? { stop: l.info.stop } : {}) } })
   }
 
   /** Marks API activity without a call (keepalive). */

@@ -59,7 +59,10 @@ export type SpawnOptions = Omit<ExecOptions, 'stdin' | 'onStdout' | 'onStderr'>
 
 export interface SandboxProcess {
   readonly pid: number
-  /** consume both (or resume() the one you do not need): they share one connection */
+  /**
+   * Consume both (or resume() the one you do not need): they share one connection.
+   * They end when the command exits, or early when the connection or the sandbox goes; wait() says which.
+   */
   readonly stdout: Readable
   readonly stderr: Readable
   /** write() sends to the command; end() closes its stdin */
@@ -276,8 +279,9 @@ export class Sandbox {
         }
         throw new StrataError('RPC_CONNECTION_CLOSED', `process ${pid} in ${this.id}: the output stream ended before the exit status`)
       } catch (e) {
-        stdout.destroy(e as Error)
-        stderr.destroy(e as Error)
+        // the streams just end (an 'error' nobody listens for would crash the caller); wait() says why
+        stdout.push(null)
+        stderr.push(null)
         exitReject(e)
       }
     })()

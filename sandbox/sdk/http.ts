@@ -119,7 +119,7 @@ export class Transport {
 
 export async function readAll(res: AsyncIterable<Uint8Array>): Promise<Buffer> {
   const chunks: Buffer[] = []
-  for await (const c of res) chunks.push(Buffer.from(c))
+  for await (const c of connectionErrors(res)) chunks.push(Buffer.from(c))
   return Buffer.concat(chunks)
 }
 
@@ -138,7 +138,7 @@ async function errorOf(res: http.IncomingMessage): Promise<StrataError> {
 export async function* ndjson<T>(src: AsyncIterable<Uint8Array>): AsyncGenerator<T> {
   let buf = ''
   const dec = new TextDecoder()
-  for await (const c of src) {
+  for await (const c of connectionErrors(src)) {
     buf += dec.decode(c, { stream: true })
     let nl: number
     while ((nl = buf.indexOf('\n')) >= 0) {
@@ -148,4 +148,14 @@ export async function* ndjson<T>(src: AsyncIterable<Uint8Array>): AsyncGenerator
     }
   }
   if (buf.trim()) yield JSON.parse(buf) as T
+}
+
+/** A response body whose connection breaks mid-way fails with RPC_CONNECTION_CLOSED, not a bare 'aborted'. */
+export async function* connectionErrors(src: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+  try {
+    for await (const c of src) yield c
+  } catch (e) {
+    if (isStrataError(e)) throw e
+    throw new StrataError('RPC_CONNECTION_CLOSED', `the daemon's response broke off: ${(e as Error).message}`, { cause: e })
+  }
 }

@@ -284,6 +284,45 @@ test.serial('bad input on every SDK call is a typed error, and nothing is left b
   t.is((await s.sandboxes.list()).length, 0)
 })
 
+test.serial('a sandbox that goes mid-call: exec and process streams end with SANDBOX_GONE, process routes refuse, stdin after EOF is CLOSED', async (t) => {
+  const d = await startDaemon(t, env)
+  const s = d.sdk
+  const sb = await s.sandboxes.create({ image: 'bb:1' })
+  // stdin after EOF answers at once
+  const cat = await sb.spawn(['cat'])
+  cat.stdout.resume()
+  cat.stderr.resume()
+  cat.stdin.end('x')
+  t.is((await cat.wait()).exitCode, 0)
+  const sleeper = await sb.spawn(['sleep', '60'])
+  sleeper.stdout.resume()
+  sleeper.stderr.resume()
+  const h = { authorization: `Bearer ${d.token}` }
+  const eofTwice = async () => {
+    const a = await fetch(`http://${d.address}/v1/sandboxes/${sb.id}/processes/${sleeper.pid}/stdin?eof=1`, { method: 'PUT', headers: h, body: '' })
+    const b = await fetch(`http://${d.address}/v1/sandboxes/${sb.id}/processes/${sleeper.pid}/stdin`, { method: 'PUT', headers: h, body: 'late', signal: AbortSignal.timeout(10_000) })
+    return [a.status, b.status, ((await b.json()) as { code: string }).code]
+  }
+  t.deepEqual(await eofTwice(), [200, 503, 'CLOSED'])
+  // kill under a running exec and a running process
+  const running = sb.exec(['sleep', '60'])
+  await new Promise((r) => setTimeout(r, 300))
+  await sb.kill()
+  t.is(await code(running), 'SANDBOX_GONE')
+  t.is(await code(sleeper.wait()), 'SANDBOX_GONE')
+  const out = await fetch(`http://${d.address}/v1/sandboxes/${sb.id}/processes/${sleeper.pid}/output`, { headers: h })
+  t.is(((await out.json()) as { code: string }).code, 'SANDBOX_GONE')
+  await sb.delete()
+  const after = await fetch(`http://${d.address}/v1/sandboxes/${sb.id}/processes/${sleeper.pid}/output`, { headers: h })
+  t.is(((await after.json()) as { code: string }).code, 'SANDBOX_NOT_FOUND')
+  const bad = await fetch(`http://${d.address}/v1/sandboxes/%E0`, { headers: h })
+  t.is(bad.status, 400)
+  // batch items derive their keys from a key at the length limit
+  const r = await s.sandboxes.createMany({ image: 'bb:1', idempotencyKey: 'k'.repeat(256) }, { count: 2 })
+  t.true(r.every((x) => x.ok))
+  for (const x of r) if (x.ok) await x.sandbox.delete()
+})
+
 test.serial('500 create/delete cycles leave nothing behind: processes, mounts, cgroups, directories, registry records, layer mounts', async (t) => {
   const cycles = Number(process.env.STRATA_LEAK_CYCLES ?? 500)
   const d = await startDaemon(t, env, { layerLingerMs: 1000 })
