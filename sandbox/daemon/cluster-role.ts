@@ -105,6 +105,6 @@ export const sandboxClusterRole: ClusterRoleSpec = {
   async cleanup(p: ClusterProcess): Promise<void> {
     const c = configOf(p)
     if (!c) return
-    await reclaimOffline(c.stateDir, c.runtime ? { runtime: c.runtime } : {})
+    await reclaimOffline(c.stateDir, { ...(c.runtime ? { runtime: c.runtime } : {}), cgroupParent: `/strata/${c.nodeId}` })
   },
 }

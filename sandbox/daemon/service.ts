@@ -645,6 +645,7 @@ export class SandboxService {
     await this.settled()
     await this.layers.dropIdle()
     await this.layers.sweep()
+    this.backend.removeEmptyCgroupParent()
     return ids.length
   }
 
@@ -671,11 +672,11 @@ export class SandboxService {
  * Image-store leases of the layers stay until the store's stale-lease rules
  * drop them.
  */
-export async function reclaimOffline(stateDir: string, opts: { runtime?: string } = {}): Promise<number> {
+export async function reclaimOffline(stateDir: string, opts: { runtime?: string; cgroupParent?: string } = {}): Promise<number> {
   const root = path.resolve(stateDir)
   const sbDir = path.join(root, 'sb')
   if (!fs.existsSync(sbDir)) return 0
-  const backend = new ContainerBackend(opts.runtime ? { runtime: opts.runtime } : {})
+  const backend = new ContainerBackend({ ...(opts.runtime ? { runtime: opts.runtime } : {}), ...(opts.cgroupParent ? { cgroupParent: opts.cgroupParent } : {}) })
   let n = 0
   for (const id of fs.readdirSync(sbDir)) {
     const dir = path.join(sbDir, id)
@@ -690,6 +691,7 @@ export async function reclaimOffline(stateDir: string, opts: { runtime?: string 
     n++
   }
   await unmountTree(path.join(root, 'layers'))
+  if (opts.cgroupParent) backend.removeEmptyCgroupParent()
   const reg = Registry.open(path.join(root, 'registry'))
   try {
     for (const info of reg.all()) await reg.remove(info.id)

@@ -151,6 +151,25 @@ export class ContainerBackend implements SandboxBackend {
     }
   }
 
+  /**
+   * Removes this backend's cgroup parent (`cgroupParent`) from every cgroup
+   * hierarchy where it is empty: the runtime removes each sandbox's own
+   * cgroup, not the parents it created. Non-empty or missing ones are left.
+   */
+  removeEmptyCgroupParent(): void {
+    const parts = this.#cgroupParent.split('/').filter(Boolean)
+    for (const root of cgroupMounts()) {
+      // deepest first: /strata/<node>, then /strata if nothing else uses it
+      for (let i = parts.length; i > 0; i--) {
+        try {
+          fs.rmdirSync(path.join(root, ...parts.slice(0, i)))
+        } catch {
+          break
+        }
+      }
+    }
+  }
+
   async adopt(id: string, stateDir: string): Promise<SandboxHandle> {
     stateDir = path.resolve(stateDir)
     let meta: Meta
@@ -202,6 +221,18 @@ function tail(file: string, n = 4096): string {
 /** What a failed start left in the logs: the agent's output (it says why it stopped), else the runtime's. */
 function startOutput(stateDir: string): string {
   return tail(path.join(stateDir, 'agent.log'), 2048) || tail(path.join(stateDir, 'runtime.log'), 2048)
+}
+
+/** Mount points of every cgroup hierarchy (v1 controllers and the v2 unified one). */
+function cgroupMounts(): string[] {
+  const out = new Set<string>()
+  for (const line of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const [pre, post] = line.split(' - ')
+    if (!pre || !post) continue
+    const fstype = post.split(' ')[0]
+    if (fstype === 'cgroup' || fstype === 'cgroup2') out.add(pre.split(' ')[4]!)
+  }
+  return [...out]
 }
 
 let memCgroupRoot: { dir: string; v2: boolean } | null | undefined

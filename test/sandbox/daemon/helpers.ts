@@ -131,7 +131,7 @@ export async function startDaemon(t: ExecutionContext, env: DaemonEnv, o: Partia
     }
     // a later daemon on the same state dir owns it: only the last one cleans
     if (!o.stateDir) {
-      await reclaimOffline(stateDir).catch((e) => t.log(`reclaimOffline: ${(e as Error).message}`))
+      await reclaimOffline(stateDir, { cgroupParent: `/strata/${config.nodeId}` }).catch((e) => t.log(`reclaimOffline: ${(e as Error).message}`))
       fs.rmSync(stateDir, { recursive: true, force: true })
     }
   })
