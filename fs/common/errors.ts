@@ -123,7 +123,6 @@ export const ERRORS = {
   IMAGE_UNSUPPORTED_MEDIA_TYPE: spec(false, 'ENOTSUP', 'the media type or compression is not supported'),
   IMAGE_BLOB_MISSING: spec(false, 'ENOENT', 'a manifest references a blob that is not stored'),
   IMAGE_PLATFORM_NOT_FOUND: spec(false, 'ENOENT', 'the index has no manifest for the requested platform'),
-  IMAGE_LAYER_IN_USE: spec(false, 'EBUSY', 'the layer is in use'),
   IMAGE_BUILD_FAILED: spec(false, 'EIO', 'building the EROFS layer failed'),
   IMAGE_REMOTE_ERROR: spec(true, 'EIO', 'the registry or object store failed'),
   IMAGE_AUTH_FAILED: spec(false, 'EACCES', 'the registry or object store refused the credentials'),
