@@ -1,7 +1,8 @@
 // `strata sandbox …` the way a new user following the README runs it, every
 // step a child process of the real CLI against a real cluster: cluster up
-// (the token file), image import of a busybox rootfs, sandbox create / exec
-// (exit code, separate streams, -i stdin) / ls / inspect / cp (file and
+// (the token file, the daemon's per-cluster node name), image import of a
+// busybox rootfs, sandbox create / exec (exit code, separate streams, -i stdin,
+// 127 / 126 for a missing / non-executable command) / ls / inspect / cp (file and
 // directory, both ways) / kill / rm, usage errors, a wrong token, --help of
 // every subcommand, and finally cluster down leaving no mounts, runc state or
 // cgroups of the cluster behind. Teardown runs `cluster down` and clears
@@ -110,6 +111,8 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   // --- cluster up: one storage node, one replica; the sandbox daemon and its token come with it
   await okCli(['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '-q'], 300_000)
   proc = sandboxProc(dir)
+  // the node name (cgroup parent /strata/<name>) carries a hash of the cluster dir, so local clusters do not share one
+  t.is(proc.nodeId, `node-40001-${crypto.createHash('sha256').update(path.resolve(dir)).digest('hex').slice(0, 8)}`)
   const tokenFile = path.join(dir, 'sandbox.token')
   t.true(fs.existsSync(tokenFile), 'cluster up wrote DIR/sandbox.token')
   t.is(fs.statSync(tokenFile).mode & 0o777, 0o600)
@@ -146,6 +149,13 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   t.is(noStdin.stdout, '')
   const sig = await cli(['sandbox', 'exec', id, '--', 'sh', '-c', 'kill -9 $$'])
   t.is(sig.code, 128 + 9, sig.stderr)
+  // a command that cannot be started: 127 when it does not exist, 126 when it may not run (as a shell)
+  const noCmd = await cli(['sandbox', 'exec', id, '--', 'no-such-command', 'arg'])
+  t.is(noCmd.code, 127, noCmd.stdout + noCmd.stderr)
+  t.regex(noCmd.stderr, /^strata: NOT_FOUND: /m)
+  const notExec = await cli(['sandbox', 'exec', id, '--', '/etc/passwd'])
+  t.is(notExec.code, 126, notExec.stdout + notExec.stderr)
+  t.regex(notExec.stderr, /^strata: SANDBOX_PERMISSION_DENIED: /m)
 
   // --- ls and inspect
   const listed = JSON.parse(await okCli(['sandbox', 'ls', '--json', '--label', 'job=t']))
