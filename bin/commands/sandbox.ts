@@ -218,7 +218,7 @@ Examples:
     .option('--timeout <sec>', 'kill the command after this many seconds (exit code 124)', intArg('--timeout', { min: 1 }))
     .addHelpText('after', `
 Exit code: the command's; 128+N when killed by signal N; 124 on --timeout;
-127 when the command does not exist, 126 when it may not be run.
+127 when the command (or --cwd, or --user) is not found, 126 when it may not be run.
 Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .action(async (id: string, argv: string[], o, cmd: Command) => {
       await withClient(cmd, async (s) => {

@@ -77,6 +77,8 @@ export interface ClusterRoleSpec {
   beforeStop?(p: ClusterProcess): Promise<void>
   /** after `cluster down`/`destroy` stopped it (or found it dead): release what it held (e.g. a FUSE mount) */
   cleanup?(p: ClusterProcess): Promise<void>
+  /** files and empty directories the role keeps directly in the cluster directory; `cluster destroy` removes them */
+  files?: string[]
 }
 
 const extraRoles = new Map<string, ClusterRoleSpec>()
@@ -704,6 +706,18 @@ export async function clusterDestroy(o: { dir?: string | null; force?: boolean }
     // data dirs placed elsewhere by hand-edited descriptions
     if (!p.dataDir.startsWith(dir + path.sep)) continue
     fs.rmSync(p.dataDir, { recursive: true, force: true })
+  }
+  for (const spec of extraRoles.values()) {
+    for (const f of spec.files ?? []) {
+      const p = path.join(dir, f)
+      // an empty directory (a mount point) goes with rmdir, which never reaches into a live mount
+      try {
+        if (fs.lstatSync(p).isDirectory()) fs.rmdirSync(p)
+        else fs.rmSync(p)
+      } catch {
+        // absent, or a directory someone filled: theirs
+      }
+    }
   }
   fs.rmSync(path.join(dir, 'cluster.json'), { force: true })
   try {

@@ -57,6 +57,7 @@ export function fuseClusterRole(hasMeta: () => boolean): ClusterRoleSpec {
       if (!c?.stateFile) throw new Error(`${p.name}: config ${p.configFile} has no stateFile`)
       await waitMounted({ mountpoint: c.mountpoint, stateFile: c.stateFile, pid: p.pid!, logFile: p.logFile, deadline })
     },
+    files: ['mnt'],
     async cleanup(p: ClusterProcess): Promise<void> {
       const c = configOf(p)
       if (!c) return

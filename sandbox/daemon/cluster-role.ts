@@ -96,6 +96,7 @@ export const sandboxClusterRole: ClusterRoleSpec = {
       await sleep(100)
     }
   },
+  files: [TOKEN_FILE],
   async beforeStop(p: ClusterProcess): Promise<void> {
     const c = configOf(p)
     if (!c) return

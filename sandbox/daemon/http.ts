@@ -402,7 +402,13 @@ export class SandboxHttpServer {
   /** The process entry, after checking its sandbox still runs (its entries go when it does not). */
   #procKey(params: string[]): string {
     const [id, pid] = params
-    const st = this.#svc.peek(id!)
+    let st
+    try {
+      st = this.#svc.peek(id!)
+    } catch (e) {
+      for (const [k, x] of this.#procs) if (x.sandboxId === id) this.#dropProcess(k)
+      throw e
+    }
     if (st.state !== 'running') {
       for (const [k, e] of this.#procs) if (e.sandboxId === id) this.#dropProcess(k)
       throw new StrataError('SANDBOX_GONE', `sandbox ${id} is ${st.state}`)
@@ -491,6 +497,10 @@ function fileBody(body: unknown, allowed: string[], pathKey = 'path'): Record<st
   for (const k of Object.keys(b)) if (!allowed.includes(k)) throw new StrataError('INVALID_ARGUMENT', `unknown field ${JSON.stringify(k)} (known: ${allowed.join(', ')})`)
   if (typeof b[pathKey] !== 'string') throw new StrataError('INVALID_ARGUMENT', `${pathKey} must be a path`)
   if (b.user !== undefined && typeof b.user !== 'string') throw new StrataError('INVALID_ARGUMENT', 'user must be a string')
+  for (const k of ['parents', 'recursive', 'force', 'noReplace']) {
+    if (b[k] !== undefined && typeof b[k] !== 'boolean') throw new StrataError('INVALID_ARGUMENT', `${k} must be true or false`)
+  }
+  if (b.mode !== undefined && (!Number.isInteger(b.mode) || (b.mode as number) < 0 || (b.mode as number) > 0o7777)) throw new StrataError('INVALID_ARGUMENT', 'mode must be an integer in [0, 0o7777]')
   return b
 }
 

@@ -227,7 +227,7 @@ export class Sandbox {
     const res = await this.#t.request({ method: 'POST', path: this.#p('/exec'), json: body, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
     const out: Buffer[] = []
     const err: Buffer[] = []
-    for await (const ev of ndjson<OutputEvent>(res)) {
+    for await (const ev of ndjson<OutputEvent>(res, o.signal)) {
       if (ev.type === 'stdout' || ev.type === 'stderr') {
         const b = Buffer.from(ev.data, 'base64')
         if (ev.type === 'stdout') { out.push(b); o.onStdout?.(b) } else { err.push(b); o.onStderr?.(b) }
@@ -263,7 +263,7 @@ export class Sandbox {
     void (async () => {
       try {
         res = await t.request({ method: 'GET', path: `${base}/output`, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
-        for await (const ev of ndjson<OutputEvent>(res)) {
+        for await (const ev of ndjson<OutputEvent>(res, o.signal)) {
           if (ev.type === 'stdout' || ev.type === 'stderr') {
             const r = ev.type === 'stdout' ? stdout : stderr
             if (!r.push(Buffer.from(ev.data, 'base64'))) res.pause()
@@ -308,7 +308,7 @@ export class Sandbox {
       return readAll(await this.#t.request({ method: 'GET', path: this.#p('/files'), query: { path: checkPath(p), offset: o.offset, length: o.length, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) }))
     },
     readStream: async (p: string, o: { offset?: number; length?: number; user?: string; signal?: AbortSignal } = {}): Promise<Readable> => {
-      return this.#t.request({ method: 'GET', path: this.#p('/files'), query: { path: checkPath(p), offset: o.offset, length: o.length, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+      return this.#t.stream({ method: 'GET', path: this.#p('/files'), query: { path: checkPath(p), offset: o.offset, length: o.length, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
     },
     write: async (p: string, data: string | Uint8Array | AsyncIterable<Uint8Array>, o: { mode?: number; mkdirs?: boolean; append?: boolean; exclusive?: boolean; user?: string; signal?: AbortSignal } = {}): Promise<{ bytes: number }> => {
       if (o.mode !== undefined && (!Number.isInteger(o.mode) || o.mode < 0 || o.mode > 0o7777)) throw new StrataError('INVALID_ARGUMENT', 'mode must be an integer in [0, 0o7777]')
@@ -322,7 +322,7 @@ export class Sandbox {
       return r.entries.map(entryOf)
     },
     stat: async (p: string, o: { user?: string; followSymlinks?: boolean } = {}): Promise<SandboxFileEntry> => {
-      return entryOf(await this.#t.json<Record<string, unknown>>({ method: 'GET', path: this.#p('/files/stat'), query: { path: checkPath(p), user: o.user, follow: o.followSymlinks ? 1 : undefined } }))
+      return entryOf(await this.#t.json<Record<string, unknown>>({ method: 'GET', path: this.#p('/files/stat'), query: { path: checkPath(p), user: o.user, follow: o.followSymlinks === undefined ? undefined : o.followSymlinks ? 1 : 0 } }))
     },
     mkdir: async (p: string, o: { parents?: boolean; mode?: number; user?: string } = {}): Promise<void> => {
       await this.#t.json({ method: 'POST', path: this.#p('/files/mkdir'), json: { path: checkPath(p), ...o } })
@@ -335,7 +335,7 @@ export class Sandbox {
     },
     /** A tar stream of a directory's contents (or of one file). */
     downloadTar: async (p: string, o: { user?: string; signal?: AbortSignal } = {}): Promise<Readable> => {
-      return this.#t.request({ method: 'GET', path: this.#p('/archive'), query: { path: checkPath(p), user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+      return this.#t.stream({ method: 'GET', path: this.#p('/archive'), query: { path: checkPath(p), user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
     },
     /** Unpacks a tar stream into a directory (created if missing). */
     uploadTar: async (dir: string, tar: Uint8Array | AsyncIterable<Uint8Array>, o: { user?: string; preserveOwner?: boolean; signal?: AbortSignal } = {}): Promise<{ entries: number }> => {

@@ -105,9 +105,15 @@ export class Transport {
     })
   }
 
+  /** A streamed response body whose failures are typed (RPC_CONNECTION_CLOSED, CANCELLED). */
+  async stream(o: RequestOptions): Promise<Readable> {
+    const res = await this.request(o)
+    return Readable.from(connectionErrors(res, o.signal), { objectMode: false })
+  }
+
   async json<T>(o: RequestOptions): Promise<T> {
     const res = await this.request(o)
-    const text = await readAll(res)
+    const text = await readAll(res, o.signal)
     if (res.statusCode === 204 || text.length === 0) return undefined as T
     try {
       return JSON.parse(text.toString('utf8')) as T
@@ -117,9 +123,9 @@ export class Transport {
   }
 }
 
-export async function readAll(res: AsyncIterable<Uint8Array>): Promise<Buffer> {
+export async function readAll(res: AsyncIterable<Uint8Array>, signal?: AbortSignal): Promise<Buffer> {
   const chunks: Buffer[] = []
-  for await (const c of connectionErrors(res)) chunks.push(Buffer.from(c))
+  for await (const c of connectionErrors(res, signal)) chunks.push(Buffer.from(c))
   return Buffer.concat(chunks)
 }
 
@@ -135,10 +141,10 @@ async function errorOf(res: http.IncomingMessage): Promise<StrataError> {
 }
 
 /** Splits an NDJSON byte stream into parsed lines. */
-export async function* ndjson<T>(src: AsyncIterable<Uint8Array>): AsyncGenerator<T> {
+export async function* ndjson<T>(src: AsyncIterable<Uint8Array>, signal?: AbortSignal): AsyncGenerator<T> {
   let buf = ''
   const dec = new TextDecoder()
-  for await (const c of connectionErrors(src)) {
+  for await (const c of connectionErrors(src, signal)) {
     buf += dec.decode(c, { stream: true })
     let nl: number
     while ((nl = buf.indexOf('\n')) >= 0) {
@@ -151,11 +157,12 @@ export async function* ndjson<T>(src: AsyncIterable<Uint8Array>): AsyncGenerator
 }
 
 /** A response body whose connection breaks mid-way fails with RPC_CONNECTION_CLOSED, not a bare 'aborted'. */
-export async function* connectionErrors(src: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+export async function* connectionErrors(src: AsyncIterable<Uint8Array>, signal?: AbortSignal): AsyncGenerator<Uint8Array> {
   try {
     for await (const c of src) yield c
   } catch (e) {
     if (isStrataError(e)) throw e
+    if (signal?.aborted) throw new StrataError('CANCELLED', 'cancelled by the caller', { cause: e })
     throw new StrataError('RPC_CONNECTION_CLOSED', `the daemon's response broke off: ${(e as Error).message}`, { cause: e })
   }
 }

@@ -61,6 +61,13 @@ test.serial('create, exec, files, dataset, labels, kill and delete through the S
   t.is(st.size, 5)
   t.is(st.mode & 0o777, 0o600)
   t.deepEqual((await sb.files.list('/work/a')).map((e) => e.name), ['b.txt'])
+  await sb.exec(['ln', '-s', 'b.txt', '/work/a/link'])
+  t.is((await sb.files.stat('/work/a/link')).type, 'file', 'stat follows symlinks by default')
+  t.is((await sb.files.stat('/work/a/link', { followSymlinks: false })).type, 'symlink')
+  await sb.files.remove('/work/a/link')
+  const chunks2: Buffer[] = []
+  for await (const c of await sb.files.readStream('/work/a/b.txt')) chunks2.push(c as Buffer)
+  t.is(Buffer.concat(chunks2).toString(), 'hello')
   await sb.files.rename('/work/a/b.txt', '/work/a/c.txt')
   await sb.files.mkdir('/work/d/e', { parents: true })
   await sb.files.remove('/work/d', { recursive: true })
