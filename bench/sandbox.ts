@@ -2,32 +2,50 @@
 // bookworm minbase tree with python3, pip and git that the image benchmarks
 // use (sandbox/image/debootstrap.ts, cached after the first build), imported
 // into the DFS image store of the namespace cluster as one EROFS layer
-// (importPath of the directory: a 'dir' import). Every sandbox runs the same
-// command, `python3 -c 'print(1)'`, and must print 1.
+// (importPath of the directory: a 'dir' import) and tagged bench/debian:1.
+// Every sandbox runs the same command, `python3 -c 'print(1)'`, and must
+// print 1.
+//
+// What users get is the node daemon over HTTP, so the Strata path the
+// targets are judged on is that: a real `strata daemon sandbox --config FILE`
+// process (as `cluster up` starts it, on the namespace cluster's FUSE mount,
+// layerLingerMs at its default) driven through the SDK.
 //
 // - sandbox-start: create → first exec returns → delete, `iters` times at
 //   concurrency 1 and 8, p50/p99 per cycle and sustained creates/s, for
-//     strata  in-process LayerMounts + RootfsBuilder + ContainerBackend, what
-//             the node daemon does (strataCycle); the node holds the layer
-//             mounted (a warm node: a pin, as when any sandbox of the image runs)
-//     podman  `podman run --rm` of the same tree (`podman import` of its tar),
-//             in a private podman store under the scratch directory
-//     runc    bare `runc run` of a bundle whose rootfs was copied once before;
-//             our OCI config (ociSpec) with the command as the process and no
-//             agent; each run its own container id and config.json
-//     eager   untar the image tar into a fresh directory, `runc run` as above,
-//             remove the directory
-//   All four get the same limits (1 CPU, 512 MiB, 256 pids) and no network.
-// - sandbox-density: N idle strata sandboxes created one after another (N
-//   from the sizes, 1000 when the memory is there), stopping early when
-//   MemAvailable falls under a reserve; how many were alive at once (the
-//   agent of each answers a ping), memory per sandbox (MemAvailable drop and
-//   the sandboxes' memory cgroups), time per create; then every sandbox is
-//   deleted and nothing may be left (mounts, cgroups, state dirs, leases).
+//     strata         the node daemon over HTTP: SDK sandboxes.create({image:
+//                    'bench/debian:1', resources, network: 'none'}) →
+//                    sb.exec(argv) → sb.delete() (daemonCycle); the daemon's
+//                    own create time (SandboxInfo.createMs) is kept per cycle
+//     strata-inproc  the same sandbox plane in this process, no daemon and no
+//                    HTTP: LayerMounts + RootfsBuilder + ContainerBackend
+//                    (strataCycle), with its phase breakdown; the node holds
+//                    the layer mounted (a pin, as when any sandbox of the
+//                    image runs). Reported without targets
+//     podman         `podman run --rm` of the same tree (`podman import` of its
+//                    tar), in a private podman store under the scratch directory
+//     runc           bare `runc run` of a bundle whose rootfs was copied once
+//                    before; our OCI config (ociSpec) with the command as the
+//                    process and no agent; each run its own container id and config.json
+//     eager          untar the image tar into a fresh directory, `runc run` as
+//                    above, remove the directory
+//   All get the same limits (1 CPU, 512 MiB, 256 pids) and no network. Every
+//   measured run (path × concurrency) follows 2 unmeasured cycles of its own,
+//   so the daemon's layer mount (it lingers 60 s after its last sandbox) is
+//   up, as on a node that keeps creating sandboxes of the image.
+// - sandbox-density: a fresh node daemon; N idle sandboxes created through
+//   the API one after another (N from the sizes, 1000 when the memory is
+//   there), stopping early when MemAvailable falls under a reserve or the
+//   daemon refuses; how many were alive at once (each ran `true` through the
+//   API with all of them up), memory per sandbox (MemAvailable slope and the
+//   sandboxes' memory cgroups under /strata/<nodeId>), the daemon's RSS, time
+//   per create; then every sandbox is deleted through the API and nothing may
+//   be left (mounts, cgroups, state dirs, layer leases).
 // - sandbox-cold: a fresh FUSE daemon (`cluster kill` + `cluster start` of
-//   the node's fuse process), dropped page caches and a new LayerMounts: the
-//   bytes the FUSE daemon read from the DFS (its stats RPC) until the first
-//   exec returned, against the size of the layer.
+//   the node's fuse process), a freshly started node daemon (no layer
+//   mounted), dropped page caches: the bytes the FUSE daemon read from the
+//   DFS (its stats RPC) from the create request until the first exec
+//   returned, against the size of the layer.
 //
 // Sizes: `--quick` shrinks them; STRATA_BENCH_SANDBOX_ITERS (cycles per path
 // and concurrency), STRATA_BENCH_SANDBOX_DENSITY (sandboxes; 0 = 1000 when the
@@ -35,25 +53,31 @@
 // STRATA_BENCH_SANDBOX_PATHS (e.g. `strata,runc`) runs a subset of the paths.
 //
 // Everything is torn down at the end, also on failure: sandboxes deleted,
-// mounts removed, runc containers deleted, podman containers and images
-// removed with their store. A Ctrl-C runs a synchronous emergency cleanup
-// (runc delete, lazy unmounts) before the runner destroys the cluster.
+// node daemons asked to reclaim everything (POST /v1/node/reclaim) and
+// stopped (SIGTERM), then reclaimOffline of their state dirs and their
+// cgroup parents removed; mounts removed, runc containers deleted, podman
+// containers and images removed with their store. A Ctrl-C runs a
+// synchronous emergency cleanup (daemons SIGKILLed, runc delete, lazy
+// unmounts) before the runner destroys the cluster.
 
 import fs from 'node:fs'
 import path from 'node:path'
-import { execFile, execFileSync } from 'node:child_process'
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { promisify } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { clusterKill, clusterStart, readClusterFile } from '../fs/admin/index.js'
+import { strataBin } from '../fs/admin/process.js'
 import { FileSystem } from '../fs/client/index.js'
 import { MNT, native } from '../fs/common/native.js'
 import { readMounts } from '../fs/fuse/mounts.js'
 import { RpcClient } from '../fs/rpc/index.js'
 import { AGENT_PATH_IN_SANDBOX, ContainerBackend, ociSpec } from '../sandbox/backends/container/index.js'
 import type { SandboxHandle, SandboxResources } from '../sandbox/backends/types.js'
+import { reclaimOffline, type NodeInfo, type SandboxDaemonConfig } from '../sandbox/daemon/index.js'
 import { ImageStore, ensureDebianRootfs, importPath } from '../sandbox/image/index.js'
 import { LayerMounts, RootfsBuilder, type LayerMount, type Rootfs } from '../sandbox/rootfs/index.js'
 import { mountsUnder, unmountTree } from '../sandbox/rootfs/mounts.js'
+import { Strata, type Sandbox } from '../sandbox/sdk/index.js'
 import { BENCH_IMAGE_PACKAGES } from './images.js'
 import type { NamespaceCluster } from './lib/fixtures.js'
 import { fmtMs, runConcurrent, summarize } from './lib/stats.js'
@@ -69,10 +93,14 @@ export const SANDBOX_CMD_TEXT = `python3 -c 'print(1)'`
 /** The same limits on every path. */
 export const SANDBOX_RESOURCES: Required<SandboxResources> = { cpu: 1, memoryMiB: 512, pids: 256 }
 export const START_CONCURRENCY = [1, 8] as const
-/** unmeasured cycles per path before its first measured run */
+/** unmeasured cycles of a path before each of its measured runs */
 const WARMUP = 2
-const IMAGE_NAME = 'bench/sandbox'
-const IMAGE_TAG = 'debian'
+const IMAGE_NAME = 'bench/debian'
+const IMAGE_TAG = '1'
+/** what the SDK creates by */
+export const IMAGE_REF = `${IMAGE_NAME}:${IMAGE_TAG}`
+/** exec deadline of every command a benchmark runs in a sandbox */
+const EXEC_TIMEOUT_MS = 60_000
 const PODMAN_IMAGE = 'localhost/strata-bench/debian:sandbox'
 /** density stops when MemAvailable would fall under this (the larger of the two) */
 const DENSITY_RESERVE_BYTES = 2 * GiB
@@ -86,11 +114,12 @@ export const DENSITY_TARGET = 1000
 /** density stops creating after this long */
 const DENSITY_MAX_MS = 30 * 60_000
 
-export type StartPath = 'strata' | 'podman' | 'runc' | 'eager'
-const ALL_PATHS: StartPath[] = ['strata', 'runc', 'eager', 'podman']
+export type StartPath = 'strata' | 'strata-inproc' | 'podman' | 'runc' | 'eager'
+export const ALL_PATHS: StartPath[] = ['strata', 'strata-inproc', 'runc', 'eager', 'podman']
 
 export const PATH_LABELS: Record<StartPath, string> = {
-  strata: 'Strata: overlay on the lazily mounted EROFS layer + runc + agent; create → exec → delete',
+  strata: 'Strata node daemon over HTTP (SDK create → exec → delete; overlay on the lazily mounted EROFS layer + runc + agent)',
+  'strata-inproc': 'Strata in-process, no daemon or HTTP (LayerMounts + RootfsBuilder + ContainerBackend; no target)',
   podman: 'podman run --rm (same tree, podman import of its tar)',
   runc: 'bare runc run of a pre-extracted bundle (rootfs copied once)',
   eager: 'eager: untar the image into a fresh dir, runc run, rm -rf',
@@ -397,8 +426,8 @@ export async function strataDelete(node: StrataNode, sb: StrataSandbox): Promise
 
 /**
  * One sandbox's life as the benchmark measures it: create → first exec
- * returns (and printed 1) → delete. The SDK over HTTP replaces this function
- * once the node daemon exists.
+ * returns (and printed 1) → delete, in process (the `strata-inproc` path;
+ * daemonCycle is the same through the node daemon and the SDK).
  */
 export async function strataCycle(node: StrataNode, id: string): Promise<void> {
   const sb = await strataCreate(node, id)
@@ -415,23 +444,6 @@ export async function strataCycle(node: StrataNode, id: string): Promise<void> {
     rootfs: sb.rootfsMs, container: sb.containerMs, exec: t1 - t0, firstExec: sb.rootfsMs + sb.containerMs + (t1 - t0),
     delete: performance.now() - t1, deleteContainer: sb.deleteContainerMs, destroyRootfs: sb.destroyRootfsMs,
   })
-}
-
-/** What is left of the node's sandboxes and layers: [] when nothing. */
-async function leftovers(node: StrataNode, ids: Iterable<string>): Promise<string[]> {
-  const left: string[] = []
-  const ms = mountsUnder(node.dir)
-  if (ms.length) left.push(`${ms.length} mount(s) under ${node.dir} (${ms.slice(0, 3).map((m) => m.mountpoint).join(', ')}…)`)
-  if (node.layers.list().length) left.push(`layer holds: ${node.layers.list().map((l) => l.digest.slice(0, 19)).join(', ')}`)
-  const sbs = fs.readdirSync(path.join(node.dir, 'sb'))
-  if (sbs.length) left.push(`${sbs.length} sandbox state dir(s) under ${node.dir}/sb`)
-  const layerDirs = fs.existsSync(node.layers.dir) ? fs.readdirSync(node.layers.dir) : []
-  if (layerDirs.length) left.push(`${layerDirs.length} layer mountpoint(s) under ${node.layers.dir}`)
-  const cg = cgroupsLeft('strata', new Set(ids))
-  if (cg.length) left.push(`${cg.length} cgroup(s): ${cg.slice(0, 3).join(', ')}…`)
-  const leases = (await node.store.listLeases()).filter((l) => l.holder === node.nodeId)
-  if (leases.length) left.push(`${leases.length} lease(s) held by ${node.nodeId}`)
-  return left
 }
 
 /** Cgroup directories `<hierarchy>/<parent>/<id>` that still exist for any of `ids`, in every mounted hierarchy. */
@@ -470,6 +482,263 @@ async function closeNode(node: StrataNode): Promise<void> {
     node.dropEmergency()
   } else errors.push(`mounts remain under ${node.dir}; it is not removed`)
   if (errors.length) throw new Error(`tearing down ${node.dir}: ${errors.join('; ')}`)
+}
+
+// ------------------------------------------------------------------ strata: the node daemon over HTTP
+
+/**
+ * A node daemon process, `strata daemon sandbox --config FILE` as `cluster
+ * up` starts it (the sandbox role's config: this node id, the cluster's
+ * mgmtd, its FUSE mount, a state dir, a token file; layerLingerMs and every
+ * other setting at its default), and an SDK client of it.
+ */
+export interface DaemonNode {
+  /** scratch dir: config, log, token, endpoint file and the state dir */
+  dir: string
+  stateDir: string
+  nodeId: string
+  config: SandboxDaemonConfig
+  configFile: string
+  logFile: string
+  child: ChildProcess
+  pid: number
+  endpoint: string
+  token: string
+  sdk: Strata
+  exited: Promise<void>
+  dropEmergency(): void
+}
+
+let daemonSeq = 0
+
+function daemonAlive(d: DaemonNode): boolean {
+  return d.child.exitCode === null && d.child.signalCode === null
+}
+
+/** The last lines of a daemon's log, for an error message. */
+function logTail(file: string, lines = 20): string {
+  try {
+    return fs.readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n')
+  } catch {
+    return '(no log)'
+  }
+}
+
+/** runc delete --force of every container of a daemon's sandboxes (<stateDir>/sb/<id>/rt/runc), synchronously. */
+function daemonRuncDeleteSync(stateDir: string): void {
+  let ids: string[] = []
+  try {
+    ids = fs.readdirSync(path.join(stateDir, 'sb'))
+  } catch {
+    return
+  }
+  for (const id of ids) runcDeleteAllSync('runc', path.join(stateDir, 'sb', id, 'rt', 'runc'))
+}
+
+/** Starts a node daemon process and waits until GET /v1/health answers (like test/sandbox/daemon/helpers.ts). */
+async function startDaemonNode(ctx: BenchContext, img: SandboxImage): Promise<DaemonNode> {
+  const seq = ++daemonSeq
+  // short: <stateDir>/sb/sb-xxxxxxxxxxxx/rt/agent.sock must fit a unix socket path
+  const dir = ctx.fixtures.scratch(`sbd${seq}`)
+  const stateDir = path.join(dir, 's')
+  const nodeId = `bench-${process.pid.toString(36)}-${seq}`
+  const config: SandboxDaemonConfig = {
+    nodeId,
+    listen: '127.0.0.1:0',
+    mgmtdAddresses: img.ns.mgmtdAddresses,
+    fuseMnt: img.ns.mnt,
+    stateDir,
+    tokenFile: path.join(dir, 'token'),
+    endpointFile: path.join(dir, 'endpoint'),
+  }
+  const configFile = path.join(dir, 'config.json')
+  fs.writeFileSync(configFile, JSON.stringify(config, null, 2) + '\n')
+  const logFile = path.join(dir, 'daemon.log')
+  const fd = fs.openSync(logFile, 'a')
+  let child: ChildProcess
+  try {
+    // STRATA_BIN (the profiling wrapper under --profile) like every daemon `cluster up` starts
+    child = spawn(process.execPath, [strataBin(), 'daemon', 'sandbox', '--config', configFile, '--name', `sandbox-${seq}`], {
+      stdio: ['ignore', fd, fd],
+      cwd: dir,
+      env: { ...process.env, STRATA_LOG_LEVEL: 'info' },
+    })
+  } finally {
+    fs.closeSync(fd)
+  }
+  const exited = new Promise<void>((r) => child.once('exit', () => r()))
+  const d: DaemonNode = {
+    dir, stateDir, nodeId, config, configFile, logFile, child, pid: child.pid ?? -1, endpoint: '', token: '',
+    sdk: null as unknown as Strata, exited, dropEmergency: () => undefined,
+  }
+  d.dropEmergency = onEmergency(() => {
+    if (daemonAlive(d)) {
+      try {
+        process.kill(d.pid, 'SIGKILL')
+      } catch {
+        // gone
+      }
+    }
+    daemonRuncDeleteSync(stateDir)
+    detachAllSync(dir)
+  })
+  try {
+    const end = Date.now() + 60_000
+    for (;;) {
+      if (!daemonAlive(d)) throw new Error(`the node daemon exited during startup:\n${logTail(logFile)}`)
+      if (Date.now() > end) throw new Error(`the node daemon did not answer within 60 s:\n${logTail(logFile)}`)
+      if (!d.endpoint && fs.existsSync(config.endpointFile!)) d.endpoint = fs.readFileSync(config.endpointFile!, 'utf8').trim()
+      if (d.endpoint) {
+        const ok = await fetch(`${d.endpoint}/v1/health`, { signal: AbortSignal.timeout(1000) }).then((r) => r.ok, () => false)
+        if (ok) break
+      }
+      await sleep(50)
+    }
+    d.token = fs.readFileSync(config.tokenFile, 'utf8').trim()
+    d.sdk = new Strata({ endpoint: d.endpoint, token: d.token })
+  } catch (e) {
+    await closeDaemonNode(d).catch(() => undefined)
+    throw e
+  }
+  return d
+}
+
+/** POST /v1/node/reclaim: the daemon deletes every sandbox and unmounts its idle layers (dropping their leases). */
+async function daemonReclaim(d: DaemonNode): Promise<number> {
+  const r = await fetch(`${d.endpoint}/v1/node/reclaim`, { method: 'POST', headers: { authorization: `Bearer ${d.token}` }, signal: AbortSignal.timeout(20 * 60_000) })
+  const body = (await r.json().catch(() => ({}))) as { removed?: number; code?: string; message?: string }
+  if (!r.ok) throw new Error(`POST /v1/node/reclaim: HTTP ${r.status} ${body.code ?? ''} ${body.message ?? ''}`)
+  return body.removed ?? 0
+}
+
+/** SIGTERM (the sandboxes would stay for a next daemon), SIGKILL after 30 s. */
+async function stopDaemonProcess(d: DaemonNode): Promise<void> {
+  if (!daemonAlive(d)) return
+  d.child.kill('SIGTERM')
+  const t = setTimeout(() => d.child.kill('SIGKILL'), 30_000)
+  await d.exited
+  clearTimeout(t)
+}
+
+/**
+ * Tears a node daemon down, also after a failure: reclaim through its API
+ * while it runs, SIGTERM, then reclaimOffline of its state dir (whatever a
+ * dead or stuck daemon left: runtime state, rootfs and layer mounts, dirs),
+ * its cgroup parents, its directory. Throws if something could not be removed.
+ */
+async function closeDaemonNode(d: DaemonNode): Promise<void> {
+  const errors: string[] = []
+  d.sdk?.close()
+  if (daemonAlive(d) && d.endpoint) {
+    await daemonReclaim(d).catch((e: unknown) => errors.push(`reclaim: ${(e as Error).message}`))
+  }
+  await stopDaemonProcess(d)
+  if (fs.existsSync(d.stateDir)) {
+    const n = await reclaimOffline(d.stateDir, { cgroupParent: `/strata/${d.nodeId}` }).catch((e: unknown) => {
+      errors.push(`reclaimOffline: ${(e as Error).message}`)
+      return 0
+    })
+    if (n > 0) errors.push(`reclaimOffline removed ${n} sandbox(es) the daemon left behind`)
+  }
+  await unmountTree(d.dir).catch((e: unknown) => errors.push((e as Error).message))
+  for (const c of cgroupParents(d.nodeId)) {
+    try {
+      fs.rmdirSync(c)
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') errors.push(`cgroup ${c}: ${(e as Error).message}`)
+    }
+  }
+  if (mountsUnder(d.dir).length === 0) {
+    fs.rmSync(d.dir, { recursive: true, force: true })
+    d.dropEmergency()
+  } else errors.push(`mounts remain under ${d.dir}; it is not removed`)
+  if (errors.length) throw new Error(`tearing down the node daemon in ${d.dir}: ${errors.join('; ')}`)
+}
+
+/** The daemon's cgroup parent /strata/<nodeId> in every mounted hierarchy. */
+function cgroupParents(nodeId: string): string[] {
+  return cgroupHierarchies().map((h) => path.join(h, 'strata', nodeId)).filter((p) => fs.existsSync(p))
+}
+
+export interface DaemonPhases {
+  /** HTTP create returned (the agent answered) */
+  create: number
+  /** the daemon's own create time (SandboxInfo.createMs: resolve, rootfs, runtime, agent) */
+  nodeCreate: number
+  /** HTTP exec until its exit event */
+  exec: number
+  /** create → first exec returned */
+  firstExec: number
+  /** HTTP delete */
+  delete: number
+}
+
+async function daemonCreate(d: DaemonNode): Promise<Sandbox> {
+  return d.sdk.sandboxes.create({ image: IMAGE_REF, resources: SANDBOX_RESOURCES, network: 'none' })
+}
+
+/**
+ * One sandbox's life through the node daemon, as a user of the SDK lives
+ * it: create → first exec returned (and printed 1) → delete.
+ */
+export async function daemonCycle(d: DaemonNode, phases: DaemonPhases[] | null): Promise<void> {
+  const t0 = performance.now()
+  const sb = await daemonCreate(d)
+  const t1 = performance.now()
+  let t2 = t1
+  let failed: unknown = null
+  try {
+    const r = await sb.exec([...SANDBOX_CMD], { timeoutMs: EXEC_TIMEOUT_MS })
+    t2 = performance.now()
+    checkOutput(`sandbox ${sb.id}`, r.stdout, r.exitCode)
+  } catch (e) {
+    failed = e
+  }
+  try {
+    await sb.delete()
+  } catch (e) {
+    failed ??= e
+  }
+  if (failed) throw failed
+  phases?.push({ create: t1 - t0, nodeCreate: sb.info.createMs ?? NaN, exec: t2 - t1, firstExec: t2 - t0, delete: performance.now() - t2 })
+}
+
+/** What is left on the node once every sandbox was deleted and the node reclaimed: [] when nothing. */
+async function daemonLeftovers(d: DaemonNode, img: SandboxImage): Promise<string[]> {
+  const left: string[] = []
+  const info: NodeInfo = await d.sdk.node()
+  const n = Object.values(info.sandboxes).reduce((a, x) => a + x, 0)
+  if (n) left.push(`the daemon still lists ${n} sandbox(es) (${JSON.stringify(info.sandboxes)})`)
+  if (info.layers.length) left.push(`the daemon still has ${info.layers.length} layer(s) mounted`)
+  const ms = mountsUnder(d.stateDir)
+  if (ms.length) left.push(`${ms.length} mount(s) under ${d.stateDir} (${ms.slice(0, 3).map((m) => m.mountpoint).join(', ')}…)`)
+  const sbs = fs.existsSync(path.join(d.stateDir, 'sb')) ? fs.readdirSync(path.join(d.stateDir, 'sb')) : []
+  if (sbs.length) left.push(`${sbs.length} sandbox state dir(s) under ${d.stateDir}/sb`)
+  const layerDirs = fs.existsSync(path.join(d.stateDir, 'layers')) ? fs.readdirSync(path.join(d.stateDir, 'layers')) : []
+  if (layerDirs.length) left.push(`${layerDirs.length} layer mountpoint(s) under ${d.stateDir}/layers`)
+  const cg: string[] = []
+  for (const parent of cgroupParents(d.nodeId)) {
+    for (const e of fs.readdirSync(parent, { withFileTypes: true })) if (e.isDirectory()) cg.push(path.join(parent, e.name))
+  }
+  if (cg.length) left.push(`${cg.length} cgroup(s) under /strata/${d.nodeId}: ${cg.slice(0, 3).join(', ')}…`)
+  const s = await openStore(img.ns)
+  try {
+    const leases = (await s.store.listLeases()).filter((l) => l.holder === d.nodeId)
+    if (leases.length) left.push(`${leases.length} layer lease(s) held by ${d.nodeId}`)
+  } finally {
+    await s.close()
+  }
+  return left
+}
+
+/** Resident memory of a process (VmRSS), bytes; NaN when unreadable. */
+function rssBytes(pid: number): number {
+  try {
+    const m = /^VmRSS:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))
+    return m ? Number(m[1]) * 1024 : NaN
+  } catch {
+    return NaN
+  }
 }
 
 // ------------------------------------------------------------------ baselines
@@ -625,12 +894,14 @@ async function podmanBaseline(ctx: BenchContext, img: SandboxImage): Promise<Bas
 
 // ------------------------------------------------------------------ sandbox-start
 
+type Phases = StrataPhases[] | DaemonPhases[]
+
 interface StartResult {
   path: StartPath
   concurrency: number
   samples: number[]
   wallMs: number
-  phases?: StrataPhases[] | undefined
+  phases?: Phases | undefined
 }
 
 /** The eager path untars the whole image per cycle; STRATA_BENCH_SANDBOX_EAGER_ITERS, else at most 16 cycles. */
@@ -638,17 +909,23 @@ export function eagerIterations(iters: number): number {
   return envInt('STRATA_BENCH_SANDBOX_EAGER_ITERS') ?? Math.min(iters, 16)
 }
 
-function phaseExtra(ph: StrataPhases[] | undefined): Record<string, number> {
-  if (!ph?.length) return {}
-  const p50 = (k: keyof StrataPhases) => summarize(ph.map((x) => x[k])).p50
-  return {
-    firstExecP50Ms: p50('firstExec'), rootfsP50Ms: p50('rootfs'), containerP50Ms: p50('container'), execP50Ms: p50('exec'),
-    deleteP50Ms: p50('delete'), deleteContainerP50Ms: p50('deleteContainer'), destroyRootfsP50Ms: p50('destroyRootfs'),
-  }
+function phaseRows(ph: Phases): Array<Record<string, number>> {
+  return ph as unknown as Array<Record<string, number>>
 }
 
-function phasesText(ph: StrataPhases[]): string {
-  const p50 = (k: keyof StrataPhases) => fmtMs(summarize(ph.map((x) => x[k])).p50)
+/** p50 of each phase, keys `<phase>P50Ms`. */
+function phaseExtra(ph: Phases | undefined): Record<string, number> {
+  if (!ph?.length) return {}
+  const out: Record<string, number> = {}
+  for (const k of Object.keys(ph[0]!)) out[`${k}P50Ms`] = summarize(phaseRows(ph).map((x) => x[k]!)).p50
+  return out
+}
+
+function phasesText(p: StartPath, ph: Phases): string {
+  const p50 = (k: string) => fmtMs(summarize(phaseRows(ph).map((x) => x[k]!)).p50)
+  if (p === 'strata') {
+    return `p50 of each step: HTTP create ${p50('create')} (of which the daemon's own create ${p50('nodeCreate')}), HTTP exec ${p50('exec')}, HTTP delete ${p50('delete')}`
+  }
   return `create → first exec returned p50 ${p50('firstExec')}; p50 of each step: rootfs ${p50('rootfs')}, container + agent ${p50('container')}, exec ${p50('exec')}, delete ${p50('delete')} (container ${p50('deleteContainer')}, rootfs ${p50('destroyRootfs')})`
 }
 
@@ -662,7 +939,7 @@ function startMetrics(r: StartResult, img: SandboxImage): Metric[] {
       label: `${PATH_LABELS[r.path]}, ${c}: latency`,
       value: s.p50,
       unit: 'ms',
-      detail: `${s.n} cycles, mean ${fmtMs(s.mean)}, max ${fmtMs(s.max)}${r.phases?.length ? `; ${phasesText(r.phases)}` : ''}`,
+      detail: `${s.n} cycles, mean ${fmtMs(s.mean)}, max ${fmtMs(s.max)}${r.phases?.length ? `; ${phasesText(r.path, r.phases)}` : ''}`,
       extra: { ...phaseExtra(r.phases), p50Ms: s.p50, p90Ms: s.p90, p99Ms: s.p99, meanMs: s.mean, maxMs: s.max, n: s.n, concurrency: r.concurrency, wallMs: r.wallMs, layerBytes: img.layerBytes, treeBytes: img.treeBytes },
     },
     {
@@ -681,42 +958,53 @@ export async function sandboxStart(ctx: BenchContext): Promise<Metric[]> {
   const iters = ctx.sizes.sandboxIters
   const eagerIters = eagerIterations(iters)
   const paths = selectedPaths()
-  ctx.log(`sandbox-start: ${iters} cycles (eager: ${eagerIters}) per path and concurrency (${START_CONCURRENCY.join(', ')}); every sandbox runs ${SANDBOX_CMD_TEXT}; paths ${paths.join(', ')}`)
+  ctx.log(`sandbox-start: ${iters} cycles (eager: ${eagerIters}) per path and concurrency (${START_CONCURRENCY.join(', ')}), each run after ${WARMUP} unmeasured ones; every sandbox runs ${SANDBOX_CMD_TEXT}; paths ${paths.join(', ')}`)
   const cycles = new Map<StartPath, (id: string) => Promise<void>>()
   const closers: Array<() => Promise<void>> = []
   const out: Metric[] = []
   let failed: unknown = null
-  let strataNode: StrataNode | null = null
+  /** where the strata paths put their per-cycle phases while they are measured */
+  let inprocPhases: StrataPhases[] | null = null
+  let daemonPhases: DaemonPhases[] | null = null
   try {
     for (const p of paths) {
       if (p === 'strata') {
+        const d = await startDaemonNode(ctx, img)
+        closers.push(() => closeDaemonNode(d))
+        ctx.log(`strata: node daemon pid ${d.pid} at ${d.endpoint} (state ${d.stateDir}); SDK create({ image: '${IMAGE_REF}' }) → exec → delete`)
+        cycles.set(p, () => daemonCycle(d, daemonPhases))
+      } else if (p === 'strata-inproc') {
         // a warm node: the layer stays mounted between cycles, as while any sandbox of the image runs
         const node = await openNode(ctx, img, { pin: true })
         closers.push(() => closeNode(node))
-        strataNode = node
-        cycles.set(p, (id) => strataCycle(node, id))
+        cycles.set(p, async (id) => {
+          node.phases = inprocPhases
+          await strataCycle(node, id)
+        })
       } else {
         const b = p === 'runc' ? await runcBaseline(ctx, img) : p === 'eager' ? await eagerBaseline(ctx, img) : await podmanBaseline(ctx, img)
         closers.push(b.close)
         cycles.set(p, b.cycle)
       }
     }
-    const prefix: Record<StartPath, string> = { strata: 'bst', podman: 'bpm', runc: 'brc', eager: 'beg' }
-    for (const p of paths) {
-      ctx.log(`${p}: ${WARMUP} warm-up cycles`)
-      for (let i = 0; i < WARMUP; i++) await cycles.get(p)!(newId(prefix[p]))
-    }
+    const prefix: Record<StartPath, string> = { strata: 'bsd', 'strata-inproc': 'bst', podman: 'bpm', runc: 'brc', eager: 'beg' }
     for (const c of START_CONCURRENCY) {
       for (const p of paths) {
-        await ctx.fixtures.settle()
         const cycle = cycles.get(p)!
+        // unmeasured, before every run: caches, and the daemon's layer mount (it lingers 60 s after its last sandbox)
+        inprocPhases = null
+        daemonPhases = null
+        for (let i = 0; i < WARMUP; i++) await cycle(newId(prefix[p]))
+        await ctx.fixtures.settle()
         const n = p === 'eager' ? eagerIters : iters
-        if (strataNode) strataNode.phases = p === 'strata' ? [] : null
+        const phases: Phases | undefined = p === 'strata' ? (daemonPhases = []) : p === 'strata-inproc' ? (inprocPhases = []) : undefined
         const t0 = performance.now()
         const samples = await runConcurrent(n, c, () => cycle(newId(prefix[p])))
-        const r: StartResult = { path: p, concurrency: c, samples, wallMs: performance.now() - t0, phases: p === 'strata' ? (strataNode?.phases ?? undefined) : undefined }
+        const r: StartResult = { path: p, concurrency: c, samples, wallMs: performance.now() - t0, phases }
+        inprocPhases = null
+        daemonPhases = null
         const s = summarize(samples)
-        ctx.log(`${p}, ${c} at a time: p50 ${fmtMs(s.p50)}, p99 ${fmtMs(s.p99)}, ${(samples.length / (r.wallMs / 1000)).toFixed(1)} creates/s${r.phases ? ` (${phasesText(r.phases)})` : ''}`)
+        ctx.log(`${p}, ${c} at a time: p50 ${fmtMs(s.p50)}, p99 ${fmtMs(s.p99)}, ${(samples.length / (r.wallMs / 1000)).toFixed(1)} creates/s${r.phases ? ` (${phasesText(p, r.phases)})` : ''}`)
         out.push(...startMetrics(r, img))
       }
     }
@@ -728,6 +1016,14 @@ export async function sandboxStart(ctx: BenchContext): Promise<Metric[]> {
         ctx.log(`teardown: ${(e as Error).message}`)
         failed ??= e
       })
+    }
+    // the in-process node and the runc baselines put their cgroups under /strata: the parent goes when empty
+    for (const h of cgroupHierarchies()) {
+      try {
+        fs.rmdirSync(path.join(h, 'strata'))
+      } catch {
+        // in use (another node), or gone
+      }
     }
   }
   if (failed) throw failed
@@ -752,9 +1048,9 @@ function memoryHierarchy(): { dir: string; v2: boolean } | null {
   return v2 ? { dir: v2, v2: true } : null
 }
 
-/** Memory charged to one sandbox's cgroup: usage (with page cache) and anonymous memory. */
-function cgroupMemory(h: { dir: string; v2: boolean }, id: string): { usage: number; anon: number } | null {
-  const d = path.join(h.dir, 'strata', id)
+/** Memory charged to one sandbox's cgroup (`rel`: its path below the hierarchy): usage (with page cache) and anonymous memory. */
+function cgroupMemory(h: { dir: string; v2: boolean }, rel: string): { usage: number; anon: number } | null {
+  const d = path.join(h.dir, rel)
   try {
     const usage = Number(fs.readFileSync(path.join(d, h.v2 ? 'memory.current' : 'memory.usage_in_bytes'), 'utf8').trim())
     const stat = fs.readFileSync(path.join(d, 'memory.stat'), 'utf8')
@@ -775,28 +1071,35 @@ export async function sandboxDensity(ctx: BenchContext): Promise<Metric[]> {
     asked = Math.max(1, Math.min(DENSITY_DEFAULT, fits))
     if (asked < DENSITY_DEFAULT) ctx.log(`density: ${(mem0.available / GiB).toFixed(1)} GiB available leaves room for about ${asked} sandboxes at ${DENSITY_ASSUMED_BYTES / MiB} MiB each; asking for ${asked}`)
   }
-  ctx.log(`sandbox-density: up to ${asked} idle sandboxes, one at a time; stops when MemAvailable < ${(reserve / GiB).toFixed(1)} GiB`)
-  const node = await openNode(ctx, img, { pin: false })
-  const ids: string[] = []
+  ctx.log(`sandbox-density: up to ${asked} idle sandboxes through the node daemon, one at a time; stops when MemAvailable < ${(reserve / GiB).toFixed(1)} GiB or the daemon refuses`)
+  const d = await startDaemonNode(ctx, img)
+  ctx.log(`density: node daemon pid ${d.pid} at ${d.endpoint}, cgroup parent /strata/${d.nodeId}`)
+  const sbs: Sandbox[] = []
   /** (sandboxes alive, MemAvailable) before every create */
   const memPoints: Array<[number, number]> = []
   const createMs: number[] = []
+  const nodeCreateMs: number[] = []
   const deleteMs: number[] = []
   let stopReason = `all ${asked} created`
   let alive = 0
+  let listed = 0
   let memAfter = mem0
   let memBefore = mem0
+  let rssBefore = NaN
+  let rssFull = NaN
+  let rssAfter = NaN
   let cg = { n: 0, usage: 0, anon: 0 }
   let failed: unknown = null
   let left: string[] = []
   const memH = memoryHierarchy()
   try {
-    // the layer mount itself is not a sandbox's cost: mounted before the baseline reading
-    node.pin.push(...(await Promise.all(img.layers.map((d) => node.layers.acquire(d, 'bench-pin')))))
-    // one unmeasured create warms the caches (runc, the agent binary)
-    await strataDelete(node, await strataCreate(node, newId('bdn')))
+    // one unmeasured create warms the caches (runc, the agent binary) and mounts the layer,
+    // which is not a sandbox's cost: it lingers (60 s) and every later create keeps it
+    const w = await daemonCreate(d)
+    await w.delete()
     await sleep(500)
     memBefore = meminfo()
+    rssBefore = rssBytes(d.pid)
     const t0 = performance.now()
     for (let i = 0; i < asked; i++) {
       const m = meminfo()
@@ -809,78 +1112,87 @@ export async function sandboxDensity(ctx: BenchContext): Promise<Metric[]> {
         stopReason = `stopped at ${i}: creating took longer than ${DENSITY_MAX_MS / 60_000} min`
         break
       }
-      const id = newId('bdn')
       const c0 = performance.now()
+      let sb: Sandbox
       try {
-        await strataCreate(node, id)
+        sb = await daemonCreate(d)
       } catch (e) {
         stopReason = `stopped at ${i}: create failed: ${(e as Error).message}`
         break
       }
       createMs.push(performance.now() - c0)
-      ids.push(id)
-      if ((i + 1) % 100 === 0) ctx.log(`  ${i + 1} alive, MemAvailable ${(m.available / GiB).toFixed(2)} GiB, last create ${fmtMs(createMs[createMs.length - 1]!)}`)
+      nodeCreateMs.push(sb.info.createMs ?? NaN)
+      sbs.push(sb)
+      if ((i + 1) % 100 === 0) ctx.log(`  ${i + 1} alive, MemAvailable ${(m.available / GiB).toFixed(2)} GiB, daemon RSS ${(rssBytes(d.pid) / MiB).toFixed(0)} MiB, last create ${fmtMs(createMs[createMs.length - 1]!)}`)
     }
     ctx.log(`density: ${stopReason}`)
     await sleep(1000)
     memAfter = meminfo()
-    memPoints.push([ids.length, memAfter.available])
-    // alive at once: every agent answers a ping with all of them up
-    const pongs = await Promise.all(ids.map(async (id, i) => {
-      await sleep(Math.floor(i / 32) * 2) // spread the connects a little
-      return node.live.get(id)!.handle!.agent.ping({ timeoutMs: 10_000 }).then(() => true, () => false)
-    }))
-    alive = pongs.filter(Boolean).length
+    rssFull = rssBytes(d.pid)
+    memPoints.push([sbs.length, memAfter.available])
     if (memH) {
-      for (const id of ids) {
-        const x = cgroupMemory(memH, id)
+      for (const sb of sbs) {
+        const x = cgroupMemory(memH, path.join('strata', d.nodeId, sb.id))
         if (!x) continue
         cg.n++
         cg.usage += x.usage
         cg.anon += x.anon
       }
     }
-    ctx.log(`density: ${alive} of ${ids.length} alive at once; MemAvailable ${(memBefore.available / GiB).toFixed(2)} → ${(memAfter.available / GiB).toFixed(2)} GiB`)
-    // delete all, one at a time (time per delete)
-    for (const id of ids) {
+    // alive at once: with all of them up, the daemon lists each as running and each runs `true` through the API
+    const running = new Set((await d.sdk.sandboxes.list({ state: 'running' })).map((x) => x.id))
+    listed = sbs.filter((sb) => running.has(sb.id)).length
+    let ran = 0
+    await runConcurrent(sbs.length, 8, async (i) => {
+      const r = await sbs[i]!.exec(['true'], { timeoutMs: EXEC_TIMEOUT_MS }).catch(() => null)
+      if (r?.exitCode === 0) ran++
+    })
+    alive = Math.min(ran, listed)
+    ctx.log(`density: ${alive} of ${sbs.length} alive at once (${listed} listed running, ${ran} ran \`true\`); MemAvailable ${(memBefore.available / GiB).toFixed(2)} → ${(memAfter.available / GiB).toFixed(2)} GiB; daemon RSS ${(rssBefore / MiB).toFixed(0)} → ${(rssFull / MiB).toFixed(0)} MiB`)
+    // delete all through the API, one at a time (time per delete)
+    for (const sb of sbs.splice(0)) {
       const d0 = performance.now()
-      await strataDelete(node, node.live.get(id)!)
+      await sb.delete()
       deleteMs.push(performance.now() - d0)
     }
-    for (const p of node.pin.splice(0)) await p.release()
-    left = await leftovers(node, [...ids, ...node.live.keys()])
+    rssAfter = rssBytes(d.pid)
+    // the layer lingers after the last sandbox: reclaim drops it (and its lease), then nothing may be left
+    await daemonReclaim(d)
+    left = await daemonLeftovers(d, img)
   } catch (e) {
     failed = e
   } finally {
-    await closeNode(node).catch((e: unknown) => {
+    await closeDaemonNode(d).catch((e: unknown) => {
       ctx.log(`teardown: ${(e as Error).message}`)
       failed ??= e
     })
   }
   if (failed) throw failed
   if (left.length) throw new Error(`after deleting every sandbox something is left: ${left.join('; ')}`)
-  ctx.log('density: after deleting every sandbox nothing is left (mounts, layer holds, state dirs, cgroups, leases)')
-  const n = ids.length
+  ctx.log('density: after deleting every sandbox and reclaiming the node nothing is left (sandboxes, mounts, layer mounts and leases, state dirs, cgroups)')
+  const n = createMs.length
   const memPer = n ? (memBefore.available - memAfter.available) / n : NaN
   const slopePer = -slope(memPoints)
   const c = summarize(createMs)
-  const d = summarize(deleteMs)
+  const nc = summarize(nodeCreateMs)
+  const del = summarize(deleteMs)
   // how create time moves as the node fills up
   const k = Math.min(100, Math.floor(createMs.length / 4))
   const trend = k >= 2 ? `; first ${k} p50 ${fmtMs(summarize(createMs.slice(0, k)).p50)}, last ${k} p50 ${fmtMs(summarize(createMs.slice(-k)).p50)}` : ''
   const met = alive >= DENSITY_TARGET ? 'met' : asked < DENSITY_TARGET ? `not tested (${asked} asked)` : 'not met'
+  const rssPer = n ? (rssFull - rssBefore) / n : NaN
   return [
     {
       key: 'sandbox.density.alive',
-      label: 'idle Strata sandboxes alive at once (each agent answered a ping)',
+      label: 'idle sandboxes alive at once on one node daemon (listed running and each ran `true` through the API with all up)',
       value: alive,
       unit: 'count',
-      detail: `${asked} asked, ${n} created; ${stopReason}; target ≥ ${DENSITY_TARGET}: ${met}`,
-      extra: { asked, created: n, alive, target: DENSITY_TARGET, stopReason, memTotal: mem0.total, reserve },
+      detail: `${asked} asked, ${n} created; ${listed} listed running, ${alive} ran \`true\`; ${stopReason}; target ≥ ${DENSITY_TARGET}: ${met}`,
+      extra: { asked, created: n, alive, listed, target: DENSITY_TARGET, stopReason, memTotal: mem0.total, reserve },
     },
     {
       key: 'sandbox.density.mem',
-      label: 'memory per idle sandbox: MemAvailable against sandboxes alive (least-squares slope; kernel objects, mounts, agent)',
+      label: 'memory per idle sandbox: MemAvailable against sandboxes alive (least-squares slope; kernel objects, mounts, agent, runtime state, daemon)',
       value: wholeKiB(slopePer),
       unit: 'B',
       detail:
@@ -890,27 +1202,35 @@ export async function sandboxDensity(ctx: BenchContext): Promise<Metric[]> {
     },
     {
       key: 'sandbox.density.cgroup',
-      label: 'memory per idle sandbox charged to its memory cgroup (usage; anon in details)',
+      label: 'memory per idle sandbox charged to its memory cgroup under /strata/<nodeId> (usage; anon in details)',
       value: cg.n ? wholeKiB(cg.usage / cg.n) : NaN,
       unit: 'B',
       detail: cg.n ? `${cg.n} cgroups, anon ${fmtKiB(cg.anon / cg.n)} each` : 'no memory cgroups found',
       extra: { cgroups: cg.n, usagePer: cg.n ? cg.usage / cg.n : NaN, anonPer: cg.n ? cg.anon / cg.n : NaN },
     },
     {
+      key: 'sandbox.density.daemon',
+      label: 'node daemon RSS with every sandbox up',
+      value: wholeKiB(rssFull),
+      unit: 'B',
+      detail: `${(rssBefore / MiB).toFixed(1)} MiB before the first create, ${(rssFull / MiB).toFixed(1)} MiB with ${n} up (${fmtKiB(rssPer)} per sandbox), ${(rssAfter / MiB).toFixed(1)} MiB after deleting them`,
+      extra: { rssBefore, rssFull, rssAfter, perSandbox: rssPer },
+    },
+    {
       key: 'sandbox.density.create',
-      label: 'create of an idle sandbox while the others stay up (rootfs + container + agent ping)',
+      label: 'create of an idle sandbox through the API while the others stay up (rootfs + container + agent ping)',
       value: c.p50,
       unit: 'ms',
-      detail: `${c.n} creates, one at a time${trend}`,
-      extra: { p50Ms: c.p50, p99Ms: c.p99, meanMs: c.mean, n: c.n },
+      detail: `${c.n} creates, one at a time${trend}; the daemon's own create time p50 ${fmtMs(nc.p50)}`,
+      extra: { p50Ms: c.p50, p99Ms: c.p99, meanMs: c.mean, n: c.n, nodeCreateP50Ms: nc.p50 },
     },
     {
       key: 'sandbox.density.delete',
-      label: 'delete of an idle sandbox (container, rootfs, state dir)',
-      value: d.p50,
+      label: 'delete of an idle sandbox through the API (container, rootfs, state dir, record)',
+      value: del.p50,
       unit: 'ms',
-      detail: `${d.n} deletes, one at a time`,
-      extra: { p50Ms: d.p50, p99Ms: d.p99, meanMs: d.mean, n: d.n },
+      detail: `${del.n} deletes, one at a time`,
+      extra: { p50Ms: del.p50, p99Ms: del.p99, meanMs: del.mean, n: del.n },
     },
   ]
 }
@@ -953,30 +1273,32 @@ export async function sandboxCold(ctx: BenchContext): Promise<Metric[]> {
   if (!fuse) throw new Error('the namespace cluster has no FUSE daemon')
   const trials = Math.max(1, ctx.sizes.sandboxColdTrials)
   const rpc = new RpcClient({ connectTimeoutMs: 1000, defaultTimeoutMs: 10_000, maxBackoffMs: 200 })
-  const samples: Array<{ bytes: number; ms: number; createMs: number }> = []
+  const samples: Array<{ bytes: number; ms: number; createMs: number; nodeCreateMs: number; execMs: number }> = []
   try {
     for (let t = 0; t < trials; t++) {
-      // a cold node: a fresh FUSE daemon (its counters start at 0, nothing cached in it), empty page caches, new layer mounts
-      ctx.log(`cold trial ${t + 1}/${trials}: restarting ${fuse.name}, dropping caches`)
+      // a cold node: a fresh FUSE daemon (its counters start at 0, nothing cached in it), a freshly
+      // started node daemon (no layer mounted, nothing cached), empty page caches
+      ctx.log(`cold trial ${t + 1}/${trials}: restarting ${fuse.name}, starting a node daemon, dropping caches`)
       await clusterKill({ dir: img.ns.dir, node: fuse.name, signal: 'TERM' })
       await clusterStart({ dir: img.ns.dir, node: fuse.name, timeoutMs: 60_000 })
-      if (!(await ctx.fixtures.dropCaches())) throw new Error('cannot drop the page cache (needs root): a cold start cannot be measured')
-      const node = await openNode(ctx, img, { pin: false })
+      const d = await startDaemonNode(ctx, img)
       try {
+        const info = await d.sdk.node()
+        if (info.layers.length) throw new Error(`the fresh node daemon has ${info.layers.length} layer(s) mounted already`)
+        if (!(await ctx.fixtures.dropCaches())) throw new Error('cannot drop the page cache (needs root): a cold start cannot be measured')
         const before = await fuseBytesRead(rpc, fuse.address)
-        const id = newId('bcd')
         const t0 = performance.now()
-        const sb = await strataCreate(node, id)
+        const sb = await daemonCreate(d)
         const t1 = performance.now()
-        const r = await sb.handle!.agent.exec([...SANDBOX_CMD], { timeoutMs: 120_000 })
+        const r = await sb.exec([...SANDBOX_CMD], { timeoutMs: 120_000 })
         const t2 = performance.now()
-        checkOutput(`cold sandbox ${id}`, r.stdout, r.exitCode)
         const after = await fuseBytesRead(rpc, fuse.address)
-        samples.push({ bytes: after - before, ms: t2 - t0, createMs: t1 - t0 })
-        ctx.log(`  ${((after - before) / 1e6).toFixed(2)} MB read from the DFS before the first exec returned (${(((after - before) / img.layerBytes) * 100).toFixed(2)}% of the ${(img.layerBytes / 1e6).toFixed(0)} MB layer); create ${fmtMs(t1 - t0)}, first exec ${fmtMs(t2 - t1)}`)
-        await strataDelete(node, sb)
+        checkOutput(`cold sandbox ${sb.id}`, r.stdout, r.exitCode)
+        samples.push({ bytes: after - before, ms: t2 - t0, createMs: t1 - t0, nodeCreateMs: sb.info.createMs ?? NaN, execMs: t2 - t1 })
+        ctx.log(`  ${((after - before) / 1e6).toFixed(2)} MB read from the DFS before the first exec returned (${(((after - before) / img.layerBytes) * 100).toFixed(2)}% of the ${(img.layerBytes / 1e6).toFixed(0)} MB layer); create ${fmtMs(t1 - t0)} (daemon's own ${fmtMs(sb.info.createMs ?? NaN)}), first exec ${fmtMs(t2 - t1)}`)
+        await sb.delete()
       } finally {
-        await closeNode(node)
+        await closeDaemonNode(d)
       }
     }
   } finally {
@@ -985,10 +1307,12 @@ export async function sandboxCold(ctx: BenchContext): Promise<Metric[]> {
   const bytes = summarize(samples.map((s) => s.bytes))
   const ms = summarize(samples.map((s) => s.ms))
   const create = summarize(samples.map((s) => s.createMs))
+  const nodeCreate = summarize(samples.map((s) => s.nodeCreateMs))
+  const execMs = summarize(samples.map((s) => s.execMs))
   return [
     {
       key: 'sandbox.cold.bytes',
-      label: 'cold node: bytes the FUSE daemon read from the DFS until the first exec returned',
+      label: 'cold node: bytes the FUSE daemon read from the DFS from the create request until the first exec returned (node daemon over HTTP)',
       value: bytes.p50,
       unit: 'B',
       detail: `${(bytes.p50 / 1e6).toFixed(2)} MB (median of ${samples.length}; min ${(Math.min(...samples.map((s) => s.bytes)) / 1e6).toFixed(2)}, max ${(bytes.max / 1e6).toFixed(2)} MB)`,
@@ -1004,11 +1328,11 @@ export async function sandboxCold(ctx: BenchContext): Promise<Metric[]> {
     },
     {
       key: 'sandbox.cold.start',
-      label: 'cold node: create → first exec returned',
+      label: 'cold node: create → first exec returned (node daemon over HTTP)',
       value: ms.p50,
       unit: 'ms',
-      detail: `median of ${samples.length}; create alone (layer mount, overlay, container, agent) ${fmtMs(create.p50)}`,
-      extra: { p50Ms: ms.p50, p99Ms: ms.p99, createP50Ms: create.p50, n: samples.length },
+      detail: `median of ${samples.length}; HTTP create (layer mount, overlay, container, agent) ${fmtMs(create.p50)}, of which the daemon's own ${fmtMs(nodeCreate.p50)}; first exec ${fmtMs(execMs.p50)}`,
+      extra: { p50Ms: ms.p50, p99Ms: ms.p99, createP50Ms: create.p50, nodeCreateP50Ms: nodeCreate.p50, execP50Ms: execMs.p50, n: samples.length },
     },
   ]
 }
