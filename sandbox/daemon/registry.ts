@@ -22,8 +22,13 @@ export class Registry {
     this.#db = db
   }
 
+  /**
+   * Written without fsync: what the registry describes (running sandboxes)
+   * does not survive a machine crash either, and a killed daemon loses
+   * nothing lmdb has committed to the page cache.
+   */
   static open(path: string): Registry {
-    return new Registry(open({ path, compression: false }))
+    return new Registry(open({ path, compression: false, noSync: true }))
   }
 
   get(id: string): SandboxInfo | undefined {

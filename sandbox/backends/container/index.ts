@@ -355,7 +355,17 @@ class ContainerSandbox implements SandboxHandle {
     this.agent.close()
     this.#oomKills()
     if (fs.existsSync(path.join(this.stateDir, 'runc', this.id))) {
-      // --force kills a running container itself (SIGKILL) before deleting it
+      // Kill the init ourselves and watch it go: `delete --force` would too, but then polls for
+      // its exit in 100 ms steps. Only a pid still in this sandbox's cgroup is ours to kill
+      // (a dead init's pid may belong to someone else by now).
+      if (this.pid > 0 && alive(this.pid) && inCgroup(this.pid, this.#meta.cgroupsPath)) {
+        try {
+          process.kill(this.pid, 'SIGKILL')
+        } catch { /* gone already */ }
+        const end = Date.now() + 5000
+        while (alive(this.pid) && Date.now() < end) await new Promise((r) => setTimeout(r, 2))
+      }
+      // --force: in case it still runs (it then kills it itself)
       try {
         await this.#runtime('delete', '--force', this.id)
       } catch (e) {
@@ -369,6 +379,15 @@ class ContainerSandbox implements SandboxHandle {
     }
     fs.rmSync(this.stateDir, { recursive: true, force: true })
     this.#deleted = true
+  }
+}
+
+/** Whether `pid` is a member of the cgroup at `cgroupsPath` (in any hierarchy). */
+function inCgroup(pid: number, cgroupsPath: string): boolean {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n').some((l) => l.slice(l.indexOf(':', l.indexOf(':') + 1) + 1) === cgroupsPath)
+  } catch {
+    return false
   }
 }
 
