@@ -101,7 +101,7 @@ export const sandboxClusterRole: ClusterRoleSpec = {
     const c = configOf(p)
     if (!c) return
     const token = fs.readFileSync(c.tokenFile, 'utf8').trim()
-    await fetch(`http://${p.address}/v1/node/reclaim`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(120_000) })
+    await fetch(`http://${p.address}/v1/node/reclaim`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(600_000) })
   },
   async cleanup(p: ClusterProcess): Promise<void> {
     const c = configOf(p)
