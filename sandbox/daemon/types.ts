@@ -2,6 +2,7 @@
 // (docs/sandbox-api.md), shared by the daemon and the SDK so the two cannot
 // drift apart.
 import type { BackendKind, NetworkMode } from '../backends/index.js'
+import type { ExitInfo } from '../backends/agent/index.js'
 
 export interface DatasetMountSpec {
   /** absolute path in the DFS (a directory or a regular file) */
@@ -121,17 +122,8 @@ export type OutputEvent =
   | ({ type: 'exit' } & ExitEvent)
   | { type: 'error'; code: string; message: string }
 
-export interface ExitEvent {
-  exitCode: number | null
-  signal: string | null
-  timedOut: boolean
-  durationMs: number
-  droppedStdout: number
-  droppedStderr: number
-  totalStdout: number
-  totalStderr: number
-  pid: number
-}
+/** How a command ended, as the agent reports it (without coreDumped, which a signal name already implies). */
+export type ExitEvent = Omit<ExitInfo, 'coreDumped'>
 
 export interface ListFilter {
   labels?: Record<string, string>
