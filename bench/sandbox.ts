@@ -795,14 +795,17 @@ async function runcBaseline(ctx: BenchContext, img: SandboxImage): Promise<Basel
         await fs.promises.rm(b, { recursive: true, force: true })
       }
     },
-    close: async () => {
-      runcDeleteAllSync('runc', root)
-      drop()
-      const cg = cgroupsLeft('strata', ids)
-      fs.rmSync(dir, { recursive: true, force: true })
-      if (cg.length) throw new Error(`runc baseline left ${cg.length} cgroup(s): ${cg.slice(0, 3).join(', ')}`)
-    },
+    close: async () => closeRuncBaseline('runc', root, dir, ids, drop),
   }
+}
+
+/** Teardown shared by the runc-based baselines: every container deleted, the directory removed, no cgroup left. */
+function closeRuncBaseline(what: string, root: string, dir: string, ids: Set<string>, drop: () => void): void {
+  runcDeleteAllSync('runc', root)
+  drop()
+  const cg = cgroupsLeft('strata', ids)
+  fs.rmSync(dir, { recursive: true, force: true })
+  if (cg.length) throw new Error(`${what} baseline left ${cg.length} cgroup(s): ${cg.slice(0, 3).join(', ')}`)
 }
 
 /** d) the eager path: untar the image tar into a fresh directory, runc run, remove the directory. */
@@ -827,13 +830,7 @@ async function eagerBaseline(ctx: BenchContext, img: SandboxImage): Promise<Base
         await fs.promises.rm(b, { recursive: true, force: true })
       }
     },
-    close: async () => {
-      runcDeleteAllSync('runc', root)
-      drop()
-      const cg = cgroupsLeft('strata', ids)
-      fs.rmSync(dir, { recursive: true, force: true })
-      if (cg.length) throw new Error(`eager baseline left ${cg.length} cgroup(s): ${cg.slice(0, 3).join(', ')}`)
-    },
+    close: async () => closeRuncBaseline('eager', root, dir, ids, drop),
   }
 }
 
