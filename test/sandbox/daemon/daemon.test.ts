@@ -6,20 +6,12 @@ import test from 'ava'
 import fs from 'node:fs'
 import { StrataError } from '../../../fs/common/errors.js'
 import { Strata, type Sandbox } from '../../../sandbox/sdk/index.js'
+import { codeOf as code } from '../../helpers/meta-client.js'
 import { until } from '../../helpers/procs.js'
 import { layerMounts, nodeTraces, startDaemon, useDaemonCluster } from './helpers.js'
 
 const env = useDaemonCluster(test)
 
-async function code(p: Promise<unknown>): Promise<string> {
-  try {
-    await p
-  } catch (e) {
-    if (e instanceof StrataError) return e.code
-    throw e
-  }
-  return 'no error'
-}
 
 test.serial('create, exec, files, dataset, labels, kill and delete through the SDK', async (t) => {
   const d = await startDaemon(t, env)
