@@ -3,7 +3,6 @@
 // config, so a recycled pid is not mistaken for the node), signal, wait.
 
 import fs from 'node:fs'
-import net from 'node:net'
 import path from 'node:path'
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
@@ -101,35 +100,6 @@ export async function stopProcesses(ps: ClusterProcess[], graceMs = 10_000): Pro
   const stuck = await waitExit(left, 5_000)
   if (stuck.length) throw new StrataError('TIMEOUT', `processes did not exit after SIGKILL: ${stuck.map((p) => `${p.name} (pid ${p.pid})`).join(', ')}`)
   return left.map((p) => p.name)
-}
-
-/** Picks `count` distinct free TCP ports on `host` (all held open until every one is chosen). */
-export async function pickFreePorts(count: number, host = '127.0.0.1'): Promise<number[]> {
-  const servers: net.Server[] = []
-  try {
-    const ports: number[] = []
-    for (let i = 0; i < count; i++) {
-      const s = net.createServer()
-      servers.push(s)
-      await new Promise<void>((resolve, reject) => {
-        s.once('error', reject)
-        s.listen(0, host, () => resolve())
-      })
-      ports.push((s.address() as net.AddressInfo).port)
-    }
-    return ports
-  } finally {
-    await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))))
-  }
-}
-
-/** Checks that `port` can be bound on `host` right now. */
-export async function portFree(port: number, host = '127.0.0.1'): Promise<boolean> {
-  const s = net.createServer()
-  return new Promise<boolean>((resolve) => {
-    s.once('error', () => resolve(false))
-    s.listen(port, host, () => s.close(() => resolve(true)))
-  })
 }
 
 /** The last `lines` lines of a log file ('' if missing). */

@@ -5,9 +5,9 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import net from 'node:net'
 import { spawn, type ChildProcess } from 'node:child_process'
 import type { ExecutionContext } from 'ava'
+import { pickFreePorts } from '../../fs/admin/index.js'
 import { MgmtdClient } from '../../fs/mgmtd/index.js'
 import { RpcClient } from '../../fs/rpc/index.js'
 import { ServiceId, StorageMethod } from '../../fs/common/services.js'
@@ -27,12 +27,10 @@ export const TEST_TIMERS = {
   clientSessionTimeoutMs: 2000,
 }
 
+/** A free TCP port, reserved against the other tests and clusters on this host (fs/admin/ports.ts). */
 export async function freePort(): Promise<number> {
-  const s = net.createServer()
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()))
-  const port = (s.address() as net.AddressInfo).port
-  await new Promise<void>((r) => s.close(() => r()))
-  return port
+  const [port] = await pickFreePorts(1)
+  return port!
 }
 
 export function tmpDir(t: ExecutionContext, prefix = 'strata-'): string {
