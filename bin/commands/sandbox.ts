@@ -5,7 +5,7 @@ import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
-import type { Command } from 'commander'
+import { InvalidArgumentError, type Command } from 'commander'
 import { formatTable, readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError, isStrataError } from '../../fs/common/errors.js'
@@ -326,6 +326,16 @@ Examples:
     })
 }
 
+/** `IMAGE=COUNT` of --warm-pool, collected into a warmPool list. */
+function warmPoolArg(v: string, prev: Array<{ image: string; count: number }> | undefined): Array<{ image: string; count: number }> {
+  const eq = v.lastIndexOf('=')
+  const count = Number(v.slice(eq + 1))
+  if (eq <= 0 || !/^\d+$/.test(v.slice(eq + 1)) || count < 1 || count > 1024) {
+    throw new InvalidArgumentError(`--warm-pool wants IMAGE=COUNT with COUNT in [1, 1024], not ${JSON.stringify(v)}`)
+  }
+  return [...(prev ?? []), { image: v.slice(0, eq), count }]
+}
+
 export function registerServeCommand(program: Command): void {
   program
     .command('serve')
@@ -342,9 +352,19 @@ export function registerServeCommand(program: Command): void {
     .option('--reserve-disk <mib>', 'refuse creates when the state filesystem would have less free', intArg('--reserve-disk', { min: 0 }))
     .option('--reserve-pids <n>', 'refuse creates when fewer threads than this would be left', intArg('--reserve-pids', { min: 0 }))
     .option('--reap-interval <ms>', 'how often dead, idle and expired sandboxes are looked for', intArg('--reap-interval', { min: 50 }), 1000)
+    .option('--warm-pool <image=count>', 'keep COUNT sandboxes of IMAGE started ahead of the creates that take them (repeatable; see below)', warmPoolArg)
     .addHelpText('after', `
 SIGTERM stops the API and leaves sandboxes running; the next daemon on the
-same --state-dir re-adopts them.`)
+same --state-dir re-adopts them.
+
+Warm pool: with --warm-pool py:3.11=8 the daemon keeps 8 sandboxes of py:3.11
+started, with the node's default resources and no network. A create of that
+image that asks for nothing else a started sandbox cannot get (no mounts, env,
+workdir, user or hostname; the same resources and network) takes one of them
+and the pool refills in the background; its result has "pooled": true. Other
+creates start a sandbox as usual. GET /v1/node shows each pool. Pools with
+other resources or network: the daemon config's warmPool
+(docs/sandbox-api.md).`)
     .action(async (o) => {
       const dir = resolveClusterDir(o.cluster)
       const c = readClusterFile(dir)
@@ -360,6 +380,7 @@ same --state-dir re-adopts them.`)
         tokenFile: o.tokenFile ?? path.join(dir, TOKEN_FILE),
         runtime: o.runtime,
         reapIntervalMs: o.reapInterval,
+        ...(o.warmPool ? { warmPool: o.warmPool } : {}),
         limits: {
           ...(o.maxSandboxes !== undefined ? { maxSandboxes: o.maxSandboxes } : {}),
           ...(o.reserveMemory !== undefined ? { reserveMemoryMiB: o.reserveMemory } : {}),

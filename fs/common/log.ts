@@ -20,7 +20,11 @@ const minLevel = LEVELS[(process.env.STRATA_LOG_LEVEL as LogLevel) ?? 'info'] ??
 function render(v: unknown): string {
   if (typeof v === 'bigint') return v.toString()
   if (Buffer.isBuffer(v)) return v.toString('hex')
-  if (v instanceof Error) return JSON.stringify((v as { code?: string }).code ? `${(v as { code?: string }).code}: ${v.message}` : v.message)
+  if (v instanceof Error) {
+    // StrataErrors and Node's system errors already start their message with the code
+    const code = (v as { code?: unknown }).code
+    return JSON.stringify(typeof code === 'string' && !v.message.startsWith(`${code}: `) ? `${code}: ${v.message}` : v.message)
+  }
   if (typeof v === 'string') return /[\s"=]/.test(v) ? JSON.stringify(v) : v
   return JSON.stringify(v, (_k, x) => (typeof x === 'bigint' ? x.toString() : x))
 }

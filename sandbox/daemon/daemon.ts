@@ -15,7 +15,7 @@ import { SandboxHttpServer } from './http.js'
 import { SandboxService, type SandboxServiceOptions } from './service.js'
 
 /** Service settings a daemon config may carry, passed through as they are. */
-type Tunables = Pick<SandboxServiceOptions, 'runtime' | 'limits' | 'defaultResources' | 'defaultLifetime' | 'reapIntervalMs' | 'retainStoppedSec' | 'maxConcurrentCreates' | 'layerLingerMs'>
+type Tunables = Pick<SandboxServiceOptions, 'runtime' | 'limits' | 'defaultResources' | 'defaultLifetime' | 'reapIntervalMs' | 'retainStoppedSec' | 'maxConcurrentCreates' | 'layerLingerMs' | 'warmPool'>
 
 export interface SandboxDaemonConfig extends Tunables {
   /** node name: lease holder in the image store and cgroup parent (/strata/<nodeId>) */

@@ -20,13 +20,13 @@ import path from 'node:path'
 import { StrataError, isStrataError, toStrataError } from '../../fs/common/errors.js'
 import type { Logger } from '../../fs/common/log.js'
 import { pidAlive } from '../../fs/fuse/index.js'
-import { ContainerBackend, type SandboxHandle, type SandboxSpec } from '../backends/index.js'
+import { ContainerBackend, type NetworkMode, type SandboxHandle, type SandboxSpec } from '../backends/index.js'
 import { composeLayers, type ImageConfig, type ImageStore, type LayerRef } from '../image/index.js'
 import { LayerMounts, Rootfs, RootfsBuilder, unmountTree } from '../rootfs/index.js'
 import { checkCapacity, checkQuota, nodeCapacity, type AdmissionLimits } from './admission.js'
 import { Registry } from './registry.js'
-import type { CreateManyResult, CreateSandboxRequest, ListFilter, NodeInfo, SandboxInfo, StopReason } from './types.js'
-import { checkSandboxId, validateCreate } from './validate.js'
+import type { CreateManyResult, CreateSandboxRequest, ListFilter, NodeInfo, ResourceSpec, SandboxInfo, StopReason, WarmPoolSpec } from './types.js'
+import { checkSandboxId, poolEligible, validateCreate, validateWarmPool } from './validate.js'
 
 export interface SandboxServiceOptions {
   /** local directory for the registry, layer mounts and sandboxes (short: unix socket paths live below it) */
@@ -55,6 +55,8 @@ export interface SandboxServiceOptions {
   maxConcurrentCreates?: number
   /** keep a layer mounted this long after its last sandbox went. Default 60000 ms. */
   layerLingerMs?: number
+  /** sandboxes started ahead of the creates that take them (types.ts WarmPoolSpec) */
+  warmPool?: WarmPoolSpec[]
 }
 
 export const DEFAULT_LIMITS = (memTotalMiB: number): AdmissionLimits => ({
@@ -76,6 +78,26 @@ interface Live {
   /** a stop in progress */
   stopping?: Promise<void>
 }
+
+/** One warm pool (WarmPoolSpec) and its started sandboxes. */
+interface Pool {
+  spec: WarmPoolSpec
+  /** the spec's resources over the node's defaults: what a matching create asks for */
+  resources: ResourceSpec
+  network: NetworkMode
+  /** started, never handed out; their registry records stay 'creating' so a restart removes them */
+  ready: Live[]
+  building: number
+  claims: number
+  lastError?: string
+  /** no refill before this (after a failure) */
+  retryAt: number
+}
+
+/** How long a pool waits after a failed refill. */
+const POOL_RETRY_MS = 5000
+/** Refills of one pool running at once. */
+const POOL_PARALLEL_BUILDS = 2
 
 const SUN_PATH_MAX = 107
 
@@ -103,6 +125,9 @@ export class SandboxService {
   #reaper: NodeJS.Timeout | null = null
   #reaping = false
   #closed = false
+  readonly #pools: Pool[]
+  /** set by reclaimAll: the pools are emptied and not refilled again */
+  #poolsStopped = false
 
   private constructor(opts: SandboxServiceOptions, registry: Registry) {
     this.#opts = opts
@@ -119,6 +144,9 @@ export class SandboxService {
       ...(opts.runtime ? { runtime: opts.runtime } : {}),
       cgroupParent: opts.cgroupParent ?? `/strata/${opts.nodeId}`,
     })
+    this.#pools = validateWarmPool(opts.warmPool).map((spec) => ({
+      spec, resources: { ...opts.defaultResources, ...spec.resources }, network: spec.network ?? 'none', ready: [], building: 0, claims: 0, retryAt: 0,
+    }))
   }
 
   /** Opens the registry and re-adopts what an earlier daemon left (see the file comment). */
@@ -139,6 +167,7 @@ export class SandboxService {
     }
     svc.#reaper = setInterval(() => void svc.#reap(), opts.reapIntervalMs ?? 1000)
     svc.#reaper.unref()
+    svc.#fillPools()
     return svc
   }
 
@@ -162,7 +191,8 @@ export class SandboxService {
         continue
       }
       if (info.state === 'creating') {
-        // the create never returned: undo it and forget it (its idempotency key was never recorded)
+        // the create never returned, or a warm-pool sandbox nobody took: undo it and forget it
+        // (its idempotency key was never recorded)
         await this.#teardown(info.id, undefined, undefined).catch((e) => this.#log.warn('undoing a half-built sandbox failed', { id: info.id, err: e }))
         await this.#registry.remove(info.id)
         continue
@@ -287,8 +317,9 @@ export class SandboxService {
     const resources = { ...this.#opts.defaultResources, ...req.resources }
     const lifetime = { ...this.#opts.defaultLifetime, ...req.lifetime }
     checkQuota(this.limits, this.#countLive(), resources)
+    const claimed = await this.#claim(req, resources, lifetime, t0)
+    if (claimed) return claimed
     const release = await this.#slot()
-    let live: Live | undefined
     // admitted creates count against the limits from here on, before their record exists
     let admitted = false
     try {
@@ -297,6 +328,26 @@ export class SandboxService {
       checkCapacity(this.limits, nodeCapacity(this.stateDir), this.#admitted)
       this.#admitted++
       admitted = true
+      const live = await this.#build(req, resources, lifetime, t0, () => {
+        this.#admitted--
+        admitted = false
+      })
+      return { ...live.info }
+    } finally {
+      if (admitted) this.#admitted--
+      release()
+    }
+  }
+
+  /**
+   * Builds and starts one sandbox. A create's sandbox (`listed`) is in the
+   * live map from its record on, so list and inspect show it 'creating';
+   * `onListed` runs then. A warm-pool sandbox (`listed` null) is kept out of
+   * the map and its record stays 'creating' until a create takes it.
+   */
+  async #build(req: CreateSandboxRequest, resources: ResourceSpec, lifetime: SandboxInfo['lifetime'], t0: number, onListed: (() => void) | null): Promise<Live> {
+    let live: Live | undefined
+    try {
       const { layers, config, image } = await this.#resolveLayers(req)
       const id = newId()
       const env: Record<string, string> = {}
@@ -327,9 +378,10 @@ export class SandboxService {
         ...(req.idempotencyKey !== undefined ? { idempotencyKey: req.idempotencyKey } : {}),
       }
       live = { info, active: 0 }
-      this.#live.set(id, live)
-      this.#admitted--
-      admitted = false
+      if (onListed) {
+        this.#live.set(id, live)
+        onListed()
+      }
       // not awaited (lmdb applies writes in order): if the daemon dies before this commits, the
       // restart finds the directory without a record and removes it, which is what the record would do
       void this.#registry.put({ ...info }).catch((e) => this.#log.warn('registry', { id, err: e }))
@@ -343,14 +395,14 @@ export class SandboxService {
       }
       const tRootfs = Date.now()
       live.handle = await this.backend.create(spec)
-      this.#log.debug('sandbox created', { id, resolveMs: tResolved - t0, rootfsMs: tRootfs - tResolved, startMs: Date.now() - tRootfs })
+      this.#log.debug('sandbox created', { id, pooled: !onListed, resolveMs: tResolved - t0, rootfsMs: tRootfs - tResolved, startMs: Date.now() - tRootfs })
       info.state = 'running'
       info.pid = live.handle.pid
       info.startedAt = new Date().toISOString()
       info.createMs = Date.now() - t0
       info.lastActivityAt = info.startedAt
-      await this.#registry.put(info)
-      return { ...info }
+      if (onListed) await this.#registry.put(info)
+      return live
     } catch (e) {
       if (live) {
         this.#live.delete(live.info.id)
@@ -358,10 +410,113 @@ export class SandboxService {
         await this.#registry.remove(live.info.id).catch(() => undefined)
       }
       throw e
-    } finally {
-      if (admitted) this.#admitted--
-      release()
     }
+  }
+
+  // ---------------------------------------------------------------- warm pools
+
+  /** Hands out a started sandbox of a matching warm pool, or null (see WarmPoolSpec). */
+  async #claim(req: CreateSandboxRequest, resources: ResourceSpec, lifetime: SandboxInfo['lifetime'], t0: number): Promise<SandboxInfo | null> {
+    if (this.#pools.length === 0 || !poolEligible(req)) return null
+    const network = req.network ?? 'none'
+    const wanted = JSON.stringify(canonical(resources))
+    const pools = this.#pools.filter((p) => p.network === network && JSON.stringify(canonical(p.resources)) === wanted)
+    if (!pools.some((p) => p.ready.length)) return null
+    // the digest the request means now: a sandbox started from an older tag target is not it
+    const { image } = await this.#resolveLayers(req)
+    this.#checkOpen()
+    for (const p of pools) {
+      const i = p.ready.findIndex((l) => l.info.image?.digest === image!.digest && pidAlive(l.handle!.pid))
+      if (i < 0) continue
+      checkQuota(this.limits, this.#countLive() + this.#admitted, resources)
+      const [l] = p.ready.splice(i, 1)
+      const info = l!.info
+      const now = new Date().toISOString()
+      info.createdAt = now
+      info.startedAt = now
+      info.lastActivityAt = now
+      info.labels = req.labels ?? {}
+      info.lifetime = lifetime
+      info.image = image!
+      info.pooled = true
+      if (req.idempotencyKey !== undefined) info.idempotencyKey = req.idempotencyKey
+      info.createMs = Date.now() - t0
+      this.#live.set(info.id, l!)
+      p.claims++
+      await this.#registry.put(info)
+      this.#fillPools()
+      return { ...info }
+    }
+    return null
+  }
+
+  /** Starts refills where a pool is short (a few at a time; failures back off). */
+  #fillPools(): void {
+    if (this.#closed || this.#poolsStopped) return
+    const now = Date.now()
+    for (const p of this.#pools) {
+      while (p.building < POOL_PARALLEL_BUILDS && p.ready.length + p.building < p.spec.count && now >= p.retryAt) {
+        p.building++
+        void this.#fillOne(p)
+      }
+    }
+  }
+
+  async #fillOne(p: Pool): Promise<void> {
+    let ok = false
+    const release = await this.#slot()
+    try {
+      if (this.#closed || this.#poolsStopped) return
+      // user creates go first: a pool never takes the node's last capacity (admitted creates count)
+      checkCapacity(this.limits, nodeCapacity(this.stateDir), this.#admitted + 1)
+      const req: CreateSandboxRequest = { image: p.spec.image, network: p.network, ...(p.spec.resources ? { resources: p.spec.resources } : {}) }
+      const live = await this.#build(req, p.resources, {}, Date.now(), null)
+      if (this.#closed || this.#poolsStopped) {
+        await this.#discardPooled(live)
+        return
+      }
+      p.ready.push(live)
+      p.lastError = undefined
+      ok = true
+    } catch (e) {
+      const msg = `${toStrataError(e).code}: ${toStrataError(e).reason}`
+      // once per distinct failure: a pool whose image is not imported yet retries every few seconds
+      if (msg !== p.lastError) this.#log.warn('warm pool refill failed; retrying', { image: p.spec.image, err: msg })
+      p.lastError = msg
+      p.retryAt = Date.now() + POOL_RETRY_MS
+    } finally {
+      p.building--
+      release()
+      if (ok) this.#fillPools()
+    }
+  }
+
+  /** Removes a warm-pool sandbox nobody took. */
+  async #discardPooled(l: Live): Promise<void> {
+    await this.#teardown(l.info.id, l.handle, l.rootfs).catch((e) => this.#log.warn('removing a warm-pool sandbox', { id: l.info.id, err: e }))
+    await this.#registry.remove(l.info.id).catch(() => undefined)
+  }
+
+  /** Pool upkeep on each reaper pass: dead sandboxes and ones of an image the tag no longer names go. */
+  async #tendPools(): Promise<void> {
+    for (const p of this.#pools) {
+      if (p.ready.length === 0) continue
+      let digest: string | undefined
+      try {
+        digest = (await this.#resolveLayers({ image: p.spec.image })).image?.digest
+      } catch { /* the image went: its sandboxes stay until it is back or the daemon stops */ }
+      const stale = p.ready.filter((l) => !pidAlive(l.handle!.pid) || (digest !== undefined && l.info.image?.digest !== digest))
+      if (stale.length === 0) continue
+      p.ready = p.ready.filter((l) => !stale.includes(l))
+      await Promise.all(stale.map((l) => this.#discardPooled(l)))
+    }
+    this.#fillPools()
+  }
+
+  /** Empties every pool (waiting for refills under way). */
+  async #drainPools(): Promise<void> {
+    while (this.#pools.some((p) => p.building > 0)) await new Promise((r) => setTimeout(r, 20))
+    await Promise.all(this.#pools.flatMap((p) => p.ready.splice(0)).map((l) => this.#discardPooled(l)))
   }
 
   #countLive(): number {
@@ -602,6 +757,7 @@ export class SandboxService {
           work.push(this.#stop(l, 'idle_ttl', `idle for more than ${i.lifetime.idleTtlSec} s`))
         }
       }
+      work.push(this.#tendPools())
       const results = await Promise.allSettled(work)
       for (const r of results) if (r.status === 'rejected') this.#log.warn('reaper', { err: r.reason })
       if (now % 60_000 < (this.#opts.reapIntervalMs ?? 1000)) await this.#registry.expireIdempotency()
@@ -631,11 +787,17 @@ export class SandboxService {
         maxSandboxes: this.limits.maxSandboxes,
       },
       layers: this.layers.list().map((m) => ({ digest: m.digest, users: Object.keys(m.users).length })),
+      pool: this.#pools.map((p) => ({
+        image: p.spec.image, resources: p.resources, network: p.network, target: p.spec.count, ready: p.ready.length, building: p.building,
+        claims: p.claims, digest: p.ready.at(-1)?.info.image?.digest ?? null, ...(p.lastError ? { lastError: p.lastError } : {}),
+      })),
     }
   }
 
   /** Stops and removes every sandbox on the node (cluster down). */
   async reclaimAll(): Promise<number> {
+    this.#poolsStopped = true
+    await this.#drainPools()
     const ids = [...this.#live.keys()].filter((id) => this.#live.get(id)?.info.state !== 'creating')
     // a full node holds ~10^3 sandboxes: several deletions at once (each mostly waits on runc and umount)
     let next = 0
@@ -663,6 +825,8 @@ export class SandboxService {
     this.#closed = true
     if (this.#reaper) clearInterval(this.#reaper)
     while (this.#reaping || this.#creating > 0) await new Promise((r) => setTimeout(r, 20))
+    // nobody took them, so nothing is lost; a restart would remove them anyway
+    await this.#drainPools()
     await this.settled()
     for (const l of this.#live.values()) l.handle?.agent.close()
     await this.#registry.close()

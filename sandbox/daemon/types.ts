@@ -98,6 +98,11 @@ export interface SandboxInfo {
   /** processes the OOM killer killed in this sandbox so far */
   oomKills: number
   idempotencyKey?: string
+  /**
+   * true when create handed out a sandbox of the node's warm pool, started
+   * before the request (createMs is then the time to hand it out)
+   */
+  pooled?: boolean
   /** set on the node's record while a deletion releases resources (never returned by the API) */
   deleted?: boolean
 }
@@ -139,6 +144,8 @@ export interface NodeInfo {
   nodeId: string
   /** `deleting`: deletions still releasing mounts, cgroups and directories in the background */
   sandboxes: { running: number; stopped: number; creating: number; deleting: number }
+  /** the warm pools of the node's config: sandboxes started ahead of the creates that will take them */
+  pool: WarmPoolInfo[]
   capacity: {
     memAvailableMiB: number
     memTotalMiB: number
@@ -150,4 +157,35 @@ export interface NodeInfo {
     maxSandboxes: number
   }
   layers: Array<{ digest: string; users: number }>
+}
+
+/**
+ * A warm pool: `count` sandboxes of `image` kept started on the node. A create
+ * takes one instead of starting a sandbox when it asks for nothing a started
+ * sandbox cannot still get: the same image (the digest its tag names now),
+ * the same resources and network (after the node's defaults), and no mounts,
+ * env, workdir, user or hostname. Labels, lifetime and idempotency keys are
+ * the daemon's and apply as usual. The pool refills in the background.
+ */
+export interface WarmPoolSpec {
+  image: string
+  count: number
+  resources?: ResourceSpec
+  network?: NetworkMode
+}
+
+export interface WarmPoolInfo {
+  image: string
+  resources: ResourceSpec
+  network: NetworkMode
+  /** the configured count */
+  target: number
+  ready: number
+  building: number
+  /** creates served from the pool since the daemon started */
+  claims: number
+  /** manifest digest of the sandboxes ready now (null while none is) */
+  digest: string | null
+  /** why the last refill failed (cleared by the next success); refills are retried every few seconds */
+  lastError?: string
 }

@@ -2,7 +2,7 @@
 // INVALID_ARGUMENT naming the field; unknown fields are refused too, so a
 // misspelt option never silently does nothing.
 import { StrataError } from '../../fs/common/errors.js'
-import type { CreateSandboxRequest, ExecRequest, ListFilter, SandboxState } from './types.js'
+import type { CreateSandboxRequest, ExecRequest, ListFilter, SandboxState, WarmPoolSpec } from './types.js'
 
 const bad = (msg: string): never => {
   throw new StrataError('INVALID_ARGUMENT', msg)
@@ -113,6 +113,35 @@ export function validateCreate(body: unknown): CreateSandboxRequest {
   }
   if (body.idempotencyKey !== undefined) r.idempotencyKey = str(body.idempotencyKey, 'idempotencyKey', 256)
   return r
+}
+
+export const MAX_POOL_COUNT = 1024
+
+/** The daemon config's `warmPool`: BAD_CONFIG naming the entry and field. */
+export function validateWarmPool(v: unknown): WarmPoolSpec[] {
+  if (v === undefined) return []
+  if (!Array.isArray(v)) throw new StrataError('BAD_CONFIG', 'warmPool must be an array of {image, count, resources?, network?}')
+  return v.map((e: unknown, i) => {
+    try {
+      if (!isObject(e)) return bad('must be {image, count, resources?, network?}')
+      only(e, ['image', 'count', 'resources', 'network'], 'entry')
+      // the create checks give the same rules (and messages) for image, resources and network
+      const c = validateCreate({ image: e.image, ...(e.resources !== undefined ? { resources: e.resources } : {}), ...(e.network !== undefined ? { network: e.network } : {}) })
+      return { image: c.image!, count: intIn(e.count, 'count', 1, MAX_POOL_COUNT), ...(c.resources ? { resources: c.resources } : {}), ...(c.network ? { network: c.network } : {}) }
+    } catch (err) {
+      throw new StrataError('BAD_CONFIG', `warmPool[${i}]: ${(err as StrataError).reason ?? (err as Error).message}`, { cause: err })
+    }
+  })
+}
+
+/**
+ * Whether a create asks for nothing a sandbox started ahead of it could
+ * still get (see WarmPoolSpec): image, resources and network are matched
+ * against the pools; labels, lifetime and idempotency are the daemon's.
+ */
+export function poolEligible(req: CreateSandboxRequest): boolean {
+  return req.image !== undefined && !req.mounts?.length && (req.env === undefined || Object.keys(req.env).length === 0) &&
+    req.workdir === undefined && req.user === undefined && req.hostname === undefined
 }
 
 export const MAX_EXEC_TIMEOUT_MS = 7 * 86400 * 1000

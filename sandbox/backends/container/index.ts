@@ -224,7 +224,10 @@ function startOutput(stateDir: string): string {
 }
 
 /** Mount points of every cgroup hierarchy (v1 controllers and the v2 unified one). */
+let cgroupMountList: string[] | undefined
+
 function cgroupMounts(): string[] {
+  if (cgroupMountList) return cgroupMountList
   const out = new Set<string>()
   for (const line of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
     const [pre, post] = line.split(' - ')
@@ -232,7 +235,8 @@ function cgroupMounts(): string[] {
     const fstype = post.split(' ')[0]
     if (fstype === 'cgroup' || fstype === 'cgroup2') out.add(pre.split(' ')[4]!)
   }
-  return [...out]
+  cgroupMountList = [...out]
+  return cgroupMountList
 }
 
 let memCgroupRoot: { dir: string; v2: boolean } | null | undefined
@@ -350,6 +354,34 @@ class ContainerSandbox implements SandboxHandle {
     }
   }
 
+  /**
+   * Removes the cgroups and runtime state of this container once its init is
+   * dead: the kernel has killed every other process of its pid namespace by
+   * then, so the cgroups are empty (a task still leaving makes rmdir EBUSY for
+   * a moment). False when something is not as expected; the caller then asks
+   * the runtime.
+   */
+  async #removeStopped(): Promise<boolean> {
+    const stateFile = path.join(this.stateDir, 'runc', this.id, 'state.json')
+    if (!fs.existsSync(stateFile)) return false
+    for (const root of cgroupMounts()) {
+      const dir = path.join(root, this.#meta.cgroupsPath)
+      for (let attempt = 0; ; attempt++) {
+        try {
+          fs.rmdirSync(dir)
+          break
+        } catch (e) {
+          const code = (e as NodeJS.ErrnoException).code
+          if (code === 'ENOENT') break
+          if (code !== 'EBUSY' || attempt >= 100) return false
+          await new Promise((r) => setTimeout(r, 5))
+        }
+      }
+    }
+    fs.rmSync(path.join(this.stateDir, 'runc', this.id), { recursive: true, force: true })
+    return true
+  }
+
   async delete(): Promise<void> {
     if (this.#deleted) return
     this.agent.close()
@@ -358,18 +390,25 @@ class ContainerSandbox implements SandboxHandle {
       // Kill the init ourselves and watch it go: `delete --force` would too, but then polls for
       // its exit in 100 ms steps. Only a pid still in this sandbox's cgroup is ours to kill
       // (a dead init's pid may belong to someone else by now).
+      let killed = false
       if (this.pid > 0 && alive(this.pid) && inCgroup(this.pid, this.#meta.cgroupsPath)) {
         try {
           process.kill(this.pid, 'SIGKILL')
         } catch { /* gone already */ }
         const end = Date.now() + 5000
         while (alive(this.pid) && Date.now() < end) await new Promise((r) => setTimeout(r, 2))
+        killed = !alive(this.pid)
       }
-      // --force: in case it still runs (it then kills it itself)
-      try {
-        await this.#runtime('delete', '--force', this.id)
-      } catch (e) {
-        if (await this.runtimeState()) throw new StrataError('INTERNAL', `${this.#meta.runtime} delete ${this.id}: ${(e as Error).message}`, { cause: e })
+      // With the init seen dead, what is left of a stopped container is its empty cgroups and
+      // its state directory: removing them here is what `runc delete` would do, without
+      // starting a runtime process (~30 ms here). Anything unexpected falls back to the runtime,
+      // and `--force` covers a container that still runs (it then kills it itself).
+      if (!(killed && (await this.#removeStopped()))) {
+        try {
+          await this.#runtime('delete', '--force', this.id)
+        } catch (e) {
+          if (await this.runtimeState()) throw new StrataError('INTERNAL', `${this.#meta.runtime} delete ${this.id}: ${(e as Error).message}`, { cause: e })
+        }
       }
     }
     // the runtime removes the cgroup; make sure the init is gone before the directory goes
