@@ -17,6 +17,13 @@
 //                    'bench/debian:1', resources, network: 'none'}) →
 //                    sb.exec(argv) → sb.delete() (daemonCycle); the daemon's
 //                    own create time (SandboxInfo.createMs) is kept per cycle
+//     strata-pool    the same daemon and SDK calls with a warm pool of
+//                    POOL_SIZE sandboxes of the image (config warmPool, the
+//                    same resources and network as the request), full when
+//                    each measured run starts; creates take a started sandbox
+//                    while one is ready, else start their own. The issue
+//                    allows a warm pool "on top, reported separately": its
+//                    ratios are listed apart from the targets
 //     strata-inproc  the same sandbox plane in this process, no daemon and no
 //                    HTTP: LayerMounts + RootfsBuilder + ContainerBackend
 //                    (strataCycle), with its phase breakdown; the node holds
@@ -114,11 +121,14 @@ export const DENSITY_TARGET = 1000
 /** density stops creating after this long */
 const DENSITY_MAX_MS = 30 * 60_000
 
-export type StartPath = 'strata' | 'strata-inproc' | 'podman' | 'runc' | 'eager'
-export const ALL_PATHS: StartPath[] = ['strata', 'strata-inproc', 'runc', 'eager', 'podman']
+export type StartPath = 'strata' | 'strata-pool' | 'strata-inproc' | 'podman' | 'runc' | 'eager'
+export const ALL_PATHS: StartPath[] = ['strata', 'strata-pool', 'strata-inproc', 'runc', 'eager', 'podman']
+/** sandboxes the strata-pool daemon keeps started */
+export const POOL_SIZE = 8
 
 export const PATH_LABELS: Record<StartPath, string> = {
   strata: 'Strata node daemon over HTTP (SDK create → exec → delete; overlay on the lazily mounted EROFS layer + runc + agent)',
+  'strata-pool': `Strata node daemon with a warm pool of ${POOL_SIZE} (reported separately; the same SDK calls, create takes a started sandbox while the pool has one)`,
   'strata-inproc': 'Strata in-process, no daemon or HTTP (LayerMounts + RootfsBuilder + ContainerBackend; no target)',
   podman: 'podman run --rm (same tree, podman import of its tar)',
   runc: 'bare runc run of a pre-extracted bundle (rootfs copied once)',
@@ -536,7 +546,7 @@ function daemonRuncDeleteSync(stateDir: string): void {
 }
 
 /** Starts a node daemon process and waits until GET /v1/health answers (like test/sandbox/daemon/helpers.ts). */
-async function startDaemonNode(ctx: BenchContext, img: SandboxImage): Promise<DaemonNode> {
+async function startDaemonNode(ctx: BenchContext, img: SandboxImage, extra: Partial<SandboxDaemonConfig> = {}): Promise<DaemonNode> {
   const seq = ++daemonSeq
   // short: <stateDir>/sb/sb-xxxxxxxxxxxx/rt/agent.sock must fit a unix socket path
   const dir = ctx.fixtures.scratch(`sbd${seq}`)
@@ -550,6 +560,7 @@ async function startDaemonNode(ctx: BenchContext, img: SandboxImage): Promise<Da
     stateDir,
     tokenFile: path.join(dir, 'token'),
     endpointFile: path.join(dir, 'endpoint'),
+    ...extra,
   }
   const configFile = path.join(dir, 'config.json')
   fs.writeFileSync(configFile, JSON.stringify(config, null, 2) + '\n')
@@ -671,6 +682,19 @@ export interface DaemonPhases {
   firstExec: number
   /** HTTP delete */
   delete: number
+  /** 1 when the create took a warm-pool sandbox */
+  pooled: number
+}
+
+/** Until every warm pool of the daemon holds its count of started sandboxes. */
+async function waitPoolFull(d: DaemonNode): Promise<void> {
+  const end = Date.now() + 120_000
+  for (;;) {
+    const n = await d.sdk.node()
+    if (n.pool.every((p) => p.ready === p.target && p.building === 0)) return
+    if (Date.now() > end) throw new Error(`the warm pool did not fill within 120 s: ${JSON.stringify(n.pool)}`)
+    await sleep(100)
+  }
 }
 
 async function daemonCreate(d: DaemonNode): Promise<Sandbox> {
@@ -700,7 +724,7 @@ export async function daemonCycle(d: DaemonNode, phases: DaemonPhases[] | null):
     failed ??= e
   }
   if (failed) throw failed
-  phases?.push({ create: t1 - t0, nodeCreate: sb.info.createMs ?? NaN, exec: t2 - t1, firstExec: t2 - t0, delete: performance.now() - t2 })
+  phases?.push({ create: t1 - t0, nodeCreate: sb.info.createMs ?? NaN, exec: t2 - t1, firstExec: t2 - t0, delete: performance.now() - t2, pooled: sb.info.pooled ? 1 : 0 })
 }
 
 /** What is left on the node once every sandbox was deleted and the node reclaimed: [] when nothing. */
@@ -914,14 +938,20 @@ function phaseRows(ph: Phases): Array<Record<string, number>> {
 function phaseExtra(ph: Phases | undefined): Record<string, number> {
   if (!ph?.length) return {}
   const out: Record<string, number> = {}
-  for (const k of Object.keys(ph[0]!)) out[`${k}P50Ms`] = summarize(phaseRows(ph).map((x) => x[k]!)).p50
+  for (const k of Object.keys(ph[0]!)) {
+    if (k === 'pooled') out.pooledShare = phaseRows(ph).reduce((a, x) => a + x[k]!, 0) / ph.length
+    else out[`${k}P50Ms`] = summarize(phaseRows(ph).map((x) => x[k]!)).p50
+  }
   return out
 }
 
 function phasesText(p: StartPath, ph: Phases): string {
   const p50 = (k: string) => fmtMs(summarize(phaseRows(ph).map((x) => x[k]!)).p50)
-  if (p === 'strata') {
-    return `p50 of each step: HTTP create ${p50('create')} (of which the daemon's own create ${p50('nodeCreate')}), HTTP exec ${p50('exec')}, HTTP delete ${p50('delete')}`
+  if (p === 'strata' || p === 'strata-pool') {
+    const rows = phaseRows(ph)
+    const pooled = rows.filter((x) => x.pooled === 1).length
+    return `p50 of each step: HTTP create ${p50('create')} (of which the daemon's own create ${p50('nodeCreate')}), HTTP exec ${p50('exec')}, HTTP delete ${p50('delete')}` +
+      (p === 'strata-pool' ? `; ${pooled} of ${rows.length} creates took a pool sandbox` : '')
   }
   return `create → first exec returned p50 ${p50('firstExec')}; p50 of each step: rootfs ${p50('rootfs')}, container + agent ${p50('container')}, exec ${p50('exec')}, delete ${p50('delete')} (container ${p50('deleteContainer')}, rootfs ${p50('destroyRootfs')})`
 }
@@ -963,13 +993,16 @@ export async function sandboxStart(ctx: BenchContext): Promise<Metric[]> {
   /** where the strata paths put their per-cycle phases while they are measured */
   let inprocPhases: StrataPhases[] | null = null
   let daemonPhases: DaemonPhases[] | null = null
+  const poolNodes = new Map<StartPath, DaemonNode>()
   try {
     for (const p of paths) {
-      if (p === 'strata') {
-        const d = await startDaemonNode(ctx, img)
+      if (p === 'strata' || p === 'strata-pool') {
+        const warmPool = p === 'strata-pool' ? [{ image: IMAGE_REF, count: POOL_SIZE, resources: SANDBOX_RESOURCES, network: 'none' as const }] : undefined
+        const d = await startDaemonNode(ctx, img, warmPool ? { warmPool } : {})
         closers.push(() => closeDaemonNode(d))
-        ctx.log(`strata: node daemon pid ${d.pid} at ${d.endpoint} (state ${d.stateDir}); SDK create({ image: '${IMAGE_REF}' }) → exec → delete`)
+        ctx.log(`${p}: node daemon pid ${d.pid} at ${d.endpoint} (state ${d.stateDir})${warmPool ? `, warm pool of ${POOL_SIZE}` : ''}; SDK create({ image: '${IMAGE_REF}' }) → exec → delete`)
         cycles.set(p, () => daemonCycle(d, daemonPhases))
+        if (warmPool) poolNodes.set(p, d)
       } else if (p === 'strata-inproc') {
         // a warm node: the layer stays mounted between cycles, as while any sandbox of the image runs
         const node = await openNode(ctx, img, { pin: true })
@@ -984,7 +1017,7 @@ export async function sandboxStart(ctx: BenchContext): Promise<Metric[]> {
         cycles.set(p, b.cycle)
       }
     }
-    const prefix: Record<StartPath, string> = { strata: 'bsd', 'strata-inproc': 'bst', podman: 'bpm', runc: 'brc', eager: 'beg' }
+    const prefix: Record<StartPath, string> = { strata: 'bsd', 'strata-pool': 'bsp', 'strata-inproc': 'bst', podman: 'bpm', runc: 'brc', eager: 'beg' }
     for (const c of START_CONCURRENCY) {
       for (const p of paths) {
         const cycle = cycles.get(p)!
@@ -992,9 +1025,12 @@ export async function sandboxStart(ctx: BenchContext): Promise<Metric[]> {
         inprocPhases = null
         daemonPhases = null
         for (let i = 0; i < WARMUP; i++) await cycle(newId(prefix[p]))
+        // a measured run starts with a full pool, as on a node that was idle for a moment
+        const pd = poolNodes.get(p)
+        if (pd) await waitPoolFull(pd)
         await ctx.fixtures.settle()
         const n = p === 'eager' ? eagerIters : iters
-        const phases: Phases | undefined = p === 'strata' ? (daemonPhases = []) : p === 'strata-inproc' ? (inprocPhases = []) : undefined
+        const phases: Phases | undefined = p === 'strata' || p === 'strata-pool' ? (daemonPhases = []) : p === 'strata-inproc' ? (inprocPhases = []) : undefined
         const t0 = performance.now()
         const samples = await runConcurrent(n, c, () => cycle(newId(prefix[p])))
         const r: StartResult = { path: p, concurrency: c, samples, wallMs: performance.now() - t0, phases }
