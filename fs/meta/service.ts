@@ -311,9 +311,13 @@ export class MetaService {
 
   /** Creates the tree roots (first start of the cluster) and this server's GC directories. */
   async init(): Promise<void> {
+    // each step is a KV transaction (a flush on a durable KV): on a saturated disk a start can
+    // take long, and these lines show where it was
     await this.initFileSystem()
     await this.ids.refill()
+    this.log.info('inode ids ready')
     await this.gc.init()
+    this.log.info('GC directories ready')
     await this.distributor.update().catch((e: unknown) => this.log.warn('distributor update failed', { err: e }))
   }
 

@@ -140,7 +140,8 @@ export async function startMetaCluster(t: ExecutionContext, o: MetaClusterOption
       m.metaAddresses.push(address)
     }
     for (const name of m.metaNames) {
-      await until(() => m.rpc.echo(c.address(name)).then(() => true), 30000, `${name} up`).catch((e) => {
+      // generous: every start step is a KV flush, and parallel test files can saturate the disk
+      await until(() => m.rpc.echo(c.address(name)).then(() => true), 90_000, `${name} up`).catch((e) => {
         throw new Error(`${(e as Error).message}\n${c.log(name)}`)
       })
     }

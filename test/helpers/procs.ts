@@ -167,9 +167,9 @@ export async function startTestCluster(
   }
   for (const name of c.procs.keys()) c.start(name)
   c.mgmtd = new MgmtdClient({ addresses: [c.mgmtdAddress], rpc: c.rpc })
-  await until(() => c.mgmtd.clusterInfo().then(() => true), 30000, 'mgmtd up')
+  await until(() => c.mgmtd.clusterInfo().then(() => true), 60_000, 'mgmtd up')
   await c.mgmtd.initCluster({ chainTableId: 1, chunkSize: opts.chunkSize ?? 65536, stripeSize: opts.stripeSize ?? Math.min(nchains, 2) })
-  for (let i = 1; i <= nodes; i++) await until(() => c.rpc.echo(c.address(`storage-${i}`)).then(() => true), 30000, `storage-${i} up`)
+  for (let i = 1; i <= nodes; i++) await until(() => c.rpc.echo(c.address(`storage-${i}`)).then(() => true), 60_000, `storage-${i} up`)
   for (let k = 0; k < nchains; k++) {
     const chainId = 100 + k + 1
     const targets: number[] = []
