@@ -16,6 +16,7 @@
 // down` uses to stop everything.
 import crypto from 'node:crypto'
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { StrataError, isStrataError, toStrataError } from '../../fs/common/errors.js'
 import type { Logger } from '../../fs/common/log.js'
@@ -96,8 +97,12 @@ interface Pool {
 
 /** How long a pool waits after a failed refill. */
 const POOL_RETRY_MS = 5000
-/** Refills of one pool running at once. */
-const POOL_PARALLEL_BUILDS = 2
+/**
+ * Refills of one pool running at once: half the CPUs, so that a refill never
+ * takes every core from the sandboxes it serves (a start is CPU-bound: runc
+ * and the agent's first answer).
+ */
+const POOL_PARALLEL_BUILDS = Math.max(1, Math.floor(os.availableParallelism() / 2))
 
 const SUN_PATH_MAX = 107
 
