@@ -113,6 +113,12 @@ int resolve_ident(const char *user, bool has_uid, uint64_t uid, bool has_gid, ui
       out->uid = (uid_t)num;
       out->gid = 0; // like docker --user N without a passwd entry
       if (find_passwd(NULL, num, out) == 1) from_passwd = true;
+    } else if (strcmp(user, "root") == 0) {
+      // root is uid 0 everywhere: the default user of every sandbox must work in
+      // images without /etc/passwd (scratch, distroless, a lone static binary)
+      out->uid = 0;
+      out->gid = 0;
+      snprintf(out->name, sizeof out->name, "root");
     } else {
       snprintf(msg, msglen, r < 0 ? "user %s: the sandbox has no /etc/passwd" : "user %s not found in /etc/passwd", user);
       return ENOENT;

@@ -833,6 +833,10 @@ export class SandboxService {
     // nobody took them, so nothing is lost; a restart would remove them anyway
     await this.#drainPools()
     await this.settled()
+    // lingering layers no sandbox uses, and the cgroup parent if no sandbox is left: a stopped
+    // daemon leaves behind only what its running sandboxes hold
+    await this.layers.dropIdle().catch((e) => this.#log.warn('unmounting idle layers', { err: e }))
+    this.backend.removeEmptyCgroupParent()
     for (const l of this.#live.values()) l.handle?.agent.close()
     await this.#registry.close()
   }

@@ -1,6 +1,7 @@
 // `strata cluster …` and the scenario-1 listings, against real daemons
 // started by the real CLI in a temp directory.
 import test from 'ava'
+import { execFileSync, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { ok, records, strata, table, tempDir, until } from './helpers.js'
@@ -195,8 +196,16 @@ test.serial('down keeps data and ports, up starts it again, destroy refuses a ru
   const refused = await strata(['cluster', 'destroy', '--dir', dir])
   t.is(refused.code, 1)
   t.regex(refused.stderr, /^strata: CLUSTER_RUNNING: /)
+  // something left mounted below the directory (like a `strata serve` daemon's layer mounts) is
+  // detached first, so removing the tree never reaches into it, and the directory still goes
+  const leftover = path.join(dir, 'data', 'serve-1', 'layers', 'l1')
+  fs.mkdirSync(leftover, { recursive: true })
+  execFileSync('mount', ['-t', 'tmpfs', 'tmpfs', leftover])
+  t.teardown(() => { spawnSync('umount', ['-l', leftover]) })
+  fs.writeFileSync(path.join(leftover, 'f'), 'x')
   await ok(t, ['cluster', 'destroy', '--dir', dir, '--force'])
   t.false(fs.existsSync(dir))
+  t.false(fs.readFileSync('/proc/self/mountinfo', 'utf8').includes(leftover), 'the leftover mount is detached')
   const gone = await strata(['cluster', 'status', '--dir', dir])
   t.is(gone.code, 1)
   t.regex(gone.stderr, /^strata: CLUSTER_NOT_FOUND: /)

@@ -12,7 +12,7 @@ import { importPath } from '../../../sandbox/image/oci/import.js'
 import type { NodeInfo } from '../../../sandbox/daemon/index.js'
 import { busyboxRootfs } from '../../helpers/busybox-rootfs.js'
 import { CLI, until } from '../../helpers/procs.js'
-import { nodeTraces, startDaemon, useDaemonCluster } from './helpers.js'
+import { layerMounts, nodeTraces, startDaemon, useDaemonCluster } from './helpers.js'
 
 const env = useDaemonCluster(test)
 
@@ -85,6 +85,11 @@ test.serial('a matching create takes a started sandbox; others start their own; 
   const plain = await s.sandboxes.create({ image: 'bb:1', resources: RES })
   t.falsy(plain.info.pooled)
   await plain.delete()
+  // SIGTERM with no sandbox left: no lingering layer mount, no cgroup parent
+  t.is(await d.stop(), 0)
+  t.deepEqual(layerMounts(d.config.stateDir), [])
+  t.deepEqual(nodeTraces(d.config.stateDir, d.config.nodeId), { mounts: [], sandboxDirs: [], cgroups: [] })
+  t.false(fs.existsSync(`/sys/fs/cgroup/memory/strata/${d.config.nodeId}`), 'the cgroup parent went with the last sandbox')
 })
 
 test.serial('a dead pool sandbox is replaced; a moved tag replaces the pool; stop and restart leave no pool sandbox behind', async (t) => {

@@ -89,6 +89,10 @@ async function listTar(r: AsyncIterable<Uint8Array>): Promise<Map<string, { type
   t.is((await c.client.exec(['probe', 'hello'])).stdout.toString(), 'hello from a static binary\n') // found on the default PATH
   const asUser = await c.client.exec(['/bin/probe', 'hello'], { uid: 1234, gid: 1234 })
   t.is(asUser.exitCode, 0)
+  // root needs no passwd entry: the default user of a sandbox works in any image
+  const asRoot = await c.client.exec(['/bin/probe', 'hello'], { user: 'root' })
+  t.is(asRoot.exitCode, 0)
+  t.is(asRoot.stdout.toString(), 'hello from a static binary\n')
 
   await c.client.files.mkdir('/data/a/b')
   await c.client.files.write('/data/a/b/f', 'x')
