@@ -8,6 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { spawn } from 'node:child_process'
 import { StrataError } from '../../fs/common/errors.js'
+import { detachNow, pidAlive, readMounts } from '../../fs/fuse/index.js'
 
 export const DEFAULT_ROOTFS_CACHE = process.env.STRATA_ROOTFS_CACHE ?? '/var/cache/strata/rootfs'
 export const DEFAULT_MIRROR = process.env.STRATA_DEBIAN_MIRROR ?? 'http://deb.debian.org/debian'
@@ -40,7 +41,8 @@ export async function ensureDebianRootfs(opts: DebianRootfsOptions = {}): Promis
   if (process.getuid?.() !== 0) throw new StrataError('IMAGE_NEEDS_ROOT', 'debootstrap needs root')
   fs.mkdirSync(cacheDir, { recursive: true })
   const scratch = `${dir}.building-${process.pid}`
-  fs.rmSync(scratch, { recursive: true, force: true })
+  sweepStaleRootfsBuilds(cacheDir)
+  removeTree(scratch)
   const args = ['--variant=minbase', ...(include.length ? [`--include=${include.join(',')}`] : []), suite, scratch, opts.mirror ?? DEFAULT_MIRROR]
   const t0 = Date.now()
   try {
@@ -53,10 +55,32 @@ export async function ensureDebianRootfs(opts: DebianRootfsOptions = {}): Promis
     fs.renameSync(scratch, dir)
     fs.writeFileSync(marker, JSON.stringify({ suite, include, builtAt: new Date().toISOString() }) + '\n')
   } catch (e) {
-    fs.rmSync(scratch, { recursive: true, force: true })
+    removeTree(scratch)
     throw e
   }
   return { dir, cached: false, buildMs: Date.now() - t0 }
+}
+
+/**
+ * Removes a build directory. debootstrap mounts /proc and /sys inside the
+ * tree it builds, and a build killed midway leaves them mounted: they are
+ * detached first, so the removal never reaches into the host's /proc or /sys.
+ */
+function removeTree(dir: string): void {
+  const below = () => readMounts().filter((m) => m.mountpoint === dir || m.mountpoint.startsWith(dir + path.sep)).reverse()
+  for (const m of below()) detachNow(m.mountpoint)
+  const left = below()
+  if (left.length) throw new StrataError('IMAGE_BUILD_FAILED', `cannot detach ${left.map((m) => m.mountpoint).join(', ')} before removing ${dir}`)
+  fs.rmSync(dir, { recursive: true, force: true })
+}
+
+/** Removes the build directories (`*.building-PID`) of builds whose process is gone, mounts and all. */
+export function sweepStaleRootfsBuilds(cacheDir: string): void {
+  for (const name of fs.readdirSync(cacheDir)) {
+    const m = /\.building-(\d+)$/.exec(name)
+    if (!m || Number(m[1]) === process.pid || pidAlive(Number(m[1]))) continue
+    removeTree(path.join(cacheDir, name))
+  }
 }
 
 function run(cmd: string, args: string[], onLine?: (line: string) => void): Promise<void> {
