@@ -4,7 +4,7 @@ export { decompressStream, sniffCompression, compressionOfMediaType, type Compre
 export { buildErofs, buildErofsFile, EROFS_UUID } from './erofs.js'
 export { sha256File } from './hash.js'
 export { layerToTar } from './to-tar.js'
-export { withErofsMount } from './mount.js'
+export { sweepStaleErofsMounts, withErofsMount } from './mount.js'
 export { readTar, type TarEntry, type TarEntryHeader, type TarEntryType } from './tar-reader.js'
 export type {
   BuildErofsOptions,

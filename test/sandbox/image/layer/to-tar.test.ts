@@ -205,3 +205,34 @@ test('layerToTar: an output destroyed by its reader (cancellation) fails the cal
   t.deepEqual(mountsUnder(tmp), [])
   t.deepEqual(fs.readdirSync(tmp), [])
 })
+
+test('the EROFS mounts of a process killed with SIGKILL are removed by the next layerToTar', async (t) => {
+  const work = tmpDir(t)
+  const tree = path.join(work, 'tree')
+  fs.mkdirSync(tree)
+  fs.writeFileSync(path.join(tree, 'a'), 'a')
+  const file = path.join(work, 'l.erofs')
+  await buildErofs(tree, file)
+  // a real layerToTar in a child process, SIGKILLed while its layer is mounted
+  const script = `
+    import { layerToTar } from ${JSON.stringify(new URL('../../../../sandbox/image/layer/index.js', import.meta.url).href)}
+    import { Writable } from 'node:stream'
+    const stuck = new Writable({ write() { process.stdout.write('mounted\\n') } })
+    await layerToTar(${JSON.stringify(file)}, stuck, { tmpDir: ${JSON.stringify(work)} })
+  `
+  const child = (await import('node:child_process')).spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] })
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.once('data', () => resolve())
+    child.once('exit', (c) => reject(new Error(`child exited ${c} before mounting`)))
+  })
+  const left = () => mountsUnder(work).filter((m) => path.basename(m).startsWith(`strata-erofs-${child.pid}-`))
+  t.is(left().length, 1)
+  child.kill('SIGKILL')
+  await new Promise((r) => child.once('exit', r))
+  t.is(left().length, 1, 'SIGKILL runs no cleanup')
+  // the next mount of any layer sweeps it
+  const r = await tarOf(file, work)
+  t.true(r.size > 0)
+  t.deepEqual(left(), [])
+  t.deepEqual(fs.readdirSync(work).filter((n) => n.startsWith('strata-erofs-')), [])
+})
