@@ -15,7 +15,7 @@ import {
   type ClusterStatus,
   type TimerProfile,
 } from '../../fs/admin/index.js'
-import { choiceArg, intArg, out, printJson, progressReporter, sizeArg } from './output.js'
+import { choiceArg, intArg, out, printJson, progressReporter, sizeArg, warmPoolArg } from './output.js'
 
 interface DirOpts {
   dir?: string
@@ -80,6 +80,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--base-port <port>', 'fixed ports: mgmtd gets port, storage-i port+i (default: free ports)', intArg('--base-port', { min: 1, max: 65535 }))
     .option('--no-mount', 'do not start a FUSE mount (recorded for the fuse role)')
     .option('--no-sandbox', 'do not start the sandbox daemon (recorded for the sandbox role)')
+    .option('--warm-pool <image=count>', 'the sandbox daemon keeps COUNT sandboxes of IMAGE started ahead of the creates (repeatable; see strata serve --help)', warmPoolArg)
     .option('--no-bootstrap', 'only start the processes; run init-cluster, create-target, upload-chains… yourself (DIR/config has the CSVs)')
     .option('--timers <profile>', 'daemon timers: local (test scale, seconds) or production (3FS defaults)', choiceArg<TimerProfile>('--timers', ['local', 'production']), 'local')
     .option('--timeout <seconds>', 'give up bootstrapping after this long (default 60, production 300)', intArg('--timeout', { min: 1 }))
@@ -113,6 +114,7 @@ ${DIR_HELP}`,
         basePort: o.basePort ?? null,
         mount: o.mount,
         sandbox: o.sandbox,
+        ...(o.warmPool ? { warmPool: o.warmPool } : {}),
         timers: o.timers,
         bootstrap: o.bootstrap,
         ...(o.timeout ? { timeoutMs: o.timeout * 1000 } : {}),

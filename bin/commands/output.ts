@@ -124,3 +124,13 @@ export function describeFailure(e: unknown): { message: string; exitCode: number
   }
   return { message: `strata: ${err?.message ?? String(e)}`, exitCode: 1 }
 }
+
+/** `IMAGE=COUNT` of --warm-pool, collected into a warmPool list. */
+export function warmPoolArg(v: string, prev: Array<{ image: string; count: number }> | undefined): Array<{ image: string; count: number }> {
+  const eq = v.lastIndexOf('=')
+  const count = Number(v.slice(eq + 1))
+  if (eq <= 0 || !/^\d+$/.test(v.slice(eq + 1)) || count < 1 || count > 1024) {
+    throw new InvalidArgumentError(`--warm-pool wants IMAGE=COUNT with COUNT in [1, 1024], not ${JSON.stringify(v)}`)
+  }
+  return [...(prev ?? []), { image: v.slice(0, eq), count }]
+}

@@ -5,14 +5,14 @@ import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
-import { InvalidArgumentError, type Command } from 'commander'
+import type { Command } from 'commander'
 import { formatTable, readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError, isStrataError } from '../../fs/common/errors.js'
 import { createLogger } from '../../fs/common/log.js'
 import { sandboxStateDir, startSandboxDaemon, TOKEN_FILE, type CreateSandboxRequest, type SandboxInfo } from '../../sandbox/daemon/index.js'
 import { Strata } from '../../sandbox/sdk/index.js'
-import { UsageError, choiceArg, intArg, out, printJson } from './output.js'
+import { UsageError, choiceArg, intArg, out, printJson, warmPoolArg } from './output.js'
 
 interface ClientOpts {
   cluster?: string
@@ -324,16 +324,6 @@ Examples:
         else out(target)
       })
     })
-}
-
-/** `IMAGE=COUNT` of --warm-pool, collected into a warmPool list. */
-function warmPoolArg(v: string, prev: Array<{ image: string; count: number }> | undefined): Array<{ image: string; count: number }> {
-  const eq = v.lastIndexOf('=')
-  const count = Number(v.slice(eq + 1))
-  if (eq <= 0 || !/^\d+$/.test(v.slice(eq + 1)) || count < 1 || count > 1024) {
-    throw new InvalidArgumentError(`--warm-pool wants IMAGE=COUNT with COUNT in [1, 1024], not ${JSON.stringify(v)}`)
-  }
-  return [...(prev ?? []), { image: v.slice(0, eq), count }]
 }
 
 export function registerServeCommand(program: Command): void {

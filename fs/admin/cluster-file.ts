@@ -51,6 +51,8 @@ export interface ClusterSettings {
   basePort: number | null
   mount: boolean
   sandbox: boolean
+  /** warm pools of the sandbox daemon (`--warm-pool IMAGE=COUNT`); absent in older cluster files */
+  warmPool?: Array<{ image: string; count: number }>
   timers: TimerProfile
   /** false: processes only; the operator runs init-cluster, create-target, upload-chains… */
   bootstrap: boolean

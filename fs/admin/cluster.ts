@@ -107,6 +107,8 @@ export interface ClusterUpOptions {
   basePort?: number | null
   mount?: boolean
   sandbox?: boolean
+  /** warm pools of the sandbox daemon */
+  warmPool?: Array<{ image: string; count: number }>
   timers?: TimerProfile
   /** false: start the processes but leave init-cluster, targets and chains to the operator */
   bootstrap?: boolean
@@ -148,7 +150,7 @@ export function clusterSettings(o: ClusterUpOptions): { settings: ClusterSetting
   const timers = o.timers ?? 'local'
   check(timers === 'local' || timers === 'production', `--timers must be local or production, got ${timers}`)
   return {
-    settings: { storageNodes, targetsPerNode, replicas, chunkSize, stripeSize, chainTableId, basePort, mount: o.mount ?? true, sandbox: o.sandbox ?? true, timers, bootstrap: o.bootstrap ?? true },
+    settings: { storageNodes, targetsPerNode, replicas, chunkSize, stripeSize, chainTableId, basePort, mount: o.mount ?? true, sandbox: o.sandbox ?? true, ...(o.warmPool?.length ? { warmPool: o.warmPool } : {}), timers, bootstrap: o.bootstrap ?? true },
     layout,
   }
 }

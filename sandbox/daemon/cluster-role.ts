@@ -74,6 +74,7 @@ export const sandboxClusterRole: ClusterRoleSpec = {
       fuseMnt: path.join(ctx.dir, 'mnt'),
       stateDir: sandboxStateDir(ctx.dir, ctx.dataDir),
       tokenFile,
+      ...(ctx.settings.warmPool?.length ? { warmPool: ctx.settings.warmPool } : {}),
     }
     return c as unknown as Record<string, unknown>
   },

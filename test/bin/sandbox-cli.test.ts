@@ -109,7 +109,8 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   })
 
   // --- cluster up: one storage node, one replica; the sandbox daemon and its token come with it
-  await okCli(['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '-q'], 300_000)
+  // with a warm pool of an image that does not exist yet: the daemon keeps retrying until it is imported
+  await okCli(['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '--warm-pool', 'bb:1=1', '-q'], 300_000)
   proc = sandboxProc(dir)
   // the node name (cgroup parent /strata/<name>) carries a hash of the cluster dir, so local clusters do not share one
   t.is(proc.nodeId, `node-40001-${crypto.createHash('sha256').update(path.resolve(dir)).digest('hex').slice(0, 8)}`)
@@ -122,11 +123,20 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   const rootfs = busyboxRootfs(t)
   await okCli(['image', 'import', rootfs, '--name', 'bb:1'], 300_000)
 
-  // --- create
+  // the warm pool fills once the image is there
+  const cluster = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8')) as { processes: Array<{ role: string; address: string }> }
+  const endpoint = `http://${cluster.processes.find((p) => p.role === 'sandbox')!.address}`
+  const token = fs.readFileSync(tokenFile, 'utf8').trim()
+  await until('the warm pool of bb:1 filled', async () => {
+    const node = await (await fetch(`${endpoint}/v1/node`, { headers: { authorization: `Bearer ${token}` } })).json() as { pool: Array<{ image: string; ready: number }> }
+    return node.pool.length === 1 && node.pool[0]!.image === 'bb:1' && node.pool[0]!.ready === 1
+  }, 60_000)
+
+  // --- create (a plain create of the pool's image takes the started sandbox)
   const created = JSON.parse(await okCli(['sandbox', 'create', '--image', 'bb:1', '--label', 'job=t', '--json']))
   const id: string = created.id
   t.regex(id, /^sb-[a-z0-9]{12}$/)
-  t.like(created, { state: 'running', backend: 'container', labels: { job: 't' }, image: { ref: 'bb:1' } })
+  t.like(created, { state: 'running', backend: 'container', labels: { job: 't' }, image: { ref: 'bb:1' }, pooled: true })
   t.true(created.pid > 0)
   // its cgroup exists while it runs (so the absence checked after cluster down means something)
   t.not(cgroupsOf(proc.nodeId, [id]).length, 0, `no cgroup of ${id} under /sys/fs/cgroup/*/strata/${proc.nodeId}`)
