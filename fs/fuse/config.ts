@@ -48,6 +48,10 @@ export interface FuseDaemonConfig {
   opTimeoutMs?: number
   /** kernel readahead, bytes (3FS max_readahead 16 MiB) */
   maxReadahead?: number
+  /** whole-chunk read-ahead for read-only handles read sequentially (fs/fuse/read-ahead.ts); default true */
+  chunkReadAhead?: boolean
+  /** bytes the mount's chunk read-ahead may hold at once; default 64 MiB */
+  chunkReadAheadBudget?: number
   /** how long a stop waits for files still open before a lazy unmount, ms */
   unmountGraceMs?: number
   storageRetry?: Partial<RetryPolicy>
@@ -84,6 +88,8 @@ export const FUSE_DEFAULTS = {
   readonly: false,
   opTimeoutMs: 0,
   maxReadahead: 16 * 1024 * 1024,
+  chunkReadAhead: true,
+  chunkReadAheadBudget: 64 * 1024 * 1024,
   unmountGraceMs: 3000,
   debug: false,
 } as const
@@ -140,6 +146,8 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
     readonly: bool(c.readonly, 'readonly', FUSE_DEFAULTS.readonly),
     opTimeoutMs: num(c.opTimeoutMs, 'opTimeoutMs', FUSE_DEFAULTS.opTimeoutMs, { integer: true }),
     maxReadahead: num(c.maxReadahead, 'maxReadahead', FUSE_DEFAULTS.maxReadahead, { integer: true }),
+    chunkReadAhead: bool(c.chunkReadAhead, 'chunkReadAhead', FUSE_DEFAULTS.chunkReadAhead),
+    chunkReadAheadBudget: num(c.chunkReadAheadBudget, 'chunkReadAheadBudget', FUSE_DEFAULTS.chunkReadAheadBudget, { integer: true }),
     unmountGraceMs: num(c.unmountGraceMs, 'unmountGraceMs', FUSE_DEFAULTS.unmountGraceMs, { integer: true }),
     debug: bool(c.debug, 'debug', FUSE_DEFAULTS.debug),
   }

@@ -27,6 +27,7 @@ import type { Inode, LockAction, StatFsRsp } from '../meta/protocol.js'
 import { E, toFuseErrno } from './errno.js'
 import type { FuseOperations, FuseStat, FuseStatfs } from './native.js'
 import { PathCache, childOf, parentOf } from './path-cache.js'
+import { READ_AHEAD_DEFAULTS, ReadAhead, ReadAheadBudget, type ReadAheadOptions, type ReadAheadStats } from './read-ahead.js'
 
 export const VIRT_DIR = '3fs-virt'
 export const VIRT_ROOT = `/${VIRT_DIR}`
@@ -62,10 +63,12 @@ export interface FuseOpsOptions {
   log: Logger
   /** how long a 3fs-virt/rm-rf/<name> link stays visible after the remove (ms) */
   rmrfLinkTtlMs?: number
+  /** whole-chunk read-ahead of read-only handles read sequentially (read-ahead.ts); false: off */
+  readAhead?: Partial<ReadAheadOptions> | false
 }
 
 type Handle =
-  | { kind: 'file'; fh: FileHandle; path: string }
+  | { kind: 'file'; fh: FileHandle; path: string; ra?: ReadAhead }
   | { kind: 'dir'; path: string }
 
 export interface FuseOpsStats {
@@ -77,6 +80,7 @@ export interface FuseOpsStats {
   rmrf: number
   cache: ReturnType<PathCache['stats']>
   slowestMs: number
+  readAhead: ReadAheadStats & { bytesHeld: number }
 }
 
 /** The attributes FUSE reports for an inode. */
@@ -145,6 +149,9 @@ export class StrataFuseOps {
   private readonly rmrfLinks = new Map<string, { target: string; until: number }>()
   private readonly rmrfTtlMs: number
   private readonly counters = { ops: {} as Record<string, number>, errors: {} as Record<string, number>, inFlight: 0, rmrf: 0, slowestMs: 0 }
+  private readonly readAhead: ReadAheadOptions | null
+  private readonly raBudget: ReadAheadBudget
+  private readonly raStats: ReadAheadStats = { hits: 0, fetches: 0, direct: 0 }
 
   constructor(readonly opts: FuseOpsOptions) {
     this.fs = opts.fs
@@ -153,6 +160,8 @@ export class StrataFuseOps {
     this.log = opts.log
     this.cache = new PathCache(opts.attrTimeoutMs)
     this.rmrfTtlMs = opts.rmrfLinkTtlMs ?? 2000
+    this.readAhead = opts.readAhead === false ? null : { ...READ_AHEAD_DEFAULTS, ...opts.readAhead }
+    this.raBudget = new ReadAheadBudget(this.readAhead?.budgetBytes ?? 0)
   }
 
   stats(): FuseOpsStats {
@@ -168,6 +177,7 @@ export class StrataFuseOps {
       rmrf: this.counters.rmrf,
       cache: this.cache.stats(),
       slowestMs: this.counters.slowestMs,
+      readAhead: { ...this.raStats, bytesHeld: this.raBudget.used },
     }
   }
 
@@ -228,6 +238,15 @@ export class StrataFuseOps {
     if (h.kind === 'file' && h.fh.writable) {
       this.writers.set(h.fh.inodeId, (this.writers.get(h.fh.inodeId) ?? 0) + 1)
       this.cache.invalidateInode(h.fh.inodeId)
+      // readers' chunks fetched before may be overwritten from now on
+      this.dropReadAhead(h.fh.inodeId)
+    } else if (h.kind === 'file' && this.readAhead) {
+      const fh = h.fh
+      h.ra = new ReadAhead(fh.layout.chunkSize, async (pos, len) => {
+        const b = Buffer.allocUnsafe(len)
+        const r = await this.fs.read(fh, b, pos)
+        return b.subarray(0, r.bytesRead)
+      }, this.raBudget, this.readAhead, this.raStats)
     }
     return id
   }
@@ -237,6 +256,7 @@ export class StrataFuseOps {
     if (!h) return undefined
     this.handles.delete(id)
     if (h.kind === 'file') {
+      h.ra?.close()
       const ino = h.fh.inodeId
       if (h.fh.writable) {
         const n = (this.writers.get(ino) ?? 1) - 1
@@ -246,6 +266,24 @@ export class StrataFuseOps {
       this.cache.invalidateInode(ino)
     }
     return h
+  }
+
+  /** Forgets the read-ahead chunks of every handle of this inode. */
+  private dropReadAhead(id: bigint): void {
+    for (const h of this.handles.values()) if (h.kind === 'file' && h.fh.inodeId === id) h.ra?.clear()
+  }
+
+  /**
+   * A read: from the handle's read-ahead chunks when it reads sequentially
+   * and nobody here writes the file, the rest from storage. The answer is
+   * short only at the end of the file: FUSE reads a short answer as EOF.
+   */
+  private async read(fd: number, dst: Buffer, pos: number): Promise<number> {
+    const h = this.handles.get(fd)
+    if (!h || h.kind !== 'file') fail(E.EBADF, `no open file ${fd}`)
+    const served = h.ra && !this.writers.has(h.fh.inodeId) ? await h.ra.read(pos, dst) : 0
+    if (served === dst.length) return served
+    return served + (await this.fs.read(h.fh, dst.subarray(served), pos + served)).bytesRead
   }
 
   private file(fd: number): FileHandle {
@@ -328,7 +366,7 @@ export class StrataFuseOps {
       read: (p, fd, buf, len, pos, cb) =>
         this.run(
           'read',
-          async () => (await this.fs.read(this.file(fd), buf.subarray(0, len), pos)).bytesRead,
+          () => this.read(fd, buf.subarray(0, len), pos),
           (err, n) => cb(err ? err : n!),
           p,
         ),
@@ -522,6 +560,7 @@ export class StrataFuseOps {
     if (fh) await this.fs.ftruncate(fh, size)
     else await this.fs.truncate(p, size)
     this.cache.invalidateInode(inode.id)
+    this.dropReadAhead(inode.id)
   }
 
   async ftruncate(p: string, fd: number, size: number): Promise<void> {
@@ -531,6 +570,7 @@ export class StrataFuseOps {
     if (w) await this.fs.ftruncate(w, size)
     else await this.fs.truncate(p, size)
     this.cache.invalidateInode(fh.inodeId)
+    this.dropReadAhead(fh.inodeId)
   }
 
   async mknod(p: string, mode: number): Promise<void> {

@@ -1,0 +1,206 @@
+// Whole-chunk read-ahead for sequential readers of the FUSE mount.
+//
+// A libfuse 2 daemon gets at most 128 KiB per READ, so a 1 MiB chunk read
+// sequentially arrives as 8 requests, and each used to become its own
+// storage RPC for a piece of the chunk (a piece costs the storage node a
+// CRC32C pass, the client another). For a handle read sequentially, the
+// whole chunk is read once instead (a whole-chunk read returns the checksum
+// stored at write time) and the following requests are served from it; the
+// next chunk is fetched while the current one is served.
+//
+// Freshness is what the kernel's own readahead gives: data fetched a little
+// before it is asked for. A chunk is used for at most `maxAgeMs`, and the
+// mount drops an inode's chunks whenever it opens the inode for writing or
+// truncates it (handles whose inode has a writer here bypass read-ahead).
+// Memory is bounded by one budget for the whole mount; without room a read
+// goes straight to storage.
+
+/** Reads [pos, pos + len) of the file into a new Buffer; shorter at the end of the file. */
+export type ChunkFetch = (pos: number, len: number) => Promise<Buffer>
+
+export interface ReadAheadOptions {
+  /** how long fetched data may be served, ms */
+  maxAgeMs: number
+  /** bytes of fetched chunks the whole mount may hold */
+  budgetBytes: number
+  /** chunks above this size are not read ahead (their buffers would be too big) */
+  maxChunkSize: number
+}
+
+export const READ_AHEAD_DEFAULTS: ReadAheadOptions = { maxAgeMs: 1000, budgetBytes: 64 * 1024 * 1024, maxChunkSize: 8 * 1024 * 1024 }
+
+/** The mount-wide memory budget of read-ahead. */
+export class ReadAheadBudget {
+  used = 0
+  constructor(readonly max: number) {}
+  take(n: number): boolean {
+    if (this.used + n > this.max) return false
+    this.used += n
+    return true
+  }
+  give(n: number): void {
+    this.used = Math.max(0, this.used - n)
+  }
+}
+
+interface Entry {
+  /** file offset of data[0]: a chunk is fetched from where the reader was, to its end */
+  start: number
+  data: Promise<Buffer>
+  at: number
+  /** bytes taken from the budget */
+  reserved: number
+}
+
+/** Chunks a handle keeps: the one being served, the next one, and one that may still be asked for. */
+const KEEP = 3
+
+/**
+ * Contiguous bytes a handle must have read before read-ahead starts. The
+ * kernel reads a file-backed EROFS layer (a sandbox's rootfs) through this
+ * mount in short runs scattered over the file: reading whole chunks for them
+ * would fetch far more than they use (a cold sandbox start read 5× the bytes).
+ */
+const MIN_RUN = 256 * 1024
+
+export interface ReadAheadStats {
+  /** requests served from fetched chunks (wholly or their first part) */
+  hits: number
+  /** chunk pieces fetched (from the reader's position to the end of a chunk) */
+  fetches: number
+  /** requests (or their remainders) passed to storage (random, short runs, over budget, end of fetched data) */
+  direct: number
+}
+
+/** Read-ahead state of one open file handle. */
+export class ReadAhead {
+  readonly #chunks = new Map<number, Entry>()
+  /** where the last request ended: the next sequential one starts there */
+  #next = 0
+  /** bytes read contiguously up to #next */
+  #run = 0
+  #closed = false
+
+  constructor(
+    readonly chunkSize: number,
+    readonly fetch: ChunkFetch,
+    readonly budget: ReadAheadBudget,
+    readonly opts: ReadAheadOptions,
+    readonly stats: ReadAheadStats,
+  ) {}
+
+  /**
+   * Serves the start of [pos, pos + dst.length) into dst from fetched chunks
+   * once the handle reads sequentially, and returns how many bytes it
+   * served: all of them, a prefix, or 0. The caller reads the rest from
+   * storage (a short answer to the kernel would mean the end of the file).
+   */
+  async read(pos: number, dst: Buffer): Promise<number> {
+    const end = pos + dst.length
+    const cs = this.chunkSize
+    const first = this.#fresh(Math.floor(pos / cs))
+    // the kernel sends a streaming reader's requests several at a time, not always in
+    // order: one inside data already fetched continues the run
+    const inWindow = first !== undefined && pos >= first.start
+    if (pos === this.#next || inWindow) {
+      this.#run += dst.length
+      this.#next = Math.max(this.#next, end)
+    } else {
+      this.#run = dst.length
+      this.#next = end
+    }
+    if (this.#closed || dst.length === 0 || cs > this.opts.maxChunkSize) return this.#direct()
+    let done = 0
+    while (pos + done < end) {
+      const at = pos + done
+      const c = Math.floor(at / cs)
+      let e = this.#fresh(c)
+      if (e && at < e.start) break // behind the fetched piece: storage serves it
+      if (!e) {
+        // not fetched yet: only for a reader that streams
+        if (this.#run < MIN_RUN) break
+        e = this.#start(c, at)
+        if (!e) break
+      }
+      let data: Buffer
+      try {
+        data = await e.data
+      } catch {
+        // a failed fetch is retried by the direct read, which reports its own error
+        break
+      }
+      const from = at - e.start
+      const n = Math.max(0, Math.min(data.length - from, end - at))
+      data.copy(dst, done, from, from + n)
+      done += n
+      // short data is the end of the file as it was when fetched: the caller
+      // asks storage for anything beyond, so a file that grew since is read whole
+      if (n === 0 || e.start + data.length < (c + 1) * cs) break
+    }
+    if (done === 0) return this.#direct()
+    if (done < dst.length) this.stats.direct++
+    this.stats.hits++
+    // a reader that consumed a whole chunk's worth gets the next chunk fetched while it reads this one
+    if (this.#run >= cs) {
+      const next = Math.floor((end - 1) / cs) + 1
+      if (!this.#chunks.has(next)) void this.#start(next, next * cs)?.data.catch(() => undefined)
+    }
+    return done
+  }
+
+  /** Forgets every fetched chunk (the file may have changed). */
+  clear(): void {
+    for (const e of this.#chunks.values()) this.budget.give(e.reserved)
+    this.#chunks.clear()
+  }
+
+  close(): void {
+    this.#closed = true
+    this.clear()
+  }
+
+  #direct(): 0 {
+    this.stats.direct++
+    return 0
+  }
+
+  #fresh(c: number): Entry | undefined {
+    const e = this.#chunks.get(c)
+    if (e && performance.now() - e.at > this.opts.maxAgeMs) this.#drop(c, e)
+    else return e
+    return undefined
+  }
+
+  #drop(c: number, e: Entry): void {
+    if (this.#chunks.get(c) !== e) return
+    this.#chunks.delete(c)
+    this.budget.give(e.reserved)
+  }
+
+  /** Starts fetching chunk `c` from `from` to its end; undefined when the budget has no room. */
+  #start(c: number, from: number): Entry | undefined {
+    if (this.#closed) return undefined
+    const old = this.#chunks.get(c)
+    if (old) this.#drop(c, old)
+    while (this.#chunks.size >= KEEP) {
+      const [oc, oe] = this.#chunks.entries().next().value as [number, Entry]
+      this.#drop(oc, oe)
+    }
+    const len = (c + 1) * this.chunkSize - from
+    if (!this.budget.take(len)) return undefined
+    const entry: Entry = { start: from, data: this.fetch(from, len), at: performance.now(), reserved: len }
+    this.stats.fetches++
+    this.#chunks.set(c, entry)
+    entry.data.then(
+      (b) => {
+        // the budget holds what the data really is (short at the end of the file)
+        if (this.#chunks.get(c) === entry && b.length < entry.reserved) {
+          this.budget.give(entry.reserved - b.length)
+          entry.reserved = b.length
+        }
+      },
+      () => this.#drop(c, entry),
+    )
+    return entry
+  }
+}

@@ -1,0 +1,170 @@
+// Whole-chunk read-ahead of the FUSE daemon (fs/fuse/read-ahead.ts) against
+// an in-memory file: what it serves equals the file, it engages only for a
+// streaming reader, and it never serves beyond what it fetched, past its
+// budget, after clear/close, or after a failed fetch.
+import test from 'ava'
+import crypto from 'node:crypto'
+import { READ_AHEAD_DEFAULTS, ReadAhead, ReadAheadBudget, type ReadAheadOptions, type ReadAheadStats } from '../../../fs/fuse/read-ahead.js'
+
+const KiB = 1024
+const MiB = 1024 * KiB
+const REQ = 128 * KiB
+
+interface Fixture {
+  file: { data: Buffer }
+  ra: ReadAhead
+  budget: ReadAheadBudget
+  stats: ReadAheadStats
+  fetched: Array<[number, number]>
+  fail: { next: boolean }
+}
+
+function fixture(size: number, opts: Partial<ReadAheadOptions> = {}, chunkSize = MiB): Fixture {
+  const file = { data: crypto.randomBytes(size) }
+  const fetched: Array<[number, number]> = []
+  const fail = { next: false }
+  const stats: ReadAheadStats = { hits: 0, fetches: 0, direct: 0 }
+  const o = { ...READ_AHEAD_DEFAULTS, ...opts }
+  const budget = new ReadAheadBudget(o.budgetBytes)
+  const ra = new ReadAhead(chunkSize, async (pos, len) => {
+    fetched.push([pos, len])
+    await new Promise((r) => setImmediate(r))
+    if (fail.next) {
+      fail.next = false
+      throw new Error('storage down')
+    }
+    return Buffer.from(file.data.subarray(pos, Math.min(pos + len, file.data.length)))
+  }, budget, o, stats)
+  return { file, ra, budget, stats, fetched, fail }
+}
+
+/** What the FUSE op does: what read-ahead serves, the rest from the file itself (the direct read). */
+async function read(f: Fixture, pos: number, len: number): Promise<{ bytes: Buffer; fromRa: boolean; served: number }> {
+  const dst = Buffer.alloc(len)
+  const served = await f.ra.read(pos, dst)
+  const rest = Buffer.from(f.file.data.subarray(Math.min(pos + served, f.file.data.length), Math.min(pos + len, f.file.data.length)))
+  rest.copy(dst, served)
+  return { bytes: dst.subarray(0, served + rest.length), fromRa: served > 0, served }
+}
+
+test('a streaming reader is served from whole-chunk fetches, byte for byte, with a chunk fetched ahead', async (t) => {
+  const size = 5 * MiB + 12345
+  const f = fixture(size)
+  const out: Buffer[] = []
+  for (let pos = 0; pos < size; pos += REQ) out.push((await read(f, pos, REQ)).bytes)
+  t.true(Buffer.concat(out).equals(f.file.data))
+  // the first request goes to storage; with the second the reader streams, and a few fetches cover the rest instead of ~40 requests
+  t.true(f.stats.hits >= 30, JSON.stringify(f.stats))
+  t.true(f.fetched.length <= 7, JSON.stringify(f.fetched))
+  // nothing fetched twice, nothing before the reader's position
+  const starts = f.fetched.map(([p]) => p)
+  t.deepEqual(starts, [...new Set(starts)].sort((a, b) => a - b))
+  t.true(f.fetched.every(([p, l]) => p >= REQ && (p + l) % MiB === 0), JSON.stringify(f.fetched))
+})
+
+test('requests of one streaming reader that arrive out of order are still served from the fetched data', async (t) => {
+  const size = 4 * MiB
+  const f = fixture(size)
+  for (let pos = 0; pos < MiB; pos += REQ) await read(f, pos, REQ)
+  // the kernel sends several at once: the next chunk's requests in a shuffled order, concurrently
+  const order = [5, 2, 7, 0, 1, 6, 3, 4].map((i) => MiB + i * REQ)
+  const results = await Promise.all(order.map((pos) => read(f, pos, REQ)))
+  for (const [i, pos] of order.entries()) t.true(results[i]!.bytes.equals(f.file.data.subarray(pos, pos + REQ)), `at ${pos}`)
+  t.true(results.filter((r) => r.fromRa).length >= 6, 'most served from read-ahead')
+})
+
+test('random readers and short runs go to storage; nothing is fetched for them', async (t) => {
+  const f = fixture(64 * MiB)
+  for (let i = 0; i < 200; i++) {
+    const pos = crypto.randomInt(0, 64 * MiB / (4 * KiB)) * 4 * KiB
+    const r = await read(f, pos, 4 * KiB)
+    t.false(r.fromRa)
+    t.true(r.bytes.equals(f.file.data.subarray(pos, pos + 4 * KiB)))
+  }
+  // runs of 128 KiB scattered over the file (a file-backed EROFS layer read by the kernel)
+  for (let i = 0; i < 50; i++) {
+    const pos = ((i * 7) % 50) * MiB + ((i * 3) % 7) * REQ
+    await read(f, pos, REQ)
+  }
+  t.deepEqual(f.fetched, [])
+})
+
+test('the end of the file: served up to what was fetched; a file that grew later is read from storage', async (t) => {
+  const size = MiB + 200 * KiB
+  const f = fixture(size)
+  const out: Buffer[] = []
+  for (let pos = 0; pos < size; pos += REQ) out.push((await read(f, pos, REQ)).bytes)
+  t.true(Buffer.concat(out).equals(f.file.data))
+  // the file grows after the last chunk was fetched: the part beyond is not served from the old data
+  const more = crypto.randomBytes(300 * KiB)
+  f.file.data = Buffer.concat([f.file.data, more])
+  const pos = Math.floor(size / REQ) * REQ
+  const r = await read(f, pos, REQ)
+  t.true(r.bytes.equals(f.file.data.subarray(pos, pos + r.bytes.length)))
+  const beyond = await read(f, size, REQ)
+  t.false(beyond.fromRa)
+  t.true(beyond.bytes.equals(more.subarray(0, REQ)))
+})
+
+test('budget, age, clear, close and a failed fetch: the read goes to storage', async (t) => {
+  // no budget: never served from read-ahead
+  const poor = fixture(4 * MiB, { budgetBytes: 64 * KiB })
+  for (let pos = 0; pos < 4 * MiB; pos += REQ) t.false((await read(poor, pos, REQ)).fromRa)
+  t.is(poor.budget.used, 0)
+
+  // expired data is fetched again
+  const f = fixture(8 * MiB, { maxAgeMs: 1 })
+  for (let pos = 0; pos < 512 * KiB; pos += REQ) await read(f, pos, REQ)
+  const before = f.fetched.length
+  await new Promise((r) => setTimeout(r, 20))
+  const r = await read(f, 512 * KiB, REQ)
+  t.true(r.bytes.equals(f.file.data.subarray(512 * KiB, 640 * KiB)))
+  t.true(f.fetched.length > before, 'fetched again after maxAgeMs')
+
+  // clear: the file changed; the next read sees the new bytes
+  const g = fixture(4 * MiB)
+  for (let pos = 0; pos < 512 * KiB; pos += REQ) await read(g, pos, REQ)
+  g.file.data = crypto.randomBytes(4 * MiB)
+  g.ra.clear()
+  t.is(g.budget.used, 0)
+  const after = await read(g, 512 * KiB, REQ)
+  t.true(after.bytes.equals(g.file.data.subarray(512 * KiB, 640 * KiB)))
+
+  // a fetch that fails: that request goes to storage, the next one may fetch again
+  const h = fixture(4 * MiB)
+  await read(h, 0, REQ)
+  h.fail.next = true
+  const failed = await read(h, REQ, REQ)
+  t.false(failed.fromRa)
+  t.true(failed.bytes.equals(h.file.data.subarray(REQ, 2 * REQ)))
+  t.is(h.fetched.length, 1, 'the second request started a fetch, which failed')
+  const again = await read(h, 2 * REQ, REQ)
+  t.true(again.fromRa)
+  t.true(again.bytes.equals(h.file.data.subarray(2 * REQ, 3 * REQ)))
+
+  // closed: nothing served, nothing held
+  h.ra.close()
+  t.false((await read(h, 512 * KiB, REQ)).fromRa)
+  t.is(h.budget.used, 0)
+})
+
+test('chunks smaller than a request (64 KiB chunks, 128 KiB requests): every request is answered whole, spanning chunks', async (t) => {
+  const size = 3 * MiB + 777
+  const f = fixture(size, {}, 64 * KiB)
+  const out: Buffer[] = []
+  for (let pos = 0; pos < size; pos += REQ) {
+    const r = await read(f, pos, REQ)
+    t.is(r.bytes.length, Math.min(REQ, size - pos), `a whole answer at ${pos}`)
+    out.push(r.bytes)
+  }
+  t.true(Buffer.concat(out).equals(f.file.data))
+  t.true(f.stats.hits > 10)
+  // random long reads over the same file (scenario 15 of the FUSE tests does this through the kernel)
+  for (let i = 0; i < 100; i++) {
+    const pos = crypto.randomInt(0, size)
+    const len = crypto.randomInt(1, 2 * MiB)
+    const parts: Buffer[] = []
+    for (let p = pos; p < Math.min(pos + len, size); p += REQ) parts.push((await read(f, p, Math.min(REQ, pos + len - p))).bytes)
+    t.true(Buffer.concat(parts).equals(f.file.data.subarray(pos, Math.min(pos + len, size))), `read [${pos}, +${len})`)
+  }
+})
