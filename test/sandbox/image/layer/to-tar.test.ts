@@ -175,13 +175,19 @@ test('layerToTar: a failing output stream fails the call, and the layer is unmou
   t.deepEqual(fs.readdirSync(tmp), [])
 })
 
-test('layerToTar refuses a layer with a name a tar would read as a whiteout', async (t) => {
+/** An EROFS layer holding one file, built in a fresh temp dir. */
+async function oneFileLayer(t: ExecutionContext, name: string, content: string): Promise<{ work: string; file: string }> {
   const work = tmpDir(t)
   const tree = path.join(work, 'tree')
   fs.mkdirSync(tree)
-  fs.writeFileSync(path.join(tree, '.wh.sneaky'), '')
-  const img = path.join(work, 'x.erofs')
-  await buildErofs(tree, img)
+  fs.writeFileSync(path.join(tree, name), content)
+  const file = path.join(work, 'layer.erofs')
+  await buildErofs(tree, file)
+  return { work, file }
+}
+
+test('layerToTar refuses a layer with a name a tar would read as a whiteout', async (t) => {
+  const { work, file: img } = await oneFileLayer(t, '.wh.sneaky', '')
   await t.throwsAsync(layerToTar(img, new Collect(), { tmpDir: work }), { code: 'IMAGE_BAD_LAYER' })
   t.deepEqual(mountsUnder(work), [])
 })
@@ -207,12 +213,7 @@ test('layerToTar: an output destroyed by its reader (cancellation) fails the cal
 })
 
 test('the EROFS mounts of a process killed with SIGKILL are removed by the next layerToTar', async (t) => {
-  const work = tmpDir(t)
-  const tree = path.join(work, 'tree')
-  fs.mkdirSync(tree)
-  fs.writeFileSync(path.join(tree, 'a'), 'a')
-  const file = path.join(work, 'l.erofs')
-  await buildErofs(tree, file)
+  const { work, file } = await oneFileLayer(t, 'a', 'a')
   // a real layerToTar in a child process, SIGKILLed while its layer is mounted
   const script = `
     import { layerToTar } from ${JSON.stringify(new URL('../../../../sandbox/image/layer/index.js', import.meta.url).href)}
