@@ -56,7 +56,10 @@ function reserve(dir: string, port: number): boolean {
       if (Date.now() - st.mtimeMs < RESERVATION_MS && pid > 0 && pidAlive(pid)) return false
       fs.unlinkSync(file) // stale: its owner is gone or had all the time it needed
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e
+      const code = (e as NodeJS.ErrnoException).code
+      // another user's stale reservation (the directory is sticky): leave that port alone
+      if (code === 'EPERM' || code === 'EACCES') return false
+      if (code !== 'ENOENT') throw e
     }
   }
   return false
@@ -73,7 +76,11 @@ function listen(s: net.Server, port: number, host: string): Promise<boolean> {
 export async function pickFreePorts(count: number, host = '127.0.0.1'): Promise<number[]> {
   const { first, last } = portRange()
   const dir = reservationDir()
-  fs.mkdirSync(dir, { recursive: true, mode: 0o1777 })
+  if (!fs.existsSync(dir)) {
+    fs.mkdirSync(dir, { recursive: true })
+    // shared by every user's clusters, like /tmp itself (the umask would narrow mkdir's mode)
+    try { fs.chmodSync(dir, 0o1777) } catch { /* made by someone else meanwhile */ }
+  }
   const servers: net.Server[] = []
   const ports: number[] = []
   try {
