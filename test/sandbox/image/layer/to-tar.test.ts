@@ -230,8 +230,8 @@ test('the EROFS mounts of a process killed with SIGKILL are removed by the next 
   t.is(left().length, 1)
   child.kill('SIGKILL')
   await new Promise((r) => child.once('exit', r))
-  t.is(left().length, 1, 'SIGKILL runs no cleanup')
-  // the next mount of any layer sweeps it
+  // SIGKILL runs no cleanup; the mount stays until a mount of any layer sweeps it (in a full
+  // run another test file's import may be that one, so its presence is not asserted here)
   const r = await tarOf(file, work)
   t.true(r.size > 0)
   t.deepEqual(left(), [])
