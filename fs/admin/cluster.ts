@@ -32,7 +32,7 @@ import { fetchRouting, listOrphanTargets, openAdminSession, type AdminSession } 
 import { createTargets } from './targets.js'
 import { isPowerOfTwo } from './units.js'
 import { fuseClusterRole } from '../fuse/cluster-role.js'
-import { detachNow, readMounts } from '../fuse/mounts.js'
+import { detachAllUnder } from '../fuse/mounts.js'
 import { metaClusterRole } from '../meta/cluster-role.js'
 
 export const MGMTD_NODE_ID = 1
@@ -708,12 +708,8 @@ export async function clusterDestroy(o: { dir?: string | null; force?: boolean }
   // Whatever is still mounted below the directory (layer mounts of a `strata serve` daemon whose state
   // dir is under DIR/data, a FUSE mount of a killed daemon) is detached first: removing the tree must
   // never reach into a mount.
-  const mounted = () => readMounts().filter((m) => m.mountpoint === dir || m.mountpoint.startsWith(dir + path.sep)).reverse()
-  for (const m of mounted()) detachNow(m.mountpoint)
-  const still = mounted()
-  if (still.length) {
-    throw new StrataError('CLUSTER_RUNNING', `mounts below ${dir} could not be detached: ${still.map((m) => m.mountpoint).join(', ')}`)
-  }
+  const still = detachAllUnder(dir)
+  if (still.length) throw new StrataError('CLUSTER_RUNNING', `mounts below ${dir} could not be detached: ${still.join(', ')}`)
   for (const sub of ['data', 'config', 'logs']) fs.rmSync(path.join(dir, sub), { recursive: true, force: true })
   for (const p of c.processes) {
     // data dirs placed elsewhere by hand-edited descriptions

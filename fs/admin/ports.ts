@@ -13,6 +13,7 @@ import os from 'node:os'
 import path from 'node:path'
 import crypto from 'node:crypto'
 import { StrataError } from '../common/errors.js'
+import { pidAlive } from '../fuse/mounts.js'
 
 /** How long a reservation keeps a port from other callers: a daemon binds within this. */
 const RESERVATION_MS = 120_000
@@ -34,10 +35,6 @@ export function portRange(): { first: number; last: number } {
   const first = Math.max(1024, last - SPAN + 1)
   if (last - first < 64) throw new StrataError('INVALID_ARGUMENT', `the ephemeral port range starts at ${lo}: too few ports below it for local clusters; use --base-port`)
   return { first, last }
-}
-
-function pidAlive(pid: number): boolean {
-  try { process.kill(pid, 0); return true } catch (e) { return (e as NodeJS.ErrnoException).code === 'EPERM' }
 }
 
 /** Claims `port` for this process unless a live, recent reservation holds it. */

@@ -16,6 +16,7 @@ export {
   connectionId,
   abortConnection,
   detachNow,
+  detachAllUnder,
   unmountAsync,
   forceUnmount,
   waitUnmounted,

@@ -216,6 +216,19 @@ function procState(pid: number): string | undefined {
   }
 }
 
+/**
+ * Detaches everything mounted at or below `dir`, deepest first (lazy: a
+ * busy mount goes from the tree at once and away when its last user does),
+ * so that removing the tree afterwards never reaches into a mount. Returns
+ * the mount points still there (none when it worked).
+ */
+export function detachAllUnder(dir: string): string[] {
+  const root = path.resolve(dir)
+  const below = () => readMounts().filter((m) => m.mountpoint === root || m.mountpoint.startsWith(root + path.sep)).map((m) => m.mountpoint).reverse()
+  for (const m of below()) detachNow(m)
+  return below()
+}
+
 export function pidAlive(pid: number | null | undefined): boolean {
   if (!pid || pid <= 0) return false
   try {

@@ -8,7 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { spawn } from 'node:child_process'
 import { StrataError } from '../../fs/common/errors.js'
-import { detachNow, pidAlive, readMounts } from '../../fs/fuse/index.js'
+import { detachAllUnder, pidAlive } from '../../fs/fuse/index.js'
 
 export const DEFAULT_ROOTFS_CACHE = process.env.STRATA_ROOTFS_CACHE ?? '/var/cache/strata/rootfs'
 export const DEFAULT_MIRROR = process.env.STRATA_DEBIAN_MIRROR ?? 'http://deb.debian.org/debian'
@@ -67,10 +67,8 @@ export async function ensureDebianRootfs(opts: DebianRootfsOptions = {}): Promis
  * detached first, so the removal never reaches into the host's /proc or /sys.
  */
 function removeTree(dir: string): void {
-  const below = () => readMounts().filter((m) => m.mountpoint === dir || m.mountpoint.startsWith(dir + path.sep)).reverse()
-  for (const m of below()) detachNow(m.mountpoint)
-  const left = below()
-  if (left.length) throw new StrataError('IMAGE_BUILD_FAILED', `cannot detach ${left.map((m) => m.mountpoint).join(', ')} before removing ${dir}`)
+  const left = detachAllUnder(dir)
+  if (left.length) throw new StrataError('IMAGE_BUILD_FAILED', `cannot detach ${left.join(', ')} before removing ${dir}`)
   fs.rmSync(dir, { recursive: true, force: true })
 }
 
