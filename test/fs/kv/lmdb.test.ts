@@ -242,7 +242,8 @@ function startWorker(t: ExecutionContext, scriptDir: string, args: string[]): Wo
     lines.push(l)
     for (const w of [...waiters]) if (l.startsWith(w.prefix)) w.resolve(l)
   })
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on('exit', (code, signal) => r({ code, signal })))
+  // 'close', not 'exit': 'exit' may come before the last lines of stdout were read
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on('close', (code, signal) => r({ code, signal })))
   t.teardown(() => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
   })
