@@ -390,20 +390,20 @@ class ContainerSandbox implements SandboxHandle {
       // Kill the init ourselves and watch it go: `delete --force` would too, but then polls for
       // its exit in 100 ms steps. Only a pid still in this sandbox's cgroup is ours to kill
       // (a dead init's pid may belong to someone else by now).
-      let killed = false
       if (this.pid > 0 && alive(this.pid) && inCgroup(this.pid, this.#meta.cgroupsPath)) {
         try {
           process.kill(this.pid, 'SIGKILL')
         } catch { /* gone already */ }
         const end = Date.now() + 5000
         while (alive(this.pid) && Date.now() < end) await new Promise((r) => setTimeout(r, 2))
-        killed = !alive(this.pid)
       }
+      // dead by our kill or on its own (a pid not alive is not reused yet, so it is the init's)
+      const initGone = this.pid > 0 && !alive(this.pid)
       // With the init seen dead, what is left of a stopped container is its empty cgroups and
       // its state directory: removing them here is what `runc delete` would do, without
       // starting a runtime process (~30 ms here). Anything unexpected falls back to the runtime,
       // and `--force` covers a container that still runs (it then kills it itself).
-      if (!(killed && (await this.#removeStopped()))) {
+      if (!(initGone && (await this.#removeStopped()))) {
         try {
           await this.#runtime('delete', '--force', this.id)
         } catch (e) {
