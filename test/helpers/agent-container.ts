@@ -47,6 +47,8 @@ export interface AgentContainer {
   procs(): Array<{ hostPid: number; comm: string; state: string; ppid: number }>
   /** The agent's peak and current resident set (kB). */
   rss(): { hwmKb: number; rssKb: number }
+  /** The container's pids cgroup: tasks now, and how many forks the limit refused so far. */
+  pids(): { current: number; refused: number }
   log(): string
 }
 
@@ -154,6 +156,13 @@ export async function startAgentContainer(t: ExecutionContext, opts: AgentContai
       return { hwmKb: Number(/VmHWM:\s+(\d+)/.exec(s)?.[1]), rssKb: Number(/VmRSS:\s+(\d+)/.exec(s)?.[1]) }
     },
     log: () => fs.readFileSync(logFile, 'utf8'),
+    pids: () => {
+      const rel = /^\d+:pids:(.*)$/m.exec(fs.readFileSync(`/proc/${st.pid}/cgroup`, 'utf8'))?.[1]
+      if (rel === undefined) throw new Error(`no pids cgroup for ${st.pid}`)
+      const dir = path.join('/sys/fs/cgroup/pids', rel)
+      const events = fs.readFileSync(path.join(dir, 'pids.events'), 'utf8')
+      return { current: Number(fs.readFileSync(path.join(dir, 'pids.current'), 'utf8')), refused: Number(/^max (\d+)/m.exec(events)?.[1] ?? 0) }
+    },
   }
 }
 

@@ -224,8 +224,11 @@ rt(title('a client that goes away kills its exec; a background writer does not h
 rt(title('a fork bomb hits the pids limit; the agent keeps answering and the timeout cleans it up'), async (t) => {
   const c = await startAgentContainer(t, { rootfs: busyboxRootfs(t) }) // pids limit 512
   // the main shell then spins on builtins (a fork would fail) until the timeout kills the group
-  const bomb = c.client.exec('f() { f | f & }; f; while :; do :; done', { timeoutMs: 3000 })
-  await until(() => c.procs().length > 400, 10000, 'bomb running')
+  // (the timeout leaves the bomb time to reach the limit on a loaded machine; the cgroup's own
+  // counters are read, not a scan of /proc, which itself slows down with 500 processes)
+  const bomb = c.client.exec('f() { f | f & }; f; while :; do :; done', { timeoutMs: 8000 })
+  await until(() => c.pids().refused > 0, 7500, 'the bomb hitting the pids limit')
+  t.true(c.pids().current > 400)
   t.is((await c.client.ping()).pid, 1) // ping needs no fork
   const during = await c.client.exec(['true']).then(() => 'ran', (e: { code: string }) => e.code)
   t.true(['ran', 'SANDBOX_RESOURCE_EXHAUSTED'].includes(during), during)
