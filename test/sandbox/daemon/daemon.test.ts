@@ -210,7 +210,20 @@ test.serial('a restarted daemon re-adopts running sandboxes and reports the ones
   const keep = await first.sdk.sandboxes.create({ image: 'bb:1', mounts: [{ source: '/datasets/t', target: '/data' }], labels: { r: '1' } })
   const dies = await first.sdk.sandboxes.create({ image: 'bb:1', labels: { r: '1' } })
   await keep.files.write('/tmp/state', 'kept')
+  // streams open when the daemon dies fail typed: RPC_CONNECTION_CLOSED, not a bare 'aborted'
+  t.is((await dies.exec('head -c 67108864 /dev/zero > /tmp/big')).exitCode, 0)
+  const big = await dies.files.readStream('/tmp/big')
+  const tar = await dies.files.downloadTar('/tmp')
+  const firstChunk = (r: NodeJS.ReadableStream) => new Promise((resolve, reject) => { r.once('data', resolve); r.once('error', reject) })
+  await Promise.all([firstChunk(big), firstChunk(tar)])
+  big.pause()
+  tar.pause()
+  const output = dies.exec('echo started; sleep 60')
   await first.kill()
+  const drain = async (r: AsyncIterable<unknown>) => { for await (const _ of r) { /* consume */ } }
+  t.is(await code(drain(big)), 'RPC_CONNECTION_CLOSED')
+  t.is(await code(drain(tar)), 'RPC_CONNECTION_CLOSED')
+  t.is(await code(output), 'RPC_CONNECTION_CLOSED')
   process.kill(dies.info.pid!, 'SIGKILL')
   const second = await startDaemon(t, env, { stateDir: first.config.stateDir, listen: first.address, nodeId: first.config.nodeId, tokenFile: first.config.tokenFile })
   const list = await second.sdk.sandboxes.list({ labels: { r: '1' } })
@@ -303,6 +316,11 @@ test.serial('a sandbox that goes mid-call: exec and process streams end with SAN
     return [a.status, b.status, ((await b.json()) as { code: string }).code]
   }
   t.deepEqual(await eofTwice(), [200, 503, 'CLOSED'])
+  // the caller's AbortSignal firing while the output streams: CANCELLED, and the command is killed
+  const ac = new AbortController()
+  const aborted = sb.exec(['sh', '-c', 'echo started; exec sleep 61'], { signal: ac.signal, onStdout: () => ac.abort() })
+  t.is(await code(aborted), 'CANCELLED')
+  await until(async () => !(await sb.exec(['ps', '-o', 'args'])).stdout.includes('sleep 61'), 10_000, 'the aborted exec killed')
   // kill under a running exec and a running process
   const running = sb.exec(['sleep', '60'])
   await new Promise((r) => setTimeout(r, 300))
