@@ -44,8 +44,14 @@ export async function dfsWrite(ctx: BenchContext, fsync: boolean): Promise<Metri
   }
 }
 
-/** Read throughput over the chunks dfsWrite left (written first, unmeasured, when it did not run). */
-export async function dfsRead(ctx: BenchContext): Promise<Metric> {
+/**
+ * Read throughput over the chunks dfsWrite left (written first, unmeasured,
+ * when it did not run). `into`: each reader reuses its own buffer
+ * (ReadRequest.into, the data is received there by the socket read), as a
+ * USRBIO client reads into its registered iov; otherwise every read returns
+ * a fresh buffer.
+ */
+export async function dfsRead(ctx: BenchContext, into = true): Promise<Metric> {
   const { chunkBytes, writeChunks, readPasses, readConcurrency, writeConcurrency } = ctx.sizes
   const c = await ctx.fixtures.getCluster(ctx.fixtures.runningFsync ?? true)
   let ds = ctx.fixtures.dataset
@@ -68,22 +74,23 @@ export async function dfsRead(ctx: BenchContext): Promise<Metric> {
   await ctx.fixtures.settle()
   const cpu0 = ctx.fixtures.cpuSeconds()
   const t0 = performance.now()
-  const lat = await runConcurrent(total, readConcurrency, async (k) => {
+  const bufs = into ? Array.from({ length: readConcurrency }, () => Buffer.alloc(chunkBytes)) : []
+  const lat = await runConcurrent(total, readConcurrency, async (k, slot) => {
     const i = k % chunks
-    const d = await c.client.read(chainOf(i), ids[i]!, 0, chunkBytes, { strict: true })
+    const d = await c.client.read(chainOf(i), ids[i]!, 0, chunkBytes, into ? { strict: true, into: bufs[slot]! } : { strict: true })
     if (d.length !== chunkBytes) throw new Error(`chunk ${i}: read ${d.length} of ${chunkBytes} bytes`)
   })
   const secs = (performance.now() - t0) / 1000
   const bytes = total * chunkBytes
   const cpuMsPerMiB = ((ctx.fixtures.cpuSeconds() - cpu0) * 1000) / (bytes / MiB)
   const l = summarize(lat)
-  ctx.log(`dfs read: ${fmtRate(bytes / secs)} (p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(2)} ms CPU/MiB)`)
+  ctx.log(`dfs read${into ? '' : ' (fresh buffers)'}: ${fmtRate(bytes / secs)} (p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(2)} ms CPU/MiB)`)
   return {
-    key: 'dfs.read',
-    label: 'replicated chunk read (any replica, CRC32C verified)',
+    key: into ? 'dfs.read' : 'dfs.read.fresh',
+    label: into ? 'replicated chunk read (any replica, CRC32C verified)' : 'the same reads, each into a fresh buffer (no `into`)',
     value: bytes / secs,
     unit: 'B/s',
-    detail: `${total} reads × ${fmtBytes(chunkBytes)} (${readPasses} passes over ${chunks} chunks, page cache warm), ${readConcurrency} in flight; per read p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(2)} ms CPU per MiB (all processes)`,
+    detail: `${total} reads × ${fmtBytes(chunkBytes)} (${readPasses} passes over ${chunks} chunks, page cache warm), ${readConcurrency} in flight, ${into ? "each received into its reader's reused buffer" : 'each returning a new buffer'}; per read p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(2)} ms CPU per MiB (all processes)`,
     extra: { bytes, seconds: secs, p50Ms: l.p50, p99Ms: l.p99, cpuMsPerMiB },
   }
 }

@@ -120,9 +120,9 @@ export const BENCHMARKS: Benchmark[] = [
   },
   {
     name: 'dfs-read',
-    description: 'replicated 1 MiB chunk read throughput (page cache warm, checksums verified)',
+    description: 'replicated 1 MiB chunk read throughput (page cache warm, checksums verified), into reused buffers and into fresh ones',
     section: 'core',
-    run: async (ctx) => [await dfsRead(ctx)],
+    run: async (ctx) => [await dfsRead(ctx, true), await dfsRead(ctx, false)],
   },
   {
     name: 'dfs-latency',

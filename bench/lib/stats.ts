@@ -56,17 +56,18 @@ export function fmtBytes(n: number): string {
  * Returns per-job latency in ms (index-aligned). The first error stops new
  * jobs and is rethrown once the in-flight ones settle.
  */
-export async function runConcurrent(total: number, concurrency: number, job: (i: number) => Promise<unknown>): Promise<number[]> {
+/** Runs job(i) for i < total, `concurrency` at a time; `slot` (< concurrency) names the worker, e.g. to reuse its buffer. */
+export async function runConcurrent(total: number, concurrency: number, job: (i: number, slot: number) => Promise<unknown>): Promise<number[]> {
   const lat = new Array<number>(total)
   let next = 0
   let failed: unknown = null
-  const worker = async (): Promise<void> => {
+  const worker = async (slot: number): Promise<void> => {
     while (failed === null) {
       const i = next++
       if (i >= total) return
       const t0 = performance.now()
       try {
-        await job(i)
+        await job(i, slot)
       } catch (e) {
         failed ??= e
         return
@@ -74,7 +75,7 @@ export async function runConcurrent(total: number, concurrency: number, job: (i:
       lat[i] = performance.now() - t0
     }
   }
-  await Promise.all(Array.from({ length: Math.min(concurrency, total) }, worker))
+  await Promise.all(Array.from({ length: Math.min(concurrency, total) }, (_, slot) => worker(slot)))
   if (failed !== null) throw failed
   return lat
 }

@@ -12,7 +12,7 @@ import { isChunkId } from '../common/chunk-id.js'
 import { ServiceId, StorageMethod, methodName } from '../common/services.js'
 import type { ChainId, NodeId, RoutingInfo, TargetId } from '../common/types.js'
 import type { MgmtdClient } from '../mgmtd/client.js'
-import { RpcClient } from '../rpc/index.js'
+import { RpcClient, type AttachmentSink } from '../rpc/index.js'
 import type {
   BatchReadReq,
   BatchReadRsp,
@@ -102,6 +102,15 @@ export interface ReadRequest {
   chunkId: Buffer
   offset: number
   length: number
+  /**
+   * Memory of at least `length` bytes the data should land in: the reply is
+   * received there by the socket read itself (no fresh buffer, no copy), and
+   * the result's `data` is then a view of it. Its contents are unspecified
+   * after a failed read. Replies that cannot be placed (a short chunk, a
+   * server's copy) still arrive in a fresh buffer, so compare `data.buffer`
+   * before assuming where the bytes are.
+   */
+  into?: Buffer
 }
 
 export type ChunkReadResult =
@@ -312,8 +321,10 @@ export class StorageClient {
   // --- reads
 
   /** Reads one chunk range; a missing chunk reads as empty unless opts.strict. */
-  async read(chainId: ChainId, chunkId: Buffer, offset: number, length: number, opts: ReadOptions = {}): Promise<Buffer> {
-    const [r] = await this.batchRead([{ chainId, chunkId, offset, length }], opts)
+  /** One chunk range; `into` as in ReadRequest (the result is then usually a view of it). */
+  async read(chainId: ChainId, chunkId: Buffer, offset: number, length: number, opts: ReadOptions & { into?: Buffer } = {}): Promise<Buffer> {
+    const { into, ...rest } = opts
+    const [r] = await this.batchRead([{ chainId, chunkId, offset, length, ...(into ? { into } : {}) }], rest)
     if (!r!.ok) throw r!.error
     return r!.data
   }
@@ -341,6 +352,9 @@ export class StorageClient {
         checkUint('offset', io.offset)
         checkUint('length', io.length)
         if (!Number.isInteger(io.chainId)) throw new StrataError('INVALID_ARGUMENT', 'chainId must be an integer')
+        if (io.into !== undefined && (!Buffer.isBuffer(io.into) || io.into.length < io.length)) {
+          throw new StrataError('INVALID_ARGUMENT', `into must be a Buffer of at least ${io.length} bytes`)
+        }
         pending.push({ idx, io, exclude: new Set(), checksumFailures: new Map() })
       } catch (e) {
         results[idx] = this.fail(toStrataError(e, 'INVALID_ARGUMENT'))
@@ -455,7 +469,8 @@ export class StorageClient {
         if (opts.serverVerifyChecksum) req.verifyChecksum = true
         let rsp: BatchReadRsp
         try {
-          rsp = await this.callNode<BatchReadRsp>(b.items[0]!.target, StorageMethod.batchRead, req, deadline, opts.signal, b.items.length)
+          const sink = b.items.some(({ st }) => st.io.into) ? placeReadData(b.items.map(({ st }) => st.io.into)) : undefined
+          rsp = await this.callNode<BatchReadRsp>(b.items[0]!.target, StorageMethod.batchRead, req, deadline, opts.signal, b.items.length, sink)
           if (!rsp || !Array.isArray(rsp.results) || rsp.results.length !== b.items.length) {
             throw new StrataError('INTERNAL', `batchRead answered ${rsp?.results?.length ?? 'no'} results for ${b.items.length} IOs`)
           }
@@ -630,7 +645,7 @@ export class StorageClient {
     }
   }
 
-  private async callNode<T>(target: SlimTarget, method: number, payload: unknown, deadline: number, signal?: AbortSignal, weight = 1): Promise<T> {
+  private async callNode<T>(target: SlimTarget, method: number, payload: unknown, deadline: number, signal?: AbortSignal, weight = 1, sink?: AttachmentSink): Promise<T> {
     this.load.set(target.nodeId, this.nodeLoad(target.nodeId) + weight)
     try {
       return await this.limiter.run(target.address, async () => {
@@ -645,7 +660,7 @@ export class StorageClient {
           off = this.aborts.on(signal, () => ctl.abort(signal.reason))
         }
         try {
-          return await this.rpc.call<T>(target.address, ServiceId.Storage, method, payload, rpcCtl ? { timeoutMs, signal: rpcCtl.signal } : { timeoutMs })
+          return await this.rpc.call<T>(target.address, ServiceId.Storage, method, payload, { timeoutMs, ...(rpcCtl ? { signal: rpcCtl.signal } : {}), ...(sink ? { sink } : {}) })
         } catch (e) {
           bump(this.counters.errors, toStrataError(e).code)
           throw e
@@ -760,6 +775,22 @@ function checkUint(name: string, v: number): void {
 }
 
 /** msgpack may hand binary back as a plain Uint8Array. */
+/** Sends each result's data into the memory its request named (ReadRequest.into). */
+function placeReadData(into: ReadonlyArray<Buffer | undefined>): AttachmentSink {
+  return (payload, placeholders, lengths) => {
+    const results = (payload as Partial<BatchReadRsp> | null)?.results
+    if (!Array.isArray(results)) return null
+    const out: Array<Buffer | undefined> = new Array(placeholders.length)
+    results.forEach((r, i) => {
+      const dest = into[i]
+      if (!dest || !r?.ok) return
+      const k = placeholders.indexOf(r.data as Buffer)
+      if (k >= 0 && lengths[k]! <= dest.length) out[k] = dest.subarray(0, lengths[k])
+    })
+    return out
+  }
+}
+
 function asBuffer(x: unknown): Buffer {
   if (Buffer.isBuffer(x)) return x
   if (x instanceof Uint8Array) return Buffer.from(x.buffer, x.byteOffset, x.byteLength)

@@ -5,7 +5,7 @@
 import net from 'node:net'
 import { StrataError, toStrataError } from '../common/errors.js'
 import { CoreMethod, ServiceId } from '../common/services.js'
-import { Connection, DirectReader } from './connection.js'
+import { Connection, DirectReader, type AttachmentSink } from './connection.js'
 import { DEFAULT_MAX_FRAME_BYTES } from './frame.js'
 import type { FaultSpec, InstalledFault } from './faults.js'
 
@@ -13,6 +13,12 @@ export interface CallOptions {
   /** deadline for this call; default: the client's defaultTimeoutMs */
   timeoutMs?: number
   signal?: AbortSignal
+  /**
+   * Receive the reply's large Buffers straight into the caller's memory (see
+   * AttachmentSink). Once the call has settled with an error (timeout,
+   * cancel) nothing more is written into buffers the sink handed out.
+   */
+  sink?: AttachmentSink
 }
 
 export interface RpcClientOptions {
@@ -55,7 +61,7 @@ export class RpcClient {
     if (signal?.aborted) throw new StrataError('CANCELLED', 'call cancelled before it started', { cause: signal.reason })
     const conn = await this.connection(address, deadline, signal)
     const remaining = Math.max(1, Math.round(deadline - performance.now()))
-    const { id, promise } = conn.request(service, method, payload, remaining)
+    const { id, promise } = conn.request(service, method, payload, remaining, options.sink)
     let timer: NodeJS.Timeout | undefined
     let onAbort: (() => void) | undefined
     const guards = new Promise<never>((_, reject) => {

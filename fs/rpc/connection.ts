@@ -4,11 +4,22 @@
 
 import type { Socket } from 'node:net'
 import { StrataError, toStrataError } from '../common/errors.js'
-import { decodeEnvelope, encodeFrameParts, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type Envelope } from './frame.js'
+import { decodeEnvelope, encodeFrameParts, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type DecodedFrame, type Envelope } from './frame.js'
+
+/**
+ * Where a reply's large Buffers should be received: given the reply payload
+ * (each attachment a zero-length placeholder, `placeholders[k]` the k-th)
+ * and the attachments' lengths, a Buffer of exactly that length per
+ * attachment (the caller's memory, written by the socket read itself) or
+ * undefined for a fresh one. Only replies on connections this side opened
+ * (RpcClient) are placed; elsewhere the sink is not consulted.
+ */
+export type AttachmentSink = (payload: unknown, placeholders: readonly Buffer[], lengths: readonly number[]) => ReadonlyArray<Buffer | undefined> | null
 
 interface Pending {
   resolve: (v: unknown) => void
   reject: (e: StrataError) => void
+  sink?: AttachmentSink
 }
 
 export interface IncomingRequest {
@@ -26,7 +37,7 @@ export class DirectReader {
   readonly decoder: FrameDecoder
   private conn: Connection | null = null
   /** bodies or an error that arrived before the Connection was attached */
-  private early: Buffer[] = []
+  private early: Array<Buffer | DecodedFrame> = []
   private earlyError: unknown = null
 
   constructor(maxFrameBytes: number) {
@@ -37,7 +48,7 @@ export class DirectReader {
     buffer: (): Buffer => this.decoder.readTarget(),
     /** returns true: keep reading (false would pause the socket) */
     callback: (nread: number): boolean => {
-      let bodies: Buffer[]
+      let bodies: Array<Buffer | DecodedFrame>
       try {
         bodies = this.decoder.commitRead(nread)
       } catch (e) {
@@ -51,8 +62,22 @@ export class DirectReader {
     },
   }
 
+  /**
+   * Node asks for the next read's buffer right after each read, so a read
+   * target chosen before a placed call was given up would still receive its
+   * caller's next bytes. Re-arm the socket with the decoder's current target
+   * (scratch memory by then). `useUserBuffer` is the handle method Node's own
+   * `onread` support uses.
+   */
+  rearm(): void {
+    if (!this.conn || !this.decoder.placing) return
+    const handle = (this.conn.socket as unknown as { _handle?: { useUserBuffer?: (b: Uint8Array) => void } })._handle
+    if (typeof handle?.useUserBuffer === 'function') handle.useUserBuffer(this.decoder.readTarget())
+  }
+
   attach(conn: Connection): void {
     this.conn = conn
+    this.decoder.placer = (env, placeholders, lengths) => conn.placeAttachments(env, placeholders, lengths)
     const early = this.early.splice(0)
     if (this.earlyError !== null) conn.failDecode(this.earlyError)
     else if (early.length) conn.deliver(early)
@@ -72,7 +97,7 @@ export class Connection {
     readonly maxFrameBytes: number,
     private readonly onRequest: ((req: IncomingRequest) => void) | null,
     private readonly onCancel: ((conn: Connection, id: number) => void) | null = null,
-    reader: DirectReader | null = null,
+    private readonly reader: DirectReader | null = null,
   ) {
     this.peer = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`
     socket.setNoDelay(true)
@@ -118,20 +143,34 @@ export class Connection {
     this.close(toStrataError(e, 'RPC_BAD_FRAME'))
   }
 
-  /** @internal complete frame bodies, in arrival order */
-  deliver(bodies: Buffer[]): void {
+  /** @internal complete frame bodies (or frames decoded during placed reception), in arrival order */
+  deliver(bodies: Array<Buffer | DecodedFrame>): void {
     if (this.closedErr) return
     for (const body of bodies) {
       let env: Envelope
-      try {
-        env = decodeEnvelope(body)
-      } catch (e) {
-        this.close(toStrataError(e, 'RPC_BAD_FRAME'))
-        return
+      if (Buffer.isBuffer(body)) {
+        try {
+          env = decodeEnvelope(body)
+        } catch (e) {
+          this.close(toStrataError(e, 'RPC_BAD_FRAME'))
+          return
+        }
+      } else {
+        env = body.env
       }
       this.dispatch(env)
       if (this.closedErr) return
     }
+  }
+
+  /** @internal the decoder asks where an arriving reply's attachments go (see AttachmentSink) */
+  placeAttachments(env: Envelope, placeholders: readonly Buffer[], lengths: readonly number[]): { into: ReadonlyArray<Buffer | undefined>; live: () => boolean } | null {
+    if (!(env.flags & FLAG_RESPONSE) || env.error) return null
+    const p = this.pending.get(env.id)
+    if (!p?.sink) return null
+    const into = p.sink(env.payload, placeholders, lengths)
+    if (!into) return null
+    return { into, live: () => this.pending.get(env.id) === p }
   }
 
   private dispatch(env: Envelope): void {
@@ -176,12 +215,12 @@ export class Connection {
   }
 
   /** Sends a request and resolves with the reply payload. Deadlines are the caller's job. */
-  request(service: number, method: number, payload: unknown, timeoutMs?: number): { id: number; promise: Promise<unknown> } {
+  request(service: number, method: number, payload: unknown, timeoutMs?: number, sink?: AttachmentSink): { id: number; promise: Promise<unknown> } {
     if (this.closedErr) return { id: 0, promise: Promise.reject(this.closedErr) }
     const id = this.nextId++
     if (this.nextId > 0x7fffffff) this.nextId = 1
     const promise = new Promise<unknown>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject })
+      this.pending.set(id, sink ? { resolve, reject, sink } : { resolve, reject })
     })
     try {
       this.send({ id, service, method, flags: FLAG_REQUEST, payload, ...(timeoutMs !== undefined ? { timeoutMs } : {}) })
@@ -198,6 +237,8 @@ export class Connection {
     const p = this.pending.get(id)
     if (!p) return
     this.pending.delete(id)
+    // its reply may be arriving into the caller's memory right now: move the next read elsewhere
+    if (p.sink) this.reader?.rearm()
     p.reject(reason)
     if (!this.closedErr) {
       try {

@@ -53,7 +53,8 @@ const packr = new Packr({ useRecords: false, mapsAsObjects: true })
 // synchronous, so module-level state is safe; null outside those calls, in
 // which case Buffers pack inline whatever their size.
 let packing: { parts: Buffer[]; bytes: number } | null = null
-let unpacking: Buffer | null = null
+/** resolves an attachment reference (offset, length inside the attachment area) to its bytes */
+let unpacking: ((off: number, len: number) => Buffer) | null = null
 
 // msgpackr routes every Uint8Array (Buffer included) through the first
 // matching extension, and extensions added here take precedence over its
@@ -91,13 +92,10 @@ addExtension({
     target.set(value, position + head)
   },
   unpack(data: Uint8Array): Buffer {
-    const area = unpacking
-    if (!area || data.length !== 8) throw new Error('attachment reference outside an attachment frame')
+    const resolve = unpacking
+    if (!resolve || data.length !== 8) throw new Error('attachment reference outside an attachment frame')
     const view = new DataView(data.buffer, data.byteOffset, 8)
-    const off = view.getUint32(0)
-    const len = view.getUint32(4)
-    if (off + len > area.length) throw new Error(`attachment [${off}, +${len}) beyond the ${area.length} attached bytes`)
-    return area.subarray(off, off + len)
+    return resolve(view.getUint32(0), view.getUint32(4))
   },
   // msgpackr's typings only know pack(value) → bytes; the allocateForWrite form
   // (write in place, no ext wrapper) is the one its own built-ins use
@@ -140,23 +138,28 @@ export function encodeFrame(env: Envelope): Buffer {
 }
 
 export function decodeEnvelope(body: Buffer): Envelope {
+  if (body.length > 0 && body[0] === ATTACHED_MARK) {
+    if (body.length < ATTACHED_PREFIX_BYTES) throw new StrataError('RPC_BAD_FRAME', 'attachment frame without envelope length')
+    const envEnd = ATTACHED_PREFIX_BYTES + body.readUInt32BE(1)
+    if (envEnd > body.length) throw new StrataError('RPC_BAD_FRAME', 'envelope length beyond the frame')
+    const area = body.subarray(envEnd)
+    return unpackEnvelope(body.subarray(ATTACHED_PREFIX_BYTES, envEnd), (off, len) => {
+      if (off + len > area.length) throw new Error(`attachment [${off}, +${len}) beyond the ${area.length} attached bytes`)
+      return area.subarray(off, off + len)
+    })
+  }
+  return unpackEnvelope(body, null)
+}
+
+function unpackEnvelope(bytes: Buffer, resolve: ((off: number, len: number) => Buffer) | null): Envelope {
   let v: unknown
+  unpacking = resolve
   try {
-    if (body.length > 0 && body[0] === ATTACHED_MARK) {
-      if (body.length < ATTACHED_PREFIX_BYTES) throw new Error('attachment frame without envelope length')
-      const envEnd = ATTACHED_PREFIX_BYTES + body.readUInt32BE(1)
-      if (envEnd > body.length) throw new Error('envelope length beyond the frame')
-      unpacking = body.subarray(envEnd)
-      try {
-        v = packr.unpack(body.subarray(ATTACHED_PREFIX_BYTES, envEnd))
-      } finally {
-        unpacking = null
-      }
-    } else {
-      v = packr.unpack(body)
-    }
+    v = packr.unpack(bytes)
   } catch (e) {
     throw new StrataError('RPC_BAD_FRAME', `undecodable msgpack body: ${(e as Error).message}`, { cause: e })
+  } finally {
+    unpacking = null
   }
   if (!v || typeof v !== 'object') throw new StrataError('RPC_BAD_FRAME', 'envelope is not a map')
   const env = v as Envelope
@@ -164,6 +167,31 @@ export function decodeEnvelope(body: Buffer): Envelope {
     throw new StrataError('RPC_BAD_FRAME', 'envelope lacks integer id/service/method/flags')
   }
   return env
+}
+
+/**
+ * Chooses where the attachments of an arriving reply go, before their bytes
+ * are read. Called with the envelope decoded once with each attachment as a
+ * zero-length placeholder (`placeholders[k]` is the k-th in decode order)
+ * and their lengths; returns, per attachment, a Buffer of exactly that
+ * length to receive it (the caller's own memory), or undefined to let the
+ * decoder allocate. Null: no placement for this frame.
+ */
+export type AttachmentPlacer = (env: Envelope, placeholders: readonly Buffer[], lengths: readonly number[]) => { into: ReadonlyArray<Buffer | undefined>; live: () => boolean } | null
+
+/** A frame whose envelope was decoded before its attachments arrived (placed reception). */
+export interface DecodedFrame {
+  env: Envelope
+}
+
+/** where placed attachments are being received */
+interface Placement {
+  env: Envelope
+  segments: Buffer[]
+  index: number
+  filled: number
+  /** false once nobody waits for the reply: the rest is read into scratch memory */
+  live: () => boolean
 }
 
 /** Frames at least this large are received straight into their own buffer (see FrameDecoder.readTarget). */
@@ -195,6 +223,10 @@ export class FrameDecoder {
   /** onread mode: current slab and the first byte not yet read into */
   private slab: Buffer | null = null
   private slabPos = 0
+  /** onread mode: attachments being received into their placed buffers */
+  private placement: Placement | null = null
+  /** onread mode: decides placement for large attachment frames (set by the connection) */
+  placer: AttachmentPlacer | null = null
 
   constructor(private readonly maxFrameBytes: number) {}
 
@@ -227,6 +259,8 @@ export class FrameDecoder {
    * overwritten, so frames and values sliced from it stay valid.
    */
   readTarget(): Buffer {
+    if (this.placement) return this.placedTarget(this.placement)
+    if (!this.body && this.need >= DIRECT_READ_MIN_BYTES && this.placer && this.tryPlace()) return this.placedTarget(this.placement!)
     if (!this.body && this.need >= DIRECT_READ_MIN_BYTES) {
       // the header (and maybe the start of the body) came with an earlier read
       const body = Buffer.allocUnsafe(this.need)
@@ -249,7 +283,15 @@ export class FrameDecoder {
   }
 
   /** The first `n` bytes of the last readTarget() arrived. */
-  commitRead(n: number): Buffer[] {
+  commitRead(n: number): Array<Buffer | DecodedFrame> {
+    const pl = this.placement
+    if (pl) {
+      this.advance(pl, n)
+      if (pl.index < pl.segments.length) return []
+      this.placement = null
+      this.need = -1
+      return [{ env: pl.env }]
+    }
     if (this.body) {
       this.bodyFilled += n
       if (this.bodyFilled < this.need) return []
@@ -261,6 +303,110 @@ export class FrameDecoder {
     const chunk = this.slab!.subarray(this.slabPos, this.slabPos + n)
     this.slabPos += n
     return this.push(chunk)
+  }
+
+  /**
+   * At the start of a large frame with attachments, once its envelope is
+   * buffered: decode the envelope, let the placer choose destinations, and
+   * switch to placed reception. False (nothing consumed) when the frame is
+   * not of that form, its envelope is not all here yet, or the placer
+   * declines; the frame is then received whole as usual.
+   */
+  private tryPlace(): boolean {
+    if (this.buffered < ATTACHED_PREFIX_BYTES) return false
+    const head = this.chunks[0]!.length >= ATTACHED_PREFIX_BYTES ? this.chunks[0]! : Buffer.concat(this.chunks)
+    if (head[0] !== ATTACHED_MARK) return false
+    const envLen = head.readUInt32BE(1)
+    const envEnd = ATTACHED_PREFIX_BYTES + envLen
+    if (envEnd > this.need || envEnd > this.buffered) return false
+    const areaLen = this.need - envEnd
+    const prefix = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks)
+    const envBytes = prefix.subarray(ATTACHED_PREFIX_BYTES, envEnd)
+    // first pass: placeholders, to learn which attachment is which
+    const placeholders: Buffer[] = []
+    const refs: Array<{ off: number; len: number }> = []
+    let probe: Envelope
+    try {
+      probe = unpackEnvelope(envBytes, (off, len) => {
+        refs.push({ off, len })
+        const p = Buffer.alloc(0)
+        placeholders.push(p)
+        return p
+      })
+    } catch {
+      return false // the whole-frame path reports it
+    }
+    // attachments are packed back to back in decode order; anything else takes the whole-frame path
+    let expect = 0
+    for (const r of refs) {
+      if (r.off !== expect) return false
+      expect += r.len
+    }
+    if (expect !== areaLen) return false
+    let choice: ReturnType<AttachmentPlacer>
+    try {
+      choice = this.placer!(probe, placeholders, refs.map((r) => r.len))
+    } catch {
+      choice = null
+    }
+    if (!choice) return false
+    const into = refs.map((r, k) => {
+      const b = choice.into[k]
+      return b && b.length === r.len ? b : undefined
+    })
+    const own = refs.reduce((n, r, k) => n + (into[k] ? 0 : r.len), 0)
+    const pool = own > 0 ? Buffer.allocUnsafe(own) : null
+    let poolPos = 0
+    const segments = refs.map((r, k) => {
+      const b = into[k]
+      if (b) return b
+      const s = pool!.subarray(poolPos, poolPos + r.len)
+      poolPos += r.len
+      return s
+    })
+    // second pass: the envelope that is delivered, referring to the segments
+    let k = 0
+    const env = unpackEnvelope(envBytes, () => segments[k++]!)
+    const pl: Placement = { env, segments: segments.filter((x) => x.length > 0), index: 0, filled: 0, live: choice.live }
+    // bytes past the envelope that came with the header's read
+    const extra = prefix.subarray(envEnd)
+    this.chunks = []
+    this.buffered = 0
+    let off = 0
+    while (off < extra.length) {
+      const t = this.placedTarget(pl)
+      const n = Math.min(t.length, extra.length - off)
+      extra.copy(t, 0, off, off + n)
+      this.advance(pl, n)
+      off += n
+    }
+    this.placement = pl
+    return true
+  }
+
+  private placedTarget(pl: Placement): Buffer {
+    const seg = pl.segments[pl.index]!
+    if (!pl.live()) {
+      // the request was given up: its caller may reuse its buffers, so the rest goes nowhere
+      if (!this.scratch) this.scratch = Buffer.allocUnsafeSlow(SLAB_BYTES)
+      return this.scratch.subarray(0, Math.min(SLAB_BYTES, seg.length - pl.filled))
+    }
+    return seg.subarray(pl.filled)
+  }
+
+  private scratch: Buffer | null = null
+
+  /** A placed frame is being received (its next read target may have to change when its call is given up). */
+  get placing(): boolean {
+    return this.placement !== null
+  }
+
+  private advance(pl: Placement, n: number): void {
+    pl.filled += n
+    while (pl.index < pl.segments.length && pl.filled >= pl.segments[pl.index]!.length) {
+      pl.filled -= pl.segments[pl.index]!.length
+      pl.index++
+    }
   }
 
   private take(n: number): Buffer {

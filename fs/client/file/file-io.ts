@@ -93,10 +93,13 @@ export class FileIo {
   // --- reads
 
   /** One batchRead for all pieces (any files); results line up with pieces. */
-  readPieces(pieces: readonly ChunkPiece[], opts: FileReadOptions = {}): Promise<ChunkReadResult[]> {
+  readPieces(pieces: readonly ChunkPiece[], opts: FileReadOptions = {}, into?: ReadonlyArray<Buffer | undefined>): Promise<ChunkReadResult[]> {
     if (pieces.length === 0) return Promise.resolve([])
     return this.storage.batchRead(
-      pieces.map((p) => ({ chainId: p.chainId, chunkId: p.chunkId, offset: p.offsetInChunk, length: p.length })),
+      pieces.map((p, i) => {
+        const dest = into?.[i]
+        return { chainId: p.chainId, chunkId: p.chunkId, offset: p.offsetInChunk, length: p.length, ...(dest ? { into: dest } : {}) }
+      }),
       {
         ...(opts.mode ? { mode: opts.mode } : {}),
         ...(opts.allowReadUncommitted ? { allowReadUncommitted: true } : {}),
@@ -115,7 +118,7 @@ export class FileIo {
     if (length === 0) return 0
     if (targetOffset + length > target.length) throw new StrataError('INVALID_ARGUMENT', `read of ${length} bytes does not fit the buffer at ${targetOffset}`)
     const pieces = await this.plan(inode, offset, length)
-    const results = await this.readPieces(pieces, opts)
+    const results = await this.readPieces(pieces, opts, placesIn(pieces, target, targetOffset))
     const r = assembleRead(pieces, results, target, targetOffset, opts.allowHoles ?? true)
     if (r instanceof StrataError) throw r
     const min = Math.min(length, Math.max(0, opts.minBytes ?? 0))
@@ -170,6 +173,12 @@ export class FileIo {
   }
 }
 
+/** Where each piece's data belongs inside target, for reads received in place (ReadRequest.into). */
+export function placesIn(pieces: readonly ChunkPiece[], target: Uint8Array, targetOffset: number): Buffer[] {
+  const buf = Buffer.isBuffer(target) ? target : Buffer.from(target.buffer, target.byteOffset, target.byteLength)
+  return pieces.map((p) => buf.subarray(targetOffset + p.bufOffset, targetOffset + p.bufOffset + p.length))
+}
+
 /**
  * Copies what each piece returned into target, zero-fills holes, and returns
  * the byte count of the read (3FS PioV rules, see readOutcome), or the error
@@ -189,7 +198,10 @@ export function assembleRead(
     if (!r.ok) return r.error
     const p = pieces[i]!
     const n = Math.min(r.data.length, p.length)
-    if (n > 0) target.set(n === r.data.length ? r.data : r.data.subarray(0, n), targetOffset + p.bufOffset)
+    const at = targetOffset + p.bufOffset
+    // data received in place (placesIn) is already where it belongs
+    const inPlace = r.data.buffer === target.buffer && r.data.byteOffset === target.byteOffset + at
+    if (n > 0 && !inPlace) target.set(n === r.data.length ? r.data : r.data.subarray(0, n), at)
     got.push(n)
   }
   const out: ReadOutcome = readOutcome(pieces, got)

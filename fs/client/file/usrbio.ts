@@ -18,7 +18,7 @@
 //  - batches run concurrently (up to maxJobs per ring, 3FS max_jobs_per_ioring);
 //    each batch becomes one StorageClient.batchRead (one RPC per storage node)
 //    or parallel chunk writes on every chain it touches;
-//  - reads land directly in the iov (one copy out of the RPC frame); write
+//  - reads land directly in the iov (the socket read writes there); write
 //    data is sent straight from the iov;
 //  - flags: ALLOW_READ_UNCOMMITTED (relaxed read of pending updates),
 //    FORBID_READ_HOLES (a hole in the range fails the read);
@@ -38,7 +38,7 @@ import os from 'node:os'
 import { randomUUID } from 'node:crypto'
 import { StrataError, toStrataError } from '../../common/errors.js'
 import type { ChunkReadResult } from '../storage-client.js'
-import { assembleRead, fileLayout } from './file-io.js'
+import { assembleRead, fileLayout, placesIn } from './file-io.js'
 import type { FileHandle, FileSystem } from './file-system.js'
 import type { OpenFlagsInput } from './flags.js'
 import type { ChunkPiece } from './pieces.js'
@@ -436,9 +436,11 @@ async function readBatch(items: Args[], flags: number): Promise<number[]> {
   await Promise.all(
     [...groups].map(async ([fs, reqs]) => {
       const all = reqs.flatMap((r) => r.pieces)
+      // the data is received straight into the iov
+      const into = reqs.flatMap((r) => placesIn(r.pieces, items[r.i]!.iov.buf, items[r.i]!.bufOff))
       let rs: ChunkReadResult[]
       try {
-        rs = await fs.io.readPieces(all, { allowReadUncommitted: (flags & IOR_ALLOW_READ_UNCOMMITTED) !== 0 })
+        rs = await fs.io.readPieces(all, { allowReadUncommitted: (flags & IOR_ALLOW_READ_UNCOMMITTED) !== 0 }, into)
       } catch (e) {
         const err = -errnoOf(e)
         for (const r of reqs) results[r.i] = err
