@@ -57,6 +57,37 @@ test.serial('write then read round-trips, overwrites, short reads and holes', as
   t.true(s.bytesRead > 0)
 })
 
+test.serial('reads into the caller\'s buffers: received in place, short chunks and holes, mixed with plain reads in one batch', async (t) => {
+  const big = randomBytes(CHUNK_SIZE)
+  const short = randomBytes(CHUNK_SIZE - 1000)
+  const a = chunkIdOf(1002n, 0)
+  const b = chunkIdOf(1002n, 1)
+  await sc.write(1, a, 0, big, CHUNK_SIZE)
+  await sc.write(2, b, 0, short, CHUNK_SIZE)
+  const dest = Buffer.alloc(3 * CHUNK_SIZE, 0xee)
+  const rs = await sc.batchRead([
+    { chainId: 1, chunkId: a, offset: 0, length: CHUNK_SIZE, into: dest.subarray(0, CHUNK_SIZE) },
+    { chainId: 2, chunkId: b, offset: 0, length: CHUNK_SIZE, into: dest.subarray(CHUNK_SIZE, 2 * CHUNK_SIZE) },
+    { chainId: 1, chunkId: chunkIdOf(1002n, 9), offset: 0, length: CHUNK_SIZE, into: dest.subarray(2 * CHUNK_SIZE) },
+    { chainId: 1, chunkId: a, offset: 0, length: CHUNK_SIZE },
+  ])
+  const data = rs.map((r) => (r.ok ? r.data : null))
+  t.true(data[0]!.equals(big))
+  t.is(data[0]!.buffer, dest.buffer, 'a whole chunk was received into the caller\'s memory')
+  t.is(data[0]!.byteOffset, dest.byteOffset)
+  t.true(data[1]!.equals(short), 'a short chunk reads short')
+  t.true(dest.subarray(0, CHUNK_SIZE).equals(big))
+  t.true(dest.subarray(CHUNK_SIZE + short.length, 2 * CHUNK_SIZE).every((x) => x === 0xee), 'nothing written past a short chunk')
+  t.is(data[2]!.length, 0, 'a hole')
+  t.true(dest.subarray(2 * CHUNK_SIZE).every((x) => x === 0xee))
+  t.true(data[3]!.equals(big))
+  t.not(data[3]!.buffer, dest.buffer, 'a read without into gets its own buffer')
+  // into that cannot hold the range is refused before anything is sent
+  const [bad] = await sc.batchRead([{ chainId: 1, chunkId: a, offset: 0, length: CHUNK_SIZE, into: Buffer.alloc(10) }])
+  t.true(!bad!.ok && isStrataError(bad!.error, 'INVALID_ARGUMENT'))
+  t.true((await sc.read(1, a, 0, CHUNK_SIZE, { into: Buffer.alloc(CHUNK_SIZE) })).equals(big))
+})
+
 test.serial('an acknowledged write is on every replica: all read modes return the same bytes', async (t) => {
   const id = chunkIdOf(1002n, 3)
   const data = randomBytes(CHUNK_SIZE)
