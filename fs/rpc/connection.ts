@@ -3,6 +3,7 @@
 // this connection only.
 
 import type { Socket } from 'node:net'
+import type { BufferPool } from '../common/buffer-pool.js'
 import { StrataError, toStrataError } from '../common/errors.js'
 import { decodeEnvelope, encodeFrameParts, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type DecodedFrame, type Envelope } from './frame.js'
 
@@ -25,6 +26,8 @@ interface Pending {
 export interface IncomingRequest {
   env: Envelope
   conn: Connection
+  /** the frame the request came in (its payload's Buffers are views of it) */
+  body: Buffer | null
 }
 
 /**
@@ -34,14 +37,41 @@ export interface IncomingRequest {
  *   … new Connection(s, max, null, null, r)
  */
 export class DirectReader {
+  /**
+   * In-place reception for a socket Node accepted (Node offers `onread` only
+   * for sockets it connects). Sets up exactly what net.Socket's constructor
+   * does for an `onread` option, through the same internals: the socket's
+   * kBuffer/kBufferGen/kBufferCb fields and its handle's useUserBuffer. The
+   * socket must not have read yet (a server with pauseOnConnect); resume it
+   * afterwards. Null, and the socket untouched, where these internals are not
+   * there (another Node): the caller then reads 'data' events.
+   */
+  static forAccepted(socket: Socket, maxFrameBytes: number, pool: BufferPool | null): DirectReader | null {
+    const syms = Object.getOwnPropertySymbols(socket)
+    const sym = (d: string) => syms.find((x) => x.description === d)
+    const kBuffer = sym('kBuffer')
+    const kBufferGen = sym('kBufferGen')
+    const kBufferCb = sym('kBufferCb')
+    const handle = (socket as unknown as { _handle?: { useUserBuffer?: (b: Uint8Array) => void } })._handle
+    if (!kBuffer || !kBufferGen || !kBufferCb || typeof handle?.useUserBuffer !== 'function') return null
+    const reader = new DirectReader(maxFrameBytes, pool)
+    const fields = socket as unknown as Record<symbol, unknown>
+    const first = reader.onread.buffer()
+    fields[kBufferGen] = reader.onread.buffer
+    fields[kBufferCb] = reader.onread.callback
+    fields[kBuffer] = first
+    handle.useUserBuffer(first)
+    return reader
+  }
+
   readonly decoder: FrameDecoder
   private conn: Connection | null = null
   /** bodies or an error that arrived before the Connection was attached */
   private early: Array<Buffer | DecodedFrame> = []
   private earlyError: unknown = null
 
-  constructor(maxFrameBytes: number) {
-    this.decoder = new FrameDecoder(maxFrameBytes)
+  constructor(maxFrameBytes: number, pool: BufferPool | null = null) {
+    this.decoder = new FrameDecoder(maxFrameBytes, pool)
   }
 
   readonly onread = {
@@ -98,6 +128,8 @@ export class Connection {
     private readonly onRequest: ((req: IncomingRequest) => void) | null,
     private readonly onCancel: ((conn: Connection, id: number) => void) | null = null,
     private readonly reader: DirectReader | null = null,
+    /** accepted sockets: large frames are received into recycled memory from here */
+    pool: BufferPool | null = null,
   ) {
     this.peer = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`
     socket.setNoDelay(true)
@@ -106,7 +138,7 @@ export class Connection {
       this.decoder = reader.decoder
       reader.attach(this)
     } else {
-      this.decoder = new FrameDecoder(maxFrameBytes)
+      this.decoder = new FrameDecoder(maxFrameBytes, pool)
       socket.on('data', (chunk: Buffer) => this.onData(chunk))
     }
     socket.on('error', (e) => this.close(new StrataError('RPC_CONNECTION_CLOSED', `${this.peer}: ${e.message}`, { cause: e })))
@@ -158,7 +190,7 @@ export class Connection {
       } else {
         env = body.env
       }
-      this.dispatch(env)
+      this.dispatch(env, Buffer.isBuffer(body) ? body : null)
       if (this.closedErr) return
     }
   }
@@ -173,7 +205,7 @@ export class Connection {
     return { into, live: () => this.pending.get(env.id) === p }
   }
 
-  private dispatch(env: Envelope): void {
+  private dispatch(env: Envelope, body: Buffer | null): void {
     if (env.flags & FLAG_RESPONSE) {
       const p = this.pending.get(env.id)
       if (!p) return // reply to a request we gave up on
@@ -187,7 +219,7 @@ export class Connection {
         this.close(new StrataError('RPC_BAD_FRAME', 'peer sent a request on a client-only connection'))
         return
       }
-      this.onRequest({ env, conn: this })
+      this.onRequest({ env, conn: this, body })
     } else {
       this.close(new StrataError('RPC_BAD_FRAME', `envelope with unknown flags ${env.flags}`))
     }

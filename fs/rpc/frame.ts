@@ -16,6 +16,7 @@
 // byte, so small messages are unchanged on the wire.
 
 import { Packr, addExtension } from 'msgpackr'
+import type { BufferPool } from '../common/buffer-pool.js'
 import { StrataError, type WireError } from '../common/errors.js'
 
 export const DEFAULT_MAX_FRAME_BYTES = 80 * 1024 * 1024
@@ -217,6 +218,11 @@ export class FrameDecoder {
   private chunks: Buffer[] = []
   private buffered = 0
   private need = -1
+  /** fed through readTarget()/commitRead() (set by the first readTarget call) */
+  private onreadMode = false
+  /** push mode with a pool: a large frame's body, filled as its bytes arrive */
+  private pooled: Buffer | null = null
+  private pooledFilled = 0
   /** onread mode: frame body being filled in place, and how far */
   private body: Buffer | null = null
   private bodyFilled = 0
@@ -228,12 +234,27 @@ export class FrameDecoder {
   /** onread mode: decides placement for large attachment frames (set by the connection) */
   placer: AttachmentPlacer | null = null
 
-  constructor(private readonly maxFrameBytes: number) {}
+  /**
+   * @param pool large frame bodies are taken from it (recycled memory; the
+   *   receiver may give a body back once nothing refers to it)
+   */
+  constructor(private readonly maxFrameBytes: number, private readonly pool: BufferPool | null = null) {}
 
   push(chunk: Buffer): Buffer[] {
+    const out: Buffer[] = []
+    if (this.pooled) {
+      const n = Math.min(chunk.length, this.need - this.pooledFilled)
+      chunk.copy(this.pooled, this.pooledFilled, 0, n)
+      this.pooledFilled += n
+      if (this.pooledFilled < this.need) return out
+      out.push(this.pooled)
+      this.pooled = null
+      this.need = -1
+      if (n === chunk.length) return out
+      chunk = chunk.subarray(n)
+    }
     this.chunks.push(chunk)
     this.buffered += chunk.length
-    const out: Buffer[] = []
     for (;;) {
       if (this.need < 0) {
         if (this.buffered < HEADER_BYTES) break
@@ -245,7 +266,23 @@ export class FrameDecoder {
         if (len === 0) throw new StrataError('RPC_BAD_FRAME', 'empty frame')
         this.need = len
       }
-      if (this.buffered < this.need) break
+      if (this.buffered < this.need) {
+        // (in onread mode readTarget() receives the rest in place instead)
+        if (this.pool && !this.onreadMode && this.need >= DIRECT_READ_MIN_BYTES) {
+          // copy what is here into a recycled body and stream the rest into it
+          const body = this.pool.take(this.need)
+          let off = 0
+          for (const c of this.chunks) {
+            c.copy(body, off)
+            off += c.length
+          }
+          this.chunks = []
+          this.buffered = 0
+          this.pooled = body
+          this.pooledFilled = off
+        }
+        break
+      }
       out.push(this.take(this.need))
       this.need = -1
     }
@@ -259,11 +296,12 @@ export class FrameDecoder {
    * overwritten, so frames and values sliced from it stay valid.
    */
   readTarget(): Buffer {
+    this.onreadMode = true
     if (this.placement) return this.placedTarget(this.placement)
     if (!this.body && this.need >= DIRECT_READ_MIN_BYTES && this.placer && this.tryPlace()) return this.placedTarget(this.placement!)
     if (!this.body && this.need >= DIRECT_READ_MIN_BYTES) {
       // the header (and maybe the start of the body) came with an earlier read
-      const body = Buffer.allocUnsafe(this.need)
+      const body = this.pool ? this.pool.take(this.need) : Buffer.allocUnsafe(this.need)
       let off = 0
       for (const c of this.chunks) {
         c.copy(body, off)

@@ -1,6 +1,6 @@
 export { RpcServer, AFTER_REPLY, type Handler, type RequestContext, type RpcServerOptions } from './server.js'
 export { RpcClient, parseAddress, type CallOptions, type RpcClientOptions } from './client.js'
-export { Connection, DirectReader, type AttachmentSink } from './connection.js'
+export { Connection, DirectReader, type AttachmentSink, type IncomingRequest } from './connection.js'
 export { withRetry, type RetryOptions } from './retry.js'
 export { FaultRegistry, type FaultSpec, type FaultKind, type InstalledFault } from './faults.js'
 export { DEFAULT_MAX_FRAME_BYTES, ATTACHMENT_MIN_BYTES, FrameDecoder, encodeFrame, encodeFrameParts, decodeEnvelope, type Envelope, type EncodedFrame } from './frame.js'

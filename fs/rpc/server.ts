@@ -4,9 +4,10 @@
 
 import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { BufferPool } from '../common/buffer-pool.js'
 import { StrataError, toStrataError } from '../common/errors.js'
 import { CoreMethod, ServiceId, methodName } from '../common/services.js'
-import { Connection, type IncomingRequest } from './connection.js'
+import { Connection, DirectReader, type IncomingRequest } from './connection.js'
 import { DEFAULT_MAX_FRAME_BYTES, FLAG_RESPONSE, type Envelope } from './frame.js'
 import { FaultRegistry, type FaultSpec } from './faults.js'
 
@@ -53,8 +54,20 @@ interface MethodStats {
   totalMs: number
 }
 
+export interface ServiceOptions {
+  /**
+   * Methods whose handlers keep nothing of the request once they settle (no
+   * Buffer of the payload referenced afterwards): their large request
+   * frames go back to the receive pool then, instead of to the GC.
+   */
+  recycleRequests?: readonly number[]
+}
+
 export class RpcServer {
   readonly faults = new FaultRegistry()
+  /** large request frames of accepted connections are received into buffers from here */
+  readonly framePool = new BufferPool()
+  private readonly recyclable = new Set<string>()
   private readonly services = new Map<number, Map<number, Handler>>()
   private readonly conns = new Set<Connection>()
   private readonly running = new Map<Connection, Map<number, AbortController>>()
@@ -77,19 +90,21 @@ export class RpcServer {
       [CoreMethod.setFault]: (p: FaultSpec) => this.faults.add(p),
       [CoreMethod.clearFaults]: (p: { id?: number } | null) => ({ removed: this.faults.clear(p?.id) }),
       [CoreMethod.listFaults]: () => ({ faults: this.faults.list() }),
-      [CoreMethod.stats]: () => ({ methods: Object.fromEntries(this.stats), connections: this.conns.size, ...(opts.getStats?.() ?? {}) }),
+      [CoreMethod.stats]: () => ({ methods: Object.fromEntries(this.stats), connections: this.conns.size, framePool: this.framePool.stats(), ...(opts.getStats?.() ?? {}) }),
     })
   }
 
-  addService(serviceId: number, methods: Record<number, Handler>): void {
+  addService(serviceId: number, methods: Record<number, Handler>, opts: ServiceOptions = {}): void {
     let table = this.services.get(serviceId)
     if (!table) this.services.set(serviceId, (table = new Map()))
     for (const [id, h] of Object.entries(methods)) table.set(Number(id), h)
+    for (const m of opts.recycleRequests ?? []) this.recyclable.add(`${serviceId}.${m}`)
   }
 
   async listen(port = 0, host = '127.0.0.1'): Promise<string> {
     if (this.server) return this.address
-    const server = net.createServer((socket) => this.accept(socket))
+    // paused: the socket's reads are switched to in-place reception before the first one
+    const server = net.createServer({ pauseOnConnect: true }, (socket) => this.accept(socket))
     this.server = server
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject)
@@ -108,12 +123,17 @@ export class RpcServer {
       socket.destroy()
       return
     }
+    // requests are received in place (large ones into recycled buffers), as replies are on the client side
+    const reader = DirectReader.forAccepted(socket, this.maxFrameBytes, this.framePool)
     const conn = new Connection(
       socket,
       this.maxFrameBytes,
       (req) => void this.handle(req),
       (c, id) => this.running.get(c)?.get(id)?.abort(new StrataError('CANCELLED', 'cancelled by caller')),
+      reader,
+      this.framePool,
     )
+    socket.resume()
     this.conns.add(conn)
     this.running.set(conn, new Map())
     conn.onClose((err) => {
@@ -124,7 +144,16 @@ export class RpcServer {
     })
   }
 
-  private async handle({ env, conn }: IncomingRequest): Promise<void> {
+  private async handle(req: IncomingRequest): Promise<void> {
+    try {
+      await this.handleOne(req)
+    } finally {
+      // the handler has settled and its reply is encoded; such a handler keeps nothing of the request
+      if (req.body && this.recyclable.has(`${req.env.service}.${req.env.method}`)) this.framePool.release(req.body)
+    }
+  }
+
+  private async handleOne({ env, conn }: IncomingRequest): Promise<void> {
     const started = performance.now()
     const key = methodName(env.service, env.method)
     const ac = new AbortController()

@@ -12,7 +12,7 @@ import type { Logger } from '../common/log.js'
 import type { RoutingInfo } from '../common/types.js'
 import { MgmtdClient, type HeartbeatTarget } from '../mgmtd/index.js'
 import { AFTER_REPLY, RpcClient, type RpcServer } from '../rpc/index.js'
-import { BufferPool } from './buffer-pool.js'
+import { BufferPool } from '../common/buffer-pool.js'
 import { Craq } from './craq.js'
 import { ResyncWorker } from './resync.js'
 import { TargetMap, publicStateIn, type LocalTarget } from './target-map.js'
@@ -121,6 +121,11 @@ export class StorageService {
         t.engine.faults.failWrites = p.fault
         return { ok: true }
       },
+    }, {
+      // chunk writes keep nothing of the request once answered (the data is on disk and forwarded;
+      // a forward given up while still queued would reach the successor with a payload that no
+      // longer matches its checksum, and be refused there), so their 1 MiB frames are recycled
+      recycleRequests: [M.write, M.update],
     })
     const T = this.opts.timers
     this.unwatch = this.mgmtd.watch(T.routingRefreshMs, (ri) => this.onRouting(ri))

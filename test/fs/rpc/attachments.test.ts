@@ -2,8 +2,8 @@
 // as slices of the frame; small messages keep the plain one-envelope form.
 import test from 'ava'
 import net from 'node:net'
-import { randomBytes } from 'node:crypto'
-import { RpcServer, RpcClient, encodeFrame, decodeEnvelope, FrameDecoder, ATTACHMENT_MIN_BYTES } from '../../../fs/rpc/index.js'
+import { createHash, randomBytes } from 'node:crypto'
+import { RpcServer, RpcClient, Connection, DirectReader, encodeFrame, decodeEnvelope, FrameDecoder, ATTACHMENT_MIN_BYTES, type IncomingRequest } from '../../../fs/rpc/index.js'
 
 test('envelope with large and small buffers round-trips through encode, split decode and unpack', (t) => {
   const big1 = randomBytes(ATTACHMENT_MIN_BYTES)
@@ -114,4 +114,58 @@ test('a placed reply whose call is given up mid-frame writes nothing more into t
   // the same connection goes on: the rest of the big frame is read (into scratch memory) before this reply
   t.deepEqual(await client.call(address, 42, 2, 'after'), 'after')
   t.true(dest.equals(snapshot), 'not one byte written after the call was given up')
+})
+
+test('large request frames are received into recycled buffers; a method that keeps nothing gives them back, and every request still sees its own bytes', async (t) => {
+  const server = new RpcServer()
+  const digest = (b: Buffer) => createHash('sha256').update(b).digest('hex')
+  const later = () => new Promise((r) => setTimeout(r, 2))
+  // hash after a pause, so other frames arrive (and reuse memory) while this handler still holds its data
+  server.addService(42, { 1: async (p: { data: Buffer }) => { await later(); return digest(p.data) } }, { recycleRequests: [1] })
+  server.addService(43, { 1: async (p: { data: Buffer }) => { await later(); return digest(p.data) } })
+  const address = await server.listen()
+  const client = new RpcClient()
+  t.teardown(async () => {
+    client.close()
+    await server.close()
+  })
+  const payloads = Array.from({ length: 48 }, () => randomBytes(1024 * 1024 + 17))
+  for (let round = 0; round < 3; round++) {
+    const got = await Promise.all(payloads.map((data) => client.call<string>(address, 42, 1, { data })))
+    t.deepEqual(got, payloads.map(digest))
+  }
+  const s1 = server.framePool.stats()
+  t.true(s1.hits > 0, `recycled frames were reused (${JSON.stringify(s1)})`)
+  // not declared: frames are left to the GC, never handed out twice
+  const before = server.framePool.stats()
+  const got = await Promise.all(payloads.map((data) => client.call<string>(address, 43, 1, { data })))
+  t.deepEqual(got, payloads.map(digest))
+  t.true(server.framePool.stats().freeBytes <= before.freeBytes, 'nothing was given back')
+})
+
+test('accepted sockets receive in place on this Node (the server side of the fast path is not silently off)', async (t) => {
+  const server = net.createServer({ pauseOnConnect: true })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+  t.teardown(() => server.close())
+  const accepted = new Promise<net.Socket>((r) => server.once('connection', r))
+  const { port } = server.address() as net.AddressInfo
+  const client = net.connect({ host: '127.0.0.1', port })
+  t.teardown(() => client.destroy())
+  const sock = await accepted
+  const reader = DirectReader.forAccepted(sock, 1 << 24, null)
+  t.truthy(reader, 'net.Socket internals for onread are where Node 20 keeps them')
+  const got = new Promise<IncomingRequest>((resolve) => {
+    const conn = new Connection(sock, 1 << 24, resolve, null, reader)
+    t.teardown(() => conn.close())
+  })
+  sock.resume()
+  const big = randomBytes(ATTACHMENT_MIN_BYTES * 4 + 3)
+  const frame = encodeFrame({ id: 1, service: 1, method: 1, flags: 1, payload: { big, small: 'x' } })
+  for (let i = 0; i < frame.length; i += 10_000) client.write(frame.subarray(i, i + 10_000))
+  const req = await got
+  t.is(sock.listenerCount('data'), 0, 'bytes came through onread, not data events')
+  const p = req.env.payload as { big: Buffer; small: string }
+  t.true(p.big.equals(big))
+  t.is(p.small, 'x')
+  t.is(req.body!.length, frame.length - 4, 'the frame was received into one body of its own')
 })
