@@ -1,7 +1,7 @@
 // Baseline (a): raw loopback TCP throughput of a minimal Node socket pair in
 // two processes. The runner process receives (like the DFS client on reads)
 // and only counts bytes; a child process sends one reused buffer in a loop.
-// Timed from the first received byte to the last, median of several trials.
+// Timed from the first received byte to the last; the best of several trials.
 
 import net from 'node:net'
 import { spawn } from 'node:child_process'
@@ -64,14 +64,18 @@ export async function runLoopback(ctx: BenchContext): Promise<Metric[]> {
     cpuPerMiB.push((r.cpuSeconds * 1000) / (total / MiB))
     ctx.log(`loopback trial ${i + 1}/${trials}: ${fmtGBps(r.rate)}, ${cpuPerMiB[i]!.toFixed(2)} ms CPU per MiB`)
   }
+  // The best trial is the ceiling: on this shared VM memory copies (what a
+  // socket pair spends its time on) run up to 5× slower in some minutes, and a
+  // baseline caught in such a minute would flatter every ratio against it.
+  const best = rates.indexOf(Math.max(...rates))
   return [
     {
       key: 'loopback.tcp',
       label: 'raw loopback TCP, 1 socket pair, 2 processes',
-      value: median(rates),
+      value: rates[best]!,
       unit: 'B/s',
-      detail: `${fmtBytes(total)} per trial in ${fmtBytes(bufSize)} writes, median of ${trials} (${rates.map((r) => (r / 1e9).toFixed(2)).join(', ')} GB/s); ${median(cpuPerMiB).toFixed(2)} ms CPU per MiB (both processes)`,
-      extra: { cpuMsPerMiB: median(cpuPerMiB) },
+      detail: `${fmtBytes(total)} per trial in ${fmtBytes(bufSize)} writes, best of ${trials} (${rates.map((r) => (r / 1e9).toFixed(2)).join(', ')} GB/s; median ${(median(rates) / 1e9).toFixed(2)}); ${cpuPerMiB[best]!.toFixed(2)} ms CPU per MiB (both processes) in the best trial`,
+      extra: { cpuMsPerMiB: cpuPerMiB[best]!, medianRate: median(rates) },
     },
   ]
 }

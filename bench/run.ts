@@ -70,7 +70,7 @@ const BATCH_ALT_QD = 16
 export function sizesFor(quick: boolean): Sizes {
   return {
     loopbackBytes: quick ? 1 * GiB : 4 * GiB,
-    loopbackTrials: 3,
+    loopbackTrials: 5,
     loopbackBufBytes: 1 * MiB,
     chunkBytes: 1 * MiB,
     writeChunks: quick ? 96 : 512,
