@@ -358,6 +358,7 @@ export class FrameDecoder {
     const envEnd = ATTACHED_PREFIX_BYTES + envLen
     if (envEnd > this.need || envEnd > this.buffered) return false
     const areaLen = this.need - envEnd
+    if (areaLen === 0) return false
     const prefix = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks)
     const envBytes = prefix.subarray(ATTACHED_PREFIX_BYTES, envEnd)
     // first pass: placeholders, to learn which attachment is which
