@@ -394,12 +394,12 @@ export class FrameDecoder {
       return b && b.length === r.len ? b : undefined
     })
     const own = refs.reduce((n, r, k) => n + (into[k] ? 0 : r.len), 0)
-    const pool = own > 0 ? Buffer.allocUnsafe(own) : null
+    const rest = own > 0 ? Buffer.allocUnsafe(own) : null
     let poolPos = 0
     const segments = refs.map((r, k) => {
       const b = into[k]
       if (b) return b
-      const s = pool!.subarray(poolPos, poolPos + r.len)
+      const s = rest!.subarray(poolPos, poolPos + r.len)
       poolPos += r.len
       return s
     })
