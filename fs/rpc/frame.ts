@@ -220,10 +220,10 @@ export class FrameDecoder {
   private need = -1
   /** fed through readTarget()/commitRead() (set by the first readTarget call) */
   private onreadMode = false
-  /** push mode with a pool: a large frame's body, filled as its bytes arrive */
-  private pooled: Buffer | null = null
-  private pooledFilled = 0
-  /** onread mode: frame body being filled in place, and how far */
+  /**
+   * A large frame's own body being filled, and how far: in place by socket
+   * reads (onread mode), or by copying arriving chunks (push mode with a pool)
+   */
   private body: Buffer | null = null
   private bodyFilled = 0
   /** onread mode: current slab and the first byte not yet read into */
@@ -242,13 +242,14 @@ export class FrameDecoder {
 
   push(chunk: Buffer): Buffer[] {
     const out: Buffer[] = []
-    if (this.pooled) {
-      const n = Math.min(chunk.length, this.need - this.pooledFilled)
-      chunk.copy(this.pooled, this.pooledFilled, 0, n)
-      this.pooledFilled += n
-      if (this.pooledFilled < this.need) return out
-      out.push(this.pooled)
-      this.pooled = null
+    if (this.body) {
+      // push mode: a recycled body takes the frame's bytes as they arrive
+      const n = Math.min(chunk.length, this.need - this.bodyFilled)
+      chunk.copy(this.body, this.bodyFilled, 0, n)
+      this.bodyFilled += n
+      if (this.bodyFilled < this.need) return out
+      out.push(this.body)
+      this.body = null
       this.need = -1
       if (n === chunk.length) return out
       chunk = chunk.subarray(n)
@@ -268,19 +269,7 @@ export class FrameDecoder {
       }
       if (this.buffered < this.need) {
         // (in onread mode readTarget() receives the rest in place instead)
-        if (this.pool && !this.onreadMode && this.need >= DIRECT_READ_MIN_BYTES) {
-          // copy what is here into a recycled body and stream the rest into it
-          const body = this.pool.take(this.need)
-          let off = 0
-          for (const c of this.chunks) {
-            c.copy(body, off)
-            off += c.length
-          }
-          this.chunks = []
-          this.buffered = 0
-          this.pooled = body
-          this.pooledFilled = off
-        }
+        if (this.pool && !this.onreadMode && this.need >= DIRECT_READ_MIN_BYTES) this.beginBody()
         break
       }
       out.push(this.take(this.need))
@@ -299,19 +288,7 @@ export class FrameDecoder {
     this.onreadMode = true
     if (this.placement) return this.placedTarget(this.placement)
     if (!this.body && this.need >= DIRECT_READ_MIN_BYTES && this.placer && this.tryPlace()) return this.placedTarget(this.placement!)
-    if (!this.body && this.need >= DIRECT_READ_MIN_BYTES) {
-      // the header (and maybe the start of the body) came with an earlier read
-      const body = this.pool ? this.pool.take(this.need) : Buffer.allocUnsafe(this.need)
-      let off = 0
-      for (const c of this.chunks) {
-        c.copy(body, off)
-        off += c.length
-      }
-      this.chunks = []
-      this.buffered = 0
-      this.body = body
-      this.bodyFilled = off
-    }
+    if (!this.body && this.need >= DIRECT_READ_MIN_BYTES) this.beginBody()
     if (this.body) return this.body.subarray(this.bodyFilled)
     if (!this.slab || this.slab.length - this.slabPos < SLAB_MIN_READ) {
       this.slab = Buffer.allocUnsafeSlow(SLAB_BYTES)
@@ -341,6 +318,20 @@ export class FrameDecoder {
     const chunk = this.slab!.subarray(this.slabPos, this.slabPos + n)
     this.slabPos += n
     return this.push(chunk)
+  }
+
+  /** A large frame gets a body of its own, holding what already arrived (the header's read may bring some). */
+  private beginBody(): void {
+    const body = this.pool ? this.pool.take(this.need) : Buffer.allocUnsafe(this.need)
+    let off = 0
+    for (const c of this.chunks) {
+      c.copy(body, off)
+      off += c.length
+    }
+    this.chunks = []
+    this.buffered = 0
+    this.body = body
+    this.bodyFilled = off
   }
 
   /**

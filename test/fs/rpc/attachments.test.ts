@@ -1,9 +1,22 @@
 // Large Buffers travel after the msgpack envelope (out of band) and come back
 // as slices of the frame; small messages keep the plain one-envelope form.
-import test from 'ava'
+import test, { type ExecutionContext } from 'ava'
 import net from 'node:net'
 import { createHash, randomBytes } from 'node:crypto'
 import { RpcServer, RpcClient, Connection, DirectReader, encodeFrame, decodeEnvelope, FrameDecoder, ATTACHMENT_MIN_BYTES, type IncomingRequest } from '../../../fs/rpc/index.js'
+
+
+/** A server on a free port and a client, both closed when the test ends; add services after. */
+async function serverAndClient(t: ExecutionContext): Promise<{ server: RpcServer; address: string; client: RpcClient }> {
+  const server = new RpcServer()
+  const address = await server.listen()
+  const client = new RpcClient()
+  t.teardown(async () => {
+    client.close()
+    await server.close()
+  })
+  return { server, address, client }
+}
 
 test('envelope with large and small buffers round-trips through encode, split decode and unpack', (t) => {
   const big1 = randomBytes(ATTACHMENT_MIN_BYTES)
@@ -28,14 +41,8 @@ test('a frame without large buffers is a plain msgpack envelope', (t) => {
 })
 
 test('an attachment reference beyond the attached bytes is refused; only that connection closes', async (t) => {
-  const server = new RpcServer()
+  const { server, address, client } = await serverAndClient(t)
   server.addService(42, { 1: (p: unknown) => p })
-  const address = await server.listen()
-  const client = new RpcClient()
-  t.teardown(async () => {
-    client.close()
-    await server.close()
-  })
   const frame = encodeFrame({ id: 1, service: 42, method: 1, flags: 1, payload: Buffer.alloc(ATTACHMENT_MIN_BYTES, 1) })
   // cut the attached bytes short but keep the header consistent with the shorter body
   const cut = frame.subarray(0, frame.length - 1000)
@@ -51,14 +58,8 @@ test('an attachment reference beyond the attached bytes is refused; only that co
 })
 
 test('a sink receives reply attachments straight into the caller\'s buffers; the rest arrive as usual', async (t) => {
-  const server = new RpcServer()
+  const { server, address, client } = await serverAndClient(t)
   server.addService(42, { 1: (p: unknown) => p })
-  const address = await server.listen()
-  const client = new RpcClient()
-  t.teardown(async () => {
-    client.close()
-    await server.close()
-  })
   const a = randomBytes(3 * ATTACHMENT_MIN_BYTES + 5)
   const b = randomBytes(ATTACHMENT_MIN_BYTES)
   const c = randomBytes(5 * ATTACHMENT_MIN_BYTES)
@@ -88,15 +89,9 @@ test('a sink receives reply attachments straight into the caller\'s buffers; the
 })
 
 test('a placed reply whose call is given up mid-frame writes nothing more into the caller\'s buffer', async (t) => {
-  const server = new RpcServer()
+  const { server, address, client } = await serverAndClient(t)
   const big = Buffer.alloc(64 * 1024 * 1024, 0x55)
   server.addService(42, { 1: () => big, 2: (p: unknown) => p })
-  const address = await server.listen()
-  const client = new RpcClient()
-  t.teardown(async () => {
-    client.close()
-    await server.close()
-  })
   const dest = Buffer.alloc(big.length, 0xaa)
   const ac = new AbortController()
   const call = client.call(address, 42, 1, null, {
@@ -117,18 +112,12 @@ test('a placed reply whose call is given up mid-frame writes nothing more into t
 })
 
 test('large request frames are received into recycled buffers; a method that keeps nothing gives them back, and every request still sees its own bytes', async (t) => {
-  const server = new RpcServer()
+  const { server, address, client } = await serverAndClient(t)
   const digest = (b: Buffer) => createHash('sha256').update(b).digest('hex')
   const later = () => new Promise((r) => setTimeout(r, 2))
   // hash after a pause, so other frames arrive (and reuse memory) while this handler still holds its data
   server.addService(42, { 1: async (p: { data: Buffer }) => { await later(); return digest(p.data) } }, { recycleRequests: [1] })
   server.addService(43, { 1: async (p: { data: Buffer }) => { await later(); return digest(p.data) } })
-  const address = await server.listen()
-  const client = new RpcClient()
-  t.teardown(async () => {
-    client.close()
-    await server.close()
-  })
   const payloads = Array.from({ length: 48 }, () => randomBytes(1024 * 1024 + 17))
   for (let round = 0; round < 3; round++) {
     const got = await Promise.all(payloads.map((data) => client.call<string>(address, 42, 1, { data })))
