@@ -5,7 +5,7 @@
 import type { Socket } from 'node:net'
 import type { BufferPool } from '../common/buffer-pool.js'
 import { StrataError, toStrataError } from '../common/errors.js'
-import { decodeEnvelope, encodeFrameParts, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type DecodedFrame, type Envelope } from './frame.js'
+import { decodeEnvelope, encodeFrameParts, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type AttachmentPlacer, type DecodedFrame, type Envelope } from './frame.js'
 
 /**
  * Where a reply's large Buffers should be received: given the reply payload
@@ -36,6 +36,12 @@ export interface IncomingRequest {
  *   const r = new DirectReader(max); const s = net.connect({ host, port, onread: r.onread })
  *   … new Connection(s, max, null, null, r)
  */
+/** The socket's stream handle when it can read into caller-chosen memory (what `onread` is built on). */
+function userBufferHandle(socket: Socket): { useUserBuffer(b: Uint8Array): void } | null {
+  const handle = (socket as unknown as { _handle?: { useUserBuffer?: unknown } })._handle
+  return typeof handle?.useUserBuffer === 'function' ? (handle as { useUserBuffer(b: Uint8Array): void }) : null
+}
+
 export class DirectReader {
   /**
    * In-place reception for a socket Node accepted (Node offers `onread` only
@@ -52,8 +58,8 @@ export class DirectReader {
     const kBuffer = sym('kBuffer')
     const kBufferGen = sym('kBufferGen')
     const kBufferCb = sym('kBufferCb')
-    const handle = (socket as unknown as { _handle?: { useUserBuffer?: (b: Uint8Array) => void } })._handle
-    if (!kBuffer || !kBufferGen || !kBufferCb || typeof handle?.useUserBuffer !== 'function') return null
+    const handle = userBufferHandle(socket)
+    if (!kBuffer || !kBufferGen || !kBufferCb || !handle) return null
     const reader = new DirectReader(maxFrameBytes, pool)
     const fields = socket as unknown as Record<symbol, unknown>
     const first = reader.onread.buffer()
@@ -101,13 +107,13 @@ export class DirectReader {
    */
   rearm(): void {
     if (!this.conn || !this.decoder.placing) return
-    const handle = (this.conn.socket as unknown as { _handle?: { useUserBuffer?: (b: Uint8Array) => void } })._handle
-    if (typeof handle?.useUserBuffer === 'function') handle.useUserBuffer(this.decoder.readTarget())
+    userBufferHandle(this.conn.socket)?.useUserBuffer(this.decoder.readTarget())
   }
 
   attach(conn: Connection): void {
     this.conn = conn
-    this.decoder.placer = (env, placeholders, lengths) => conn.placeAttachments(env, placeholders, lengths)
+    // only replies are placed: a serving connection skips the envelope probe on its large requests
+    if (!conn.servesRequests) this.decoder.placer = (env, placeholders, lengths) => conn.placeAttachments(env, placeholders, lengths)
     const early = this.early.splice(0)
     if (this.earlyError !== null) conn.failDecode(this.earlyError)
     else if (early.length) conn.deliver(early)
@@ -143,6 +149,11 @@ export class Connection {
     }
     socket.on('error', (e) => this.close(new StrataError('RPC_CONNECTION_CLOSED', `${this.peer}: ${e.message}`, { cause: e })))
     socket.on('close', () => this.close(new StrataError('RPC_CONNECTION_CLOSED', `connection to ${this.peer} closed`)))
+  }
+
+  /** requests from the peer are handled here (an accepted connection), not only replies */
+  get servesRequests(): boolean {
+    return this.onRequest !== null
   }
 
   get closed(): boolean {
@@ -196,7 +207,7 @@ export class Connection {
   }
 
   /** @internal the decoder asks where an arriving reply's attachments go (see AttachmentSink) */
-  placeAttachments(env: Envelope, placeholders: readonly Buffer[], lengths: readonly number[]): { into: ReadonlyArray<Buffer | undefined>; live: () => boolean } | null {
+  placeAttachments(env: Envelope, placeholders: readonly Buffer[], lengths: readonly number[]): ReturnType<AttachmentPlacer> {
     if (!(env.flags & FLAG_RESPONSE) || env.error) return null
     const p = this.pending.get(env.id)
     if (!p?.sink) return null
