@@ -52,6 +52,8 @@ export interface FuseDaemonConfig {
   chunkReadAhead?: boolean
   /** bytes the mount's chunk read-ahead may hold at once; default 64 MiB */
   chunkReadAheadBudget?: number
+  /** chunks a streaming reader may have fetched ahead of the one it reads; default 4 */
+  chunkReadAheadWindow?: number
   /** how long a stop waits for files still open before a lazy unmount, ms */
   unmountGraceMs?: number
   storageRetry?: Partial<RetryPolicy>
@@ -90,6 +92,7 @@ export const FUSE_DEFAULTS = {
   maxReadahead: 16 * 1024 * 1024,
   chunkReadAhead: true,
   chunkReadAheadBudget: 64 * 1024 * 1024,
+  chunkReadAheadWindow: 4,
   unmountGraceMs: 3000,
   debug: false,
 } as const
@@ -148,6 +151,7 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
     maxReadahead: num(c.maxReadahead, 'maxReadahead', FUSE_DEFAULTS.maxReadahead, { integer: true }),
     chunkReadAhead: bool(c.chunkReadAhead, 'chunkReadAhead', FUSE_DEFAULTS.chunkReadAhead),
     chunkReadAheadBudget: num(c.chunkReadAheadBudget, 'chunkReadAheadBudget', FUSE_DEFAULTS.chunkReadAheadBudget, { integer: true }),
+    chunkReadAheadWindow: num(c.chunkReadAheadWindow, 'chunkReadAheadWindow', FUSE_DEFAULTS.chunkReadAheadWindow, { integer: true, min: 1 }),
     unmountGraceMs: num(c.unmountGraceMs, 'unmountGraceMs', FUSE_DEFAULTS.unmountGraceMs, { integer: true }),
     debug: bool(c.debug, 'debug', FUSE_DEFAULTS.debug),
   }

@@ -137,7 +137,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     gid: cfg.gid,
     groups: cfg.groups,
     log: log.child('ops'),
-    readAhead: cfg.chunkReadAhead ? { budgetBytes: cfg.chunkReadAheadBudget } : false,
+    readAhead: cfg.chunkReadAhead ? { budgetBytes: cfg.chunkReadAheadBudget, windowChunks: cfg.chunkReadAheadWindow } : false,
   })
 
   // Last resort: whatever ends this process, the mount must not outlive it.

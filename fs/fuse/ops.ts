@@ -246,7 +246,7 @@ export class StrataFuseOps {
         const b = Buffer.allocUnsafe(len)
         const r = await this.fs.read(fh, b, pos)
         return b.subarray(0, r.bytesRead)
-      }, this.raBudget, this.readAhead, this.raStats)
+      }, this.raBudget, this.readAhead, this.raStats, () => fh.state.knownLength())
     }
     return id
   }

@@ -5,8 +5,13 @@
 // storage RPC for a piece of the chunk (a piece costs the storage node a
 // CRC32C pass, the client another). For a handle read sequentially, the
 // whole chunk is read once instead (a whole-chunk read returns the checksum
-// stored at write time) and the following requests are served from it; the
-// next chunk is fetched while the current one is served.
+// stored at write time) and the following requests are served from it.
+// Chunks ahead of the reader are fetched while it reads, up to `windowChunks`
+// of them; the window opens one chunk per chunk streamed, as the kernel's own
+// readahead does, so a short sequential run does not pull in megabytes. One
+// chunk ahead was not enough: a whole-chunk fetch (storage pread, CRC, 1 MiB
+// over the transport) takes longer than serving a chunk's 8 requests from
+// memory, so a single reader stalled on every fetch (~230 MB/s here).
 //
 // Freshness is what the kernel's own readahead gives: data fetched a little
 // before it is asked for. A chunk is used for at most `maxAgeMs`, and the
@@ -25,9 +30,11 @@ export interface ReadAheadOptions {
   budgetBytes: number
   /** chunks above this size are not read ahead (their buffers would be too big) */
   maxChunkSize: number
+  /** how many chunks past the one being read a streaming reader may have fetched (≥ 1) */
+  windowChunks: number
 }
 
-export const READ_AHEAD_DEFAULTS: ReadAheadOptions = { maxAgeMs: 1000, budgetBytes: 64 * 1024 * 1024, maxChunkSize: 8 * 1024 * 1024 }
+export const READ_AHEAD_DEFAULTS: ReadAheadOptions = { maxAgeMs: 1000, budgetBytes: 64 * 1024 * 1024, maxChunkSize: 8 * 1024 * 1024, windowChunks: 4 }
 
 /** The mount-wide memory budget of read-ahead. */
 export class ReadAheadBudget {
@@ -50,10 +57,12 @@ interface Entry {
   at: number
   /** bytes taken from the budget */
   reserved: number
+  /** bytes handed out; the kernel asks for each page once, so a wholly served entry is done */
+  served: number
 }
 
-/** Chunks a handle keeps: the one being served, the next one, and one that may still be asked for. */
-const KEEP = 3
+/** Chunks a handle keeps besides its window: the one being served and one behind it that may still be asked for. */
+const KEEP_BEHIND = 2
 
 /**
  * Contiguous bytes a handle must have read before read-ahead starts. The
@@ -62,6 +71,17 @@ const KEEP = 3
  * would fetch far more than they use (a cold sandbox start read 5× the bytes).
  */
 const MIN_RUN = 256 * 1024
+
+/**
+ * Recent request ranges a handle remembers. The kernel has up to
+ * max_background (12 by default) async READs of one reader in flight, handed
+ * to the daemon by several libfuse threads in any order: a run is the
+ * contiguous range those requests cover, whatever order they arrived in.
+ */
+const MAX_RANGES = 16
+
+/** What the kernel may have in flight for one reader past the chunks read ahead (12 × 128 KiB, rounded up). */
+const KERNEL_SPAN = 2 * 1024 * 1024
 
 export interface ReadAheadStats {
   /** requests served from fetched chunks (wholly or their first part) */
@@ -75,10 +95,10 @@ export interface ReadAheadStats {
 /** Read-ahead state of one open file handle. */
 export class ReadAhead {
   readonly #chunks = new Map<number, Entry>()
-  /** where the last request ended: the next sequential one starts there */
-  #next = 0
-  /** bytes read contiguously up to #next */
-  #run = 0
+  /** disjoint ranges recently requested; a streaming reader's merge into one growing range */
+  #ranges: Array<[number, number]> = []
+  /** the furthest chunk fetched ahead: chunks up to it are not fetched ahead again once served */
+  #ahead = -1
   #closed = false
 
   constructor(
@@ -87,6 +107,8 @@ export class ReadAhead {
     readonly budget: ReadAheadBudget,
     readonly opts: ReadAheadOptions,
     readonly stats: ReadAheadStats,
+    /** the file's length as this client knows it: chunks past it are not fetched ahead (the kernel does not read past it) */
+    readonly knownLength: () => number = () => Number.MAX_SAFE_INTEGER,
   ) {}
 
   /**
@@ -98,17 +120,9 @@ export class ReadAhead {
   async read(pos: number, dst: Buffer): Promise<number> {
     const end = pos + dst.length
     const cs = this.chunkSize
-    const first = this.#fresh(Math.floor(pos / cs))
-    // the kernel sends a streaming reader's requests several at a time, not always in
-    // order: one inside data already fetched continues the run
-    const inWindow = first !== undefined && pos >= first.start
-    if (pos === this.#next || inWindow) {
-      this.#run += dst.length
-      this.#next = Math.max(this.#next, end)
-    } else {
-      this.#run = dst.length
-      this.#next = end
-    }
+    // the run this request belongs to: [runStart, runEnd) requested contiguously
+    const [runStart, runEnd] = this.#cover(pos, end)
+    const run = runEnd - runStart
     if (this.#closed || dst.length === 0 || cs > this.opts.maxChunkSize) return this.#direct()
     let done = 0
     while (pos + done < end) {
@@ -118,8 +132,9 @@ export class ReadAhead {
       if (e && at < e.start) break // behind the fetched piece: storage serves it
       if (!e) {
         // not fetched yet: only for a reader that streams
-        if (this.#run < MIN_RUN) break
-        e = this.#start(c, at)
+        if (run < MIN_RUN) break
+        // the run's first chunk from the reader's position (what came before went to storage), later ones whole
+        e = this.#start(c, c * cs <= runStart ? at : c * cs)
         if (!e) break
       }
       let data: Buffer
@@ -133,6 +148,8 @@ export class ReadAhead {
       const n = Math.max(0, Math.min(data.length - from, end - at))
       data.copy(dst, done, from, from + n)
       done += n
+      e.served += n
+      if (e.served >= data.length) this.#drop(c, e)
       // short data is the end of the file as it was when fetched: the caller
       // asks storage for anything beyond, so a file that grew since is read whole
       if (n === 0 || e.start + data.length < (c + 1) * cs) break
@@ -140,12 +157,45 @@ export class ReadAhead {
     if (done === 0) return this.#direct()
     if (done < dst.length) this.stats.direct++
     this.stats.hits++
-    // a reader that consumed a whole chunk's worth gets the next chunk fetched while it reads this one
-    if (this.#run >= cs) {
-      const next = Math.floor((end - 1) / cs) + 1
-      if (!this.#chunks.has(next)) void this.#start(next, next * cs)?.data.catch(() => undefined)
+    // a reader that consumed a whole chunk's worth gets the chunks after this one fetched
+    // while it reads it: one per chunk streamed, up to the window
+    const ahead = Math.min(Math.max(1, this.opts.windowChunks), Math.floor(run / cs))
+    const cur = Math.floor((end - 1) / cs)
+    const last = Math.min(cur + ahead, Math.ceil(this.knownLength() / cs) - 1)
+    // (a reader that moved elsewhere starts a window of its own)
+    const from = this.#ahead >= cur && this.#ahead <= last ? this.#ahead : cur
+    for (let next = from + 1; next <= last; next++) {
+      if (!this.#chunks.has(next)) {
+        const e = this.#start(next, next * cs)
+        if (!e) break
+        void e.data.catch(() => undefined)
+      }
+      this.#ahead = next
     }
     return done
+  }
+
+  /** Records [pos, end) among the recent requests; returns the contiguous range now containing it. */
+  #cover(pos: number, end: number): [number, number] {
+    let lo = pos
+    let hi = end
+    const kept: Array<[number, number]> = []
+    for (const r of this.#ranges) {
+      if (r[1] < lo || r[0] > hi) kept.push(r)
+      else {
+        lo = Math.min(lo, r[0])
+        hi = Math.max(hi, r[1])
+      }
+    }
+    kept.push([lo, hi])
+    if (kept.length > MAX_RANGES) {
+      // the ranges furthest from this request go first
+      const dist = (r: [number, number]) => (r[1] < pos ? pos - r[1] : r[0] - end)
+      kept.sort((x, y) => dist(x) - dist(y))
+      kept.length = MAX_RANGES
+    }
+    this.#ranges = kept
+    return [lo, hi]
   }
 
   /** Forgets every fetched chunk (the file may have changed). */
@@ -182,13 +232,15 @@ export class ReadAhead {
     if (this.#closed) return undefined
     const old = this.#chunks.get(c)
     if (old) this.#drop(c, old)
-    while (this.#chunks.size >= KEEP) {
-      const [oc, oe] = this.#chunks.entries().next().value as [number, Entry]
-      this.#drop(oc, oe)
+    // past the cap, the chunk furthest behind goes first
+    const cap = Math.max(1, this.opts.windowChunks) + KEEP_BEHIND + Math.ceil(KERNEL_SPAN / this.chunkSize)
+    while (this.#chunks.size >= cap) {
+      const oc = Math.min(...this.#chunks.keys())
+      this.#drop(oc, this.#chunks.get(oc)!)
     }
     const len = (c + 1) * this.chunkSize - from
     if (!this.budget.take(len)) return undefined
-    const entry: Entry = { start: from, data: this.fetch(from, len), at: performance.now(), reserved: len }
+    const entry: Entry = { start: from, data: this.fetch(from, len), at: performance.now(), reserved: len, served: 0 }
     this.stats.fetches++
     this.#chunks.set(c, entry)
     entry.data.then(
