@@ -38,6 +38,7 @@ import {
   findMount,
   forceUnmount,
   isFuseMount,
+  setKernelReadahead,
   unmountAsync,
   type MountEntry,
 } from './mounts.js'
@@ -180,7 +181,9 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     const m = findMount(mnt)
     if (!m || m.fstype !== FUSE_FSTYPE) throw new StrataError('INTERNAL', `mount at ${mnt} is not in the mount table after init`)
     mounted = m
-    log.info('mounted', { mountpoint: mnt, connection: connectionId(m), attrTimeout: cfg.attrTimeout, entryTimeout: cfg.entryTimeout, periodicSyncMs: cfg.periodicSyncMs })
+    const readahead = setKernelReadahead(m, cfg.maxReadahead)
+    if (readahead === null) log.warn('cannot set the kernel readahead (needs root); the kernel keeps its default', { maxReadahead: cfg.maxReadahead })
+    log.info('mounted', { mountpoint: mnt, connection: connectionId(m), attrTimeout: cfg.attrTimeout, entryTimeout: cfg.entryTimeout, periodicSyncMs: cfg.periodicSyncMs, readahead })
 
     if (cfg.listen) {
       server = new RpcServer({

@@ -79,6 +79,23 @@ export function connectionId(m: MountEntry): number {
   return m.major === 0 ? m.minor : (m.major << 20) | m.minor
 }
 
+/**
+ * Sets the kernel readahead of a FUSE mount. libfuse's max_readahead can only
+ * lower the kernel's default (128 KiB: the kernel takes the smaller of the
+ * two), so a larger window is written to the mount's backing device info, as
+ * `blockdev --setra` does for a disk. Root only; returns what the kernel now
+ * uses, in bytes, or null when it could not be set.
+ */
+export function setKernelReadahead(m: MountEntry, bytes: number): number | null {
+  const file = `/sys/class/bdi/${m.major}:${m.minor}/read_ahead_kb`
+  try {
+    fs.writeFileSync(file, String(Math.max(0, Math.floor(bytes / 1024))))
+    return Number(fs.readFileSync(file, 'utf8').trim()) * 1024
+  } catch {
+    return null
+  }
+}
+
 function ensureFusectl(): boolean {
   try {
     if (fs.existsSync(FUSECTL_DIR) && readMounts().some((m) => m.mountpoint === FUSECTL_DIR)) return true

@@ -109,6 +109,14 @@ export class ReadAhead {
     readonly stats: ReadAheadStats,
     /** the file's length as this client knows it: chunks past it are not fetched ahead (the kernel does not read past it) */
     readonly knownLength: () => number = () => Number.MAX_SAFE_INTEGER,
+    /**
+     * Takes back a fetched buffer once its entry is gone (a recycling pool).
+     * Called only after the fetch settled, so nothing still writes into it;
+     * readers copy out of it in the same task their await resumes in, and a
+     * reused buffer is only written when new data arrives on a socket, in a
+     * later task.
+     */
+    readonly release: (b: Buffer) => void = () => undefined,
   ) {}
 
   /**
@@ -200,7 +208,7 @@ export class ReadAhead {
 
   /** Forgets every fetched chunk (the file may have changed). */
   clear(): void {
-    for (const e of this.#chunks.values()) this.budget.give(e.reserved)
+    for (const e of this.#chunks.values()) this.#let(e)
     this.#chunks.clear()
   }
 
@@ -224,7 +232,13 @@ export class ReadAhead {
   #drop(c: number, e: Entry): void {
     if (this.#chunks.get(c) !== e) return
     this.#chunks.delete(c)
+    this.#let(e)
+  }
+
+  /** An entry is gone: its budget back now, its buffer once the fetch has settled. */
+  #let(e: Entry): void {
     this.budget.give(e.reserved)
+    e.data.then(this.release, () => undefined)
   }
 
   /** Starts fetching chunk `c` from `from` to its end; undefined when the budget has no room. */

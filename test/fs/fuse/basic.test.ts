@@ -1,5 +1,6 @@
 // POSIX operations through a FUSE mount, driven from child processes.
 import test from 'ava'
+import fs from 'node:fs'
 import { fuseSkipReason, ok, py, sh, startFuseCluster } from './helpers.js'
 
 const skip = fuseSkipReason()
@@ -170,6 +171,11 @@ t('basic POSIX operations through the mount', async (t) => {
   const s = await sh(`cd ${a.mnt} && mkdir -p x/y && echo hello > x/y/z && ls -la x/y && df -h . && find x -type f && stat -c %s x/y/z && cat x/y/z`)
   ok(t, s, 'shell tools')
   t.regex(s.stdout, /hello/)
+  // the kernel's readahead for the mount is maxReadahead (1 MiB by default), not the 128 KiB
+  // the kernel keeps when only libfuse's max_readahead asks for more
+  const { findMount } = await import('../../../fs/fuse/mounts.js')
+  const m = findMount(a.mnt)!
+  t.is(fs.readFileSync(`/sys/class/bdi/${m.major}:${m.minor}/read_ahead_kb`, 'utf8').trim(), String(1024))
   const code = await a.stop()
   t.is(code, 0, a.log())
   t.falsy((await import('../../../fs/fuse/mounts.js')).findMount(a.mnt), 'unmounted on SIGTERM')
