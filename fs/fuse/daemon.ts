@@ -26,7 +26,7 @@ import { FileSystem } from '../client/file/file-system.js'
 import { MetaClient } from '../client/file/meta-client.js'
 import { readClusterFile } from '../admin/cluster-file.js'
 import { extraFuseOptions, fuseTimeout, resolveFuseConfig, type FuseDaemonConfig, type ResolvedFuseConfig } from './config.js'
-import { loadFuse } from './native.js'
+import { loadFuse, type FuseInstance } from './native.js'
 import {
   FUSE_FSTYPE,
   FUSE_SUBTYPE,
@@ -128,6 +128,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
   let server: RpcServer | null = null
   let address: string | undefined
   let mounted: MountEntry | null = null
+  let fuseRef: FuseInstance | null = null
   let cleanlyUnmounted = false
   const ops = new StrataFuseOps({
     fs: filesystem,
@@ -159,7 +160,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     const root = await filesystem.stat('/')
     if (root.type !== 'Directory') throw new StrataError('INTERNAL', 'the root inode is not a directory')
 
-    const fuse = new Fuse(mnt, ops.operations(), {
+    const fuse: FuseInstance = (fuseRef = new Fuse(mnt, ops.operations(), {
       timeout: cfg.opTimeoutMs > 0 ? cfg.opTimeoutMs : false,
       fsname: extraFuseOptions(cfg),
       subtype: FUSE_SUBTYPE,
@@ -169,7 +170,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
       defaultPermissions: cfg.defaultPermissions,
       debug: cfg.debug,
       mkdir: true,
-    })
+    }))
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new StrataError('TIMEOUT', `FUSE mount at ${mnt} did not initialise in 30 s`)), 30_000)
       fuse.mount((err) => {
@@ -189,7 +190,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
       server = new RpcServer({
         name: `fuse ${mnt}`,
         getConfig: () => cfg,
-        getStats: () => ({ fuse: ops.stats(), fs: { ...filesystem.counters }, meta: { ...meta.counters } }),
+        getStats: () => ({ fuse: { ...ops.stats(), threadBlocks: fuse._threads?.size ?? null }, fs: { ...filesystem.counters }, meta: { ...meta.counters } }),
         onShutdown: () => void close().then(() => process.exit(0)),
       })
       const [host, port] = splitListen(cfg.listen)
@@ -216,7 +217,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
   let closing: Promise<void> | null = null
   const close = (): Promise<void> =>
     (closing ??= (async () => {
-      log.info('unmounting', { mountpoint: mnt, ops: ops.stats().ops, errors: ops.stats().errors, cache: ops.stats().cache })
+      log.info('unmounting', { mountpoint: mnt, ops: ops.stats().ops, errors: ops.stats().errors, cache: ops.stats().cache, threadBlocks: fuseRef?._threads?.size })
       await unmount(mnt, mounted!, cfg.unmountGraceMs, log)
       cleanlyUnmounted = true
       // handles the kernel never released (lazy unmount): flush and close them

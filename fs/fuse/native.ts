@@ -1,6 +1,9 @@
-// Loader and types of fuse-native (path-based libfuse 2.9 bindings, loaded
-// from its prebuilt addon by node-gyp-build, so it works without its install
-// script). Only what Strata uses is typed here.
+// Loader and types of fuse-native (path-based libfuse 2.9 bindings). Its
+// JavaScript runs on Strata's own build of its addon (build/Release/
+// fuse_native.node from native/fuse: fuse-native's C with a fix for thread
+// churn, see the top of native/fuse/fuse-native.c), handed over in place of
+// the prebuilt one that node-gyp-build would load. Only what Strata uses is
+// typed here.
 //
 // fuse-native facts the daemon depends on (checked against 2.2.6):
 //  - options are only passed when truthy: a 0 timeout cannot be given (FUSE2
@@ -15,6 +18,8 @@
 //  - Fuse.unmount runs `fusermount -uz`, which Debian's fuse3 does not ship
 //    (it has fusermount3), so the daemon unmounts by itself.
 
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { createRequire } from 'node:module'
 import { StrataError } from '../common/errors.js'
 
@@ -111,6 +116,8 @@ export interface FuseOptions {
 export interface FuseInstance {
   readonly mnt: string
   mount(cb: (err: Error | null) => void): void
+  /** fuse-native internal: one thread-locals block per libfuse worker thread it was handed (each holds a uv_async handle) */
+  readonly _threads?: Set<Buffer>
 }
 
 export interface FuseConstructor {
@@ -126,11 +133,37 @@ export function loadFuse(): FuseConstructor {
   if (loaded) return loaded
   if (loadError) throw new StrataError('NOT_IMPLEMENTED', `fuse-native cannot be loaded: ${loadError.message} (Debian needs libfuse2; run scripts/setup.sh)`)
   try {
-    loaded = createRequire(import.meta.url)('fuse-native') as FuseConstructor
+    loaded = requireWithOwnAddon()
     return loaded
   } catch (e) {
     loadError = e as Error
     throw new StrataError('NOT_IMPLEMENTED', `fuse-native cannot be loaded: ${loadError.message} (Debian needs libfuse2; run scripts/setup.sh)`, { cause: e })
+  }
+}
+
+/**
+ * Loads fuse-native's JavaScript with build/Release/fuse_native.node as its
+ * binding. fuse-native asks node-gyp-build for its addon when its module is
+ * first evaluated; for that one moment the cached node-gyp-build module
+ * answers for fuse-native's directory with Strata's build (require.cache
+ * entries are replaceable by design), then goes back to itself.
+ */
+function requireWithOwnAddon(): FuseConstructor {
+  const req = createRequire(import.meta.url)
+  // dist/fs/fuse/native.js → repo root is three levels up
+  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
+  const binding = req(path.join(root, 'build/Release/fuse_native.node')) as unknown
+  const fuseDir = path.dirname(req.resolve('fuse-native/package.json'))
+  const ngbPath = req.resolve('node-gyp-build', { paths: [fuseDir] })
+  req(ngbPath)
+  const cached = req.cache[ngbPath]
+  if (!cached) throw new Error(`node-gyp-build is not in the module cache after loading ${ngbPath}`)
+  const real = cached.exports as (dir: string) => unknown
+  cached.exports = Object.assign((dir: string) => (path.resolve(dir) === fuseDir ? binding : real(dir)), real)
+  try {
+    return req('fuse-native') as FuseConstructor
+  } finally {
+    cached.exports = real
   }
 }
 
