@@ -210,6 +210,7 @@ export class ReadAhead {
   clear(): void {
     for (const e of this.#chunks.values()) this.#let(e)
     this.#chunks.clear()
+    this.#ahead = -1
   }
 
   close(): void {
