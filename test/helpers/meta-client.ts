@@ -73,7 +73,9 @@ export class MetaTestClient {
         const err = toStrataError(e)
         if (o.once) throw err
         if (TRANSPORT.has(err.code)) {
-          this.current++
+          // move off the failed server once: concurrent calls that failed on it must not each
+          // advance the shared index, or an even number of them lands back on the dead server
+          if (this.addresses[this.current % this.addresses.length] === address) this.current++
           this.stats.failovers++
         } else if (!err.retryable) throw err
         if (Date.now() > deadline) throw err
