@@ -7,7 +7,8 @@
 //   into a fresh directory on the same filesystem (page cache; a second
 //   baseline adds `sync`, since the DFS side is durable when it returns).
 // - image-s3: `strata image push|pull … s3://` against raw @aws-sdk/client-s3
-//   PutObject/GetObject of the same bytes, both on one s3rver.
+//   PutObject/GetObject of the same bytes, both on one s3rver, and against a
+//   raw multipart upload with the push's part size and concurrency.
 // - image-registry: `strata image push|pull … docker://` against `skopeo copy`
 //   of the same image, both on one Debian docker-registry.
 // - image-dedup: stored bytes of two images that share the base (one OCI
@@ -24,7 +25,7 @@ import { createRequire } from 'node:module'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { S3Client, PutObjectCommand, GetObjectCommand, CreateBucketCommand } from '@aws-sdk/client-s3'
+import { S3Client, PutObjectCommand, GetObjectCommand, CreateBucketCommand, CreateMultipartUploadCommand, UploadPartCommand, CompleteMultipartUploadCommand } from '@aws-sdk/client-s3'
 import { ensureDebianRootfs } from '../sandbox/image/index.js'
 import type { BenchContext, Metric } from './lib/types.js'
 import { fmtBytes, fmtRate } from './lib/stats.js'
@@ -211,8 +212,39 @@ export async function imageS3(ctx: BenchContext): Promise<Metric[]> {
     for await (const c of got.Body as AsyncIterable<Uint8Array>) n += c.length
     const rawGetMs = performance.now() - t0
     if (n !== layer.size) throw new Error(`raw GetObject returned ${n} of ${layer.size} bytes`)
+    // the same bytes as a multipart upload with Strata's defaults (16 MiB parts, 4 in flight):
+    // a large blob has to go that way, and s3rver stores parts, then concatenates them on
+    // completion, so this shows what the server's multipart path costs by itself
+    await ctx.fixtures.settle()
+    t0 = performance.now()
+    const mp = await client.send(new CreateMultipartUploadCommand({ Bucket: 'bench', Key: 'raw/layer-mp' }))
+    const partSize = 16 * 1024 * 1024
+    const parts = Math.ceil(layer.size / partSize)
+    const etags: string[] = new Array<string>(parts)
+    const fh = await fs.promises.open(local, 'r')
+    try {
+      let next = 0
+      await Promise.all(
+        Array.from({ length: 4 }, async () => {
+          for (let i = next++; i < parts; i = next++) {
+            const len = Math.min(partSize, layer.size - i * partSize)
+            const body = Buffer.allocUnsafe(len)
+            await fh.read(body, 0, len, i * partSize)
+            const r = await client.send(new UploadPartCommand({ Bucket: 'bench', Key: 'raw/layer-mp', UploadId: mp.UploadId, PartNumber: i + 1, Body: body, ContentLength: len }))
+            etags[i] = r.ETag!
+          }
+        }),
+      )
+    } finally {
+      await fh.close()
+    }
+    await client.send(
+      new CompleteMultipartUploadCommand({ Bucket: 'bench', Key: 'raw/layer-mp', UploadId: mp.UploadId, MultipartUpload: { Parts: etags.map((e, i) => ({ PartNumber: i + 1, ETag: e })) } }),
+    )
+    const rawMpMs = performance.now() - t0
     client.destroy()
-    ctx.log(`raw SDK: PutObject ${fmtRate(rate(layer.size, rawPutMs))}, GetObject ${fmtRate(rate(layer.size, rawGetMs))}`)
+    ctx.log(`raw SDK: PutObject ${fmtRate(rate(layer.size, rawPutMs))}, GetObject ${fmtRate(rate(layer.size, rawGetMs))}, multipart upload ${fmtRate(rate(layer.size, rawMpMs))}`)
+    out.push({ key: 's3.raw.put.multipart', label: 'raw @aws-sdk/client-s3 multipart upload of the layer (16 MiB parts, 4 in flight)', value: rate(layer.size, rawMpMs), unit: 'B/s' })
     out.push({ key: 's3.raw.put', label: 'raw @aws-sdk/client-s3 PutObject of the layer', value: rate(layer.size, rawPutMs), unit: 'B/s' })
     out.push({ key: 's3.raw.get', label: 'raw @aws-sdk/client-s3 GetObject of the layer', value: rate(layer.size, rawGetMs), unit: 'B/s' })
 
