@@ -227,8 +227,12 @@ rt(title('a fork bomb hits the pids limit; the agent keeps answering and the tim
   // (the timeout leaves the bomb time to reach the limit on a loaded machine; the cgroup's own
   // counters are read, not a scan of /proc, which itself slows down with 500 processes)
   const bomb = c.client.exec('f() { f | f & }; f; while :; do :; done', { timeoutMs: 8000 })
+  // (awaited below; a failed assertion before that must not leave its rejection unhandled when teardown closes the client)
+  bomb.catch(() => undefined)
+  // the limit refused forks; the count is never above it (it also drops at once: a bomb
+  // process whose fork was refused exits, so a sample can be far below the limit)
   await until(() => c.pids().refused > 0, 7500, 'the bomb hitting the pids limit')
-  t.true(c.pids().current > 400)
+  t.true(c.pids().current <= 512)
   t.is((await c.client.ping()).pid, 1) // ping needs no fork
   const during = await c.client.exec(['true']).then(() => 'ran', (e: { code: string }) => e.code)
   t.true(['ran', 'SANDBOX_RESOURCE_EXHAUSTED'].includes(during), during)
