@@ -14,13 +14,14 @@
 // memory, so a single reader stalled on every fetch (~230 MB/s here).
 //
 // Freshness is what the kernel's own readahead gives: data fetched a little
-// before it is asked for. A chunk is used for at most `maxAgeMs`, and the
+// before it is asked for. A chunk is let go once all of it was served (the
+// kernel asks for each page once), and used for at most `maxAgeMs`; the
 // mount drops an inode's chunks whenever it opens the inode for writing or
 // truncates it (handles whose inode has a writer here bypass read-ahead).
 // Memory is bounded by one budget for the whole mount; without room a read
 // goes straight to storage.
 
-/** Reads [pos, pos + len) of the file into a new Buffer; shorter at the end of the file. */
+/** Reads [pos, pos + len) of the file into a Buffer (handed to `release` once its entry is gone); shorter at the end of the file. */
 export type ChunkFetch = (pos: number, len: number) => Promise<Buffer>
 
 export interface ReadAheadOptions {
