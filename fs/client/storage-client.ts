@@ -320,8 +320,10 @@ export class StorageClient {
 
   // --- reads
 
-  /** Reads one chunk range; a missing chunk reads as empty unless opts.strict. */
-  /** One chunk range; `into` as in ReadRequest (the result is then usually a view of it). */
+  /**
+   * Reads one chunk range; a missing chunk reads as empty unless opts.strict.
+   * `into` as in ReadRequest (the result is then usually a view of it).
+   */
   async read(chainId: ChainId, chunkId: Buffer, offset: number, length: number, opts: ReadOptions & { into?: Buffer } = {}): Promise<Buffer> {
     const { into, ...rest } = opts
     const [r] = await this.batchRead([{ chainId, chunkId, offset, length, ...(into ? { into } : {}) }], rest)
@@ -774,7 +776,6 @@ function checkUint(name: string, v: number): void {
   if (!Number.isSafeInteger(v) || v < 0) throw new StrataError('INVALID_ARGUMENT', `${name} must be a non-negative integer, got ${v}`)
 }
 
-/** msgpack may hand binary back as a plain Uint8Array. */
 /** Sends each result's data into the memory its request named (ReadRequest.into). */
 function placeReadData(into: ReadonlyArray<Buffer | undefined>): AttachmentSink {
   return (payload, placeholders, lengths) => {
@@ -791,6 +792,7 @@ function placeReadData(into: ReadonlyArray<Buffer | undefined>): AttachmentSink 
   }
 }
 
+/** msgpack may hand binary back as a plain Uint8Array. */
 function asBuffer(x: unknown): Buffer {
   if (Buffer.isBuffer(x)) return x
   if (x instanceof Uint8Array) return Buffer.from(x.buffer, x.byteOffset, x.byteLength)

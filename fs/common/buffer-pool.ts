@@ -1,13 +1,15 @@
 // Recycled buffers for large transient data: chunk reads on storage nodes,
-// and large RPC frames received on accepted connections. A freshly
+// large RPC frames received on accepted connections, and the FUSE daemon's
+// read-ahead chunks. A freshly
 // allocated 1 MiB Buffer costs the process a page fault per 4 KiB page the
 // first time it is filled (and an munmap with a TLB flush when it is freed);
 // on the benchmark VM that measured ~0.5 ms of CPU per MiB, as much as moving
 // the bytes over loopback, and the external memory drives V8 into major GCs.
 // A buffer goes back only when its one holder says it is done with it
 // (storage read replies: the RPC server's AFTER_REPLY; request frames: the
-// handler settled, for methods that declare they keep nothing), so nothing
-// can see a buffer being reused.
+// handler settled, for methods that declare they keep nothing; read-ahead:
+// its chunk was let go and its fetch settled), so nothing can see a buffer
+// being reused.
 
 const MIN_POOLED = 64 * 1024
 const MAX_POOLED = 16 * 1024 * 1024

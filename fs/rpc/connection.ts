@@ -30,18 +30,18 @@ export interface IncomingRequest {
   body: Buffer | null
 }
 
-/**
- * In-place frame reception for a socket this side connects. Pass `onread` to
- * net.connect and the reader to the Connection:
- *   const r = new DirectReader(max); const s = net.connect({ host, port, onread: r.onread })
- *   … new Connection(s, max, null, null, r)
- */
 /** The socket's stream handle when it can read into caller-chosen memory (what `onread` is built on). */
 function userBufferHandle(socket: Socket): { useUserBuffer(b: Uint8Array): void } | null {
   const handle = (socket as unknown as { _handle?: { useUserBuffer?: unknown } })._handle
   return typeof handle?.useUserBuffer === 'function' ? (handle as { useUserBuffer(b: Uint8Array): void }) : null
 }
 
+/**
+ * In-place frame reception for a socket this side connects (for accepted ones, see forAccepted). Pass `onread` to
+ * net.connect and the reader to the Connection:
+ *   const r = new DirectReader(max); const s = net.connect({ host, port, onread: r.onread })
+ *   … new Connection(s, max, null, null, r)
+ */
 export class DirectReader {
   /**
    * In-place reception for a socket Node accepted (Node offers `onread` only

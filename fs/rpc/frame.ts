@@ -231,6 +231,8 @@ export class FrameDecoder {
   private slabPos = 0
   /** onread mode: attachments being received into their placed buffers */
   private placement: Placement | null = null
+  /** onread mode: where the rest of a placed frame goes once its call was given up */
+  private scratch: Buffer | null = null
   /** onread mode: decides placement for large attachment frames (set by the connection) */
   placer: AttachmentPlacer | null = null
 
@@ -343,14 +345,13 @@ export class FrameDecoder {
    */
   private tryPlace(): boolean {
     if (this.buffered < ATTACHED_PREFIX_BYTES) return false
-    const head = this.chunks[0]!.length >= ATTACHED_PREFIX_BYTES ? this.chunks[0]! : Buffer.concat(this.chunks)
-    if (head[0] !== ATTACHED_MARK) return false
-    const envLen = head.readUInt32BE(1)
-    const envEnd = ATTACHED_PREFIX_BYTES + envLen
+    // what arrived of the frame so far (usually one read: the header's)
+    const prefix = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks)
+    if (prefix[0] !== ATTACHED_MARK) return false
+    const envEnd = ATTACHED_PREFIX_BYTES + prefix.readUInt32BE(1)
     if (envEnd > this.need || envEnd > this.buffered) return false
     const areaLen = this.need - envEnd
     if (areaLen === 0) return false
-    const prefix = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks)
     const envBytes = prefix.subarray(ATTACHED_PREFIX_BYTES, envEnd)
     // first pass: placeholders, to learn which attachment is which
     const placeholders: Buffer[] = []
@@ -386,12 +387,12 @@ export class FrameDecoder {
     })
     const own = refs.reduce((n, r, k) => n + (into[k] ? 0 : r.len), 0)
     const rest = own > 0 ? Buffer.allocUnsafe(own) : null
-    let poolPos = 0
+    let restPos = 0
     const segments = refs.map((r, k) => {
       const b = into[k]
       if (b) return b
-      const s = rest!.subarray(poolPos, poolPos + r.len)
-      poolPos += r.len
+      const s = rest!.subarray(restPos, restPos + r.len)
+      restPos += r.len
       return s
     })
     // second pass: the envelope that is delivered, referring to the segments
@@ -423,8 +424,6 @@ export class FrameDecoder {
     }
     return seg.subarray(pl.filled)
   }
-
-  private scratch: Buffer | null = null
 
   /** A placed frame is being received (its next read target may have to change when its call is given up). */
   get placing(): boolean {
