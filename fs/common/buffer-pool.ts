@@ -26,22 +26,28 @@ export class BufferPool {
   hits = 0
   misses = 0
 
-  /** @param maxFreeBytes memory kept for reuse at most; beyond it released buffers go to the GC */
-  constructor(readonly maxFreeBytes = 64 * 1024 * 1024) {}
+  /**
+   * @param maxFreeBytes memory kept for reuse at most; beyond it released buffers go to the GC
+   * @param alloc makes the memory of a size class (aligned memory for O_DIRECT, say)
+   */
+  constructor(
+    readonly maxFreeBytes = 64 * 1024 * 1024,
+    private readonly alloc: ((size: number) => ArrayBuffer) | null = null,
+  ) {}
 
   /**
    * A Buffer of exactly `length` bytes, uninitialized. Sizes outside the
-   * pooled range are plain allocations; release() ignores them.
+   * pooled range are one-off allocations; release() ignores them.
    */
   take(length: number): Buffer {
-    if (length < MIN_POOLED || length > MAX_POOLED) return Buffer.allocUnsafe(length)
+    if (length < MIN_POOLED || length > MAX_POOLED) return this.alloc ? Buffer.from(this.alloc(length), 0, length) : Buffer.allocUnsafe(length)
     const size = sizeClass(length)
     let ab = this.free.get(size)?.pop()
     if (ab) {
       this.freeBytes -= size
       this.hits++
     } else {
-      ab = new ArrayBuffer(size)
+      ab = this.alloc ? this.alloc(size) : new ArrayBuffer(size)
       this.misses++
     }
     this.out.add(ab)

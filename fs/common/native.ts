@@ -28,6 +28,11 @@ export interface NativeAddon {
    * Throws with code EADDRINUSE when `path` exists, ENAMETOOLONG past 107 bytes.
    */
   unixListen(path: string, backlog?: number): number
+  /**
+   * A Buffer of `size` bytes whose memory starts at a multiple of `alignment` (a power of two,
+   * 8–65536), as O_DIRECT needs; freed when the Buffer is collected.
+   */
+  alignedBuffer(size: number, alignment: number): Buffer
 }
 
 /** mount(2) flags used by Strata (linux/mount.h) */

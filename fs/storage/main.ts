@@ -17,6 +17,8 @@ export interface StorageConfig {
   timers?: Partial<Timers>
   /** fsync chunk files before acknowledging (default true) */
   fsync?: boolean
+  /** write chunk data of 64 KiB and more past the page cache with O_DIRECT (default true) */
+  directWrites?: boolean
 }
 
 export interface StorageDaemon {
@@ -36,6 +38,7 @@ export async function startStorage(config: StorageConfig, log: Logger = createLo
     mgmtdAddresses: config.mgmtdAddresses,
     timers: mergeTimers(LOCAL_TIMERS, config.timers),
     fsync: config.fsync ?? true,
+    directWrites: config.directWrites ?? true,
     log,
   })
   await service.open()

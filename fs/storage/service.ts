@@ -47,6 +47,8 @@ export interface StorageOptions {
   mgmtdAddresses: string[]
   timers: Timers
   fsync: boolean
+  /** O_DIRECT for large chunk writes (ChunkEngineOptions.directWrites) */
+  directWrites: boolean
   log: Logger
 }
 
@@ -67,7 +69,7 @@ export class StorageService {
   private closed: Promise<void> | null = null
 
   constructor(private readonly opts: StorageOptions) {
-    this.targets = new TargetMap(path.join(opts.dataDir, 'targets'), opts.log.child('targets'), opts.fsync)
+    this.targets = new TargetMap(path.join(opts.dataDir, 'targets'), opts.log.child('targets'), { fsync: opts.fsync, directWrites: opts.directWrites })
     this.rpc = new RpcClient({ connectTimeoutMs: 1000 })
     this.mgmtd = new MgmtdClient({ addresses: opts.mgmtdAddresses, rpc: this.rpc })
     this.craq = new Craq({
@@ -331,7 +333,7 @@ export class StorageService {
     return {
       resync: this.resync.stats,
       readBuffers: this.readBuffers.stats(),
-      targets: this.targets.all().map((t) => ({ targetId: t.record.targetId, chainId: t.record.chainId, localState: t.localState })),
+      targets: this.targets.all().map((t) => ({ targetId: t.record.targetId, chainId: t.record.chainId, localState: t.localState, dataWrites: t.engine.dataWrites })),
     }
   }
 

@@ -40,7 +40,7 @@ export class TargetMap {
   constructor(
     private readonly root: string,
     private readonly log: Logger,
-    private readonly fsync: boolean,
+    private readonly engine: { fsync: boolean; directWrites: boolean },
   ) {}
 
   /** Opens every target found on disk; they are pre-existing, so each awaits recovery. */
@@ -51,7 +51,7 @@ export class TargetMap {
       const recPath = path.join(dir, RECORD)
       if (!fs.existsSync(recPath)) continue
       const record = JSON.parse(fs.readFileSync(recPath, 'utf8')) as TargetRecord
-      const engine = await ChunkEngine.open({ dir, targetId: record.targetId, fsync: this.fsync })
+      const engine = await ChunkEngine.open({ dir, targetId: record.targetId, fsync: this.engine.fsync, directWrites: this.engine.directWrites })
       this.add({ record, dir, engine, localState: 'OFFLINE', stickyOffline: null, awaitingRecovery: true })
     }
     this.log.info('targets loaded', { count: this.byId.size })
@@ -76,7 +76,7 @@ export class TargetMap {
     const dir = path.join(this.root, String(rec.targetId))
     fs.mkdirSync(dir, { recursive: true })
     const record: TargetRecord = { ...rec, createdAt: Date.now() }
-    const engine = await ChunkEngine.open({ dir, targetId: rec.targetId, fsync: this.fsync })
+    const engine = await ChunkEngine.open({ dir, targetId: rec.targetId, fsync: this.engine.fsync, directWrites: this.engine.directWrites })
     // the record is written last: a crash before it leaves an ignored directory
     const tmp = path.join(dir, RECORD + '.tmp')
     fs.writeFileSync(tmp, JSON.stringify(record))

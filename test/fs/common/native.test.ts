@@ -25,3 +25,27 @@ test('mount and umount2 through the addon; errors carry errno names', (t) => {
   t.throws(() => native().mount('x', path.join(dir, 'nope'), 'tmpfs', 0, null), { code: 'ENOENT' })
   t.true(native().gettid() > 0)
 })
+
+test('alignedBuffer: memory at the asked alignment, which O_DIRECT accepts where a misaligned view is refused; bad arguments are EINVAL', (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-native-'))
+  let fd = -1
+  t.teardown(() => {
+    if (fd >= 0) fs.closeSync(fd)
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+  const b = native().alignedBuffer(64 * 1024, 4096)
+  t.is(b.length, 64 * 1024)
+  t.is(b.byteOffset, 0)
+  b.fill(7)
+  fd = fs.openSync(path.join(dir, 'f'), fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_DIRECT)
+  t.is(fs.writeSync(fd, b, 0, b.length, 0), b.length)
+  const r = native().alignedBuffer(64 * 1024, 4096)
+  t.is(fs.readSync(fd, r, 0, r.length, 0), r.length)
+  t.true(r.equals(b))
+  // the kernel refuses direct I/O from memory off the device's block alignment
+  t.throws(() => fs.readSync(fd, r.subarray(1, 1 + 4096), 0, 4096, 0), { code: 'EINVAL' })
+  t.is(native().alignedBuffer(0, 512).length, 0)
+  for (const [size, align] of [[-1, 4096], [1.5, 4096], [2 ** 31, 4096], [4096, 3], [4096, 4], [4096, 1 << 20]] as const) {
+    t.throws(() => native().alignedBuffer(size, align), { code: 'EINVAL' }, `${size}, ${align}`)
+  }
+})

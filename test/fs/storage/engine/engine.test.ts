@@ -621,3 +621,42 @@ test('random updates match an in-memory model (content, size, checksum, versions
   // file count bound: committed + pending
   for (const id of ids) t.true((await chunkFiles(fx.dir, id)).length <= 2)
 })
+
+test('chunk data writes of 64 KiB and more at 4 KiB alignment go past the page cache (O_DIRECT); the rest, and a filesystem refusing it, stay buffered', async (t) => {
+  const MiB = 1024 * 1024
+  const fx = await setup(t)
+  const models = new Map<number, Buffer>()
+  // what the chunk's data file gets written is what counts: a write into a
+  // committed chunk may become a whole-chunk rewrite (copy on write)
+  const put = async (n: number, offset: number, data: Buffer, expect: { direct: number; buffered: number }, what: string) => {
+    const id = cid(900 + n)
+    const r = await fx.engine.applyUpdate(writeIO(id, offset, data, { chunkSize: MiB }), client())
+    await fx.engine.commit(id, r.updateVer, 1)
+    const old = models.get(n) ?? Buffer.alloc(0)
+    const m = Buffer.alloc(Math.max(old.length, offset + data.length))
+    old.copy(m)
+    data.copy(m, offset)
+    models.set(n, m)
+    t.true((await fx.engine.read(id, 0, m.length)).data.equals(m), `${what}: content`)
+    t.deepEqual(fx.engine.dataWrites, expect, `${what}: how it was written`)
+  }
+  await put(1, 0, randomBytes(MiB), { direct: 1, buffered: 0 }, 'new whole chunk')
+  await put(1, 256 * 1024, randomBytes(128 * 1024), { direct: 2, buffered: 0 }, 'aligned 128 KiB into it')
+  await put(2, 0, randomBytes(100 * 1024 + 5), { direct: 2, buffered: 1 }, 'length off the alignment')
+  await put(3, 4000, randomBytes(64 * 1024), { direct: 2, buffered: 2 }, 'offset off the alignment')
+  await put(4, 0, randomBytes(4096), { direct: 2, buffered: 3 }, 'below 64 KiB')
+  await put(4, 4096, randomBytes(MiB / 2), { direct: 3, buffered: 3 }, 'aligned append')
+  fx.engine.faults.refuseDirect = true
+  await put(5, 0, randomBytes(MiB), { direct: 3, buffered: 4 }, 'O_DIRECT refused')
+  fx.engine.faults.refuseDirect = false
+  await put(6, 0, randomBytes(MiB), { direct: 3, buffered: 5 }, 'after a refusal writes stay buffered')
+  const again = await fx.reopen()
+  for (const [n, m] of models) t.true((await again.read(cid(900 + n), 0, m.length)).data.equals(m), `chunk ${n} after reopen`)
+
+  const off = await setup(t, { directWrites: false })
+  const data = models.get(1)!
+  const r = await off.engine.applyUpdate(writeIO(cid(1), 0, data, { chunkSize: MiB }), client())
+  await off.engine.commit(cid(1), r.updateVer, 1)
+  t.deepEqual(off.engine.dataWrites, { direct: 0, buffered: 1 }, 'directWrites: false')
+  t.true((await off.engine.read(cid(1), 0, MiB)).data.equals(data))
+})

@@ -17,14 +17,14 @@ export interface Fixture {
   reopen(opts?: { fsync?: boolean; targetId?: number }): Promise<ChunkEngine>
 }
 
-export async function setup(t: ExecutionContext, opts: { fsync?: boolean; targetId?: number } = {}): Promise<Fixture> {
+export async function setup(t: ExecutionContext, opts: { fsync?: boolean; targetId?: number; directWrites?: boolean } = {}): Promise<Fixture> {
   const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'strata-engine-'))
   const fx: Fixture = {
     dir,
-    engine: await ChunkEngine.open({ dir, targetId: opts.targetId ?? 101, fsync: opts.fsync ?? false }),
+    engine: await ChunkEngine.open({ dir, targetId: opts.targetId ?? 101, fsync: opts.fsync ?? false, directWrites: opts.directWrites }),
     async reopen(o = {}) {
       await fx.engine.close()
-      fx.engine = await ChunkEngine.open({ dir, targetId: o.targetId ?? opts.targetId ?? 101, fsync: o.fsync ?? opts.fsync ?? false })
+      fx.engine = await ChunkEngine.open({ dir, targetId: o.targetId ?? opts.targetId ?? 101, fsync: o.fsync ?? opts.fsync ?? false, directWrites: opts.directWrites })
       return fx.engine
     },
   }
