@@ -253,6 +253,12 @@ export async function imageS3(ctx: BenchContext): Promise<Metric[]> {
     const push = await strata(ns.dir, ['push', 'bench/debian:s3', 's3://bench/strata', '--endpoint', s3.endpoint, '--force-path-style', '--json'], env)
     ctx.log(`strata image push s3://: ${fmtRate(rate(bytes, push.ms))}`)
     out.push({ key: 's3.strata.push', label: 'strata image push … s3://', value: rate(bytes, push.ms), unit: 'B/s', extra: { ms: push.ms } })
+    // the same push with a part size above the layer's size: every blob goes in one PutObject,
+    // the same requests as the raw PutObject baseline (s3rver's multipart path left out)
+    await ctx.fixtures.settle()
+    const onePut = await strata(ns.dir, ['push', 'bench/debian:s3', 's3://bench/strata-one-put', '--part-size', '1G', '--endpoint', s3.endpoint, '--force-path-style', '--json'], env)
+    ctx.log(`strata image push s3:// --part-size 1G: ${fmtRate(rate(bytes, onePut.ms))}`)
+    out.push({ key: 's3.strata.push.oneput', label: 'strata image push … s3:// --part-size 1G (each blob in one PutObject)', value: rate(bytes, onePut.ms), unit: 'B/s', extra: { ms: onePut.ms } })
     await emptyStore(ns.dir)
     await ctx.fixtures.settle()
     const pull = await strata(ns.dir, ['pull', 's3://bench/strata/bench/debian:s3', '--endpoint', s3.endpoint, '--force-path-style', '--json'], env)

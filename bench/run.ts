@@ -223,6 +223,7 @@ const COMPARISONS: ComparisonSpec[] = [
   { id: 'reimport-vs-untar', section: 'images', label: 'same import again (diffId reuse) ÷ tar -x', measured: 'image.import.again', baseline: 'image.untar', baselineDivisor: 1 },
   { id: 's3-push', section: 'images', label: 'strata push s3:// ÷ raw SDK PutObject', measured: 's3.strata.push', baseline: 's3.raw.put', baselineDivisor: 1, target: 0.7 },
   { id: 's3-push-multipart', section: 'images', label: 'strata push s3:// ÷ raw SDK multipart upload (same part size and concurrency)', measured: 's3.strata.push', baseline: 's3.raw.put.multipart', baselineDivisor: 1 },
+  { id: 's3-push-one-put', section: 'images', label: 'strata push s3:// --part-size 1G (one PutObject per blob) ÷ raw SDK PutObject', measured: 's3.strata.push.oneput', baseline: 's3.raw.put', baselineDivisor: 1 },
   { id: 's3-pull', section: 'images', label: 'strata pull s3:// ÷ raw SDK GetObject', measured: 's3.strata.pull', baseline: 's3.raw.get', baselineDivisor: 1, target: 0.7 },
   { id: 'registry-push', section: 'images', label: 'strata push docker:// ÷ skopeo copy to the registry', measured: 'registry.strata.push', baseline: 'registry.skopeo.push', baselineDivisor: 1 },
   { id: 'registry-pull', section: 'images', label: 'strata pull docker:// ÷ skopeo copy from the registry', measured: 'registry.strata.pull', baseline: 'registry.skopeo.pull', baselineDivisor: 1 },

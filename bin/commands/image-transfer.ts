@@ -69,7 +69,7 @@ function transferOpts(c: Command): Command {
     .option('--endpoint <url>', 's3: endpoint URL (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the AWS profile, then AWS)')
     .option('--region <region>', 's3: region (default: $AWS_REGION, the AWS profile, then us-east-1)')
     .option('--force-path-style', 's3: address buckets as ENDPOINT/BUCKET (most local S3 servers need it)')
-    .option('--part-size <size>', 's3 push: multipart part size, at least 5M (default 16M); smaller blobs go in one PUT', sizeArg('--part-size'))
+    .option('--part-size <size>', 's3 push: multipart part size, 5M to 5G (default 16M); a blob no larger goes in one PUT', sizeArg('--part-size'))
     .option('--concurrency <n>', 's3: object requests in flight (default 4); docker pull: layer downloads at once (default 3); docker push does not use it', intArg('--concurrency', { min: 1, max: 64 }))
     .option('--insecure', 'docker: plain http to the registry (default: http only for localhost and 127.x)')
     .option('--username <user>', 'docker: registry user (default: $STRATA_REGISTRY_USER, then auths in $REGISTRY_AUTH_FILE or ~/.docker/config.json)')

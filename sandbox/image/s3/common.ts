@@ -77,6 +77,8 @@ export interface PullResult {
 
 export const DEFAULT_PART_SIZE = 16 * 1024 * 1024
 export const MIN_PART_SIZE = 5 * 1024 * 1024
+/** S3's largest part, and its largest single PUT: a blob up to the part size goes in one PUT. */
+export const MAX_PART_SIZE = 5 * 1024 * 1024 * 1024
 /** S3 allows at most 10000 parts per upload. */
 export const MAX_PARTS = 10000
 

@@ -21,6 +21,7 @@ import {
   DEFAULT_PART_SIZE,
   Limiter,
   MAX_PARTS,
+  MAX_PART_SIZE,
   MIN_PART_SIZE,
   allOrAbort,
   linkedSignal,
@@ -73,8 +74,8 @@ const unquote = (etag: string | undefined) => (etag ?? '').replace(/"/g, '')
 export async function pushS3(store: TransferStore, ref: string, url: string, opts: S3TransferOptions = {}): Promise<PushResult> {
   const loc = parseS3Location(url)
   const partSize = opts.partSize ?? DEFAULT_PART_SIZE
-  if (!Number.isSafeInteger(partSize) || partSize < MIN_PART_SIZE) {
-    throw new StrataError('INVALID_ARGUMENT', `part size ${partSize} is below the S3 minimum of ${MIN_PART_SIZE} bytes`)
+  if (!Number.isSafeInteger(partSize) || partSize < MIN_PART_SIZE || partSize > MAX_PART_SIZE) {
+    throw new StrataError('INVALID_ARGUMENT', `part size ${partSize} is outside S3's limits of ${MIN_PART_SIZE} to ${MAX_PART_SIZE} bytes`)
   }
   const img = await store.resolve(ref)
   const client = opts.client ?? (await createS3Client(opts))

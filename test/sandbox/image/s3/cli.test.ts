@@ -136,6 +136,10 @@ test.serial('CLI errors: codes on stderr, exit 1; usage errors exit 2', async (t
   const tooSmall = await run(['push', '--force-path-style', '--part-size', '1M', 'small:v1', `s3://${s3.bucket}/e`])
   t.is(tooSmall.code, 1)
   t.regex(tooSmall.stderr, /INVALID_ARGUMENT/)
+  // S3 takes no part (and no single PUT) above 5 GiB
+  const tooLarge = await run(['push', '--force-path-style', '--part-size', '6G', 'small:v1', `s3://${s3.bucket}/e`])
+  t.is(tooLarge.code, 1)
+  t.regex(tooLarge.stderr, /INVALID_ARGUMENT/)
   const help = await run(['push', '--help'])
   t.is(help.code, 0)
   t.regex(help.stdout, /--endpoint/)
