@@ -19,6 +19,7 @@ interface MountCliOpts {
   entryTimeout?: number
   periodicSyncMs?: number
   writeBuffer?: number
+  writeBehind?: number
   readonly?: boolean
   allowOther?: boolean
   defaultPermissions?: boolean
@@ -46,6 +47,7 @@ export function registerFsMountCommands(parent: Command): void {
     .option('--entry-timeout <s>', 'kernel name cache lifetime in seconds (0: no caching)', secondsArg('--entry-timeout'))
     .option('--periodic-sync-ms <n>', 'send length hints and flush write buffers this often (0: off; default 5000)', intArg('--periodic-sync-ms', { min: 0 }))
     .option('--write-buffer <size>', 'per-file write buffer (default 1M; 0: write through)', sizeArg('--write-buffer'))
+    .option('--write-behind <n>', 'full write buffers of one file flushed to storage while the writer goes on (default 4; 0: each waits for storage)', intArg('--write-behind', { min: 0 }))
     .option('--readonly', 'refuse every change with EROFS')
     .option('--no-allow-other', 'only the mounting user may use the mount (default: others too, when root)')
     .option('--default-permissions', 'let the kernel check permission bits for each caller')
@@ -65,6 +67,7 @@ export function registerFsMountCommands(parent: Command): void {
         ...(o.entryTimeout !== undefined ? { entryTimeout: o.entryTimeout } : {}),
         ...(o.periodicSyncMs !== undefined ? { periodicSyncMs: o.periodicSyncMs } : {}),
         ...(o.writeBuffer !== undefined ? { writeBufferSize: o.writeBuffer } : {}),
+        ...(o.writeBehind !== undefined ? { writeBehind: o.writeBehind } : {}),
         ...(o.uid !== undefined ? { uid: o.uid } : {}),
         ...(o.gid !== undefined ? { gid: o.gid } : {}),
         ...(o.readonly ? { readonly: true } : {}),

@@ -33,6 +33,8 @@ export interface FuseDaemonConfig {
   periodicSyncLimit?: number
   /** per-inode write buffer, bytes (0: write through) */
   writeBufferSize?: number
+  /** full write buffers of one file flushed while the writer goes on (FileSystemOptions.writeBehind) */
+  writeBehind?: number
   /** a stat of a file with local unsynced writes flushes and syncs first (3FS sync_on_stat) */
   syncOnStat?: boolean
   /** identity every request runs as (fuse-native does not expose the caller); default: the daemon's */
@@ -90,6 +92,7 @@ export const FUSE_DEFAULTS = {
   periodicSyncMs: 5000,
   periodicSyncLimit: 1000,
   writeBufferSize: 1024 * 1024,
+  writeBehind: 4,
   syncOnStat: true,
   defaultPermissions: false,
   readonly: false,
@@ -145,6 +148,7 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
     periodicSyncMs: num(c.periodicSyncMs, 'periodicSyncMs', FUSE_DEFAULTS.periodicSyncMs, { integer: true }),
     periodicSyncLimit: num(c.periodicSyncLimit, 'periodicSyncLimit', FUSE_DEFAULTS.periodicSyncLimit, { integer: true, min: 1 }),
     writeBufferSize: num(c.writeBufferSize, 'writeBufferSize', FUSE_DEFAULTS.writeBufferSize, { integer: true }),
+    writeBehind: num(c.writeBehind, 'writeBehind', FUSE_DEFAULTS.writeBehind, { integer: true }),
     syncOnStat: bool(c.syncOnStat, 'syncOnStat', FUSE_DEFAULTS.syncOnStat),
     uid,
     gid,

@@ -23,6 +23,7 @@ export interface MountOptions {
   entryTimeout?: number
   periodicSyncMs?: number
   writeBufferSize?: number
+  writeBehind?: number
   uid?: number
   gid?: number
   readonly?: boolean
@@ -71,6 +72,7 @@ export function planMount(o: MountOptions): MountPlan {
     ...(o.entryTimeout !== undefined ? { entryTimeout: o.entryTimeout } : {}),
     ...(o.periodicSyncMs !== undefined ? { periodicSyncMs: o.periodicSyncMs } : {}),
     ...(o.writeBufferSize !== undefined ? { writeBufferSize: o.writeBufferSize } : {}),
+    ...(o.writeBehind !== undefined ? { writeBehind: o.writeBehind } : {}),
     ...(o.uid !== undefined ? { uid: o.uid } : {}),
     ...(o.gid !== undefined ? { gid: o.gid } : {}),
     ...(o.readonly !== undefined ? { readonly: o.readonly } : {}),

@@ -115,6 +115,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     periodicSyncMs: cfg.periodicSyncMs,
     periodicSyncLimit: cfg.periodicSyncLimit,
     writeBufferSize: cfg.writeBufferSize,
+    writeBehind: cfg.writeBehind,
     syncOnStat: cfg.syncOnStat,
     ...(cfg.storageRetry ? { storageRetry: cfg.storageRetry } : {}),
     ...(cfg.readMode ? { readMode: cfg.readMode } : {}),

@@ -42,6 +42,9 @@ import { InodeState, type SyncKind } from './inode-state.js'
 import { MetaClient, type MetaRetryPolicy } from './meta-client.js'
 import { DEFAULT_WRITE_BUFFER_SIZE, bufferedWrite } from './write-buffer.js'
 
+/** full write buffers of one file in flight to storage at once (write-behind) */
+export const DEFAULT_WRITE_BEHIND = 4
+
 export const DEFAULT_PERIODIC_SYNC_MS = 5000
 export const DEFAULT_PERIODIC_SYNC_LIMIT = 1000
 
@@ -67,6 +70,13 @@ export interface FileSystemOptions {
   periodicSyncLimit?: number
   /** per-inode write buffer; 0 writes through. Default 1 MiB. */
   writeBufferSize?: number
+  /**
+   * Write-behind: full write buffers of one file flushed to storage while the
+   * writer goes on, at most this many at once (0: a full buffer is flushed
+   * before write returns). Their failures are reported by the file's next
+   * write, read, fsync or close. Default 4.
+   */
+  writeBehind?: number
   /** stat of a file with local unsynced writes flushes and syncs first (3FS sync_on_stat, default true) */
   syncOnStat?: boolean
   storageRetry?: Partial<RetryPolicy>
@@ -192,6 +202,7 @@ export class FileSystem {
   readonly meta: MetaClient
   readonly io: FileIo
   readonly writeBufferSize: number
+  readonly writeBehind: number
   readonly periodicSyncMs: number
   readonly periodicSyncLimit: number
   readonly syncOnStat: boolean
@@ -249,6 +260,8 @@ export class FileSystem {
     }
     this.io = new FileIo(this.storage)
     this.writeBufferSize = opts.writeBufferSize ?? DEFAULT_WRITE_BUFFER_SIZE
+    this.writeBehind = opts.writeBehind ?? DEFAULT_WRITE_BEHIND
+    if (!Number.isSafeInteger(this.writeBehind) || this.writeBehind < 0) throw new StrataError('INVALID_ARGUMENT', `writeBehind must be a non-negative integer, got ${String(opts.writeBehind)}`)
     this.periodicSyncMs = opts.periodicSyncMs ?? DEFAULT_PERIODIC_SYNC_MS
     this.periodicSyncLimit = opts.periodicSyncLimit ?? DEFAULT_PERIODIC_SYNC_LIMIT
     this.syncOnStat = opts.syncOnStat ?? true
@@ -436,7 +449,7 @@ export class FileSystem {
     const pos = position ?? fh.position
     checkOffset(pos)
     const state = fh.state
-    if (!state.wb.empty) await state.lock.run(() => this.flushLocked(state))
+    if (!state.wb.empty || state.behind.size > 0) await state.lock.run(() => this.flushLocked(state, false))
     const known = state.knownLength()
     const n = await this.io.readInto(state.inode, pos, buf.length, buf, 0, { minBytes: Math.max(0, known - pos) })
     this.counters.bytesRead += n
@@ -458,7 +471,16 @@ export class FileSystem {
     return state.lock.run(async () => {
       const pos = fh.flags.append ? state.knownLength() : (position ?? fh.position)
       checkOffset(pos)
-      await bufferedWrite(state.wb, pos, buf, (off, bytes) => this.flushBytes(state, off, bytes))
+      // a failed flush behind is reported once, by the next call that can; a write
+      // over bytes still in flight waits for them, so storage sees the writes in order
+      if (state.behindError || state.overlapsBehind(pos, pos + buf.length)) await this.drainBehind(state)
+      await bufferedWrite(
+        state.wb,
+        pos,
+        buf,
+        (off, bytes) => this.flushBytes(state, off, bytes),
+        this.writeBehind > 0 ? (off, bytes) => this.flushBehind(state, off, bytes) : undefined,
+      )
       if (!state.wb.empty) this.markDirty(state)
       if (fh.flags.append || position === undefined || position === null) fh.position = pos + buf.length
       return buf.length
@@ -509,7 +531,7 @@ export class FileSystem {
     this.checkHandle(fh)
     const state = fh.state
     if (this.syncOnStat && state.dirty) {
-      await state.lock.run(() => this.flushLocked(state))
+      await state.lock.run(() => this.flushLocked(state, false))
       if (state.needsSync('getattr')) return this.syncState(state, 'getattr')
     }
     const rsp = await this.meta.stat({ path: inodeAt(state.id) })
@@ -519,15 +541,55 @@ export class FileSystem {
 
   // --- internals of the data path (also used by the USRBIO layer)
 
-  /** @internal flushes the inode's write buffer; caller holds state.lock */
-  async flushLocked(state: InodeState): Promise<void> {
-    if (state.wb.empty) return
-    const off = state.wb.off
-    const data = state.wb.view()
+  /**
+   * @internal flushes the inode's write buffer after the flushes behind it;
+   * reports the first failure among them, unless `reportBehind` is false
+   * (periodic sync and stat, which must leave it for the writer's next call).
+   * Caller holds state.lock.
+   */
+  async flushLocked(state: InodeState, reportBehind = true): Promise<void> {
+    let failed: unknown = null
     try {
-      await this.flushBytes(state, off, data)
-    } finally {
-      state.wb.clear()
+      if (reportBehind) await this.drainBehind(state)
+      else while (state.behind.size > 0) await Promise.all(state.behind.keys())
+    } catch (e) {
+      failed = e
+    }
+    if (!state.wb.empty) {
+      const off = state.wb.off
+      const data = state.wb.view()
+      try {
+        await this.flushBytes(state, off, data)
+      } catch (e) {
+        failed ??= e
+      } finally {
+        state.wb.clear()
+      }
+    }
+    if (failed) throw failed
+  }
+
+  /** Starts the flush of a full buffer (owning `data`) without waiting for it, once fewer than writeBehind are in flight. */
+  private async flushBehind(state: InodeState, offset: number, data: Buffer): Promise<void> {
+    while (state.behind.size >= this.writeBehind) await Promise.race(state.behind.keys())
+    const p: Promise<void> = this.flushBytes(state, offset, data)
+      .catch((e: unknown) => {
+        state.behindError ??= toStrataError(e)
+      })
+      .finally(() => {
+        state.behind.delete(p)
+        state.wb.recycle(data)
+      })
+    state.behind.set(p, { off: offset, end: offset + data.length })
+  }
+
+  /** Waits for every flush behind the write buffer; throws (once) the first that failed. */
+  private async drainBehind(state: InodeState): Promise<void> {
+    while (state.behind.size > 0) await Promise.all(state.behind.keys())
+    const e = state.behindError
+    if (e) {
+      state.behindError = null
+      throw e
     }
   }
 
@@ -626,9 +688,9 @@ export class FileSystem {
         continue
       }
       try {
-        await state.lock.tryRun(() => this.flushLocked(state))
+        await state.lock.tryRun(() => this.flushLocked(state, false))
         if (state.needsSync('periodic')) await this.syncState(state, 'periodic')
-        else if (state.wb.empty) this.dirtySet.delete(id)
+        else if (state.wb.empty && state.behind.size === 0) this.dirtySet.delete(id)
       } catch {
         if (state.dirty) this.markDirty(state)
       }
@@ -652,7 +714,7 @@ export class FileSystem {
     const state = this.inodes.get(st.id)
     if (state) {
       if (this.syncOnStat && state.dirty) {
-        await state.lock.run(() => this.flushLocked(state))
+        await state.lock.run(() => this.flushLocked(state, false))
         if (state.needsSync('getattr')) return this.syncState(state, 'getattr')
       }
       state.update(st)

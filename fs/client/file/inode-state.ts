@@ -3,6 +3,7 @@
 // writes are tagged with, the length hint {max(offset+len), truncateVer} to
 // send with the next sync, local mtime, the write buffer and its lock.
 
+import type { StrataError } from '../../common/errors.js'
 import type { Inode, VersionedLength } from '../../meta/protocol.js'
 import { WriteBuffer } from './write-buffer.js'
 
@@ -61,6 +62,10 @@ export class InodeState {
   readonly lock = new Mutex()
   /** open handles sharing this state */
   refs = 0
+  /** flushes of full write buffers still on their way to storage (write-behind), with their ranges */
+  readonly behind = new Map<Promise<void>, { off: number; end: number }>()
+  /** the first failure of a write-behind flush; the next write, flush, fsync or close reports it */
+  behindError: StrataError | null = null
 
   constructor(inode: Inode, writeBufferSize: number) {
     this.inode = inode
@@ -114,11 +119,18 @@ export class InodeState {
   knownLength(): number {
     const metaLen = this.inode.file?.length ?? 0
     const hinted = this.hint && this.hint.truncateVer >= (this.inode.file?.truncateVer ?? 0) ? this.hint.length : 0
-    const buffered = this.wb.empty ? 0 : this.wb.end
+    let buffered = this.wb.empty ? 0 : this.wb.end
+    for (const r of this.behind.values()) buffered = Math.max(buffered, r.end)
     return Math.max(metaLen, hinted, buffered)
   }
 
+  /** Does [off, end) overlap a flush still in flight? */
+  overlapsBehind(off: number, end: number): boolean {
+    for (const r of this.behind.values()) if (off < r.end && r.off < end) return true
+    return false
+  }
+
   get dirty(): boolean {
-    return !this.wb.empty || this.synced < this.written
+    return !this.wb.empty || this.behind.size > 0 || this.synced < this.written
   }
 }

@@ -423,7 +423,7 @@ async function readBatch(items: Args[], flags: number): Promise<number[]> {
       if (h.closed) return void (results[i] = -EBADF)
       try {
         const st = h.state
-        if (!st.wb.empty) await st.lock.run(() => h.fs.flushLocked(st))
+        if (!st.wb.empty || st.behind.size > 0) await st.lock.run(() => h.fs.flushLocked(st, false))
         const pieces = await h.fs.io.plan(st.inode, a.fileOff, a.len)
         let g = groups.get(h.fs)
         if (!g) groups.set(h.fs, (g = []))

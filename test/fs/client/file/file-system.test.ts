@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { isStrataError } from '../../../../fs/common/errors.js'
 import { chunkIdOf, fileChunkRange } from '../../../../fs/common/chunk-id.js'
 import { inodeStats } from '../../../../fs/client/index.js'
+import { ServiceId, StorageMethod } from '../../../../fs/common/services.js'
 import { startFsCluster, patternBytes } from './helpers.js'
 
 test.serial('write, close, read back; holes read as zeros, reads past EOF are short', async (t) => {
@@ -218,4 +219,69 @@ test.serial('meta failover: with two meta servers, file operations continue when
   t.is((await fs.readFile('/fo')).toString(), 'before+after')
   t.true(fs.meta.counters.failovers >= 1)
   t.not((await fs.meta.servers())[0], used)
+})
+
+test.serial('write-behind: a sequential writer goes on while full buffers are flushed, at most writeBehind at once; reads wait for them; a failure is reported once, by the next write or fsync', async (t) => {
+  const c = await startFsCluster(t)
+  const storages = [...c.m.c.procs.keys()].filter((n) => n.startsWith('storage-')).map((n) => c.m.c.address(n))
+  const setFaults = async (spec: { kind: 'delay' | 'fail'; delayMs?: number; code?: string }) => {
+    for (const a of storages) await c.m.c.rpc.setFault(a, { service: ServiceId.Storage, method: StorageMethod.write, ...spec })
+  }
+  const clearFaults = async () => {
+    for (const a of storages) await c.m.c.rpc.clearFaults(a)
+  }
+  t.teardown(clearFaults)
+  const fs = c.fs({ periodicSyncMs: 0, writeBehind: 2 })
+  const fh = await fs.open('/wb', 'w')
+  const data = patternBytes(6 * 1024 * 1024, 9)
+  // slow storage writes keep the flushes visibly in flight
+  await setFaults({ kind: 'delay', delayMs: 200 })
+  let maxBehind = 0
+  for (let off = 0; off < data.length; off += 128 * 1024) {
+    await fs.write(fh, data.subarray(off, off + 128 * 1024))
+    maxBehind = Math.max(maxBehind, fh.state.behind.size)
+  }
+  t.is(maxBehind, 2, 'two full buffers in flight at most, and the writer did not wait for each')
+  t.true(fh.state.behind.size > 0)
+  // a reader of the same file sees every byte written: the read waits for the flushes
+  const rh = await fs.open('/wb', 'r')
+  const back = await fs.read(rh, data.length, 0)
+  t.is(back.bytesRead, data.length)
+  t.true(back.buffer.equals(data))
+  t.is(fh.state.behind.size, 0)
+  await clearFaults()
+
+  // a write over bytes still in flight waits for them: the later bytes win
+  await setFaults({ kind: 'delay', delayMs: 200 })
+  const over = patternBytes(1024 * 1024, 10)
+  const inPieces = async (buf: Buffer, at: number) => {
+    for (let off = 0; off < buf.length; off += 128 * 1024) await fs.write(fh, buf.subarray(off, off + 128 * 1024), at + off)
+  }
+  await inPieces(over, 0)
+  t.is(fh.state.behind.size, 1)
+  await fs.write(fh, Buffer.alloc(1, 0xee), 0)
+  await fs.write(fh, Buffer.alloc(1, 0xdd), 1024 * 1024)
+  await clearFaults()
+  await fs.fsync(fh)
+  const head = await fs.read(rh, 4, 0)
+  t.deepEqual([...head.buffer.subarray(0, 4)], [0xee, ...over.subarray(1, 4)])
+  t.is((await fs.read(rh, 1, 1024 * 1024)).buffer[0], 0xdd)
+
+  // a flush behind that fails: write returns, the next write reports it, once
+  await setFaults({ kind: 'fail', code: 'CHUNK_INVALID_RANGE' })
+  await inPieces(patternBytes(1024 * 1024, 11), 8 * 1024 * 1024)
+  while (fh.state.behind.size > 0) await sleep(10)
+  t.true(isStrataError(await t.throwsAsync(fs.write(fh, Buffer.alloc(10), 20 * 1024 * 1024)), 'CHUNK_INVALID_RANGE'))
+  await clearFaults()
+  await fs.write(fh, Buffer.alloc(10, 1), 20 * 1024 * 1024)
+  await fs.fsync(fh)
+  // and by fsync when that comes first
+  await setFaults({ kind: 'fail', code: 'CHUNK_INVALID_RANGE' })
+  await inPieces(patternBytes(1024 * 1024, 12), 12 * 1024 * 1024)
+  t.true(isStrataError(await t.throwsAsync(fs.fsync(fh)), 'CHUNK_INVALID_RANGE'))
+  await clearFaults()
+  await fs.fsync(fh)
+  await fs.close(rh)
+  await fs.close(fh)
+  t.deepEqual((await fs.readFile('/wb')).subarray(0, 1), Buffer.alloc(1, 0xee))
 })

@@ -45,7 +45,7 @@ function fakeHandle(opts: { delayMs?: number; readable?: boolean; writable?: boo
   }
   const handle = {
     fs,
-    state: { wb: { empty: true }, inode: {}, knownLength: () => 0 },
+    state: { wb: { empty: true }, behind: new Map(), inode: {}, knownLength: () => 0 },
     readable: opts.readable ?? true,
     writable: opts.writable ?? false,
     closed: false,

@@ -73,6 +73,41 @@ test('a large write into an empty buffer goes straight out in whole-buffer runs'
   t.deepEqual(wb.view(), data.subarray(3000))
 })
 
+test('write-behind: a full buffer goes to flushBehind with its memory, later writes land in other memory, recycled memory comes back', async (t) => {
+  // above half of Node's 8 KiB pool, so the buffer's memory is its own ArrayBuffer
+  const cap = 8192
+  const wb = new WriteBuffer(cap)
+  const direct = recorder()
+  const held: Array<{ off: number; data: Buffer; copy: Buffer }> = []
+  const behind = async (off: number, data: Buffer) => {
+    held.push({ off, data, copy: Buffer.from(data) })
+  }
+  const src = randomBytes(2.5 * cap)
+  const piece = cap / 8
+  for (let off = 0; off < src.length; off += piece) await bufferedWrite(wb, off, src.subarray(off, off + piece), direct.flush, behind)
+  t.is(direct.flushes.length, 0, 'nothing flushed in place')
+  t.deepEqual(held.map((h) => h.off), [0, cap])
+  t.is(wb.off, 2 * cap)
+  t.is(wb.len, cap / 2)
+  // the flushes behind still own their bytes: the writes after them went elsewhere
+  for (const h of held) {
+    t.true(h.data.equals(h.copy))
+    t.true(h.data.equals(src.subarray(h.off, h.off + cap)))
+  }
+  t.not(held[0]!.data.buffer, held[1]!.data.buffer)
+  // once a flush is done its memory is reused for the next buffer
+  wb.recycle(held[0]!.data)
+  t.true(wb.detach().equals(src.subarray(2 * cap)))
+  await bufferedWrite(wb, 5 * cap, Buffer.alloc(10, 7), direct.flush, behind)
+  t.is(wb.view().buffer, held[0]!.data.buffer)
+  // a large write into the empty buffer still goes straight out, in place
+  wb.detach()
+  await bufferedWrite(wb, 9 * cap, randomBytes(3 * cap), direct.flush, behind)
+  t.is(direct.flushes.length, 1)
+  t.is(direct.flushes[0]!.data.length, 3 * cap)
+  t.is(held.length, 2)
+})
+
 test('write-through when the buffer size is 0; empty writes do nothing', async (t) => {
   const wb = new WriteBuffer(0)
   const r = recorder()
