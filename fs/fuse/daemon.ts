@@ -185,8 +185,9 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     mounted = m
     // fuse-native reports the mount before libfuse has answered the kernel's INIT, and the kernel
     // lowers the readahead to what INIT says when it reads the answer: a round trip (statfs always
-    // reaches the daemon) orders the write after it. Async, so this event loop stays free to serve it.
-    await fs.promises.statfs(mnt)
+    // reaches the daemon) orders the write after it. Async, so this event loop stays free to serve it;
+    // even a failed statfs was answered after INIT.
+    await fs.promises.statfs(mnt).catch(() => undefined)
     const readahead = setKernelReadahead(m, cfg.maxReadahead)
     if (readahead === null) log.warn('cannot set the kernel readahead (needs root); the kernel keeps its default', { maxReadahead: cfg.maxReadahead })
     log.info('mounted', { mountpoint: mnt, connection: connectionId(m), attrTimeout: cfg.attrTimeout, entryTimeout: cfg.entryTimeout, periodicSyncMs: cfg.periodicSyncMs, readahead })
