@@ -74,7 +74,7 @@ export interface FileSystemOptions {
    * Write-behind: full write buffers of one file flushed to storage while the
    * writer goes on, at most this many at once (0: a full buffer is flushed
    * before write returns). Their failures are reported by the file's next
-   * write, read, fsync or close. Default 4.
+   * write, fsync or close. Default 4.
    */
   writeBehind?: number
   /** stat of a file with local unsynced writes flushes and syncs first (3FS sync_on_stat, default true) */
@@ -550,8 +550,7 @@ export class FileSystem {
   async flushLocked(state: InodeState, reportBehind = true): Promise<void> {
     let failed: unknown = null
     try {
-      if (reportBehind) await this.drainBehind(state)
-      else while (state.behind.size > 0) await Promise.all(state.behind.keys())
+      await this.drainBehind(state, reportBehind)
     } catch (e) {
       failed = e
     }
@@ -583,11 +582,11 @@ export class FileSystem {
     state.behind.set(p, { off: offset, end: offset + data.length })
   }
 
-  /** Waits for every flush behind the write buffer; throws (once) the first that failed. */
-  private async drainBehind(state: InodeState): Promise<void> {
+  /** Waits for every flush behind the write buffer; with `report`, throws (once) the first that failed. */
+  private async drainBehind(state: InodeState, report = true): Promise<void> {
     while (state.behind.size > 0) await Promise.all(state.behind.keys())
     const e = state.behindError
-    if (e) {
+    if (e && report) {
       state.behindError = null
       throw e
     }
