@@ -51,7 +51,8 @@ export interface ChunkEngineOptions {
   /**
    * Write chunk data of 64 KiB and more (4 KiB-aligned) with O_DIRECT, past
    * the page cache, as 3FS does. Default true; filesystems that refuse
-   * O_DIRECT (tmpfs) fall back to buffered writes by themselves.
+   * O_DIRECT (some FUSE and network filesystems, tmpfs before Linux 6.6)
+   * fall back to buffered writes by themselves.
    */
   directWrites?: boolean
 }
@@ -93,11 +94,6 @@ export class ChunkEngine {
   readonly recovery: RecoveryInfo = { chunks: 0, dirtyChunks: 0, uncommittedChunks: 0, orphanFilesRemoved: 0 }
 
   private readonly files: ChunkFiles
-
-  /** Chunk data writes by how they reached the disk: O_DIRECT or through the page cache. */
-  get dataWrites(): { direct: number; buffered: number } {
-    return { ...this.files.writeCounts }
-  }
   /** Serializes this engine's own steps on one chunk (update vs commit vs maintenance). */
   private readonly opLocks = new KeyedMutex()
   /** The CRAQ chunk lock the service holds across update → forward → commit. */
@@ -118,6 +114,11 @@ export class ChunkEngine {
   ) {
     this.files = new ChunkFiles(path.join(dir, 'chunks'), durable, this.faults, directWrites)
     this.gate = new OpGate(`chunk engine of target ${targetId}`)
+  }
+
+  /** Chunk data writes by how they reached the disk: O_DIRECT or through the page cache. */
+  get dataWrites(): { direct: number; buffered: number } {
+    return { ...this.files.writeCounts }
   }
 
   static async open(opts: ChunkEngineOptions): Promise<ChunkEngine> {

@@ -155,7 +155,7 @@ function closeQuiet(fh: Promise<FileHandle>): void {
 
 export class ChunkFiles {
   private readonly fds = new FdCache(512)
-  /** false once the filesystem refused O_DIRECT (tmpfs, some FUSE and network filesystems) */
+  /** false once the filesystem refused O_DIRECT (some FUSE and network filesystems, tmpfs before Linux 6.6) */
   private directOk: boolean
 
   constructor(
