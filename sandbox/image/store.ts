@@ -487,14 +487,50 @@ export class ImageStore {
     )
   }
 
-  async *#readFile(path: string, start: number, end: number | undefined, missing: () => StrataError): AsyncGenerator<Buffer> {
-    let fh: FileHandle
+  /**
+   * Reads the blob's bytes [start, start + target.length) into `target`,
+   * READ_AHEAD reads at a time: for callers that reuse their buffers (a push's
+   * parts), where readBlob would hand out a fresh buffer per read and the
+   * caller copy it. IMAGE_BLOB_MISSING; IMAGE_SIZE_MISMATCH when the blob ends
+   * before the range does.
+   */
+  async readBlobInto(digest: string, start: number, target: Buffer): Promise<void> {
+    const path = this.blobPath(digest)
+    const fh = await this.#openForRead(path, () => new StrataError('IMAGE_BLOB_MISSING', `blob ${digest} is not stored`))
     try {
-      fh = await this.fs.open(path, 'r')
+      let next = 0
+      const worker = async () => {
+        while (next < target.length) {
+          const off = next
+          const n = Math.min(IO_STEP, target.length - off)
+          next += n
+          const r = await this.fs.read(fh, target.subarray(off, off + n), start + off)
+          if (r.bytesRead !== n) throw new StrataError('IMAGE_SIZE_MISMATCH', `${path}: short read at ${start + off} (${r.bytesRead} of ${n} bytes)`)
+        }
+      }
+      // one failure rejects at once; the others finish their current read before the close
+      const workers = Array.from({ length: Math.min(READ_AHEAD, Math.ceil(target.length / IO_STEP)) }, worker)
+      try {
+        await Promise.all(workers)
+      } finally {
+        await Promise.allSettled(workers)
+      }
+    } finally {
+      await this.fs.close(fh).catch(() => undefined)
+    }
+  }
+
+  async #openForRead(path: string, missing: () => StrataError): Promise<FileHandle> {
+    try {
+      return await this.fs.open(path, 'r')
     } catch (e) {
       if (isMetaCode(e, 'META_NOT_FOUND')) throw missing()
       throw e
     }
+  }
+
+  async *#readFile(path: string, start: number, end: number | undefined, missing: () => StrataError): AsyncGenerator<Buffer> {
+    const fh = await this.#openForRead(path, missing)
     const reads: Array<Promise<Buffer>> = []
     try {
       const length = fh.inode.file?.length ?? 0

@@ -181,9 +181,19 @@ async function throttlingProxy(port: () => number, rate: number): Promise<{ port
 
 /**
  * Starts s3rver with one bucket; `listUploads` adds the two listing APIs
- * s3rver lacks, `rateBytesPerSec` puts a throttling proxy in front (see above).
+ * s3rver lacks, `rateBytesPerSec` puts a throttling proxy in front (see above),
+ * `refuse` fails chosen requests.
  */
-export async function startS3(t: ExecutionContext, opts: { bucket?: string; listUploads?: boolean; rateBytesPerSec?: number } = {}): Promise<TestS3> {
+export async function startS3(
+  t: ExecutionContext,
+  opts: {
+    bucket?: string
+    listUploads?: boolean
+    rateBytesPerSec?: number
+    /** asked for every request: an HTTP status to refuse it with (an S3 error, body unread), or undefined to serve it */
+    refuse?: (method: string, url: string) => number | undefined
+  } = {},
+): Promise<TestS3> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-s3rver-'))
   const bucket = opts.bucket ?? 'images'
   let server: S3rverInstance | null = null
@@ -193,6 +203,13 @@ export async function startS3(t: ExecutionContext, opts: { bucket?: string; list
     const s = new S3rver({ address: '127.0.0.1', port, silent: true, directory: dir, configureBuckets: [{ name: bucket }] })
     const log: KoaMiddleware = async (ctx, next) => {
       requests.push(`${ctx.method} ${ctx.req.url}`)
+      const status = opts.refuse?.(ctx.method, ctx.req.url ?? '')
+      if (status !== undefined) {
+        ctx.status = status
+        ctx.type = 'application/xml'
+        ctx.body = `<?xml version="1.0" encoding="UTF-8"?><Error><Code>${status === 503 ? 'SlowDown' : 'InternalError'}</Code><Message>refused by the test</Message></Error>`
+        return
+      }
       await next()
     }
     s.middleware.unshift(...(opts.listUploads ? [log, listingMiddleware(dir)] : [log]))

@@ -21,6 +21,9 @@ export interface S3ClientInit {
   maxSockets?: number
 }
 
+const ignore = (): void => {}
+const SILENT_LOGGER = { trace: ignore, debug: ignore, info: ignore, warn: ignore, error: ignore }
+
 /**
  * An S3Client for `init`. The SDK warns once per process that its releases
  * after January 2027 need Node >= 22; Strata runs on Node 20 with this pinned
@@ -42,6 +45,12 @@ export async function createS3Client(init: S3ClientInit = {}): Promise<S3Client>
     // body) would only add CPU on the data path.
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
+    // The SDK logs nowhere by default, except that its retry step writes
+    // "non-retryable streaming request" to the console when it gives up on a
+    // request whose body is a stream, a blob PUT that push sends again itself
+    // (push.ts putStreamed). A logger of our own that also logs nowhere keeps
+    // that one line off the user's terminal and changes nothing else.
+    logger: SILENT_LOGGER,
     requestHandler: {
       requestTimeout: init.requestTimeoutMs ?? 120_000,
       connectionTimeout: 10_000,

@@ -14,6 +14,7 @@ import type { S3ClientInit } from './client.js'
 export interface TransferStore {
   resolve(ref: string): Promise<{ ref: ImageRef; digest: string; bytes: Buffer; manifest: ImageManifest }>
   readBlob(digest: string, opts?: { start?: number; end?: number }): Readable
+  readBlobInto(digest: string, start: number, target: Buffer): Promise<void>
   statBlob(digest: string): Promise<{ digest: string; size: number } | null>
   partialBlobLength(digest: string): Promise<number>
   appendPartialBlob(digest: string, chunk: Uint8Array): Promise<void>
@@ -149,22 +150,6 @@ export async function allOrAbort<T>(outer: AbortSignal | undefined, tasks: Array
   } finally {
     ac.dispose()
   }
-}
-
-/** Reads exactly `length` bytes of a stream into one buffer (IMAGE_SIZE_MISMATCH if it has more or fewer). */
-export async function readExactly(src: Readable, length: number, what: string): Promise<Buffer> {
-  const buf = Buffer.allocUnsafe(length)
-  let off = 0
-  for await (const c of src as AsyncIterable<Uint8Array>) {
-    if (off + c.length > length) {
-      src.destroy()
-      throw new StrataError('IMAGE_SIZE_MISMATCH', `${what}: more than the expected ${length} bytes`)
-    }
-    buf.set(c, off)
-    off += c.length
-  }
-  if (off !== length) throw new StrataError('IMAGE_SIZE_MISMATCH', `${what}: ${off} bytes where ${length} were expected`)
-  return buf
 }
 
 export function shortDigest(d: string): string {

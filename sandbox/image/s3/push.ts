@@ -27,7 +27,6 @@ import {
   linkedSignal,
   cancelled,
   isAbort,
-  readExactly,
   shortDigest,
   type PushResult,
   type S3TransferOptions,
@@ -48,7 +47,16 @@ interface PushCtx {
   stats: { bytesSent: number; partsResumed: number }
   /** the server lists multipart uploads (null: not asked yet) */
   canList: boolean | null
+  /**
+   * Part buffers not in use, reused across parts and blobs: fresh memory is
+   * page-faulted in on first touch, which costs more than the read itself on
+   * some VMs. At most `concurrency` are out at once.
+   */
+  spare: Buffer[]
 }
+
+/** Attempts of one streamed PUT (the SDK cannot retry a request whose body is a stream). */
+const STREAMED_PUT_ATTEMPTS = 3
 
 function partRange(size: number, partSize: number, n: number): { start: number; end: number } {
   const start = (n - 1) * partSize
@@ -57,6 +65,30 @@ function partRange(size: number, partSize: number, n: number): { start: number; 
 
 function md5Hex(b: Uint8Array): string {
   return crypto.createHash('md5').update(b).digest('hex')
+}
+
+/**
+ * Runs `fn` on the blob's bytes [start, end), read into a reused buffer that
+ * `fn` must not keep: it goes back to the spares once `fn` settles.
+ */
+async function withRange<T>(ctx: PushCtx, digest: string, start: number, end: number, fn: (bytes: Buffer) => Promise<T>): Promise<T> {
+  const n = end - start
+  let buf = ctx.spare.pop()
+  if (!buf || buf.length < n) buf = Buffer.allocUnsafeSlow(Math.max(n, Math.min(ctx.partSize, n * 2)))
+  try {
+    const bytes = buf.subarray(0, n)
+    await ctx.store.readBlobInto(digest, start, bytes)
+    return await fn(bytes)
+  } finally {
+    ctx.spare.push(buf)
+  }
+}
+
+/** A transport failure, a timeout or a 5xx/429: worth sending the request again. */
+function isTransient(e: unknown): boolean {
+  if (isAbort(e)) return false
+  const status = statusOf(e)
+  return status === undefined || status >= 500 || status === 429
 }
 
 const unquote = (etag: string | undefined) => (etag ?? '').replace(/"/g, '')
@@ -90,6 +122,7 @@ export async function pushS3(store: TransferStore, ref: string, url: string, opt
     opts,
     stats: { bytesSent: 0, partsResumed: 0 },
     canList: null,
+    spare: [],
   }
   const what = `push ${formatImageRef(img.ref)} to ${formatS3(loc.bucket, loc.prefix)}`
   const link = linkedSignal(opts.signal)
@@ -166,10 +199,9 @@ async function pushBlob(ctx: PushCtx, key: string, layer: LayerRef, signal: Abor
     return false
   }
   if (layer.size <= ctx.partSize) {
-    const body = await readExactly(ctx.store.readBlob(layer.digest), layer.size, `blob ${layer.digest}`)
-    await put(ctx, key, body, 'application/octet-stream', signal)
-    ctx.opts.onUpload?.({ digest: layer.digest, partNumber: 0, bytes: body.length })
-    task?.tick(body.length)
+    await putStreamed(ctx, key, layer, signal)
+    ctx.opts.onUpload?.({ digest: layer.digest, partNumber: 0, bytes: layer.size })
+    task?.tick(layer.size)
   } else {
     await multipart(ctx, key, layer, signal, (n) => task?.tick(n))
   }
@@ -178,6 +210,42 @@ async function pushBlob(ctx: PushCtx, key: string, layer: LayerRef, signal: Abor
   if (now !== layer.size) throw new StrataError('IMAGE_REMOTE_ERROR', `${formatS3(ctx.bucket, key)} holds ${now ?? 'no'} bytes after upload, expected ${layer.size}`)
   task?.done()
   return true
+}
+
+/**
+ * One PutObject of a whole blob, its body streamed from the DFS instead of
+ * held in memory (a blob may be up to 5 GiB). S3 takes Content-MD5 only up
+ * front, so a first pass over the blob computes it; a body that arrives
+ * different from those bytes is refused by the server, never stored under
+ * the blob's content address.
+ */
+async function putStreamed(ctx: PushCtx, key: string, layer: LayerRef, signal: AbortSignal): Promise<void> {
+  const md5 = crypto.createHash('md5')
+  let n = 0
+  for await (const c of ctx.store.readBlob(layer.digest) as AsyncIterable<Buffer>) {
+    md5.update(c)
+    n += c.length
+    signal.throwIfAborted()
+  }
+  if (n !== layer.size) throw new StrataError('IMAGE_SIZE_MISMATCH', `blob ${layer.digest} holds ${n} bytes, the manifest says ${layer.size}`)
+  const contentMd5 = md5.digest('base64')
+  for (let attempt = 1; ; attempt++) {
+    const body = ctx.store.readBlob(layer.digest)
+    try {
+      await ctx.limiter.run(() =>
+        ctx.client.send(
+          new PutObjectCommand({ Bucket: ctx.bucket, Key: key, Body: body, ContentLength: layer.size, ContentType: 'application/octet-stream', ContentMD5: contentMd5 }),
+          { abortSignal: signal },
+        ),
+      )
+      ctx.stats.bytesSent += layer.size
+      return
+    } catch (e) {
+      if (signal.aborted || attempt >= STREAMED_PUT_ATTEMPTS || !isTransient(e)) throw s3Error(e, `PUT ${formatS3(ctx.bucket, key)}`)
+    } finally {
+      body.destroy()
+    }
+  }
 }
 
 interface Resumed {
@@ -226,8 +294,7 @@ async function findUpload(ctx: PushCtx, key: string, layer: LayerRef, signal: Ab
         if (n > total) continue
         const { start, end } = partRange(layer.size, ctx.partSize, n)
         if (p.size !== end - start) continue
-        const bytes = await readExactly(ctx.store.readBlob(layer.digest, { start, end }), end - start, `blob ${layer.digest} part ${n}`)
-        if (md5Hex(bytes) === p.etag) parts.set(n, { size: p.size, etag: p.etag })
+        if (await withRange(ctx, layer.digest, start, end, async (bytes) => md5Hex(bytes) === p.etag)) parts.set(n, { size: p.size, etag: p.etag })
       }
       return { uploadId: newest.id, partSize: ctx.partSize, parts, from: 'server' }
     } catch (e) {
@@ -291,24 +358,23 @@ async function multipart(ctx: PushCtx, key: string, layer: LayerRef, signal: Abo
       missing.map((n) => async (s: AbortSignal) => {
         await ctx.limiter.run(async () => {
           const { start, end } = partRange(layer.size, partSize, n)
-          const body = await readExactly(ctx.store.readBlob(layer.digest, { start, end }), end - start, `blob ${layer.digest} part ${n}`)
-          const md5 = crypto.createHash('md5').update(body)
-          const md5b64 = md5.copy().digest('base64')
-          let etag: string
-          try {
-            const r = await ctx.client.send(
-              new UploadPartCommand({ Bucket: ctx.bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: body, ContentLength: body.length, ContentMD5: md5b64 }),
-              { abortSignal: s },
-            )
-            etag = unquote(r.ETag)
-          } catch (e) {
-            throw s3Error(e, `upload part ${n} of ${formatS3(ctx.bucket, key)}`)
-          }
-          done.set(n, { size: body.length, etag })
-          ctx.stats.bytesSent += body.length
-          tick(body.length)
+          const etag = await withRange(ctx, layer.digest, start, end, async (body) => {
+            const md5b64 = crypto.createHash('md5').update(body).digest('base64')
+            try {
+              const r = await ctx.client.send(
+                new UploadPartCommand({ Bucket: ctx.bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: body, ContentLength: body.length, ContentMD5: md5b64 }),
+                { abortSignal: s },
+              )
+              return unquote(r.ETag)
+            } catch (e) {
+              throw s3Error(e, `upload part ${n} of ${formatS3(ctx.bucket, key)}`)
+            }
+          })
+          done.set(n, { size: end - start, etag })
+          ctx.stats.bytesSent += end - start
+          tick(end - start)
           await record()
-          ctx.opts.onUpload?.({ digest: layer.digest, partNumber: n, bytes: body.length })
+          ctx.opts.onUpload?.({ digest: layer.digest, partNumber: n, bytes: end - start })
         })
       }),
     )

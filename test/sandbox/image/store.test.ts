@@ -58,6 +58,12 @@ test.serial('putBlob streams, verifies and stores once; bad digest or size leave
   const part: Buffer[] = []
   for await (const c of s.readBlob(digest, { start: 9 * 1024 * 1024 - 3, end: 9 * 1024 * 1024 + 5 })) part.push(c as Buffer)
   t.true(Buffer.concat(part).equals(data.subarray(9 * 1024 * 1024 - 3, 9 * 1024 * 1024 + 5)))
+  // readBlobInto: a range spanning several reads into the caller's buffer; past the end, missing
+  const into = Buffer.alloc(17 * 1024 * 1024 + 11, 0xee)
+  await s.readBlobInto(digest, 1234, into)
+  t.true(into.equals(data.subarray(1234, 1234 + into.length)))
+  await t.throwsAsync(s.readBlobInto(digest, data.length - 10, Buffer.alloc(20)), { code: 'IMAGE_SIZE_MISMATCH' })
+  await t.throwsAsync(s.readBlobInto(sha256Digest(Buffer.from('never stored')), 0, Buffer.alloc(4)), { code: 'IMAGE_BLOB_MISSING' })
   const dir = localTmp(t)
   await s.copyBlobToFile(digest, path.join(dir, 'copy'))
   t.true(fs.readFileSync(path.join(dir, 'copy')).equals(data))

@@ -249,6 +249,27 @@ test.serial('the server dies mid-pull: IMAGE_REMOTE_ERROR, nothing tagged in B; 
   t.true((await blobBytes(storeB, f.big.digest)).equals(f.big.bytes))
 })
 
+test.serial('a blob PUT (streamed body, which the SDK cannot resend) refused with 503 is sent again by the push; refused every time: IMAGE_REMOTE_ERROR, no tag', async (t) => {
+  let refusals = 1
+  const isBlobPut = (m: string, u: string) => m === 'PUT' && u.includes('/blobs/') && !u.includes('partNumber=')
+  const s3 = await startS3(t, { refuse: (m, u) => (isBlobPut(m, u) && refusals-- > 0 ? 503 : undefined) })
+  const f = await fixture(t, 'team/retry', 'v1')
+  const small = [...f.layers.keys()].find((d) => d !== f.big.digest)!
+  const r = await pushS3(f.store, 'team/retry:v1', `s3://${s3.bucket}/m`, s3opts(s3))
+  t.is(r.blobsPushed, 2)
+  const puts = s3.requests.filter((q) => isBlobPut(q.split(' ')[0]!, q.slice(q.indexOf(' ') + 1)) && q.includes(small.slice(7)))
+  t.is(puts.length, 2, `the small blob's PUT was sent twice: ${puts.join(' | ')}`)
+  t.true(fs.readFileSync(s3.objectPath(blobKey('m', small))).equals(f.layers.get(small)!))
+
+  refusals = Infinity
+  const s3b = await startS3(t, { refuse: (m, u) => (isBlobPut(m, u) ? 500 : undefined) })
+  const e = await t.throwsAsync(pushS3(f.store, 'team/retry:v1', `s3://${s3b.bucket}/m`, s3opts(s3b)))
+  t.is((e as StrataError).code, 'IMAGE_REMOTE_ERROR')
+  t.regex(e!.message, /500|InternalError/)
+  t.is(s3b.requests.filter((q) => q.startsWith('PUT') && q.includes(small.slice(7))).length, 3, 'three attempts')
+  t.false(objectExists(s3b, tagKey('m', 'team/retry', 'v1')))
+})
+
 test.serial('the server is down from the start: IMAGE_REMOTE_ERROR for push and pull', async (t) => {
   const s3 = await startS3(t)
   const f = await fixture(t, 'down', 'v1', 64 * 1024)
