@@ -468,7 +468,8 @@ export class FileSystem {
     if (!fh.writable) throw new StrataError('META_BAD_FILE', `${fh.path} is not open for writing`)
     const buf = typeof data === 'string' ? Buffer.from(data) : Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength)
     const state = fh.state
-    return state.lock.run(async () => {
+    const direct: Array<Promise<void>> = []
+    const n = await state.lock.run(async () => {
       const pos = fh.flags.append ? state.knownLength() : (position ?? fh.position)
       checkOffset(pos)
       // a failed flush behind is reported once, by the next call that can; a write
@@ -480,11 +481,23 @@ export class FileSystem {
         buf,
         (off, bytes) => this.flushBytes(state, off, bytes),
         this.writeBehind > 0 ? (off, bytes) => this.flushBehind(state, off, bytes) : undefined,
+        this.writeBehind > 0 ? async (off, bytes) => void direct.push(this.flushDirect(state, off, bytes)) : undefined,
       )
       if (!state.wb.empty) this.markDirty(state)
       if (fh.flags.append || position === undefined || position === null) fh.position = pos + buf.length
       return buf.length
     })
+    // the runs of a large write that go straight from the caller's memory are
+    // waited for outside the lock, so that the file's other writes (several
+    // appends in flight, a pull or a copy) reach storage at the same time
+    // instead of one after the other; the caller's buffer is in use until
+    // they settle, and their failure is this call's
+    if (direct.length > 0) {
+      const settled = await Promise.allSettled(direct)
+      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected')
+      if (failed) throw failed.reason
+    }
+    return n
   }
 
   /** Flushes the inode's write buffer and asks meta for the exact length (storage query). */
@@ -580,6 +593,22 @@ export class FileSystem {
         state.wb.recycle(data)
       })
     state.behind.set(p, { off: offset, end: offset + data.length })
+  }
+
+  /**
+   * Starts the storage write of a run of the caller's memory and returns it;
+   * meanwhile the run counts as in flight (state.behind), so that an
+   * overlapping write, a read, a flush or a close waits for it. Its failure
+   * goes to the write that made it, not to behindError.
+   */
+  private flushDirect(state: InodeState, offset: number, data: Buffer): Promise<void> {
+    const p = this.flushBytes(state, offset, data)
+    const tracked: Promise<void> = p.then(
+      () => undefined,
+      () => undefined,
+    ).finally(() => state.behind.delete(tracked))
+    state.behind.set(tracked, { off: offset, end: offset + data.length })
+    return p
   }
 
   /** Waits for every flush behind the write buffer; with `report`, throws (once) the first that failed. */

@@ -96,9 +96,12 @@ export class WriteBuffer {
  * A failed flush empties the buffer (its bytes are lost, as in 3FS) and throws.
  * With `flushBehind`, a buffer that fills is handed to it instead (it owns the
  * memory from then on, see detach) and writing goes on into fresh memory;
- * flushBehind decides when to wait.
+ * flushBehind decides when to wait. With `flushDirect`, the runs that go
+ * straight from the caller's memory (and every write when the capacity is
+ * zero) are handed to it instead of `flush`; it may return before they are
+ * stored (the caller then waits for them, see FileSystem.write).
  */
-export async function bufferedWrite(wb: WriteBuffer, offset: number, data: Buffer, flush: FlushFn, flushBehind?: FlushFn): Promise<void> {
+export async function bufferedWrite(wb: WriteBuffer, offset: number, data: Buffer, flush: FlushFn, flushBehind?: FlushFn, flushDirect?: FlushFn): Promise<void> {
   if (data.length === 0) return
   const doFlush = async (off: number, bytes: Buffer) => {
     try {
@@ -109,7 +112,7 @@ export async function bufferedWrite(wb: WriteBuffer, offset: number, data: Buffe
   }
   if (!wb.contiguous(offset)) await doFlush(wb.off, wb.view())
   if (wb.capacity === 0) {
-    await flush(offset, data)
+    await (flushDirect ?? flush)(offset, data)
     return
   }
   let done = 0
@@ -117,7 +120,7 @@ export async function bufferedWrite(wb: WriteBuffer, offset: number, data: Buffe
     const left = data.length - done
     if (wb.empty && left >= wb.capacity) {
       const run = left - (left % wb.capacity)
-      await flush(offset + done, data.subarray(done, done + run))
+      await (flushDirect ?? flush)(offset + done, data.subarray(done, done + run))
       done += run
       continue
     }

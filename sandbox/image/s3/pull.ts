@@ -16,7 +16,7 @@ const MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 /** Bytes handed to the store per append. */
 const APPEND_STEP = 4 * 1024 * 1024
 /** Appends of one blob in flight at once. */
-const APPEND_WINDOW = 3
+const APPEND_WINDOW = 4
 /** Times one blob's body is re-requested after the connection broke mid-stream. */
 const BODY_ATTEMPTS = 3
 

@@ -285,3 +285,49 @@ test.serial('write-behind: a sequential writer goes on while full buffers are fl
   await fs.close(fh)
   t.deepEqual((await fs.readFile('/wb')).subarray(0, 1), Buffer.alloc(1, 0xee))
 })
+
+test.serial('large writes to one file from several callers reach storage at the same time; an overlapping write waits for them; a failed one fails only its own call', async (t) => {
+  const c = await startFsCluster(t)
+  const storages = [...c.m.c.procs.keys()].filter((n) => n.startsWith('storage-')).map((n) => c.m.c.address(n))
+  const setFaults = async (spec: { kind: 'delay' | 'fail'; delayMs?: number; code?: string }) => {
+    for (const a of storages) await c.m.c.rpc.setFault(a, { service: ServiceId.Storage, method: StorageMethod.write, ...spec })
+  }
+  const clearFaults = async () => {
+    for (const a of storages) await c.m.c.rpc.clearFaults(a)
+  }
+  t.teardown(clearFaults)
+  const fs = c.fs({ periodicSyncMs: 0, writeBehind: 2 })
+  const fh = await fs.open('/par', 'w')
+  const MiB = 1024 * 1024
+  const parts = [0, 1, 2].map((i) => patternBytes(2 * MiB, 20 + i))
+  await setFaults({ kind: 'delay', delayMs: 300 })
+  // three callers, three disjoint 2 MiB ranges: all in flight at once (the lock is not held while they are stored)
+  const writes = parts.map((p, i) => fs.write(fh, p, i * 2 * MiB))
+  let inFlight = 0
+  for (let i = 0; i < 100 && inFlight < 3; i++) {
+    await sleep(10)
+    inFlight = fh.state.behind.size
+  }
+  t.is(inFlight, 3, 'the three writes were in flight together')
+  // a write over the first range waits for it: its bytes win
+  const over = Buffer.alloc(4096, 0xab)
+  const overWrite = fs.write(fh, over, 0)
+  t.deepEqual(await Promise.all(writes), [2 * MiB, 2 * MiB, 2 * MiB])
+  await overWrite
+  await clearFaults()
+  await fs.fsync(fh)
+  const back = await fs.readFile('/par')
+  t.is(back.length, 6 * MiB)
+  t.true(back.subarray(0, 4096).equals(over))
+  t.true(back.subarray(4096, 2 * MiB).equals(parts[0]!.subarray(4096)))
+  t.true(back.subarray(2 * MiB).equals(Buffer.concat(parts.slice(1))))
+
+  // a large write whose storage write fails: that call throws, nothing is left for the next call to report
+  await setFaults({ kind: 'fail', code: 'CHUNK_INVALID_RANGE' })
+  t.true(isStrataError(await t.throwsAsync(fs.write(fh, parts[0]!, 8 * MiB)), 'CHUNK_INVALID_RANGE'))
+  await clearFaults()
+  t.is(fh.state.behind.size, 0)
+  t.is(await fs.write(fh, Buffer.alloc(10, 1), 20 * MiB), 10)
+  await fs.fsync(fh)
+  await fs.close(fh)
+})
