@@ -470,6 +470,20 @@ async function importInto(run: ImportRun, src: OciImageSource): Promise<ImportRe
   return run.publish(refs, config, src.source, created)
 }
 
+/**
+ * Runs `work` (storing a built layer: network and DFS) while the tree it was
+ * built from is removed (local disk metadata), instead of one after the
+ * other. A tree that cannot be removed goes with the import's work directory.
+ */
+async function whileRemoving<T>(dir: string, work: () => Promise<T>): Promise<T> {
+  const removed = fs.promises.rm(dir, { recursive: true, force: true }).catch(noop)
+  try {
+    return await work()
+  } finally {
+    await removed
+  }
+}
+
 async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, label: string, i: number): Promise<{ digest: string; size: number }> {
   const reused = await run.reuse(diffId)
   if (reused) {
@@ -486,8 +500,7 @@ async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, 
     const file = `${dir}.erofs`
     const { size } = await buildErofsFile(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
     checkSignal(run.opts.signal)
-    await fs.promises.rm(dir, { recursive: true, force: true })
-    const stored = await run.storeBuilt(file, size, diffId, task)
+    const stored = await whileRemoving(dir, () => run.storeBuilt(file, size, diffId, task))
     run.layersBuilt++
     return { digest: stored.digest, size }
   } finally {
@@ -505,10 +518,12 @@ async function buildFromDir(run: ImportRun, dir: string, label: string, own: boo
   try {
     const file = path.join(run.workDir, `${path.basename(dir)}-${crypto.randomBytes(4).toString('hex')}.erofs`)
     const { size } = await buildErofsFile(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
-    if (own) await fs.promises.rm(dir, { recursive: true, force: true })
-    checkSignal(run.opts.signal)
     // the diffId (layerToTar of the built file) is computed while the file is hashed and uploaded
-    const stored = await run.storeBuilt(file, size, layerToTar(file, nullSink(), { tmpDir: run.workDir }).then((r) => r.diffId), task)
+    const store = () => {
+      checkSignal(run.opts.signal)
+      return run.storeBuilt(file, size, layerToTar(file, nullSink(), { tmpDir: run.workDir }).then((r) => r.diffId), task)
+    }
+    const stored = own ? await whileRemoving(dir, store) : await store()
     run.layersBuilt++
     return stored
   } finally {
@@ -587,8 +602,7 @@ export async function importRootfsTar(store: ImageStore, file: string, source: I
         const out = `${dir}.erofs`
         const built = await buildErofsFile(dir, out, opts.compress ? { compress: opts.compress } : {})
         checkSignal(opts.signal)
-        await fs.promises.rm(dir, { recursive: true, force: true })
-        ref = await run.storeBuilt(out, built.size, diffId, task)
+        ref = await whileRemoving(dir, () => run.storeBuilt(out, built.size, diffId, task))
         run.layersBuilt++
       }
     } finally {
