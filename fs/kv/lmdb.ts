@@ -18,6 +18,10 @@
 //    one never leaves half of it behind; 'sync' commits in a synchronous lmdb
 //    transaction on the event loop; 'auto' (default for 'nosync') picks 'sync'
 //    when only one transaction is running in the process.
+//  - Opening the env and committing to it are mutually exclusive host-wide
+//    (OpenGate below): lmdb-js's mdb_env_open resets the shared "last
+//    committed txnid" to what it read at open, so an open overlapping a
+//    commit of another process rolls it back and corrupts the env.
 //  - The log is kept for `logRetentionMs` (and at most `maxLogEntries`
 //    records); a transaction whose read version is older than the oldest
 //    record it would need fails with KV_TXN_TOO_OLD (retryable), like FDB's
@@ -33,6 +37,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { open, type Database, type RangeOptions as LmdbRangeOptions, type RootDatabase } from 'lmdb'
 import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
+import { native } from '../common/native.js'
 import { makeVersionstamp, readU64, u64Key, writeU64, kb } from './keys.js'
 import { DEFAULT_BACKOFF, withRetries, type BackoffOptions } from './retry.js'
 import { BufferedTxn, type SnapshotReader } from './txn.js'
@@ -125,6 +130,141 @@ const CONFLICT = -1
 const TOO_OLD = -2
 const PRUNE_BATCH = 64
 const READER_CHECK_MS = 10_000
+/** how long closing waits for the open gate before closing without it (see releaseEnv) */
+const CLOSE_GATE_MS = 5_000
+
+// flock(2) operations (sys/file.h)
+const LOCK_SH = 1
+const LOCK_EX = 2
+const LOCK_NB = 4
+const LOCK_UN = 8
+type Flock = (fd: number, operation: number) => boolean
+
+function flockFn(): Flock {
+  const addon = native() as unknown as { flock?: Flock }
+  if (typeof addon.flock !== 'function') throw new StrataError('NOT_IMPLEMENTED', 'the native addon has no flock: rebuild it (npm run build)')
+  return (fd, op) => addon.flock!(fd, op)
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
+
+/**
+ * Host-wide gate between opening (or closing) the env and committing to it.
+ *
+ * WHY: lmdb-js 3.5.6's LMDB fork stores, in mdb_env_open, the txnid it read
+ * from the meta pages into the lock file's shared "last committed txnid"
+ * (stock LMDB does this only for MDB_PREVSNAPSHOT, which needs an exclusive
+ * open). That store happens without LMDB's write mutex, so when another
+ * process commits between the opener's meta read and its store, the shared
+ * txnid goes backwards. The next write transaction on the host then starts
+ * from an old snapshot with a reused txnid: it overwrites newer commits (lost
+ * updates), and LMDB takes pages committed later as its own dirty pages —
+ * writing into the read-only map (SIGSEGV in mdb_cursor_put, or in
+ * mdb_txn_commit merging a child's dirty list), or failing with
+ * "mdb_page_touch no parent" / MDB_BAD_TXN. No lmdb option avoids it, so opens
+ * and commits are kept apart here:
+ *
+ *  - two flock(2) files in the env directory: `strata-kv.gate` is held shared
+ *    by every process with a commit in flight and exclusively by an opener or
+ *    closer; `strata-kv.turn` is a turnstile held exclusively by an opener
+ *    while it waits for the gate, so a process with a steady stream of commits
+ *    cannot starve it (new commits wait; those in flight finish).
+ *  - flock locks belong to the open file description, so unlike fcntl locks
+ *    they are not dropped when lmdb (or anyone) closes another descriptor of
+ *    the file, and the kernel releases them when a process dies (a SIGKILLed
+ *    committer never wedges the gate).
+ *  - lock order is always gate (outer) then LMDB's write mutex (inner).
+ *
+ * All waits poll with LOCK_NB, so the event loop is never blocked (a batched
+ * commit in flight needs it to finish).
+ */
+class OpenGate {
+  /** commits of this process in flight (they share one shared lock on the gate) */
+  private writers = 0
+  private exclusiveHeld = false
+  private closed = false
+
+  private constructor(
+    private readonly turnFd: number,
+    private readonly gateFd: number,
+    private readonly flock: Flock,
+  ) {}
+
+  static open(dir: string): OpenGate {
+    const flock = flockFn()
+    const turnFd = fs.openSync(path.join(dir, 'strata-kv.turn'), 'a')
+    try {
+      return new OpenGate(turnFd, fs.openSync(path.join(dir, 'strata-kv.gate'), 'a'), flock)
+    } catch (e) {
+      fs.closeSync(turnFd)
+      throw e
+    }
+  }
+
+  /** Waits until no commit runs anywhere on the host and none can start; false if `deadline` passed first. */
+  async exclusive(deadline = Infinity): Promise<boolean> {
+    if (this.closed) throw new StrataError('CLOSED', 'the KV engine was closed')
+    let delay = 1
+    const pause = async (): Promise<boolean> => {
+      if (Date.now() > deadline) return false
+      await sleep(delay)
+      delay = Math.min(delay * 2, 50)
+      return true
+    }
+    while (!this.flock(this.turnFd, LOCK_EX | LOCK_NB)) if (!(await pause())) return false
+    while (!this.flock(this.gateFd, LOCK_EX | LOCK_NB)) {
+      if (!(await pause())) {
+        this.flock(this.turnFd, LOCK_UN)
+        return false
+      }
+    }
+    this.exclusiveHeld = true
+    return true
+  }
+
+  releaseExclusive(): void {
+    if (!this.exclusiveHeld) return
+    this.exclusiveHeld = false
+    this.flock(this.gateFd, LOCK_UN)
+    this.flock(this.turnFd, LOCK_UN)
+  }
+
+  /** Call before a commit, and exit() after it settled. `true` when entered at once, else a promise. */
+  enter(deadline: number): true | Promise<void> {
+    if (this.tryEnter()) return true
+    return (async () => {
+      for (let delay = 1; !this.tryEnter(); delay = Math.min(delay * 2, 20)) {
+        if (Date.now() > deadline) throw new StrataError('TIMEOUT', 'the transaction ran past its deadline waiting for another process to open the KV')
+        await sleep(delay)
+      }
+    })()
+  }
+
+  private tryEnter(): boolean {
+    if (this.closed) throw new StrataError('CLOSED', 'the KV engine was closed')
+    // the turnstile is only passed through: while an opener holds it, no commit starts
+    if (!this.flock(this.turnFd, LOCK_SH | LOCK_NB)) return false
+    try {
+      // holding the turnstile shared, no opener holds the gate: this does not wait
+      if (this.writers === 0 && !this.flock(this.gateFd, LOCK_SH | LOCK_NB)) return false
+      this.writers++
+      return true
+    } finally {
+      this.flock(this.turnFd, LOCK_UN)
+    }
+  }
+
+  exit(): void {
+    if (--this.writers === 0 && !this.closed) this.flock(this.gateFd, LOCK_UN)
+  }
+
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    fs.closeSync(this.gateFd) // releases any lock still held
+    fs.closeSync(this.turnFd)
+  }
+}
 
 interface SharedEnv {
   dir: string
@@ -138,6 +278,7 @@ interface SharedEnv {
   /** transaction attempts running in this process on this env (for commitMode 'auto') */
   running: number
   readerTimer: NodeJS.Timeout
+  gate: OpenGate
 }
 
 /** One lmdb root per env directory per process, shared by every engine handle on it. */
@@ -172,9 +313,31 @@ async function acquireEnv(dir: string, opts: LmdbKvOptions): Promise<SharedEnv> 
 }
 
 async function createEnv(dir: string, nosync: boolean, opts: LmdbKvOptions): Promise<SharedEnv> {
-  let root: RootDatabase<Buffer, Buffer>
+  let gate: OpenGate
   try {
     fs.mkdirSync(dir, { recursive: true })
+    gate = OpenGate.open(dir)
+  } catch (e) {
+    throw isStrataError(e) ? e : toStrataError(e, 'IO_ERROR')
+  }
+  try {
+    // no commit may run anywhere on the host while lmdb opens the env (OpenGate says why); held
+    // until the named databases exist and the format is checked (both may write)
+    await gate.exclusive()
+    try {
+      return await openEnvGated(dir, nosync, opts, gate)
+    } finally {
+      gate.releaseExclusive()
+    }
+  } catch (e) {
+    gate.close()
+    throw e
+  }
+}
+
+async function openEnvGated(dir: string, nosync: boolean, opts: LmdbKvOptions, gate: OpenGate): Promise<SharedEnv> {
+  let root: RootDatabase<Buffer, Buffer>
+  try {
     root = open<Buffer, Buffer>({
       path: dir,
       noSubdir: false, // always a directory, even when the name has a dot in it
@@ -226,7 +389,7 @@ async function createEnv(dir: string, nosync: boolean, opts: LmdbKvOptions): Pro
     }
   }, READER_CHECK_MS)
   readerTimer.unref()
-  return { dir, root, data, log, sys, nosync, refs: 0, closed: false, running: 0, readerTimer }
+  return { dir, root, data, log, sys, nosync, refs: 0, closed: false, running: 0, readerTimer, gate }
 }
 
 async function releaseEnv(sh: SharedEnv): Promise<void> {
@@ -234,7 +397,22 @@ async function releaseEnv(sh: SharedEnv): Promise<void> {
   sh.closed = true
   envs.delete(sh.dir)
   clearInterval(sh.readerTimer)
-  await sh.root.close()
+  // The last process to close an lmdb env destroys its mutexes; a process opening it at that moment
+  // would attach to the destroyed ones. So close under the gate too. If the gate stays busy, commits
+  // (or an open waiting for them) are in progress elsewhere, so others have the env open and this
+  // close is not the last: closing without the gate is then safe.
+  let gated = false
+  try {
+    gated = await sh.gate.exclusive(Date.now() + CLOSE_GATE_MS)
+  } catch {
+    // the gate files are unusable: close anyway
+  }
+  try {
+    await sh.root.close()
+  } finally {
+    if (gated) sh.gate.releaseExclusive()
+    sh.gate.close()
+  }
 }
 
 /** lmdb range options for [b, e), with bounds longer than the key limit folded into inclusive/exclusive flags. */
@@ -406,30 +584,38 @@ class LmdbEngine implements LmdbKvEngine {
       if (Date.now() > deadline) throw new StrataError('TIMEOUT', 'the transaction ran past its deadline')
       if (!txn.hasWrites()) return { result, info: { versionstamps: [] } }
       this.assertOpen()
-      return { result, info: await this.commit(txn) }
+      // close() waits for it (including a wait at the gate, which must not outlive the env)
+      const c = this.commit(txn, deadline)
+      this.inflight.add(c)
+      try {
+        return { result, info: await c }
+      } finally {
+        this.inflight.delete(c)
+      }
     } finally {
       this.sh.running--
     }
   }
 
-  private async commit(txn: BufferedTxn): Promise<CommitInfo> {
+  private async commit(txn: BufferedTxn, deadline: number): Promise<CommitInfo> {
+    const { gate } = this.sh
+    try {
+      const entered = gate.enter(deadline) // waits only while another process opens the env
+      if (entered !== true) await entered
+    } catch (e) {
+      throw this.mapError(e)
+    }
     let version: number
-    if (this.commitMode === 'sync' || (this.commitMode === 'auto' && this.sh.running <= 1)) {
-      try {
+    try {
+      if (this.commitMode === 'sync' || (this.commitMode === 'auto' && this.sh.running <= 1)) {
         version = this.sh.root.transactionSync(() => this.applyCommit(txn))
-      } catch (e) {
-        throw this.mapError(e)
+      } else {
+        version = await this.sh.root.childTransaction(() => this.applyCommit(txn))
       }
-    } else {
-      const p = this.sh.root.childTransaction(() => this.applyCommit(txn))
-      this.inflight.add(p)
-      try {
-        version = await p
-      } catch (e) {
-        throw this.mapError(e)
-      } finally {
-        this.inflight.delete(p)
-      }
+    } catch (e) {
+      throw this.mapError(e)
+    } finally {
+      gate.exit()
     }
     if (version === CONFLICT) {
       this.counters.conflicts++

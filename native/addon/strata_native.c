@@ -1,5 +1,5 @@
 // Small N-API addon for the system calls Node does not expose (mount family,
-// mknod, l*xattr, utimensat with nanoseconds). Policy stays in
+// mknod, l*xattr, utimensat with nanoseconds, flock). Policy stays in
 // TypeScript; this file only moves arguments across the boundary and reports
 // failures as errors whose `code` is the errno name (EPERM, EBUSY, ...), so the
 // TS side matches on `code` exactly as it does for Node's own fs errors.
@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
+#include <sys/file.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -133,6 +134,25 @@ static char *req_string(napi_env env, napi_value v, const char *what) {
   char *s = opt_string(env, v);
   if (!s) napi_throw_type_error(env, "EINVAL", what);
   return s;
+}
+
+// flock(fd, operation) -> true, or false when LOCK_NB was given and the lock is
+// held elsewhere (EWOULDBLOCK); other failures throw. Retries on EINTR. The
+// fs/kv lmdb engine uses it for its host-wide open/commit gate.
+static napi_value js_flock(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2) { napi_throw_type_error(env, "EINVAL", "flock(fd, operation)"); return NULL; }
+  double fd, op;
+  if (!num_arg(env, argv[0], "flock: fd must be a number", &fd)) return NULL;
+  if (!num_arg(env, argv[1], "flock: operation must be a number", &op)) return NULL;
+  int rc, e = 0;
+  do { rc = flock((int)fd, (int)op); e = rc != 0 ? errno : 0; } while (e == EINTR);
+  napi_value r;
+  if (rc == 0) { napi_get_boolean(env, true, &r); return r; }
+  if (e == EWOULDBLOCK && ((int)op & LOCK_NB)) { napi_get_boolean(env, false, &r); return r; }
+  return throw_errno(env, "flock", e);
 }
 
 // mknod(path, mode, major, minor): mode carries the file type (S_IFCHR, S_IFBLK, S_IFIFO).
@@ -403,6 +423,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"lutimens", NULL, js_lutimens, NULL, NULL, NULL, napi_default, NULL},
     {"unixListen", NULL, js_unix_listen, NULL, NULL, NULL, napi_default, NULL},
     {"alignedBuffer", NULL, js_aligned_buffer, NULL, NULL, NULL, napi_default, NULL},
+    {"flock", NULL, js_flock, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -206,6 +206,20 @@ if (mode === 'inc') {
     say('read')
     await new Promise(() => {})
   })
+} else if (mode === 'reopen') {
+  // opens the env, reads, closes it, over and over (a pause of rest[1] ms between) until told to stop
+  let stop = false, n = 0
+  const pause = Number(rest[1] || 0)
+  readline.createInterface({ input: process.stdin }).on('line', (l) => { if (l === 'stop') stop = true })
+  while (!stop) {
+    const kv = await openLmdbKv({ path: dir, durability: rest[0] || 'flushed' })
+    await kv.readOnly((t) => t.get(B('ctr')))
+    await kv.close()
+    n++
+    await new Promise((r) => (pause ? setTimeout(r, pause) : setImmediate(r)))
+  }
+  say('reopened ' + n)
+  process.exit(0)
 } else if (mode === 'set-on-go') {
   const kv = await openLmdbKv({ path: dir })
   const rl = readline.createInterface({ input: process.stdin })
@@ -288,6 +302,28 @@ for (const durability of ['flushed', 'nosync'] as const) {
     t.is(await readU32(e, 'ctr'), 600)
   })
 }
+
+// lmdb-js's mdb_env_open rolls the env's shared "last txnid" back to what it read at open: an open
+// racing a commit of another process made later writers start from an old snapshot (lost
+// increments, SIGSEGV in lmdb, MDB_BAD_TXN) until opens and commits were gated (OpenGate).
+test('lmdb multi-process: a process opening and closing the env over and over while two others commit corrupts nothing', async (t) => {
+  const dir = tmpDir(t)
+  const env = path.join(dir, 'env')
+  const e = await open(t, { path: env, durability: 'nosync' })
+  // (a pause between opens: each open waits for commits in flight and holds new ones back)
+  const r = startWorker(t, dir, ['reopen', env, 'nosync', '2'])
+  const w1 = startWorker(t, dir, ['inc', env, '400', '3', 'nosync'])
+  const w2 = startWorker(t, dir, ['inc', env, '400', '3', 'nosync'])
+  const [d1, d2] = await Promise.all([w1.waitFor('done', 120_000), w2.waitFor('done', 120_000)])
+  r.child.stdin!.write('stop\n')
+  const reopened = Number((await r.waitFor('reopened')).split(' ')[1])
+  t.log(d1, d2, `reopened ${reopened}`)
+  t.deepEqual(await w1.exited, { code: 0, signal: null })
+  t.deepEqual(await w2.exited, { code: 0, signal: null })
+  t.deepEqual(await r.exited, { code: 0, signal: null })
+  t.true(reopened > 0)
+  t.is(await readU32(e, 'ctr'), 800)
+})
 
 test('lmdb multi-process: a process SIGKILLed while holding the write lock mid-commit leaves nothing behind and others proceed', async (t) => {
   const dir = tmpDir(t)
