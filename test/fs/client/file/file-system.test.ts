@@ -2,7 +2,7 @@
 // namespace calls, write buffer behaviour seen from storage, O_TRUNC and
 // truncate/extend, sessions.
 
-import test from 'ava'
+import test, { type ExecutionContext } from 'ava'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { isStrataError } from '../../../../fs/common/errors.js'
 import { chunkIdOf, fileChunkRange } from '../../../../fs/common/chunk-id.js'
@@ -221,8 +221,8 @@ test.serial('meta failover: with two meta servers, file operations continue when
   t.not((await fs.meta.servers())[0], used)
 })
 
-test.serial('write-behind: a sequential writer goes on while full buffers are flushed, at most writeBehind at once; reads wait for them; a failure is reported once, by the next write or fsync', async (t) => {
-  const c = await startFsCluster(t)
+/** Fault switches for the storage write RPC on every storage node of `c`, cleared at teardown. */
+function storageWriteFaults(t: ExecutionContext, c: Awaited<ReturnType<typeof startFsCluster>>) {
   const storages = [...c.m.c.procs.keys()].filter((n) => n.startsWith('storage-')).map((n) => c.m.c.address(n))
   const setFaults = async (spec: { kind: 'delay' | 'fail'; delayMs?: number; code?: string }) => {
     for (const a of storages) await c.m.c.rpc.setFault(a, { service: ServiceId.Storage, method: StorageMethod.write, ...spec })
@@ -231,6 +231,12 @@ test.serial('write-behind: a sequential writer goes on while full buffers are fl
     for (const a of storages) await c.m.c.rpc.clearFaults(a)
   }
   t.teardown(clearFaults)
+  return { setFaults, clearFaults }
+}
+
+test.serial('write-behind: a sequential writer goes on while full buffers are flushed, at most writeBehind at once; reads wait for them; a failure is reported once, by the next write or fsync', async (t) => {
+  const c = await startFsCluster(t)
+  const { setFaults, clearFaults } = storageWriteFaults(t, c)
   const fs = c.fs({ periodicSyncMs: 0, writeBehind: 2 })
   const fh = await fs.open('/wb', 'w')
   const data = patternBytes(6 * 1024 * 1024, 9)
@@ -288,14 +294,7 @@ test.serial('write-behind: a sequential writer goes on while full buffers are fl
 
 test.serial('large writes to one file from several callers reach storage at the same time; an overlapping write waits for them; a failed one fails only its own call', async (t) => {
   const c = await startFsCluster(t)
-  const storages = [...c.m.c.procs.keys()].filter((n) => n.startsWith('storage-')).map((n) => c.m.c.address(n))
-  const setFaults = async (spec: { kind: 'delay' | 'fail'; delayMs?: number; code?: string }) => {
-    for (const a of storages) await c.m.c.rpc.setFault(a, { service: ServiceId.Storage, method: StorageMethod.write, ...spec })
-  }
-  const clearFaults = async () => {
-    for (const a of storages) await c.m.c.rpc.clearFaults(a)
-  }
-  t.teardown(clearFaults)
+  const { setFaults, clearFaults } = storageWriteFaults(t, c)
   const fs = c.fs({ periodicSyncMs: 0, writeBehind: 2 })
   const fh = await fs.open('/par', 'w')
   const MiB = 1024 * 1024
