@@ -632,9 +632,15 @@ export class StorageClient {
       } catch (e) {
         const err = toStrataError(e)
         onError?.(err)
-        if (!isRetryableCode(err.code) || this.closed || opts.signal?.aborted) {
+        if (!isRetryableCode(err.code)) {
           bump(this.counters.failures, err.code)
           throw err
+        }
+        // closed or cancelled while the attempt was out: that, not the retryable answer, is why it ends
+        const stopped = this.stopReason(opts.signal)
+        if (stopped) {
+          bump(this.counters.failures, stopped.code)
+          throw new StrataError(stopped.code, stopped.message, { cause: err })
         }
         const delay = backoffDelay(this.policy, n, isFastRetryCode(err.code), this.random)
         if (performance.now() + delay >= deadline) {
