@@ -74,7 +74,8 @@ function md5Hex(b: Uint8Array): string {
 async function withRange<T>(ctx: PushCtx, digest: string, start: number, end: number, fn: (bytes: Buffer) => Promise<T>): Promise<T> {
   const n = end - start
   let buf = ctx.spare.pop()
-  if (!buf || buf.length < n) buf = Buffer.allocUnsafeSlow(Math.max(n, Math.min(ctx.partSize, n * 2)))
+  // parts are partSize bytes but the last (a resumed upload's may be larger: its own part size)
+  if (!buf || buf.length < n) buf = Buffer.allocUnsafeSlow(Math.max(n, ctx.partSize))
   try {
     const bytes = buf.subarray(0, n)
     await ctx.store.readBlobInto(digest, start, bytes)
