@@ -11,6 +11,10 @@
 
 import type { BenchContext, Metric } from './lib/types.js'
 import { fmtBytes, fmtMs, fmtRate, runConcurrent, summarize } from './lib/stats.js'
+import { logThreadCpu } from './lib/fixtures.js'
+
+/** STRATA_BENCH_THREADS=1: log each measurement's CPU by process and thread. */
+const THREADS = process.env.STRATA_BENCH_THREADS === '1'
 
 const MiB = 1024 * 1024
 
@@ -26,9 +30,11 @@ export async function dfsWrite(ctx: BenchContext, fsync: boolean): Promise<Metri
   const inode = ctx.fixtures.inode()
   await ctx.fixtures.settle()
   const cpu0 = ctx.fixtures.cpuSeconds()
+  const threads0 = THREADS ? ctx.fixtures.threadCpu() : null
   const t0 = performance.now()
   const lat = await runConcurrent(writeChunks, writeConcurrency, (i) => write(inode, i))
   const secs = (performance.now() - t0) / 1000
+  if (threads0) logThreadCpu(ctx.log, threads0, ctx.fixtures.threadCpu(), (writeChunks * chunkBytes) / MiB)
   const cpuMsPerMiB = ((ctx.fixtures.cpuSeconds() - cpu0) * 1000) / ((writeChunks * chunkBytes) / MiB)
   const bytes = writeChunks * chunkBytes
   ctx.fixtures.dataset = { inode, chunks: writeChunks, chunkBytes }
@@ -73,6 +79,7 @@ export async function dfsRead(ctx: BenchContext, into = true): Promise<Metric> {
   const total = chunks * readPasses
   await ctx.fixtures.settle()
   const cpu0 = ctx.fixtures.cpuSeconds()
+  const threads0 = THREADS ? ctx.fixtures.threadCpu() : null
   const t0 = performance.now()
   const bufs = into ? Array.from({ length: readConcurrency }, () => Buffer.alloc(chunkBytes)) : []
   const lat = await runConcurrent(total, readConcurrency, async (k, slot) => {
@@ -82,6 +89,7 @@ export async function dfsRead(ctx: BenchContext, into = true): Promise<Metric> {
   })
   const secs = (performance.now() - t0) / 1000
   const bytes = total * chunkBytes
+  if (threads0) logThreadCpu(ctx.log, threads0, ctx.fixtures.threadCpu(), bytes / MiB)
   const cpuMsPerMiB = ((ctx.fixtures.cpuSeconds() - cpu0) * 1000) / (bytes / MiB)
   const l = summarize(lat)
   ctx.log(`dfs read${into ? '' : ' (fresh buffers)'}: ${fmtRate(bytes / secs)} (p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(2)} ms CPU/MiB)`)

@@ -14,6 +14,10 @@
 //                           daemon and peer it starts (view with prof-summary.js or DevTools)
 //   --list                  list the benchmarks
 //
+// Environment: STRATA_BENCH_THREADS=1 makes dfs-write and dfs-read log each
+// measurement's CPU by process and thread (main thread vs the others, user vs
+// system), in ms per MiB moved.
+//
 // Timing never goes into tests; this is where it lives.
 
 import fs from 'node:fs'
@@ -390,6 +394,8 @@ function usage(): string {
     '',
     'benchmarks:',
     ...BENCHMARKS.map((b) => `  ${b.name.padEnd(16)} ${b.description}`),
+    '',
+    'environment: STRATA_BENCH_THREADS=1 logs the CPU of dfs-write and dfs-read by process and thread (ms per MiB)',
   ].join('\n')
 }
 

@@ -271,6 +271,27 @@ export class Fixtures {
     return total
   }
 
+  /**
+   * Per-thread CPU of this process and of every cluster process, by process
+   * name and thread name (libuv's pool threads, V8's workers, the main
+   * thread…). `STRATA_BENCH_THREADS=1` makes the DFS benchmarks log the
+   * difference of two snapshots: where a measurement's CPU went.
+   */
+  threadCpu(): Map<string, number> {
+    const out = new Map<string, number>()
+    const add = (proc: string, pid: number) => {
+      for (const [thread, secs] of threadCpuSeconds(pid)) {
+        const key = `${proc}/${thread}`
+        out.set(key, (out.get(key) ?? 0) + secs)
+      }
+    }
+    add('runner', process.pid)
+    for (const dir of [this.cluster ? this.clusterDir : null, this.ns ? this.nsDir : null]) {
+      if (dir) for (const p of readClusterFile(dir).processes) if (processAlive(p)) add(p.name, p.pid!)
+    }
+    return out
+  }
+
   /** Stops the clusters and removes the scratch directory. Idempotent. */
   async close(): Promise<void> {
     this.closeClients()
@@ -283,6 +304,36 @@ export class Fixtures {
 }
 
 const CLK_TCK = 100
+
+/** user and system CPU seconds of the threads of a process, summed by thread name ('main' for the main thread). */
+export function threadCpuSeconds(pid: number): Map<string, number> {
+  const out = new Map<string, number>()
+  let tids: string[]
+  try {
+    tids = fs.readdirSync(`/proc/${pid}/task`)
+  } catch {
+    return out
+  }
+  for (const tid of tids) {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')
+      const name = tid === String(pid) ? 'main' : stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'))
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      out.set(`${name} user`, (out.get(`${name} user`) ?? 0) + Number(f[11]) / CLK_TCK)
+      out.set(`${name} sys`, (out.get(`${name} sys`) ?? 0) + Number(f[12]) / CLK_TCK)
+    } catch {
+      // the thread ended
+    }
+  }
+  return out
+}
+
+/** Logs where the CPU between two threadCpu() snapshots went, in ms per MiB moved. */
+export function logThreadCpu(log: (line: string) => void, before: Map<string, number>, after: Map<string, number>, mib: number): void {
+  const rows = [...after].map(([k, v]) => [k, ((v - (before.get(k) ?? 0)) * 1000) / mib] as const).filter(([, ms]) => ms >= 0.05)
+  rows.sort((a, b) => b[1] - a[1])
+  for (const [k, ms] of rows) log(`  cpu ${k.padEnd(36)} ${ms.toFixed(2)} ms/MiB`)
+}
 
 /** user+system CPU seconds of a process (all its threads), from /proc; 0 when unreadable. */
 export function procCpuSeconds(pid: number): number {
