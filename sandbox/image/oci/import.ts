@@ -3,17 +3,19 @@
 // manifest → the tag.
 //
 // Per OCI layer: the raw blob is streamed once, hashed against its digest
-// and size, decompressed, hashed against its diff_id and unpacked into a
-// work directory (sandbox/image/layer: whiteouts become overlay whiteouts);
-// mkfs.erofs builds the layer, which is stored (staged in tmp/, verified,
-// renamed) and its diffId recorded. A diffId the store already has a layer
-// for is not read at all. Layers are built two at a time.
+// and size, decompressed, hashed against its diff_id and written into an
+// EROFS file by tarToErofs (sandbox/image/layer: whiteouts become overlay
+// whiteouts; nothing is unpacked); with --compress it is unpacked into a
+// work directory and mkfs.erofs builds the layer. The layer is stored
+// (staged in tmp/, verified, renamed) and its diffId recorded. A diffId the
+// store already has a layer for is not read at all. Layers are built two at
+// a time.
 //
 // Hashing runs beside the work it checks: a built layer file is hashed on a
 // worker thread while it is uploaded (the upload hashes what it sends, the
 // two must agree; a blob the store already has stops the upload), and a
-// rootfs tarball is hashed on a worker while it is unpacked (a layer stored
-// for that diffId stops the unpack and is reused).
+// rootfs tarball is hashed on a worker while its layer is built (a layer
+// stored for that diffId stops the build and is reused).
 //
 // Nothing is half-published: the manifest is stored only after every layer,
 // the tag only after the manifest. Everything the import stores is leased
@@ -26,7 +28,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { Readable, Transform, Writable, finished, pipeline, type TransformCallback } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
-import { buildErofsFile, layerToTar, sha256File, unpackLayer } from '../layer/index.js'
+import { buildErofsFile, layerToTar, sha256File, tarToErofs, unpackLayer } from '../layer/index.js'
 import { decompressStream } from '../layer/decompress.js'
 import { NO_PROGRESS, formatBytes, type ProgressSink, type ProgressTask } from '../progress.js'
 import { TRANSIENT_LEASE_PREFIX, type ImageStore } from '../store.js'
@@ -373,10 +375,22 @@ async function blobMismatch(layer: OciLayerSource, label: string): Promise<Strat
 
 /** Unpacks one verified OCI layer into `dir`. */
 async function unpackVerified(layer: OciLayerSource, diffId: string, dir: string, mode: 'layer' | 'apply', label: string, task: ProgressTask, signal?: AbortSignal): Promise<void> {
+  await consumeVerified(layer, diffId, (tar) => unpackLayer(tar, dir, { mode }), label, task, signal)
+}
+
+/** Hands the verified tar of one OCI layer to `consume` (an unpack or an EROFS build). */
+async function consumeVerified(
+  layer: OciLayerSource,
+  diffId: string,
+  consume: (tar: Readable) => Promise<unknown>,
+  label: string,
+  task: ProgressTask,
+  signal?: AbortSignal,
+): Promise<void> {
   let tar: Readable | null = null
   try {
     tar = await verifiedLayerTar(layer, diffId, label, (n) => task.tick(n), signal)
-    await unpackLayer(tar, dir, { mode })
+    await consume(tar)
     await drain(tar)
   } catch (e) {
     tar?.destroy()
@@ -495,10 +509,18 @@ async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, 
   const task = run.progress.start(label, l.size)
   try {
     const dir = path.join(run.workDir, `layer-${i}`)
+    const file = `${dir}.erofs`
+    if (!run.opts.compress) {
+      // uncompressed: the EROFS file is written straight from the tar
+      await consumeVerified(l, diffId, (tar) => tarToErofs(tar, file), label, task, run.opts.signal)
+      checkSignal(run.opts.signal)
+      const stored = await run.storeBuilt(file, (await fs.promises.stat(file)).size, diffId, task)
+      run.layersBuilt++
+      return { digest: stored.digest, size: stored.size }
+    }
     await fs.promises.mkdir(dir)
     await unpackVerified(l, diffId, dir, 'layer', label, task, run.opts.signal)
-    const file = `${dir}.erofs`
-    const { size } = await buildErofsFile(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
+    const { size } = await buildErofsFile(dir, file, { compress: run.opts.compress })
     checkSignal(run.opts.signal)
     const stored = await whileRemoving(dir, () => run.storeBuilt(file, size, diffId, task))
     run.layersBuilt++
@@ -532,13 +554,20 @@ async function buildFromDir(run: ImportRun, dir: string, label: string, own: boo
 }
 
 /**
- * Unpacks a rootfs tarball into `dir` while its sha256 (the layer's diffId)
- * is computed on a worker thread. As soon as the digest is known, a layer
- * the store already has for it is leased and the unpack is stopped
- * (`reused`). Otherwise the bytes unpacked must hash to that digest too (the
- * file may have changed in between): IMAGE_DIGEST_MISMATCH if not.
+ * Hands a rootfs tarball to `consume` (an EROFS build or an unpack) while its
+ * sha256 (the layer's diffId) is computed on a worker thread. As soon as the
+ * digest is known, a layer the store already has for it is leased and the
+ * stream is stopped (`reused`). Otherwise the bytes consumed must hash to
+ * that digest too (the file may have changed in between):
+ * IMAGE_DIGEST_MISMATCH if not.
  */
-async function unpackWhileHashing(run: ImportRun, file: string, size: number, dir: string, task: ProgressTask): Promise<{ diffId: string; reused: { digest: string; size: number } | null }> {
+async function consumeWhileHashing(
+  run: ImportRun,
+  file: string,
+  size: number,
+  consume: (tar: Readable) => Promise<unknown>,
+  task: ProgressTask,
+): Promise<{ diffId: string; reused: { digest: string; size: number } | null }> {
   const check = new DigestCheck({ size }, 'rootfs tarball', (b) => task.tick(b), run.opts.signal)
   const tar = pipeline(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), check, noop) as unknown as Readable
   let reused: { digest: string; size: number } | null = null
@@ -550,7 +579,7 @@ async function unpackWhileHashing(run: ImportRun, file: string, size: number, di
   lookup.catch(noop)
   let failure: { e: unknown } | null = null
   try {
-    await unpackLayer(tar, dir, { mode: 'layer' })
+    await consume(tar)
     await drain(tar)
   } catch (e) {
     tar.destroy()
@@ -590,17 +619,23 @@ export async function importRootfsTar(store: ImageStore, file: string, source: I
     let diffId: string
     try {
       const dir = path.join(run.workDir, 'rootfs')
-      await fs.promises.mkdir(dir)
-      const r = await unpackWhileHashing(run, file, size, dir, task)
+      const out = `${dir}.erofs`
+      // uncompressed layers are built straight from the tar; mkfs.erofs (from an unpacked tree) compresses
+      const direct = !opts.compress
+      if (!direct) await fs.promises.mkdir(dir)
+      const r = await consumeWhileHashing(run, file, size, (tar) => (direct ? tarToErofs(tar, out) : unpackLayer(tar, dir, { mode: 'layer' })), task)
       diffId = r.diffId
       if (r.reused) {
         run.layersReused++
         task.done(`reused ${shortDigest(r.reused.digest)}`)
         ref = r.reused
-        await fs.promises.rm(dir, { recursive: true, force: true })
+        await fs.promises.rm(direct ? out : dir, { recursive: true, force: true })
+      } else if (direct) {
+        checkSignal(opts.signal)
+        ref = await run.storeBuilt(out, (await fs.promises.stat(out)).size, diffId, task)
+        run.layersBuilt++
       } else {
-        const out = `${dir}.erofs`
-        const built = await buildErofsFile(dir, out, opts.compress ? { compress: opts.compress } : {})
+        const built = await buildErofsFile(dir, out, { compress: opts.compress! })
         checkSignal(opts.signal)
         ref = await whileRemoving(dir, () => run.storeBuilt(out, built.size, diffId, task))
         run.layersBuilt++

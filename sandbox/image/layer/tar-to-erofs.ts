@@ -1,0 +1,306 @@
+// One OCI layer tar → an EROFS layer file, in one pass and without touching
+// the disk for the tree: the same result as unpackLayer(…, { mode: 'layer' })
+// followed by mkfs.erofs (the same names, types, modes, owners, times,
+// xattrs, hard links, whiteouts and opaque directories, and the same errors
+// for the same bad input), but file data goes straight from the tar into the
+// image and nothing is unpacked, so an import neither writes the tree nor
+// reads it back, and needs no root privileges for ownership or device nodes.
+// README.md states the rules both follow.
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import type { Readable } from 'node:stream'
+import { StrataError } from '../../../fs/common/errors.js'
+import { EROFS_UUID } from './erofs.js'
+import { ErofsWriter, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, fitsInline, newNode, xattrAreaSize, type ErofsNode } from './erofs-writer.js'
+import { isOverlayXattr } from './fs-ops.js'
+import { ancestorsOf, baseOf, classifyWhiteout, normalizeEntryPath, parentOf } from './paths.js'
+import { TarReader, type TarEntryHeader } from './tar-reader.js'
+import type { Timespec, UnpackStats } from './types.js'
+
+const BLOCK = 4096
+const IMPLICIT_DIR_MODE = 0o755
+const OPAQUE_XATTR = 'trusted.overlay.opaque'
+
+/** As in unpack.ts: what this layer did at a path. */
+type Seen = 'dir' | 'idir' | 'node' | 'wh'
+
+function dup(rel: string, why: string): StrataError {
+  return new StrataError('IMAGE_DUPLICATE_ENTRY', `${JSON.stringify(rel || '.')}: ${why}`)
+}
+
+function clampTime(t: Timespec): Timespec {
+  return t.sec < 0 ? { sec: 0, nsec: 0 } : t
+}
+
+/** The header's xattrs as a layer keeps them (overlayfs's own are never taken from a tar). */
+function layerXattrs(h: TarEntryHeader, rel: string, type: number): Map<string, Buffer> {
+  const out = new Map<string, Buffer>()
+  for (const [name, value] of h.xattrs) {
+    if (isOverlayXattr(name)) continue
+    // Linux allows user.* only on regular files and directories; unpacking such an entry fails the same way
+    if (name.startsWith('user.') && type !== S_IFREG && type !== S_IFDIR) {
+      throw new StrataError('IMAGE_BAD_ARCHIVE', `xattr ${name} on ${JSON.stringify(rel)} cannot be set: user xattrs exist only on files and directories`)
+    }
+    out.set(name, value)
+  }
+  return out
+}
+
+class LayerBuilder {
+  readonly root: ErofsNode
+  readonly seen = new Map<string, Seen>()
+  readonly nodes = new Map<string, ErofsNode>()
+  readonly opaque = new Set<string>()
+  /** directories this layer implied; their time is the layer's newest, known at the end */
+  readonly implied = new Set<ErofsNode>()
+  rootSeen = false
+  readonly stats: UnpackStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, maxMtime: 0 }
+
+  constructor(readonly w: ErofsWriter) {
+    this.root = newNode(S_IFDIR | IMPLICIT_DIR_MODE, { uid: 0, gid: 0, mtime: { sec: 0, nsec: 0 } })
+    this.nodes.set('', this.root)
+    this.implied.add(this.root)
+  }
+
+  /** The directory at `rel`, creating implied ones on the way (unpack's parents(rel, true)). */
+  dirAt(rel: string): ErofsNode {
+    const have = this.nodes.get(rel)
+    if (have) {
+      if (have.children) return have
+      if ((have.mode & S_IFMT) === S_IFLNK) throw new StrataError('IMAGE_UNSAFE_PATH', `${JSON.stringify(rel)} is a symlink; no entry may be written through it`)
+      throw dup(rel, 'is both a non-directory entry and a parent directory in this layer')
+    }
+    if (this.seen.get(rel) === 'wh') throw dup(rel, 'is both a non-directory entry and a parent directory in this layer')
+    const parent = this.dirAt(parentOf(rel))
+    const d = newNode(S_IFDIR | IMPLICIT_DIR_MODE, { uid: 0, gid: 0, mtime: { sec: 0, nsec: 0 } })
+    parent.children!.set(baseOf(rel), d)
+    this.nodes.set(rel, d)
+    this.seen.set(rel, 'idir')
+    this.implied.add(d)
+    return d
+  }
+
+  parentsOf(rel: string): ErofsNode {
+    for (const a of ancestorsOf(rel)) this.dirAt(a)
+    return this.dirAt(parentOf(rel))
+  }
+
+  async entry(h: TarEntryHeader, r: TarReader): Promise<void> {
+    this.stats.entries++
+    if (h.mtime.sec > this.stats.maxMtime) this.stats.maxMtime = h.mtime.sec
+    const rel = normalizeEntryPath(h.name)
+    const wh = rel === '' ? ({ kind: 'none' } as const) : classifyWhiteout(rel)
+    if (wh.kind === 'aufs-meta') return
+    if (wh.kind === 'opaque') return this.opaqueMarker(wh.dir)
+    if (wh.kind === 'whiteout') return this.whiteout(wh.target, h)
+    if (rel === '') return this.rootEntry(h)
+    const prev = this.seen.get(rel)
+    if (prev !== undefined && !(h.type === 'directory' && (prev === 'dir' || prev === 'idir'))) {
+      throw dup(
+        rel,
+        prev === 'wh' ? 'is both an entry and a whiteout in this layer' : prev === 'node' ? 'appears twice in this layer' : 'is a directory holding entries of this layer and also a non-directory entry',
+      )
+    }
+    const parent = this.parentsOf(rel)
+    const name = baseOf(rel)
+    const mtime = clampTime(h.mtime)
+    if (h.type === 'directory') {
+      let d = this.nodes.get(rel)
+      if (!d) {
+        d = newNode(S_IFDIR, { uid: 0, gid: 0, mtime })
+        parent.children!.set(name, d)
+        this.nodes.set(rel, d)
+      }
+      this.implied.delete(d)
+      d.mode = S_IFDIR | h.mode
+      d.uid = h.uid
+      d.gid = h.gid
+      d.mtime = mtime
+      d.xattrs = layerXattrs(h, rel, S_IFDIR)
+      this.seen.set(rel, 'dir')
+      return
+    }
+    let node: ErofsNode
+    switch (h.type) {
+      case 'file':
+        node = newNode(S_IFREG | h.mode, { uid: h.uid, gid: h.gid, mtime, xattrs: layerXattrs(h, rel, S_IFREG) })
+        await this.fileData(node, rel, h.size, r)
+        this.stats.files++
+        this.stats.bytes += h.size
+        break
+      case 'symlink':
+        node = newNode(S_IFLNK | 0o777, { uid: h.uid, gid: h.gid, mtime, xattrs: layerXattrs(h, rel, S_IFLNK) })
+        this.storeBytes(node, Buffer.from(h.linkname, 'utf8'))
+        break
+      case 'link':
+        node = this.hardlinkTarget(rel, h)
+        node.nlink++
+        break
+      case 'character-device':
+      case 'block-device':
+      case 'fifo': {
+        const type = h.type === 'fifo' ? S_IFIFO : h.type === 'block-device' ? S_IFBLK : S_IFCHR
+        node = newNode(type | h.mode, { uid: h.uid, gid: h.gid, mtime, xattrs: layerXattrs(h, rel, type) })
+        if (type !== S_IFIFO) {
+          node.rdevMajor = h.devmajor
+          node.rdevMinor = h.devminor
+        }
+        break
+      }
+    }
+    parent.children!.set(name, node)
+    this.nodes.set(rel, node)
+    this.seen.set(rel, 'node')
+  }
+
+  /** Streams a file's data into the image: whole blocks as they arrive, the last partial block inline when it fits. */
+  async fileData(node: ErofsNode, rel: string, size: number, r: TarReader): Promise<void> {
+    node.size = size
+    const tailLen = size % BLOCK
+    const inline = fitsInline(xattrAreaSize(node.xattrs, rel), tailLen)
+    const toData = inline ? size - tailLen : size
+    node.startBlock = toData > 0 ? this.w.beginData() : 0
+    const tail = inline ? Buffer.alloc(tailLen) : null
+    let got = 0
+    while (got < size) {
+      const first = r.buffered() ?? (await r.chunk())
+      if (first === null) break
+      const bufs = [first]
+      for (let c = r.buffered(); c !== null; c = r.buffered()) bufs.push(c)
+      const out: Buffer[] = []
+      for (const b of bufs) {
+        const dataPart = Math.max(0, Math.min(b.length, toData - got))
+        if (dataPart > 0) out.push(dataPart === b.length ? b : b.subarray(0, dataPart))
+        if (dataPart < b.length) b.copy(tail!, got + dataPart - toData, dataPart)
+        got += b.length
+      }
+      if (out.length > 0) this.w.write(out)
+    }
+    if (got !== size) throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: ${got} bytes of ${size}`)
+    if (toData > 0) this.w.endData()
+    node.tail = tail
+  }
+
+  /** Small data known up front (a symlink's target). */
+  storeBytes(node: ErofsNode, data: Buffer): void {
+    node.size = data.length
+    const tailLen = data.length % BLOCK
+    const inline = fitsInline(xattrAreaSize(node.xattrs, 'symlink'), tailLen)
+    const toData = inline ? data.length - tailLen : data.length
+    if (toData > 0) {
+      node.startBlock = this.w.beginData()
+      this.w.write([data.subarray(0, toData)])
+      this.w.endData()
+    }
+    node.tail = inline ? Buffer.from(data.subarray(toData)) : null
+  }
+
+  hardlinkTarget(rel: string, h: TarEntryHeader): ErofsNode {
+    const target = normalizeEntryPath(h.linkname, 'hard link target')
+    if (target === '') throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link to the root`)
+    if (this.seen.get(target) !== 'node') {
+      throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an earlier non-directory entry of this layer`)
+    }
+    return this.nodes.get(target)!
+  }
+
+  rootEntry(h: TarEntryHeader): void {
+    if (h.type !== 'directory') throw new StrataError('IMAGE_BAD_ARCHIVE', `the root entry is a ${h.type}, not a directory`)
+    this.implied.delete(this.root)
+    this.root.mode = S_IFDIR | h.mode
+    this.root.uid = h.uid
+    this.root.gid = h.gid
+    this.root.mtime = clampTime(h.mtime)
+    this.root.xattrs = layerXattrs(h, '', S_IFDIR)
+    this.rootSeen = true
+  }
+
+  whiteout(target: string, h: TarEntryHeader): void {
+    this.stats.whiteouts++
+    if (this.seen.has(target)) throw dup(target, 'is both an entry and a whiteout in this layer')
+    const parent = this.parentsOf(target)
+    const node = newNode(S_IFCHR | h.mode, { uid: h.uid, gid: h.gid, mtime: clampTime(h.mtime) })
+    parent.children!.set(baseOf(target), node)
+    this.nodes.set(target, node)
+    this.seen.set(target, 'wh')
+  }
+
+  opaqueMarker(dir: string): void {
+    this.stats.whiteouts++
+    if (this.opaque.has(dir)) throw dup(dir, 'has two opaque markers in this layer')
+    const kind = this.seen.get(dir)
+    if (kind === 'node' || kind === 'wh') throw dup(dir, 'is both a non-directory entry and an opaque directory in this layer')
+    this.opaque.add(dir)
+    if (dir !== '') {
+      this.parentsOf(dir)
+      this.dirAt(dir)
+    }
+  }
+
+  /** Implied directories get the layer's newest mtime; opaque directories their xattr. */
+  finishTree(): Timespec {
+    const dflt: Timespec = { sec: this.stats.maxMtime, nsec: 0 }
+    for (const d of this.implied) {
+      d.mtime = clampTime(dflt)
+      if (d === this.root) d.xattrs = new Map()
+    }
+    for (const rel of this.opaque) {
+      const d = this.nodes.get(rel)!
+      d.xattrs = new Map(d.xattrs)
+      d.xattrs.set(OPAQUE_XATTR, Buffer.from('y'))
+    }
+    return clampTime(dflt)
+  }
+}
+
+const FIXED_UUID = Buffer.from(EROFS_UUID.replaceAll('-', ''), 'hex')
+
+/**
+ * Builds the EROFS layer of one uncompressed OCI layer tar at `outFile`
+ * (written to a temporary sibling, renamed into place when complete). The
+ * same tar gives the same bytes. Errors as unpackLayer's (IMAGE_BAD_ARCHIVE,
+ * IMAGE_UNSAFE_PATH, IMAGE_DUPLICATE_ENTRY), IMAGE_BUILD_FAILED or NO_SPACE
+ * when the image cannot be written. The input is consumed (destroyed on
+ * failure).
+ */
+export async function tarToErofs(tar: Readable, outFile: string): Promise<{ size: number; stats: UnpackStats }> {
+  const tmp = path.join(path.dirname(outFile), `.${path.basename(outFile)}.${process.pid}.${crypto.randomBytes(4).toString('hex')}.tmp`)
+  let fd: number
+  try {
+    fd = fs.openSync(tmp, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o644)
+  } catch (e) {
+    tar.destroy()
+    throw writeError(e, outFile)
+  }
+  const r = new TarReader(tar)
+  try {
+    let size: number
+    let stats: UnpackStats
+    try {
+      const w = new ErofsWriter(fd)
+      const b = new LayerBuilder(w)
+      for (let h = await r.next(); h !== null; h = await r.next()) await b.entry(h, r)
+      const buildTime = b.finishTree()
+      size = w.finish(b.root, buildTime, FIXED_UUID)
+      stats = b.stats
+    } finally {
+      fs.closeSync(fd)
+    }
+    fs.renameSync(tmp, outFile)
+    return { size, stats }
+  } catch (e) {
+    fs.rmSync(tmp, { force: true })
+    if (e instanceof StrataError) throw e
+    throw writeError(e, outFile)
+  } finally {
+    r.close()
+  }
+}
+
+function writeError(e: unknown, file: string): StrataError {
+  const code = (e as NodeJS.ErrnoException)?.code
+  const msg = `${file}: ${(e as Error)?.message ?? String(e)}`
+  if (code === 'ENOSPC' || code === 'EDQUOT') return new StrataError('NO_SPACE', msg, { cause: e })
+  return new StrataError('IMAGE_BUILD_FAILED', msg, { cause: e })
+}
