@@ -3,7 +3,7 @@
 // /strata/images, reached through the file client like `strata fs`.
 import type { Command } from 'commander'
 import { formatTable } from '../../fs/admin/index.js'
-import { StrataError } from '../../fs/common/errors.js'
+import { StrataError, isStrataError } from '../../fs/common/errors.js'
 import { composeImage } from '../../sandbox/image/compose.js'
 import { exportOciArchive } from '../../sandbox/image/oci/export.js'
 import { importPath } from '../../sandbox/image/oci/import.js'
@@ -126,7 +126,19 @@ export function registerImageCommands(program: Command): Command {
         if (o.all) for (const d of await store.listManifests()) if (!digests.has(d)) rows.push({ name: '<none>', tag: '<none>', digest: d })
         const manifests = new Map<string, ImageManifest | null>()
         for (const r of rows) {
-          if (!manifests.has(r.digest)) manifests.set(r.digest, await store.getManifest(r.digest).then((x) => x.manifest, () => null))
+          // a damaged or vanished manifest shows as '?'; storage that cannot answer fails the listing
+          if (!manifests.has(r.digest)) {
+            manifests.set(
+              r.digest,
+              await store.getManifest(r.digest).then(
+                (x) => x.manifest,
+                (e: unknown) => {
+                  if (isStrataError(e, ['IMAGE_DIGEST_MISMATCH', 'IMAGE_BAD_MANIFEST', 'IMAGE_NOT_FOUND'])) return null
+                  throw e
+                },
+              ),
+            )
+          }
         }
         const recs = rows.map((r) => {
           const m = manifests.get(r.digest)

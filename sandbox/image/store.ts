@@ -664,7 +664,13 @@ export class ImageStore {
       const tags = await this.#list(`${this.root}/tags/${dir}`)
       const recs = await Promise.all(
         tags.filter(isValidTag).map(async (tag) => {
-          const digest = await this.getTag(name, tag).catch(() => null)
+          // a tag removed meanwhile or holding garbage names nothing; any other
+          // failure (storage down) fails the listing: a gc that took an unreadable
+          // tag for a missing one would collect what it points at
+          const digest = await this.getTag(name, tag).catch((e: unknown) => {
+            if (isMetaCode(e, 'IMAGE_BAD_MANIFEST')) return null
+            throw e
+          })
           return digest ? { name, tag, digest } : null
         }),
       )

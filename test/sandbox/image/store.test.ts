@@ -8,7 +8,9 @@ import path from 'node:path'
 import { Readable } from 'node:stream'
 import { localTmp, useImageStores } from '../../helpers/image-cluster.js'
 import { MANIFEST_MEDIA_TYPE, emptyConfig, sha256Digest, type ImageManifest } from '../../../sandbox/image/types.js'
-import type { ImageStore } from '../../../sandbox/image/store.js'
+import { ImageStore } from '../../../sandbox/image/store.js'
+import { StrataError } from '../../../fs/common/errors.js'
+import type { FileSystem } from '../../../fs/client/index.js'
 
 const stores = useImageStores(test, '/img-store')
 const fresh = stores.fresh
@@ -205,4 +207,35 @@ test.serial('diffId cache, partial blobs, leases and gc', async (t) => {
   t.deepEqual(res2.removedBlobs, [leasedOnly.digest])
   t.deepEqual(await s2.listLeases(), [{ holder: 'node-1', digest: base.digest }])
   await t.throwsAsync(s2.addLease('../x', base.digest), { code: 'INVALID_ARGUMENT' })
+})
+
+test.serial('gc and listings fail, and remove nothing, when tags cannot be read (storage down)', async (t) => {
+  const s = await fresh()
+  const layer = await s.putBlob(Readable.from([Buffer.from('kept layer')]))
+  const m = await s.putManifest(manifestOf([layer]))
+  await s.setTag('keep', '1', m.digest)
+  // the same store over a client whose reads of tag files fail as they do with every storage node down
+  const down = new Proxy(s.fs, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown
+      if (prop === 'readFile') {
+        return (p: string, ...rest: unknown[]) =>
+          p.includes('/tags/') ? Promise.reject(new StrataError('CHAIN_UNAVAILABLE', 'chain 1 has no serving target')) : (v as (...a: unknown[]) => unknown).call(target, p, ...rest)
+      }
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v
+    },
+  }) as FileSystem
+  const blind = new ImageStore(down, { root: s.root })
+  await t.throwsAsync(blind.listTags(), { code: 'CHAIN_UNAVAILABLE' })
+  await t.throwsAsync(blind.gc({ dryRun: true }), { code: 'CHAIN_UNAVAILABLE' })
+  await t.throwsAsync(blind.gc(), { code: 'CHAIN_UNAVAILABLE' })
+  await blind.close()
+  t.true(await s.hasManifest(m.digest))
+  t.true(await s.hasBlob(layer.digest))
+  t.deepEqual(await s.listTags(), [{ name: 'keep', tag: '1', digest: m.digest }])
+  // a tag holding garbage names nothing, and is no reason to fail
+  await s.fs.mkdir(`${s.root}/tags/junk`, { recursive: true })
+  await s.fs.writeFile(s.tagPath('junk', '1'), 'not a digest\n')
+  t.deepEqual(await s.listTags(), [{ name: 'keep', tag: '1', digest: m.digest }])
+  t.deepEqual((await s.gc({ dryRun: true })).removedManifests, [])
 })
