@@ -94,7 +94,7 @@ export async function composeLayers(store: ImageStore, opts: Omit<ComposeOptions
   const out: ComposeResult['parts'] = []
   for (const r of resolved) {
     const own = r.manifest.layers.slice(sharedPrefix(r.manifest.layers, [layers, ...seen]))
-    if (own.length === 0) throw new StrataError('INVALID_ARGUMENT', `${r.ref} adds no layers to the images before it`)
+    if (own.length === 0) throw new StrataError('INVALID_ARGUMENT', `${formatImageRef(r.ref)} adds no layers to the images before it`)
     for (const l of own) layers.push({ digest: l.digest, size: l.size, kind: r.kind, ...(l.diffId ? { diffId: l.diffId } : {}) })
     seen.push(r.manifest.layers)
     config = mergeConfigs(config, r.manifest.config)

@@ -17,6 +17,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import tarStream from 'tar-stream'
+import { StrataError } from '../../../fs/common/errors.js'
 import { layerToTar } from '../layer/index.js'
 import { NO_PROGRESS, type ProgressSink } from '../progress.js'
 import type { ImageStore } from '../store.js'
@@ -75,9 +76,21 @@ function json(v: unknown): Buffer {
   return Buffer.from(JSON.stringify(v))
 }
 
+/** OUT must name a file (new or to replace) in an existing directory: INVALID_ARGUMENT or NOT_FOUND before any work. */
+async function checkOutput(outFile: string): Promise<void> {
+  const out = path.resolve(outFile)
+  const st = await fs.promises.stat(out).catch(() => null)
+  if (st?.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${outFile} is a directory; give the archive's file name`)
+  if (st && !st.isFile()) throw new StrataError('INVALID_ARGUMENT', `${outFile} exists and is not a regular file`)
+  const dir = await fs.promises.stat(path.dirname(out)).catch(() => null)
+  if (!dir) throw new StrataError('NOT_FOUND', `cannot write ${outFile}: directory ${path.dirname(out)} does not exist`)
+  if (!dir.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `cannot write ${outFile}: ${path.dirname(out)} is not a directory`)
+}
+
 /** Writes `ref`'s image to `outFile` as an OCI archive (see the file comment). */
 export async function exportOciArchive(store: ImageStore, ref: string | ImageRef, outFile: string, opts: ExportOptions = {}): Promise<ExportResult> {
   const progress = opts.onProgress ?? NO_PROGRESS
+  await checkOutput(outFile)
   const r = await store.resolve(ref)
   const m = r.manifest
   const refName = opts.refName ?? (r.ref.digest && !r.ref.tag ? null : `${r.ref.name}:${r.ref.tag ?? DEFAULT_TAG}`)

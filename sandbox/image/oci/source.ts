@@ -57,9 +57,10 @@ export async function openImportInput(input: string, workDir: string, opts: Read
   }
   if (!st.isFile()) throw new StrataError('IMAGE_BAD_ARCHIVE', `${input} is neither a file nor a directory`)
   const head = await readHead(abs, 512)
-  if (head.length < 512) throw new StrataError('IMAGE_BAD_ARCHIVE', `${input} is not a tar archive (${head.length} bytes)`)
   // null: not compressed and no ustar magic; TarIndex decides (an old v7 tar has no magic)
   const compression: Compression = sniffCompression(head) ?? 'none'
+  // a compressed tar of a tiny tree can be far smaller than one tar block
+  if (compression === 'none' && head.length < 512) throw new StrataError('IMAGE_BAD_ARCHIVE', `${input} is not a tar archive (${head.length} bytes)`)
   let tarFile = abs
   if (compression !== 'none') {
     tarFile = path.join(workDir, 'input.tar')
