@@ -22,7 +22,7 @@ import { StrataError, isStrataError, toStrataError } from '../../fs/common/error
 import type { Logger } from '../../fs/common/log.js'
 import { pidAlive } from '../../fs/fuse/index.js'
 import { ContainerBackend, type NetworkMode, type SandboxHandle, type SandboxSpec } from '../backends/index.js'
-import { composeLayers, type ImageConfig, type ImageStore, type LayerRef } from '../image/index.js'
+import { DEFAULT_TAG, composeLayers, parseImageRef, type ImageConfig, type ImageStore, type LayerRef } from '../image/index.js'
 import { LayerMounts, Rootfs, RootfsBuilder, unmountTree } from '../rootfs/index.js'
 import { checkCapacity, checkQuota, nodeCapacity, type AdmissionLimits } from './admission.js'
 import { Registry } from './registry.js'
@@ -119,7 +119,8 @@ export class SandboxService {
   readonly #live = new Map<string, Live>()
   readonly #idemInFlight = new Map<string, { hash: string; p: Promise<{ info: SandboxInfo; replay: boolean }> }>()
   readonly #opts: SandboxServiceOptions
-  readonly #tagCache = new Map<string, { digest: string; at: number; refreshing: boolean }>()
+  /** image reference → the digest its tag held when the tag file had inode `version` */
+  readonly #tagCache = new Map<string, { digest: string; version: string }>()
   readonly #manifestCache = new Map<string, { layers: LayerRef[]; config: ImageConfig }>()
   #creating = 0
   /** creates past admission whose record is not in #live yet */
@@ -547,30 +548,28 @@ export class SandboxService {
   }
 
   /**
-   * A tag's manifest digest. A create never waits on the DFS for a tag it
-   * resolved before: the cached digest is used and, when older than a
-   * second, re-read in the background, so a moved tag is seen by the next
-   * create after the re-read (a digest reference is exact and immutable).
+   * A tag's manifest digest, as of this create: the tag file is looked up
+   * (one metadata RPC) and read again only when it was replaced since the
+   * last create (setTag renames a new file into place), so a create right
+   * after `image import --name x` or `image tag` gets the new image and one
+   * after `image rm` fails. A digest reference is exact and immutable.
    */
   async #tagDigest(ref: string): Promise<string> {
-    const c = this.#tagCache.get(ref)
-    if (c) {
-      if (Date.now() - c.at > 1000 && !c.refreshing) {
-        c.refreshing = true
-        void this.#readTag(ref).catch(() => {
-          this.#tagCache.delete(ref)
-        })
-      }
-      return c.digest
+    const r = parseImageRef(ref)
+    if (r.digest !== undefined) return r.digest
+    const tag = r.tag ?? DEFAULT_TAG
+    const version = await this.store.tagVersion(r.name, tag)
+    if (version === null) {
+      this.#tagCache.delete(ref)
+      throw new StrataError('IMAGE_NOT_FOUND', `no image ${r.name}:${tag}`)
     }
-    return this.#readTag(ref)
-  }
-
-  async #readTag(ref: string): Promise<string> {
-    const r = await this.store.resolve(ref)
-    if (!this.#manifestCache.has(r.digest)) this.#manifestCache.set(r.digest, { layers: r.manifest.layers, config: r.manifest.config })
-    this.#tagCache.set(ref, { digest: r.digest, at: Date.now(), refreshing: false })
-    return r.digest
+    const c = this.#tagCache.get(ref)
+    if (c && c.version === version) return c.digest
+    const read = await this.store.resolve(ref)
+    if (!this.#manifestCache.has(read.digest)) this.#manifestCache.set(read.digest, { layers: read.manifest.layers, config: read.manifest.config })
+    // the version read before the content: a tag moved in between is read again by the next create
+    this.#tagCache.set(ref, { digest: read.digest, version })
+    return read.digest
   }
 
   // ---------------------------------------------------------------- access

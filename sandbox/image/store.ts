@@ -632,6 +632,22 @@ export class ImageStore {
     return d
   }
 
+  /**
+   * Which version of a tag is current, cheaply (one metadata lookup, no
+   * data read): the id of the tag file's inode, or null when there is no such
+   * tag. setTag replaces the file by rename, so the id changes whenever the
+   * tag moves and the digest read under an id stays right for that id.
+   */
+  async tagVersion(name: string, tag: string): Promise<string | null> {
+    checkNameTag(name, tag)
+    try {
+      return String((await this.fs.lstat(this.tagPath(name, tag))).id)
+    } catch (e) {
+      if (isMetaCode(e, 'META_NOT_FOUND')) return null
+      throw e
+    }
+  }
+
   /** Points NAME:TAG at a stored manifest (tmp + rename: readers see the old or the new digest). */
   async setTag(name: string, tag: string, digest: string): Promise<void> {
     checkNameTag(name, tag)

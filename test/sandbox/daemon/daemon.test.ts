@@ -8,6 +8,9 @@ import { StrataError } from '../../../fs/common/errors.js'
 import { Strata, type Sandbox } from '../../../sandbox/sdk/index.js'
 import { codeOf as code } from '../../helpers/meta-client.js'
 import { until } from '../../helpers/procs.js'
+import { busyboxRootfs } from '../../helpers/busybox-rootfs.js'
+import { importPath } from '../../../sandbox/image/oci/import.js'
+import path from 'node:path'
 import { layerMounts, nodeTraces, startDaemon, useDaemonCluster } from './helpers.js'
 
 const env = useDaemonCluster(test)
@@ -109,6 +112,27 @@ test.serial('two sandboxes never see each other\'s writes; the image stays uncha
   t.regex((await b!.files.read('/etc/passwd')).toString(), /^root:x:0:0/)
   await a!.delete()
   await b!.delete()
+})
+
+test.serial('a create right after a tag moves runs the new image; right after the tag is removed it fails', async (t) => {
+  const d = await startDaemon(t, env)
+  const root = busyboxRootfs(t)
+  const first = await importPath(env.store, root, { name: 'retag', tag: '1' })
+  const a = await d.sdk.sandboxes.create({ image: 'retag:1' })
+  t.is(a.info.image?.digest, first.digest)
+  fs.writeFileSync(path.join(root, 'version'), 'two\n')
+  const second = await importPath(env.store, root, { name: 'retag', tag: '1' })
+  t.not(second.digest, first.digest)
+  // no wait: the very next create sees the moved tag
+  const b = await d.sdk.sandboxes.create({ image: 'retag:1' })
+  t.is(b.info.image?.digest, second.digest)
+  t.is((await b.exec(['cat', '/version'])).stdout, 'two\n')
+  await env.store.removeTag('retag', '1')
+  t.is(await code(d.sdk.sandboxes.create({ image: 'retag:1' })), 'IMAGE_NOT_FOUND')
+  // by digest it stays reachable
+  const c = await d.sdk.sandboxes.create({ image: `retag@${second.digest}` })
+  t.is(c.info.image?.digest, second.digest)
+  for (const sb of [a, b, c]) await sb.delete()
 })
 
 test.serial('bearer token: missing or wrong is UNAUTHENTICATED; the token file is 0600; /v1/health needs none', async (t) => {
