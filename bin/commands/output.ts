@@ -3,7 +3,7 @@
 
 import fs from 'node:fs'
 import { InvalidArgumentError } from 'commander'
-import { StrataError, isStrataError } from '../../fs/common/errors.js'
+import { StrataError, fromSystemError, isStrataError } from '../../fs/common/errors.js'
 import { formatListing, formatTable, parseSize, parseUint, type ActionResult, type Listing, type ProgressSink } from '../../fs/admin/index.js'
 
 /** A mistake in how the command was invoked: printed as `strata: usage: …`, exit code 2. */
@@ -122,6 +122,9 @@ export function describeFailure(e: unknown): { message: string; exitCode: number
     const ok = err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || (err.code === 'commander.help' && err.exitCode === 0)
     return { message: '', exitCode: ok ? 0 : 2 }
   }
+  // a local file operation that failed (a bad path given on the command line) gets its catalogue code
+  const sys = fromSystemError(e)
+  if (sys) return { message: `strata: ${sys.message}`, exitCode: 1 }
   return { message: `strata: ${err?.message ?? String(e)}`, exitCode: 1 }
 }
 

@@ -297,7 +297,8 @@ Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
             removed.push(id)
           } catch (e) {
             first ??= e
-            process.stderr.write(`strata: ${id}: ${(e as Error).message}\n`)
+            const msg = (e as Error).message
+            process.stderr.write(`strata: ${msg}${msg.includes(id) ? '' : ` (${id})`}\n`)
           }
         }
         if (o.json) printJson({ removed })

@@ -21,6 +21,7 @@ export const ERRORS = {
   INVALID_ARGUMENT: spec(false, 'EINVAL', 'a request argument is invalid'),
   NOT_FOUND: spec(false, 'ENOENT', 'the named object does not exist'),
   ALREADY_EXISTS: spec(false, 'EEXIST', 'the named object already exists'),
+  PERMISSION_DENIED: spec(false, 'EACCES', 'the operating system refused access to a local file'),
   NOT_IMPLEMENTED: spec(false, 'ENOSYS', 'the operation is not supported'),
   INTERNAL: spec(false, 'EIO', 'an internal invariant was violated'),
   IO_ERROR: spec(true, 'EIO', 'a local disk operation failed'),
@@ -218,6 +219,33 @@ export function isRetryable(e: unknown): boolean {
 }
 
 /** Turns any thrown value into a StrataError, keeping the original as `cause`. */
+/** errno names of local file operations → catalogue codes (what a command reports for a bad local path) */
+const SYSTEM_ERRORS: Record<string, ErrorCode> = {
+  ENOENT: 'NOT_FOUND',
+  EEXIST: 'ALREADY_EXISTS',
+  ENOTEMPTY: 'ALREADY_EXISTS',
+  EISDIR: 'INVALID_ARGUMENT',
+  ENOTDIR: 'INVALID_ARGUMENT',
+  EINVAL: 'INVALID_ARGUMENT',
+  ENAMETOOLONG: 'INVALID_ARGUMENT',
+  ELOOP: 'INVALID_ARGUMENT',
+  EACCES: 'PERMISSION_DENIED',
+  EPERM: 'PERMISSION_DENIED',
+  EROFS: 'PERMISSION_DENIED',
+  ENOSPC: 'NO_SPACE',
+  EDQUOT: 'NO_SPACE',
+}
+
+/**
+ * A Node system error (one with an errno name and a syscall, e.g. ENOENT from
+ * opening a local file) as a catalogue error; null for anything else.
+ */
+export function fromSystemError(e: unknown): StrataError | null {
+  const ne = e as NodeJS.ErrnoException
+  if (!ne || typeof ne.code !== 'string' || typeof ne.syscall !== 'string' || !/^E[A-Z0-9]+$/.test(ne.code)) return null
+  return new StrataError(SYSTEM_ERRORS[ne.code] ?? 'IO_ERROR', ne.message, { cause: e })
+}
+
 export function toStrataError(e: unknown, fallback: ErrorCode = 'INTERNAL'): StrataError {
   if (e instanceof StrataError) return e
   const ne = e as NodeJS.ErrnoException

@@ -72,6 +72,13 @@ test.serial('fs put/get round trips (large, small, empty, stdin/stdout), ls, sta
   const missing = await strata(fsx('stat', '/nope'))
   t.is(missing.code, 1)
   t.regex(missing.stderr, /META_NOT_FOUND/)
+  // a bad local path is reported with a catalogue code, not Node's errno name
+  const noDir = await strata(fsx('get', '/data/sub/small.txt', path.join(dir, 'no-such-dir', 'x')))
+  t.is(noDir.code, 1)
+  t.regex(noDir.stderr, /^strata: NOT_FOUND: ENOENT/m)
+  const noLocal = await strata(fsx('put', path.join(dir, 'no-such-file'), '/data/x'))
+  t.is(noLocal.code, 1)
+  t.regex(noLocal.stderr, /^strata: NOT_FOUND: /m)
   // rm: a non-empty directory needs -r
   const notEmpty = await strata(fsx('rm', '/data'))
   t.is(notEmpty.code, 1)
