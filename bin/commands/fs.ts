@@ -3,6 +3,7 @@
 // `strata fs mount|umount` are added by the FUSE part on the command this
 // module returns (see registerFsCommands).
 import fs from 'node:fs'
+import net from 'node:net'
 import path from 'node:path'
 import type { Command } from 'commander'
 import { readClusterFile, resolveClusterDir, formatTable } from '../../fs/admin/index.js'
@@ -22,6 +23,30 @@ interface FsGlobalOpts {
   uid?: number
   gid?: number
   json?: boolean
+}
+
+/**
+ * Fails at once when no mgmtd address accepts a connection (a stopped
+ * cluster refuses them immediately): the clients would otherwise ride out
+ * what looks like a failover for the whole --timeout. An address that does
+ * not answer within a second is not taken as proof either way.
+ */
+async function checkMgmtdReachable(addresses: string[]): Promise<void> {
+  const probe = (addr: string) =>
+    new Promise<boolean>((resolve) => {
+      const i = addr.lastIndexOf(':')
+      const sock = net.connect({ host: addr.slice(0, i), port: Number(addr.slice(i + 1)) })
+      const done = (ok: boolean) => {
+        clearTimeout(timer)
+        sock.destroy()
+        resolve(ok)
+      }
+      const timer = setTimeout(() => done(true), 1000)
+      sock.once('connect', () => done(true))
+      sock.once('error', () => done(false))
+    })
+  if (addresses.length === 0 || (await Promise.all(addresses.map(probe))).some(Boolean)) return
+  throw new StrataError('RPC_CONNECT_FAILED', `no mgmtd accepts connections at ${addresses.join(', ')}: is the cluster running? (strata cluster status)`)
 }
 
 /** Bytes moved per call by put/get. */
@@ -47,6 +72,7 @@ export async function withFileSystem<T>(cmd: Command, fn: (fs: FileSystem, json:
       if (mgmtdAddresses.length === 0) throw e
     }
   }
+  await checkMgmtdReachable(mgmtdAddresses)
   const timeoutMs = (g.timeout ?? 60) * 1000
   const user = { ...(g.uid !== undefined ? { uid: g.uid } : {}), ...(g.gid !== undefined ? { gid: g.gid } : {}) }
   const fsys = new FileSystem({

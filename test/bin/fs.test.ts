@@ -10,6 +10,7 @@ import { randomBytes } from 'node:crypto'
 import { layoutChainIndexes, type Layout } from '../../fs/common/layout.js'
 import { startMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
 import { ok, strata, table } from './helpers.js'
+import { freePort } from '../helpers/procs.js'
 import type { ExecutionContext } from 'ava'
 
 async function cluster(t: ExecutionContext): Promise<{ m: MetaCluster; args: string[]; dir: string }> {
@@ -189,4 +190,16 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
   const pr = JSON.parse(await ok(t, adm('session-prune', '--json')))
   t.is(typeof pr.pruned, 'number')
   t.deepEqual(table(await ok(t, adm('session-prune')))[0]?.slice(0, 2), ['num', 'sessions'])
+})
+
+test('against a stopped cluster (nothing listens at the mgmtd address) fs and image commands fail at once, not after the retry budget', async (t) => {
+  const port = await freePort()
+  for (const args of [
+    ['fs', 'ls', '/', '--mgmtd-address', `127.0.0.1:${port}`, '--timeout', '600'],
+    ['image', 'ls', '--mgmtd-address', `127.0.0.1:${port}`, '--timeout', '600'],
+  ]) {
+    const r = await strata(args)
+    t.is(r.code, 1, args.join(' '))
+    t.regex(r.stderr, /^strata: RPC_CONNECT_FAILED: no mgmtd accepts connections at 127\.0\.0\.1:\d+: is the cluster running\?/m, args.join(' '))
+  }
 })
