@@ -121,7 +121,10 @@ export function parseLayoutArgs(a: LayoutArgs, base?: Layout): Layout | undefine
     return { ...base, chunkSize: a.chunkSize ?? base.chunkSize, stripeSize: a.stripeSize ?? base.stripeSize }
   }
   if (a.chunkSize === undefined || (a.stripeSize === undefined && a.chainList === undefined) || (a.chainList === undefined && a.chainTableId === undefined)) {
-    throw new StrataError('INVALID_ARGUMENT', 'a layout needs --chunk-size, and --chain-table-id with --stripe-size, or --chain-list')
+    throw new StrataError(
+      'INVALID_ARGUMENT',
+      'a layout is --chunk-size and/or --stripe-size alone (the parent directory\'s layout with those sizes), or --chain-table-id with --chunk-size and --stripe-size, or --chain-list with --chunk-size',
+    )
   }
   if (a.chainList !== undefined) {
     const ids = Array.isArray(a.chainList)
@@ -347,7 +350,8 @@ export async function adminMkdir(f: FsAdminSession, path: string, o: { recursive
 export async function adminCreate(f: FsAdminSession, path: string, o: { perm?: number; layout?: Layout } = {}) {
   const rsp = await f.meta.create({
     path: pathAt(path),
-    flags: { access: 'r', create: true },
+    // an existing path is an error (META_EXISTS): neither a layout nor a mode could be applied to it
+    flags: { access: 'r', create: true, excl: true },
     perm: (o.perm ?? 0o644) & 0o7777,
     ...(o.layout ? { layout: o.layout } : {}),
   })

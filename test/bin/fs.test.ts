@@ -158,6 +158,18 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
   await ok(t, adm('mkdir', '/d'))
   await ok(t, adm('create', '-p', '600', '/d/a'))
   await ok(t, adm('create', '/d/b'))
+  // creating what exists, removing or renaming the root: clear errors, nothing changed
+  for (const [a, re] of [
+    [adm('create', '/d/b'), /^strata: META_EXISTS: /m],
+    [adm('rm', '/'), /^strata: META_INVALID_ARGUMENT: the root directory cannot be removed/m],
+    [adm('rm', '-r', '/'), /^strata: META_INVALID_ARGUMENT: the root directory cannot be removed/m],
+    [adm('mv', '/', '/e'), /^strata: META_INVALID_ARGUMENT: the root directory cannot be renamed/m],
+    [adm('mv', '/d', '/'), /^strata: META_INVALID_ARGUMENT: the root directory cannot be replaced/m],
+  ] as const) {
+    const r = await strata([...a])
+    t.is(r.code, 1, a.join(' '))
+    t.regex(r.stderr, re, a.join(' '))
+  }
   const ls = table(await ok(t, adm('ls', '/d')))
   t.deepEqual(ls[0], ['Name', 'Type', 'Inode'])
   t.deepEqual(

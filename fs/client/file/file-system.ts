@@ -795,6 +795,8 @@ export class FileSystem {
   /** POSIX rename: atomically replaces an existing destination (meta enforces the type rules). */
   async rename(src: string, dest: string): Promise<Inode | null> {
     this.checkOpen()
+    notRoot(src, 'renamed')
+    notRoot(dest, 'replaced')
     const rsp = await this.meta.rename({ src: pathAt(src), dest: pathAt(dest) })
     return rsp.stat ?? null
   }
@@ -802,12 +804,14 @@ export class FileSystem {
   /** unlink(2): a non-directory. */
   async unlink(path: string): Promise<void> {
     this.checkOpen()
+    notRoot(path, 'removed')
     await this.meta.remove({ path: pathAt(path), atFlags: {}, recursive: false, checkType: true })
   }
 
   /** rmdir(2): an empty directory (or with recursive, a whole tree). */
   async rmdir(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
     this.checkOpen()
+    notRoot(path, 'removed')
     const recursive = !!opts.recursive
     const inodeId = recursive ? (await this.lstat(path)).id : undefined
     await this.meta.remove({ path: pathAt(path), atFlags: { removeDir: true }, recursive, checkType: true, ...(inodeId !== undefined ? { inodeId } : {}) })
@@ -816,6 +820,7 @@ export class FileSystem {
   /** rm [-r]: any type; with recursive a non-empty directory goes as one atomic remove. */
   async rm(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
     this.checkOpen()
+    notRoot(path, 'removed')
     const recursive = !!opts.recursive
     const inodeId = recursive ? (await this.lstat(path)).id : undefined
     await this.meta.remove({ path: pathAt(path), atFlags: {}, recursive, ...(inodeId !== undefined ? { inodeId } : {}) })
@@ -1019,4 +1024,9 @@ export function inodeStats(inode: Inode): FileStats {
     ctimeMs: Math.floor(inode.ctime / 1000),
     ...(inode.symlink ? { target: inode.symlink.target } : {}),
   }
+}
+
+/** The root directory has no name in a parent: removing or renaming it is refused up front with a clear error. */
+function notRoot(path: string, what: string): void {
+  if (normalizePath(path) === '/') throw new StrataError('META_INVALID_ARGUMENT', `the root directory cannot be ${what}`)
 }
