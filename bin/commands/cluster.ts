@@ -1,6 +1,7 @@
 // `strata cluster up|down|status|kill|start|destroy`: a local all-in-one
 // cluster of background daemons under one directory.
-import type { Command } from 'commander'
+import { InvalidArgumentError, type Command } from 'commander'
+import type { StrataError } from '../../fs/common/errors.js'
 import {
   clusterDestroy,
   clusterDown,
@@ -10,6 +11,7 @@ import {
   clusterUp,
   formatSize,
   formatTable,
+  parseSignal,
   resolveClusterDir,
   type ClusterFile,
   type ClusterStatus,
@@ -163,7 +165,13 @@ ${DIR_HELP}`,
     .command('kill')
     .description('send a signal to one process (default SIGKILL) and wait for it to exit')
     .requiredOption('--node <name>', 'process name, e.g. storage-2 or mgmtd')
-    .option('--signal <sig>', 'KILL, TERM, INT, STOP, CONT, HUP, QUIT, USR1, USR2 (or a number)', 'KILL')
+    .option('--signal <sig>', 'KILL, TERM, INT, STOP, CONT, HUP, QUIT, USR1, USR2 (or a number)', (v: string) => {
+      try {
+        return parseSignal(v)
+      } catch (e) {
+        throw new InvalidArgumentError((e as StrataError).reason)
+      }
+    }, 'KILL')
     .option('--json', 'print the result as JSON')
     .action(async (o, cmd: Command) => {
       const r = await clusterKill({ dir: dirOf(cmd.optsWithGlobals()), node: o.node, signal: o.signal })

@@ -151,13 +151,13 @@ The HTTP API behind these commands is documented in docs/sandbox-api.md.`)
     .option('--mount <src:target>', 'read-only DFS dataset, DFS_PATH:PATH_IN_SANDBOX (repeatable)', mountArg)
     .option('--cpu <n>', 'CPUs (fractional allowed)', (v: string) => {
       const n = Number(v)
-      if (!Number.isFinite(n) || n <= 0) throw new UsageError('--cpu must be a positive number')
+      if (!Number.isFinite(n) || n < 0.01 || n > 1024) throw new UsageError('--cpu must be a number in [0.01, 1024]')
       return n
     })
-    .option('--memory <mib>', 'memory limit in MiB', intArg('--memory', { min: 8 }))
-    .option('--pids <n>', 'process limit', intArg('--pids', { min: 8 }))
-    .option('--idle-ttl <sec>', 'reclaim after this many seconds without API activity', intArg('--idle-ttl', { min: 1 }))
-    .option('--max-lifetime <sec>', 'reclaim this many seconds after creation', intArg('--max-lifetime', { min: 1 }))
+    .option('--memory <mib>', 'memory limit in MiB (8 to 16777216)', intArg('--memory', { min: 8, max: 16 * 1024 * 1024 }))
+    .option('--pids <n>', 'process limit (8 to 4194304)', intArg('--pids', { min: 8, max: 4 * 1024 * 1024 }))
+    .option('--idle-ttl <sec>', 'reclaim after this many seconds without API activity (up to a year)', intArg('--idle-ttl', { min: 1, max: 365 * 86400 }))
+    .option('--max-lifetime <sec>', 'reclaim this many seconds after creation (up to a year)', intArg('--max-lifetime', { min: 1, max: 365 * 86400 }))
     .option('--env <k=v>', 'environment variable (repeatable)', kvArg('--env'))
     .option('--label <k=v>', 'label (repeatable)', kvArg('--label'))
     .option('--workdir <path>', 'default working directory of commands')
@@ -193,6 +193,8 @@ Examples:
         ...(o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {}),
       }
       if (!spec.image && !spec.base) throw new UsageError('give --image or --base')
+      if (spec.image && spec.base) throw new UsageError('give --image or --base, not both')
+      if (spec.image && (spec.workspace || spec.toolkits)) throw new UsageError('--workspace and --toolkit go with --base, not --image')
       await withClient(cmd, async (s) => {
         if (o.count !== undefined) {
           const r = await s.sandboxes.createMany(spec, { count: o.count })

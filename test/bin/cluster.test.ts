@@ -167,6 +167,10 @@ test.serial('kill and start a storage node: its targets go OFFLINE, then recover
   const unknown = await strata(['cluster', 'kill', '--dir', dir, '--node', 'storage-9'])
   t.is(unknown.code, 1)
   t.regex(unknown.stderr, /strata: NOT_FOUND: no process "storage-9"/)
+  // a signal that is not offered is a usage error, like any bad choice
+  const bogus = await strata(['cluster', 'kill', '--dir', dir, '--node', 'storage-2', '--signal', 'BOGUS'])
+  t.is(bogus.code, 2)
+  t.regex(bogus.stderr, /unsupported signal "BOGUS"/)
 })
 
 test.serial('down keeps data and ports, up starts it again, destroy refuses a running cluster unless --force', async (t) => {

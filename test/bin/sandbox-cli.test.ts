@@ -239,7 +239,7 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   t.regex(after.stderr, /^strata: SANDBOX_NOT_FOUND: /m)
   const rmAgain = await cli(['sandbox', 'rm', id])
   t.is(rmAgain.code, 1)
-  t.regex(rmAgain.stderr, /SANDBOX_NOT_FOUND/)
+  t.regex(rmAgain.stderr, /^strata: SANDBOX_NOT_FOUND: /m)
   t.deepEqual(JSON.parse(await okCli(['sandbox', 'ls', '--json', '--label', 'job=t'])), [])
 
   // --- usage errors exit 2
@@ -248,6 +248,11 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
     ['sandbox', 'create', '--image', 'bb:1', '--memory', 'lots'],
     ['sandbox', 'create', '--image', 'bb:1', '--label', 'novalue'],
     ['sandbox', 'create', '--image', 'bb:1', '--mount', '/datasets'],
+    ['sandbox', 'create', '--image', 'bb:1', '--base', 'bb:1'],
+    ['sandbox', 'create', '--image', 'bb:1', '--toolkit', 'bb:1'],
+    ['sandbox', 'create', '--image', 'bb:1', '--memory', '1'],
+    ['sandbox', 'create', '--image', 'bb:1', '--memory', '99999999'],
+    ['sandbox', 'create', '--image', 'bb:1', '--cpu', '2000'],
     ['sandbox', 'exec'],
     ['sandbox', 'exec', other.id],
     ['sandbox', 'ls', '--state', 'sideways'],
