@@ -192,6 +192,11 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
     if (failure !== null) throw failure
     await fs.promises.rename(tmpOut, out)
     const bytes = (await fs.promises.stat(out)).size
+    // the exported layer tars are new diffIds of stored layers: importing the
+    // archive again then finds each layer by its diff_id instead of rebuilding it
+    for (const [digest, t] of tars) {
+      if ((await store.lookupDiffId(t.diffId).catch(() => digest)) !== digest) await store.recordDiffId(t.diffId, digest).catch(() => undefined)
+    }
     return {
       digest: r.digest,
       ociManifest: manifestDigest,

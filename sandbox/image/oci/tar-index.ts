@@ -45,7 +45,11 @@ export function parseTarNumber(buf: Buffer, file: string, what: string): number 
   }
   const s = buf.toString('latin1').replace(/\0.*$/s, '').trim()
   if (s === '') return 0
-  if (!/^[0-7]+$/.test(s)) throw bad(file, `malformed ${what} ${JSON.stringify(s)} in a tar header`)
+  if (!/^[0-7]+$/.test(s)) {
+    // printable input is quoted as it is; anything else (random bytes) as hex
+    const shown = /^[\x20-\x7e]*$/.test(s) ? JSON.stringify(s) : `(bytes ${buf.toString('hex')})`
+    throw bad(file, `malformed ${what} ${shown} in a tar header: not a tar archive, or a corrupt one`)
+  }
   const v = parseInt(s, 8)
   if (!Number.isSafeInteger(v)) throw bad(file, `${what} in a tar header is too large`)
   return v

@@ -130,6 +130,21 @@ test.serial('export → podman load → podman run prints the file; skopeo inspe
   t.deepEqual(back.layers.map((l: { digest: string }) => l.digest), orig.layers.map((l: { digest: string }) => l.digest))
 })
 
+test.serial('a rootfs tarball imported, exported and imported again: the second import reuses the layer by the exported diff_id', async (t) => {
+  const dir = localTmp(t)
+  const root = await catRootfs(dir)
+  const tar = path.join(dir, 'rootfs.tar')
+  await run('tar', ['-C', root, '-cf', tar, '.'])
+  const first = JSON.parse(await image(t, 'import', tar, '--name', 'strata-test/tarcat:v1', '--json'))
+  t.is(first.layersBuilt, 1)
+  const out = path.join(dir, 'tarcat.tar')
+  await image(t, 'export', 'strata-test/tarcat:v1', out)
+  const back = JSON.parse(await image(t, 'import', out, '--name', 'strata-test/tarcat:back', '--json'))
+  t.is(back.layersBuilt, 0)
+  t.is(back.layersReused, 1)
+  t.deepEqual(back.layers.map((l: { digest: string }) => l.digest), first.layers.map((l: { digest: string }) => l.digest))
+})
+
 test.serial('export of a multi-layer image with whiteouts and an opaque dir: skopeo → umoci unpack gives the fixture tree', async (t) => {
   const dir = localTmp(t)
   await image(t, 'import', img.fx.layout, '--name', 'cli/fx:v1')
