@@ -14,6 +14,7 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
+import { BufferPool } from '../../fs/common/buffer-pool.js'
 import { StrataError } from '../../fs/common/errors.js'
 import type { FileHandle, FileSystem } from '../../fs/client/index.js'
 import { sha256File } from './layer/hash.js'
@@ -370,6 +371,18 @@ export class ImageStore {
       throw e
     }
     return { digest: 'sha256:' + hash.digest('hex'), size }
+  }
+
+  /**
+   * A staging file in tmp/ written at any offsets (a blob whose bytes are
+   * produced out of order, such as an EROFS layer whose superblock comes
+   * last), published under a digest the caller computed: see BlobStage.
+   */
+  async stageBlob(): Promise<BlobStage> {
+    await this.open()
+    const tmp = this.#tmpName('stage')
+    const fh = await this.fs.open(tmp, 'wx', 0o644)
+    return new BlobStage(this, tmp, fh, (path, digest, size) => this.#publishBlob(path, digest, size), (path) => this.#unlinkQuiet(path))
   }
 
   /**
@@ -900,4 +913,133 @@ function parseManifestBytes(bytes: Buffer): ImageManifest {
 /** sha256 and size of a local file (a large one is read and hashed on a worker thread). */
 export async function hashLocalFile(path: string): Promise<StoredBlob> {
   return sha256File(path)
+}
+
+/**
+ * A blob being written into tmp/ out of order. `push` takes bytes at their
+ * offset; runs of contiguous bytes are gathered into pieces that end at
+ * multiples of IO_STEP (whole chunks for every chunk size up to it) and up
+ * to WRITE_WINDOW pieces are written at once; `ready()` waits while too much
+ * is queued (the producer's backpressure). `publish` checks the length,
+ * syncs and renames the file to its blob name; `abort` removes it. The
+ * digest is the caller's to compute: the store cannot hash bytes that did
+ * not arrive in order.
+ */
+export class BlobStage {
+  #pending: Buffer[] = []
+  #pendingBytes = 0
+  #pendingAt = 0
+  readonly #inflight = new Set<Promise<void>>()
+  #queued = 0
+  #failed: { e: unknown } | null = null
+  #done = false
+  /** piece buffers, reused: fresh 8 MiB allocations per piece cost more (page faults, GC) than the copy itself */
+  readonly #pieces = new BufferPool((WRITE_WINDOW + 1) * IO_STEP)
+
+  constructor(
+    readonly store: ImageStore,
+    readonly path: string,
+    private fh: FileHandle | null,
+    private readonly publishAs: (path: string, digest: string, size: number) => Promise<boolean>,
+    private readonly unlink: (path: string) => Promise<void>,
+  ) {}
+
+  /** Queues `bufs` (kept, not copied) to be written from `position` on. */
+  push(bufs: Buffer[], position: number): void {
+    if (this.#failed) throw this.#failed.e
+    if (this.#done) throw new StrataError('CLOSED', 'blob stage finished')
+    for (let b of bufs) {
+      if (this.#pendingBytes > 0 && position !== this.#pendingAt + this.#pendingBytes) this.#flush()
+      while (b.length > 0) {
+        if (this.#pendingBytes === 0) this.#pendingAt = position
+        // pieces end at multiples of IO_STEP, so that every piece but the first and the last covers
+        // whole chunks: a piece that ended inside a chunk would make the next one rewrite it
+        const room = IO_STEP - (position % IO_STEP)
+        const take = b.length <= room ? b : b.subarray(0, room)
+        this.#pending.push(take)
+        this.#pendingBytes += take.length
+        position += take.length
+        b = b.subarray(take.length)
+        if (position % IO_STEP === 0) this.#flush()
+      }
+    }
+  }
+
+  /** Resolves once the queue is short enough for more; throws the first write failure. */
+  async ready(): Promise<void> {
+    while (this.#failed === null && (this.#inflight.size >= WRITE_WINDOW || this.#queued > WRITE_WINDOW * IO_STEP * 2)) await Promise.race(this.#inflight)
+    if (this.#failed) throw this.#failed.e
+  }
+
+  #flush(): void {
+    if (this.#pendingBytes === 0) return
+    let data: Buffer
+    let pooled = false
+    if (this.#pending.length === 1) data = this.#pending[0]!
+    else {
+      data = this.#pieces.take(this.#pendingBytes)
+      pooled = true
+      let off = 0
+      for (const b of this.#pending) off += b.copy(data, off)
+    }
+    const at = this.#pendingAt
+    this.#pending = []
+    this.#pendingBytes = 0
+    this.#queued += data.length
+    const settle = () => {
+      this.#inflight.delete(w)
+      this.#queued -= data.length
+      if (pooled) this.#pieces.release(data)
+    }
+    const w: Promise<void> = this.store.fs.write(this.fh!, data, at).then(settle, (e: unknown) => {
+      settle()
+      this.#failed ??= { e }
+    })
+    this.#inflight.add(w)
+  }
+
+  /** Writes what is queued and waits for every write. */
+  async drain(): Promise<void> {
+    this.#flush()
+    while (this.#inflight.size > 0) await Promise.all(this.#inflight)
+    if (this.#failed) throw this.#failed.e
+  }
+
+  /**
+   * Finishes the file and renames it to the blob of `digest` (`size` bytes:
+   * IMAGE_SIZE_MISMATCH otherwise); `beforePublish` runs just before the
+   * rename (e.g. to lease the digest). Returns whether the store already had
+   * the blob (the staging file is then dropped).
+   */
+  async publish(digest: string, size: number, beforePublish?: () => Promise<void>): Promise<boolean> {
+    assertDigest(digest, 'blob digest')
+    try {
+      await this.drain()
+      this.#done = true
+      const fh = this.fh!
+      const length = (await this.store.fs.fsync(fh)).file?.length ?? -1
+      this.fh = null
+      await this.store.fs.close(fh)
+      if (length !== size) throw new StrataError('IMAGE_SIZE_MISMATCH', `staged blob has ${length} bytes, expected ${size}`)
+      await beforePublish?.()
+      return await this.publishAs(this.path, digest, size)
+    } catch (e) {
+      await this.abort()
+      throw e
+    }
+  }
+
+  /** Stops: waits for writes in flight, closes and removes the staging file. Idempotent. */
+  async abort(): Promise<void> {
+    this.#done = true
+    this.#pending = []
+    this.#pendingBytes = 0
+    await Promise.allSettled([...this.#inflight])
+    if (this.fh) {
+      const fh = this.fh
+      this.fh = null
+      await this.store.fs.close(fh).catch(() => undefined)
+    }
+    await this.unlink(this.path)
+  }
 }

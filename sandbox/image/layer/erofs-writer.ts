@@ -201,7 +201,15 @@ export class ErofsWriter {
   #pos = BLOCK
   #inos = 0
 
-  constructor(private readonly fd: number) {
+  /**
+   * `onWrite` sees every byte of the image once, in the order written, with
+   * its offset (block 0 last); the buffers are not reused afterwards, so it
+   * may keep them (to copy the image elsewhere while it is being built).
+   */
+  constructor(
+    private readonly fd: number,
+    private readonly onWrite?: (bufs: Buffer[], position: number) => void,
+  ) {
     fs.writeSync(this.fd, Buffer.alloc(BLOCK), 0, BLOCK, 0)
   }
 
@@ -216,6 +224,7 @@ export class ErofsWriter {
 
   /** Writes data bytes of the current file at the end of the image. */
   write(bufs: Buffer[]): void {
+    this.onWrite?.(bufs, this.#pos)
     for (const b of bufs) {
       let off = 0
       while (off < b.length) {
@@ -333,6 +342,7 @@ export class ErofsWriter {
     uuid.copy(sb, 48, 0, 16)
     this.#encodeInode(root, block0, ROOT_NID * 32, dirOf.get(root))
     fs.writeSync(this.fd, block0, 0, BLOCK, 0)
+    this.onWrite?.([block0], 0)
     return end
   }
 

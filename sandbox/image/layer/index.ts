@@ -2,7 +2,7 @@
 export { unpackLayer } from './unpack.js'
 export { decompressStream, sniffCompression, compressionOfMediaType, type Compression } from './decompress.js'
 export { buildErofs, buildErofsFile, EROFS_UUID } from './erofs.js'
-export { tarToErofs } from './tar-to-erofs.js'
+export { tarToErofs, type TarToErofsOptions } from './tar-to-erofs.js'
 export { sha256File } from './hash.js'
 export { layerToTar } from './to-tar.js'
 export { sweepStaleErofsMounts, withErofsMount } from './mount.js'

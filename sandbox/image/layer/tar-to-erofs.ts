@@ -57,7 +57,10 @@ class LayerBuilder {
   rootSeen = false
   readonly stats: UnpackStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, maxMtime: 0 }
 
-  constructor(readonly w: ErofsWriter) {
+  constructor(
+    readonly w: ErofsWriter,
+    readonly ready?: () => Promise<void>,
+  ) {
     this.root = newNode(S_IFDIR | IMPLICIT_DIR_MODE, { uid: 0, gid: 0, mtime: { sec: 0, nsec: 0 } })
     this.nodes.set('', this.root)
     this.implied.add(this.root)
@@ -175,7 +178,10 @@ class LayerBuilder {
         if (dataPart < b.length) b.copy(tail!, got + dataPart - toData, dataPart)
         got += b.length
       }
-      if (out.length > 0) this.w.write(out)
+      if (out.length > 0) {
+        this.w.write(out)
+        if (this.ready) await this.ready()
+      }
     }
     if (got !== size) throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: ${got} bytes of ${size}`)
     if (toData > 0) this.w.endData()
@@ -264,7 +270,14 @@ const FIXED_UUID = Buffer.from(EROFS_UUID.replaceAll('-', ''), 'hex')
  * when the image cannot be written. The input is consumed (destroyed on
  * failure).
  */
-export async function tarToErofs(tar: Readable, outFile: string): Promise<{ size: number; stats: UnpackStats }> {
+export interface TarToErofsOptions {
+  /** sees every byte of the image with its offset as it is written (block 0 last); may keep the buffers */
+  onWrite?: (bufs: Buffer[], position: number) => void
+  /** awaited between writes: a consumer of onWrite that falls behind slows the build down */
+  ready?: () => Promise<void>
+}
+
+export async function tarToErofs(tar: Readable, outFile: string, opts: TarToErofsOptions = {}): Promise<{ size: number; stats: UnpackStats }> {
   const tmp = path.join(path.dirname(outFile), `.${path.basename(outFile)}.${process.pid}.${crypto.randomBytes(4).toString('hex')}.tmp`)
   let fd: number
   try {
@@ -278,9 +291,12 @@ export async function tarToErofs(tar: Readable, outFile: string): Promise<{ size
     let size: number
     let stats: UnpackStats
     try {
-      const w = new ErofsWriter(fd)
-      const b = new LayerBuilder(w)
-      for (let h = await r.next(); h !== null; h = await r.next()) await b.entry(h, r)
+      const w = new ErofsWriter(fd, opts.onWrite)
+      const b = new LayerBuilder(w, opts.ready)
+      for (let h = await r.next(); h !== null; h = await r.next()) {
+        await b.entry(h, r)
+        if (opts.ready) await opts.ready()
+      }
       const buildTime = b.finishTree()
       size = w.finish(b.root, buildTime, FIXED_UUID)
       stats = b.stats

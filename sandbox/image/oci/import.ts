@@ -28,7 +28,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { Readable, Transform, Writable, finished, pipeline, type TransformCallback } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
-import { buildErofsFile, layerToTar, sha256File, tarToErofs, unpackLayer } from '../layer/index.js'
+import { buildErofsFile, layerToTar, sha256File, tarToErofs, unpackLayer, type TarToErofsOptions } from '../layer/index.js'
 import { decompressStream } from '../layer/decompress.js'
 import { NO_PROGRESS, formatBytes, type ProgressSink, type ProgressTask } from '../progress.js'
 import { TRANSIENT_LEASE_PREFIX, type ImageStore } from '../store.js'
@@ -99,6 +99,8 @@ class DigestCheck extends Transform {
     readonly what: string,
     readonly onBytes?: (n: number) => void,
     readonly signal?: AbortSignal,
+    /** false: count and check the size only (the digest is computed elsewhere) */
+    readonly hashing = true,
   ) {
     super()
   }
@@ -121,7 +123,7 @@ class DigestCheck extends Transform {
       cb(new StrataError('IMAGE_SIZE_MISMATCH', `${this.what} is larger than the declared ${this.expect.size} bytes`))
       return
     }
-    this.#hash.update(chunk)
+    if (this.hashing) this.#hash.update(chunk)
     this.onBytes?.(chunk.length)
     cb(null, chunk)
   }
@@ -305,6 +307,49 @@ class ImportRun {
     }
     task.done(existed ? `layer ${shortDigest(digest)} already stored` : `built ${formatBytes(size)} layer ${shortDigest(digest)}`)
     return { digest, size, diffId }
+  }
+
+  /**
+   * Builds a layer straight from a tar while it is copied into the store:
+   * `build` gets the options that tee tarToErofs's output into a staging blob
+   * (the DFS write runs beside the build, its queue slowing the build down
+   * when it falls behind). Then the local image is hashed (page cache, on a
+   * worker thread) while the last pieces are written, the digest is leased
+   * and the staging file renamed to the blob, and the diffId recorded. With
+   * `build` returning false (the layer was found by its diffId meanwhile)
+   * nothing is stored.
+   */
+  async buildStreamed(
+    file: string,
+    build: (opts: TarToErofsOptions) => Promise<boolean>,
+    diffIdOf: () => string,
+    task: ProgressTask,
+  ): Promise<{ digest: string; size: number; diffId: string } | null> {
+    const stage = await this.store.stageBlob()
+    try {
+      if (!(await build({ onWrite: (bufs, at) => stage.push(bufs, at), ready: () => stage.ready() }))) {
+        await stage.abort()
+        return null
+      }
+      checkSignal(this.opts.signal)
+      const hashed = sha256File(file)
+      hashed.catch(noop)
+      await stage.drain()
+      const h = await hashed
+      const existed = await stage.publish(h.digest, h.size, () => this.lease(h.digest))
+      if (!existed) this.createdBlobs.add(h.digest)
+      const diffId = diffIdOf()
+      await fs.promises.rm(file, { force: true })
+      if ((await this.store.lookupDiffId(diffId)) !== h.digest) {
+        await this.store.recordDiffId(diffId, h.digest)
+        this.recorded.set(diffId, h.digest)
+      }
+      task.done(existed ? `layer ${shortDigest(h.digest)} already stored` : `built ${formatBytes(h.size)} layer ${shortDigest(h.digest)}`)
+      return { digest: h.digest, size: h.size, diffId }
+    } catch (e) {
+      await stage.abort()
+      throw e
+    }
   }
 
   /** A stored layer for `diffId`, leased, if the store has one. */
@@ -511,12 +556,18 @@ async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, 
     const dir = path.join(run.workDir, `layer-${i}`)
     const file = `${dir}.erofs`
     if (!run.opts.compress) {
-      // uncompressed: the EROFS file is written straight from the tar
-      await consumeVerified(l, diffId, (tar) => tarToErofs(tar, file), label, task, run.opts.signal)
-      checkSignal(run.opts.signal)
-      const stored = await run.storeBuilt(file, (await fs.promises.stat(file)).size, diffId, task)
+      // uncompressed: the EROFS file is written straight from the tar, and into the store as it is built
+      const stored = await run.buildStreamed(
+        file,
+        async (o) => {
+          await consumeVerified(l, diffId, (tar) => tarToErofs(tar, file, o), label, task, run.opts.signal)
+          return true
+        },
+        () => diffId,
+        task,
+      )
       run.layersBuilt++
-      return { digest: stored.digest, size: stored.size }
+      return { digest: stored!.digest, size: stored!.size }
     }
     await fs.promises.mkdir(dir)
     await unpackVerified(l, diffId, dir, 'layer', label, task, run.opts.signal)
@@ -557,8 +608,8 @@ async function buildFromDir(run: ImportRun, dir: string, label: string, own: boo
  * Hands a rootfs tarball to `consume` (an EROFS build or an unpack) while its
  * sha256 (the layer's diffId) is computed on a worker thread. As soon as the
  * digest is known, a layer the store already has for it is leased and the
- * stream is stopped (`reused`). Otherwise the bytes consumed must hash to
- * that digest too (the file may have changed in between):
+ * stream is stopped (`reused`). Otherwise the file must be unchanged (same
+ * inode, size, mtime and ctime before and after both reads):
  * IMAGE_DIGEST_MISMATCH if not.
  */
 async function consumeWhileHashing(
@@ -568,7 +619,10 @@ async function consumeWhileHashing(
   consume: (tar: Readable) => Promise<unknown>,
   task: ProgressTask,
 ): Promise<{ diffId: string; reused: { digest: string; size: number } | null }> {
-  const check = new DigestCheck({ size }, 'rootfs tarball', (b) => task.tick(b), run.opts.signal)
+  // the digest comes from the worker's pass alone; that both passes read the same bytes is checked
+  // by the file's identity and change times (a second sha256 on this thread cost a core-second per 350 MB)
+  const before = await fs.promises.stat(file, { bigint: true })
+  const check = new DigestCheck({ size }, 'rootfs tarball', (b) => task.tick(b), run.opts.signal, false)
   const tar = pipeline(fs.createReadStream(file, { highWaterMark: 1024 * 1024 }), check, noop) as unknown as Readable
   let reused: { digest: string; size: number } | null = null
   const lookup = sha256File(file).then(async (h) => {
@@ -594,8 +648,10 @@ async function consumeWhileHashing(
   }
   if (reused) return { diffId: h.digest, reused }
   if (failure) throw failure.e
-  if (check.digest !== h.digest || check.bytes !== h.size) {
-    throw new StrataError('IMAGE_DIGEST_MISMATCH', `${file} changed while it was imported (${check.digest} unpacked, ${h.digest} hashed)`)
+  const after = await fs.promises.stat(file, { bigint: true })
+  const same = (k: 'dev' | 'ino' | 'size' | 'mtimeNs' | 'ctimeNs') => before[k] === after[k]
+  if (check.bytes !== h.size || !same('dev') || !same('ino') || !same('size') || !same('mtimeNs') || !same('ctimeNs')) {
+    throw new StrataError('IMAGE_DIGEST_MISMATCH', `${file} changed while it was imported (${check.bytes} bytes read, ${h.size} hashed)`)
   }
   return { diffId: h.digest, reused: null }
 }
@@ -622,17 +678,32 @@ export async function importRootfsTar(store: ImageStore, file: string, source: I
       const out = `${dir}.erofs`
       // uncompressed layers are built straight from the tar; mkfs.erofs (from an unpacked tree) compresses
       const direct = !opts.compress
-      if (!direct) await fs.promises.mkdir(dir)
-      const r = await consumeWhileHashing(run, file, size, (tar) => (direct ? tarToErofs(tar, out) : unpackLayer(tar, dir, { mode: 'layer' })), task)
-      diffId = r.diffId
-      if (r.reused) {
+      let r: { diffId: string; reused: { digest: string; size: number } | null } | null = null
+      let built: { digest: string; size: number } | null = null
+      if (direct) {
+        // built and stored in one pass; stopped when the tarball's digest names a stored layer
+        built = await run.buildStreamed(
+          out,
+          async (o) => {
+            r = await consumeWhileHashing(run, file, size, (tar) => tarToErofs(tar, out, o), task)
+            return r.reused === null
+          },
+          () => r!.diffId,
+          task,
+        )
+      } else {
+        await fs.promises.mkdir(dir)
+        r = await consumeWhileHashing(run, file, size, (tar) => unpackLayer(tar, dir, { mode: 'layer' }), task)
+      }
+      const res = r!
+      diffId = res.diffId
+      if (res.reused) {
         run.layersReused++
-        task.done(`reused ${shortDigest(r.reused.digest)}`)
-        ref = r.reused
+        task.done(`reused ${shortDigest(res.reused.digest)}`)
+        ref = res.reused
         await fs.promises.rm(direct ? out : dir, { recursive: true, force: true })
-      } else if (direct) {
-        checkSignal(opts.signal)
-        ref = await run.storeBuilt(out, (await fs.promises.stat(out)).size, diffId, task)
+      } else if (built) {
+        ref = built
         run.layersBuilt++
       } else {
         const built = await buildErofsFile(dir, out, { compress: opts.compress! })

@@ -239,3 +239,35 @@ test.serial('gc and listings fail, and remove nothing, when tags cannot be read 
   t.deepEqual(await s.listTags(), [{ name: 'keep', tag: '1', digest: m.digest }])
   t.deepEqual((await s.gc({ dryRun: true })).removedManifests, [])
 })
+
+test.serial('stageBlob: bytes pushed out of order (the first block last) publish as one blob; a wrong size or an abort leaves nothing', async (t) => {
+  const s = await fresh()
+  const data = crypto.randomBytes(20 * 1024 * 1024 + 4096)
+  const digest = sha256Digest(data)
+  const st = await s.stageBlob()
+  // everything after the first 4 KiB in uneven pieces, then the first 4 KiB
+  for (let at = 4096; at < data.length; ) {
+    const n = Math.min(data.length - at, 100_000 + (at % 77_777))
+    st.push([data.subarray(at, at + n)], at)
+    await st.ready()
+    at += n
+  }
+  st.push([data.subarray(0, 4096)], 0)
+  let leased = false
+  t.false(await st.publish(digest, data.length, async () => void (leased = true)))
+  t.true(leased)
+  const back: Buffer[] = []
+  for await (const c of s.readBlob(digest)) back.push(c as Buffer)
+  t.true(Buffer.concat(back).equals(data))
+  t.deepEqual(await tmpNames(s), [])
+
+  const short = await s.stageBlob()
+  short.push([Buffer.from('abc')], 0)
+  await t.throwsAsync(short.publish(sha256Digest('abcd'), 4), { code: 'IMAGE_SIZE_MISMATCH' })
+  const dropped = await s.stageBlob()
+  dropped.push([Buffer.alloc(9 * 1024 * 1024)], 0)
+  await dropped.abort()
+  await dropped.abort()
+  t.deepEqual(await tmpNames(s), [])
+  t.false(await s.hasBlob(sha256Digest('abcd')))
+})
