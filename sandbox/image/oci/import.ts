@@ -11,9 +11,11 @@
 // store already has a layer for is not read at all. Layers are built two at
 // a time.
 //
-// Hashing runs beside the work it checks: a built layer file is hashed on a
-// worker thread while it is uploaded (the upload hashes what it sends, the
-// two must agree; a blob the store already has stops the upload), and a
+// An uncompressed layer goes into the store while it is built (a staging
+// blob fed by tarToErofs; the local image is hashed at the end). A layer
+// built by mkfs.erofs is hashed on a worker thread while it is uploaded
+// (the upload hashes what it sends, the two must agree; a blob the store
+// already has stops the upload). Hashing runs beside the work it checks: a
 // rootfs tarball is hashed on a worker while its layer is built (a layer
 // stored for that diffId stops the build and is reused).
 //
