@@ -14,7 +14,8 @@ import { StrataError } from '../../../fs/common/errors.js'
 import { EROFS_UUID } from './erofs.js'
 import { ErofsWriter, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, fitsInline, newNode, xattrAreaSize, type ErofsNode } from './erofs-writer.js'
 import { isOverlayXattr } from './fs-ops.js'
-import { ancestorsOf, baseOf, classifyWhiteout, normalizeEntryPath, parentOf } from './paths.js'
+import { checkRepeat, classifyEntry, dup, type Seen } from './entry-rules.js'
+import { ancestorsOf, baseOf, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackStats } from './types.js'
 
@@ -22,12 +23,6 @@ const BLOCK = 4096
 const IMPLICIT_DIR_MODE = 0o755
 const OPAQUE_XATTR = 'trusted.overlay.opaque'
 
-/** As in unpack.ts: what this layer did at a path. */
-type Seen = 'dir' | 'idir' | 'node' | 'wh'
-
-function dup(rel: string, why: string): StrataError {
-  return new StrataError('IMAGE_DUPLICATE_ENTRY', `${JSON.stringify(rel || '.')}: ${why}`)
-}
 
 function clampTime(t: Timespec): Timespec {
   return t.sec < 0 ? { sec: 0, nsec: 0 } : t
@@ -90,21 +85,13 @@ class LayerBuilder {
   }
 
   async entry(h: TarEntryHeader, r: TarReader): Promise<void> {
-    this.stats.entries++
-    if (h.mtime.sec > this.stats.maxMtime) this.stats.maxMtime = h.mtime.sec
-    const rel = normalizeEntryPath(h.name)
-    const wh = rel === '' ? ({ kind: 'none' } as const) : classifyWhiteout(rel)
-    if (wh.kind === 'aufs-meta') return
-    if (wh.kind === 'opaque') return this.opaqueMarker(wh.dir)
-    if (wh.kind === 'whiteout') return this.whiteout(wh.target, h)
-    if (rel === '') return this.rootEntry(h)
-    const prev = this.seen.get(rel)
-    if (prev !== undefined && !(h.type === 'directory' && (prev === 'dir' || prev === 'idir'))) {
-      throw dup(
-        rel,
-        prev === 'wh' ? 'is both an entry and a whiteout in this layer' : prev === 'node' ? 'appears twice in this layer' : 'is a directory holding entries of this layer and also a non-directory entry',
-      )
-    }
+    const k = classifyEntry(h, this.stats)
+    if (k.kind === 'skip') return
+    if (k.kind === 'opaque') return this.opaqueMarker(k.dir)
+    if (k.kind === 'whiteout') return this.whiteout(k.target, h)
+    if (k.kind === 'root') return this.rootEntry(h)
+    const rel = k.rel
+    checkRepeat(rel, h, this.seen.get(rel))
     const parent = this.parentsOf(rel)
     const name = baseOf(rel)
     const mtime = clampTime(h.mtime)

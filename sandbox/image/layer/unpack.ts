@@ -19,7 +19,8 @@ import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
 import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, sys, timesOf } from './fs-ops.js'
-import { ancestorsOf, classifyWhiteout, joinRel, normalizeEntryPath, parentOf } from './paths.js'
+import { checkRepeat, classifyEntry, dup, type Seen } from './entry-rules.js'
+import { ancestorsOf, joinRel, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackOptions, UnpackStats } from './types.js'
 
@@ -30,12 +31,6 @@ const OPAQUE_XATTR = 'trusted.overlay.opaque'
 const IMPLICIT_DIR_MODE = 0o755
 const CREATE_FLAGS = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW
 
-/**
- * What this layer did at a path: `dir` (a directory entry), `idir` (a directory
- * this layer created because an entry needed it), `ldir` (a lower directory an
- * entry was written into), `node` (any other entry), `wh` (a whiteout).
- */
-type Seen = 'dir' | 'idir' | 'ldir' | 'node' | 'wh'
 
 /** What is left of `bufs` after the first `n` bytes were written. */
 function dropWritten(bufs: Buffer[], n: number): Buffer[] {
@@ -53,10 +48,6 @@ function writeAllSync(fd: number, bufs: Buffer[]): void {
     const n = bufs.length === 1 ? fs.writeSync(fd, bufs[0]!) : fs.writevSync(fd, bufs)
     bufs = dropWritten(bufs, n)
   }
-}
-
-function dup(rel: string, why: string): StrataError {
-  return new StrataError('IMAGE_DUPLICATE_ENTRY', `${JSON.stringify(rel || '.')}: ${why}`)
 }
 
 class Unpacker {
@@ -149,25 +140,14 @@ class Unpacker {
   }
 
   async entry(h: TarEntryHeader, r: TarReader): Promise<void> {
-    this.stats.entries++
-    if (h.mtime.sec > this.stats.maxMtime) this.stats.maxMtime = h.mtime.sec
-    const rel = normalizeEntryPath(h.name)
-    const wh = rel === '' ? ({ kind: 'none' } as const) : classifyWhiteout(rel)
-    if (wh.kind === 'aufs-meta') return
-    if (wh.kind === 'opaque') return this.opaqueMarker(wh.dir)
-    if (wh.kind === 'whiteout') return this.whiteout(wh.target, h)
-    if (rel === '') return this.rootEntry(h)
+    const k = classifyEntry(h, this.stats)
+    if (k.kind === 'skip') return
+    if (k.kind === 'opaque') return this.opaqueMarker(k.dir)
+    if (k.kind === 'whiteout') return this.whiteout(k.target, h)
+    if (k.kind === 'root') return this.rootEntry(h)
+    const rel = k.rel
     const prev = this.seen.get(rel)
-    if (prev !== undefined && !(h.type === 'directory' && (prev === 'dir' || prev === 'idir' || prev === 'ldir'))) {
-      throw dup(
-        rel,
-        prev === 'wh'
-          ? 'is both an entry and a whiteout in this layer'
-          : prev === 'node'
-            ? 'appears twice in this layer'
-            : 'is a directory holding entries of this layer and also a non-directory entry',
-      )
-    }
+    checkRepeat(rel, h, prev)
     this.parents(rel, true)
     const abs = this.abs(rel)
     // In layer mode the tree holds only what this layer made, all of it in `seen`.

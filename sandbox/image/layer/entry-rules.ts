@@ -1,0 +1,49 @@
+// The per-entry rules every consumer of a layer tar applies the same way
+// (unpackLayer writing a tree, tarToErofs writing an image): what an entry
+// is (whiteout, opaque marker, the root, an ordinary path) and when a path
+// seen before may appear again.
+import { StrataError } from '../../../fs/common/errors.js'
+import { classifyWhiteout, normalizeEntryPath } from './paths.js'
+import type { TarEntryHeader } from './tar-reader.js'
+import type { UnpackStats } from './types.js'
+
+/**
+ * What a layer did at a path: `dir` (a directory entry), `idir` (a directory
+ * it implied because an entry needed it), `ldir` (apply mode: a lower
+ * directory an entry was written into), `node` (any other entry), `wh` (a
+ * whiteout).
+ */
+export type Seen = 'dir' | 'idir' | 'ldir' | 'node' | 'wh'
+
+export type EntryKind =
+  | { kind: 'skip' }
+  | { kind: 'opaque'; dir: string }
+  | { kind: 'whiteout'; target: string }
+  | { kind: 'root' }
+  | { kind: 'path'; rel: string }
+
+export function dup(rel: string, why: string): StrataError {
+  return new StrataError('IMAGE_DUPLICATE_ENTRY', `${JSON.stringify(rel || '.')}: ${why}`)
+}
+
+/** Counts the entry in `stats` and classifies it (IMAGE_UNSAFE_PATH / IMAGE_BAD_ARCHIVE for bad names). */
+export function classifyEntry(h: TarEntryHeader, stats: UnpackStats): EntryKind {
+  stats.entries++
+  if (h.mtime.sec > stats.maxMtime) stats.maxMtime = h.mtime.sec
+  const rel = normalizeEntryPath(h.name)
+  if (rel === '') return { kind: 'root' }
+  const wh = classifyWhiteout(rel)
+  if (wh.kind === 'aufs-meta') return { kind: 'skip' }
+  if (wh.kind === 'opaque') return { kind: 'opaque', dir: wh.dir }
+  if (wh.kind === 'whiteout') return { kind: 'whiteout', target: wh.target }
+  return { kind: 'path', rel }
+}
+
+/** A path may appear again only as a directory over a directory (the later attributes win). */
+export function checkRepeat(rel: string, h: TarEntryHeader, prev: Seen | undefined): void {
+  if (prev === undefined || (h.type === 'directory' && (prev === 'dir' || prev === 'idir' || prev === 'ldir'))) return
+  throw dup(
+    rel,
+    prev === 'wh' ? 'is both an entry and a whiteout in this layer' : prev === 'node' ? 'appears twice in this layer' : 'is a directory holding entries of this layer and also a non-directory entry',
+  )
+}
