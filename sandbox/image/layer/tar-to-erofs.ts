@@ -22,6 +22,8 @@ import type { Timespec, UnpackStats } from './types.js'
 const BLOCK = 4096
 const IMPLICIT_DIR_MODE = 0o755
 const OPAQUE_XATTR = 'trusted.overlay.opaque'
+/** bytes of inline file tails held in memory until the image's metadata is written */
+const DEFAULT_TAIL_BUDGET = 256 * 1024 * 1024
 
 
 function clampTime(t: Timespec): Timespec {
@@ -52,9 +54,12 @@ class LayerBuilder {
   rootSeen = false
   readonly stats: UnpackStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, maxMtime: 0 }
 
+  tailBytes = 0
+
   constructor(
     readonly w: ErofsWriter,
     readonly ready?: () => Promise<void>,
+    readonly tailBudget = DEFAULT_TAIL_BUDGET,
   ) {
     this.root = newNode(S_IFDIR | IMPLICIT_DIR_MODE, { uid: 0, gid: 0, mtime: { sec: 0, nsec: 0 } })
     this.nodes.set('', this.root)
@@ -144,11 +149,22 @@ class LayerBuilder {
     this.seen.set(rel, 'node')
   }
 
+  /**
+   * Whether a file's last partial block goes next to its inode. Tails wait in
+   * memory until the end, so past the budget they are written as blocks of
+   * their own: an image of millions of small files stays in bounded memory.
+   */
+  inlineTail(xattrBytes: number, tail: number): boolean {
+    if (!fitsInline(xattrBytes, tail) || this.tailBytes + tail > this.tailBudget) return false
+    this.tailBytes += tail
+    return true
+  }
+
   /** Streams a file's data into the image: whole blocks as they arrive, the last partial block inline when it fits. */
   async fileData(node: ErofsNode, rel: string, size: number, r: TarReader): Promise<void> {
     node.size = size
     const tailLen = size % BLOCK
-    const inline = fitsInline(xattrAreaSize(node.xattrs, rel), tailLen)
+    const inline = this.inlineTail(xattrAreaSize(node.xattrs, rel), tailLen)
     const toData = inline ? size - tailLen : size
     node.startBlock = toData > 0 ? this.w.beginData() : 0
     const tail = inline ? Buffer.alloc(tailLen) : null
@@ -179,7 +195,7 @@ class LayerBuilder {
   storeBytes(node: ErofsNode, data: Buffer): void {
     node.size = data.length
     const tailLen = data.length % BLOCK
-    const inline = fitsInline(xattrAreaSize(node.xattrs, 'symlink'), tailLen)
+    const inline = this.inlineTail(xattrAreaSize(node.xattrs, 'symlink'), tailLen)
     const toData = inline ? data.length - tailLen : data.length
     if (toData > 0) {
       node.startBlock = this.w.beginData()
@@ -262,6 +278,8 @@ export interface TarToErofsOptions {
   onWrite?: (bufs: Buffer[], position: number) => void
   /** awaited between writes: a consumer of onWrite that falls behind slows the build down */
   ready?: () => Promise<void>
+  /** bytes of small-file tails kept in memory to be stored next to their inodes (default 256 MiB) */
+  inlineTailBudget?: number
 }
 
 export async function tarToErofs(tar: Readable, outFile: string, opts: TarToErofsOptions = {}): Promise<{ size: number; stats: UnpackStats }> {
@@ -279,7 +297,7 @@ export async function tarToErofs(tar: Readable, outFile: string, opts: TarToErof
     let stats: UnpackStats
     try {
       const w = new ErofsWriter(fd, opts.onWrite)
-      const b = new LayerBuilder(w, opts.ready)
+      const b = new LayerBuilder(w, opts.ready, opts.inlineTailBudget)
       for (let h = await r.next(); h !== null; h = await r.next()) {
         await b.entry(h, r)
         if (opts.ready) await opts.ready()

@@ -37,13 +37,13 @@ function attrDiffs(a: string, b: string): string[] {
 }
 
 /** Builds `tar` both ways, mounts both and compares them. */
-async function sameAsMkfs(t: ExecutionContext, tar: Buffer): Promise<{ file: string; size: number }> {
+async function sameAsMkfs(t: ExecutionContext, tar: Buffer, opts: { inlineTailBudget?: number } = {}): Promise<{ file: string; size: number }> {
   const work = tmpDir(t)
   const unpacked = path.join(work, 'unpacked')
   fs.mkdirSync(unpacked)
   const uStats = await unpackLayer(streamOf(tar), unpacked, { mode: 'layer' })
   await buildErofs(unpacked, path.join(work, 'mkfs.erofs'))
-  const built = await tarToErofs(streamOf(tar), path.join(work, 'stream.erofs'))
+  const built = await tarToErofs(streamOf(tar), path.join(work, 'stream.erofs'), opts)
   t.deepEqual(built.stats, uStats)
   t.is(built.size, fs.statSync(path.join(work, 'stream.erofs')).size)
   t.is(built.size % 4096, 0)
@@ -115,6 +115,15 @@ test('a 255-byte name (the longest; mkfs.erofs 1.5 cannot build it, so only this
   t.deepEqual(fs.readdirSync(path.join(work, 'm/long')).sort(), [name, 'short'])
   t.is(fs.readFileSync(path.join(work, 'm/long', name), 'utf8'), 'long name')
   await t.throwsAsync(tarToErofs(streamOf(await packTar([file(`long/${name}x`, '')])), path.join(work, 'm2.erofs')), { code: 'IMAGE_BAD_ARCHIVE' })
+})
+
+test('past the inline-tail budget, tails are stored as blocks of their own: the same tree, a larger image', async (t) => {
+  const entries: PackEntry[] = []
+  for (let i = 0; i < 200; i++) entries.push(file(`small/${i}`, `file ${i} `.repeat(1 + (i % 50))))
+  const tar = await packTar(entries)
+  const inline = await sameAsMkfs(t, tar)
+  const capped = await sameAsMkfs(t, tar, { inlineTailBudget: 4096 })
+  t.true(capped.size > inline.size)
 })
 
 test('a layer of nothing but a root entry, and an empty tar', async (t) => {
