@@ -2,8 +2,8 @@
 // bookworm minbase tree with python3, pip and git built by debootstrap
 // (sandbox/image/debootstrap.ts, cached after the first run), ≥ 300 MB.
 //
-// - image-import: `strata image import layer.tar` (unpack, mkfs.erofs, store
-//   in the DFS with 3 replicas, publish) against `tar -x` of the same tar
+// - image-import: `strata image import layer.tar` (the EROFS layer built from
+//   the tar while it is stored in the DFS with 3 replicas, publish) against `tar -x` of the same tar
 //   into a fresh directory on the same filesystem (page cache; a second
 //   baseline adds `sync`, since the DFS side is durable when it returns).
 // - image-s3: `strata image push|pull … s3://` against raw @aws-sdk/client-s3
