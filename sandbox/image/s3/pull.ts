@@ -5,6 +5,7 @@
 // stored and the local tag set, last.
 import { GetObjectCommand, HeadObjectCommand, type GetObjectCommandOutput, type S3Client } from '@aws-sdk/client-s3'
 import type { Readable } from 'node:stream'
+import { BufferPool } from '../../../fs/common/buffer-pool.js'
 import { StrataError, isStrataError } from '../../../fs/common/errors.js'
 import { DEFAULT_TAG, isDigest, parseImageRef, sha256Digest, validateManifest, type LayerRef } from '../types.js'
 import { createS3Client, isNotFound, s3Error } from './client.js'
@@ -17,6 +18,8 @@ const MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 const APPEND_STEP = 4 * 1024 * 1024
 /** Appends of one blob in flight at once. */
 const APPEND_WINDOW = 4
+/** Append buffers, reused across appends and blobs (APPEND_WINDOW in flight plus the one being gathered). */
+const appendPieces = new BufferPool(((APPEND_WINDOW + 2) * APPEND_STEP * 5) / 4)
 /** Times one blob's body is re-requested after the connection broke mid-stream. */
 const BODY_ATTEMPTS = 3
 
@@ -259,13 +262,24 @@ async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: nu
   let pos = offset
   const flush = async () => {
     if (pendingBytes === 0) return
-    const chunk = pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes)
+    // gathered into a reused buffer: a fresh 4 MiB allocation per append cost more (page faults, GC) than the copy
+    let pooled = false
+    let chunk: Buffer
+    if (pending.length === 1) chunk = pending[0]!
+    else {
+      chunk = appendPieces.take(pendingBytes)
+      pooled = true
+      let off = 0
+      for (const b of pending) off += b.copy(chunk, off)
+    }
     pending = []
     pendingBytes = 0
     while (writes.length >= (opened ? APPEND_WINDOW : 1)) await writes.shift()
     if (failed) throw failed
     signal.throwIfAborted()
-    const w = ctx.store.appendPartialBlob(layer.digest, chunk).then(
+    const w = ctx.store.appendPartialBlob(layer.digest, chunk).finally(() => {
+      if (pooled) appendPieces.release(chunk)
+    }).then(
       () => {
         pos += chunk.length
         ctx.stats.bytesReceived += chunk.length
