@@ -193,8 +193,9 @@ function dirBlock(l: DirLayout, b: number): Buffer {
 
 /**
  * Writes an EROFS image to a file descriptor front to back (block 0 last).
- * Feed it file data with `appendData` as it arrives, build the tree of
- * ErofsNodes meanwhile, and call `finish(root)` once.
+ * Feed it each file's data between `beginData()` and `endData()` with
+ * `write` as it arrives, build the tree of ErofsNodes meanwhile, and call
+ * `finish(root)` once.
  */
 export class ErofsWriter {
   /** next free byte of the image (always block-aligned between files) */
@@ -211,10 +212,6 @@ export class ErofsWriter {
     private readonly onWrite?: (bufs: Buffer[], position: number) => void,
   ) {
     fs.writeSync(this.fd, Buffer.alloc(BLOCK), 0, BLOCK, 0)
-  }
-
-  get bytesWritten(): number {
-    return this.#pos
   }
 
   /** Starts a file's data at the next block; returns its first block. */
@@ -327,7 +324,7 @@ export class ErofsWriter {
       if (node === root) continue
       this.#encodeInode(node, meta, node.nid * 32 - dataEnd, dirOf.get(node))
     }
-    this.#pos = dataEnd
+    if (this.#pos !== dataEnd) throw new StrataError('INTERNAL', `EROFS layout: data ends at ${this.#pos}, planned ${dataEnd}`)
     this.write([meta])
 
     const block0 = Buffer.alloc(BLOCK)

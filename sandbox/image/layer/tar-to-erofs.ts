@@ -15,7 +15,7 @@ import { EROFS_UUID } from './erofs.js'
 import { ErofsWriter, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, fitsInline, newNode, xattrAreaSize, type ErofsNode } from './erofs-writer.js'
 import { isOverlayXattr } from './fs-ops.js'
 import { checkRepeat, classifyEntry, dup, type Seen } from './entry-rules.js'
-import { ancestorsOf, baseOf, normalizeEntryPath, parentOf } from './paths.js'
+import { baseOf, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackStats } from './types.js'
 
@@ -66,7 +66,11 @@ class LayerBuilder {
     this.implied.add(this.root)
   }
 
-  /** The directory at `rel`, creating implied ones on the way (unpack's parents(rel, true)). */
+  /**
+   * The directory at `rel`, creating it and its missing ancestors as implied
+   * directories (unpack's parents(rel, true)); a whiteout, file or symlink on
+   * the way is an error.
+   */
   dirAt(rel: string): ErofsNode {
     const have = this.nodes.get(rel)
     if (have) {
@@ -74,7 +78,6 @@ class LayerBuilder {
       if ((have.mode & S_IFMT) === S_IFLNK) throw new StrataError('IMAGE_UNSAFE_PATH', `${JSON.stringify(rel)} is a symlink; no entry may be written through it`)
       throw dup(rel, 'is both a non-directory entry and a parent directory in this layer')
     }
-    if (this.seen.get(rel) === 'wh') throw dup(rel, 'is both a non-directory entry and a parent directory in this layer')
     const parent = this.dirAt(parentOf(rel))
     const d = newNode(S_IFDIR | IMPLICIT_DIR_MODE, { uid: 0, gid: 0, mtime: { sec: 0, nsec: 0 } })
     parent.children!.set(baseOf(rel), d)
@@ -85,7 +88,6 @@ class LayerBuilder {
   }
 
   parentsOf(rel: string): ErofsNode {
-    for (const a of ancestorsOf(rel)) this.dirAt(a)
     return this.dirAt(parentOf(rel))
   }
 
