@@ -293,6 +293,7 @@ class ImportRun {
       // (stored by this upload, or found at its end)
       digest = put.value.digest
       existed = put.value.existed
+      // recorded before anything below can fail, so that a failed import removes it again
       if (!existed) this.createdBlobs.add(digest)
     } else if (found.value !== null) {
       digest = found.value
@@ -301,14 +302,19 @@ class ImportRun {
       throw put.reason
     }
     if (did.status === 'rejected') throw did.reason
-    const diffId = did.value
+    return this.#stored(file, { digest, size, existed }, did.value, task)
+  }
+
+  /** After a built layer is in the store: drops the local file, records its diffId, reports. */
+  async #stored(file: string, b: { digest: string; size: number; existed: boolean }, diffId: string, task: ProgressTask): Promise<{ digest: string; size: number; diffId: string }> {
+    if (!b.existed) this.createdBlobs.add(b.digest)
     await fs.promises.rm(file, { force: true })
-    if ((await this.store.lookupDiffId(diffId)) !== digest) {
-      await this.store.recordDiffId(diffId, digest)
-      this.recorded.set(diffId, digest)
+    if ((await this.store.lookupDiffId(diffId)) !== b.digest) {
+      await this.store.recordDiffId(diffId, b.digest)
+      this.recorded.set(diffId, b.digest)
     }
-    task.done(existed ? `layer ${shortDigest(digest)} already stored` : `built ${formatBytes(size)} layer ${shortDigest(digest)}`)
-    return { digest, size, diffId }
+    task.done(b.existed ? `layer ${shortDigest(b.digest)} already stored` : `built ${formatBytes(b.size)} layer ${shortDigest(b.digest)}`)
+    return { digest: b.digest, size: b.size, diffId }
   }
 
   /**
@@ -339,15 +345,7 @@ class ImportRun {
       await stage.drain()
       const h = await hashed
       const existed = await stage.publish(h.digest, h.size, () => this.lease(h.digest))
-      if (!existed) this.createdBlobs.add(h.digest)
-      const diffId = diffIdOf()
-      await fs.promises.rm(file, { force: true })
-      if ((await this.store.lookupDiffId(diffId)) !== h.digest) {
-        await this.store.recordDiffId(diffId, h.digest)
-        this.recorded.set(diffId, h.digest)
-      }
-      task.done(existed ? `layer ${shortDigest(h.digest)} already stored` : `built ${formatBytes(h.size)} layer ${shortDigest(h.digest)}`)
-      return { digest: h.digest, size: h.size, diffId }
+      return await this.#stored(file, { ...h, existed }, diffIdOf(), task)
     } catch (e) {
       await stage.abort()
       throw e
