@@ -80,6 +80,7 @@ export async function dfsRead(ctx: BenchContext, into = true): Promise<Metric> {
   await ctx.fixtures.settle()
   const cpu0 = ctx.fixtures.cpuSeconds()
   const threads0 = THREADS ? ctx.fixtures.threadCpu() : null
+  ctx.log(`measuring: ${total} reads of ${fmtBytes(chunkBytes)}, ${readConcurrency} in flight`)
   const t0 = performance.now()
   const bufs = into ? Array.from({ length: readConcurrency }, () => Buffer.alloc(chunkBytes)) : []
   const lat = await runConcurrent(total, readConcurrency, async (k, slot) => {

@@ -158,3 +158,40 @@ test('accepted sockets receive in place on this Node (the server side of the fas
   t.is(p.small, 'x')
   t.is(req.body!.length, frame.length - 4, 'the frame was received into one body of its own')
 })
+
+/** Plays a socket in onread mode: each read fills at most `maxRead` bytes of what the decoder offers. */
+function feedInPlace(dec: FrameDecoder, bytes: Buffer, maxRead: number): Array<Buffer | { env: unknown }> {
+  const out: Array<Buffer | { env: unknown }> = []
+  let off = 0
+  while (off < bytes.length) {
+    const target = dec.readTarget()
+    const n = Math.min(target.length, maxRead, bytes.length - off)
+    bytes.copy(target, 0, off, off + n)
+    off += n
+    out.push(...dec.commitRead(n))
+  }
+  return out
+}
+
+test('in-place reception gives back slab bytes that a large frame only passed through, and never those a small frame still holds', (t) => {
+  for (const placed of [false, true]) {
+    const dec = new FrameDecoder(1 << 24)
+    const into = Buffer.alloc(1024 * 1024)
+    if (placed) dec.placer = (_env, _ph, lengths) => ({ into: lengths.map(() => into), live: () => true })
+    const small = encodeFrame({ id: 1, service: 3, method: 1, flags: 2, payload: { tag: Buffer.from('first small frame') } })
+    const data = randomBytes(1024 * 1024)
+    const large = encodeFrame({ id: 2, service: 3, method: 1, flags: 2, payload: { data } })
+    const next = encodeFrame({ id: 3, service: 3, method: 1, flags: 2, payload: { tag: Buffer.from('second small frame') } })
+    const [first] = feedInPlace(dec, small, 64 * 1024) as Buffer[]
+    // one read brings the large frame's header, envelope and its first ~60 KiB (most of the slab), as a socket read would
+    const got = feedInPlace(dec, large, 60 * 1024)
+    t.is(got.length, 1)
+    const [second] = feedInPlace(dec, next, 64 * 1024) as Buffer[]
+    t.is(second!.buffer, first!.buffer, `${placed ? 'placed' : 'whole'} frame: the next small frame reuses the slab`)
+    t.deepEqual((decodeEnvelope(first!).payload as { tag: Buffer }).tag.toString(), 'first small frame', 'an earlier frame is intact')
+    t.deepEqual((decodeEnvelope(second!).payload as { tag: Buffer }).tag.toString(), 'second small frame')
+    const body = placed ? ((got[0] as { env: { payload: { data: Buffer } } }).env.payload.data) : (decodeEnvelope(got[0] as Buffer).payload as { data: Buffer }).data
+    t.true(body.equals(data), 'the large frame arrived whole')
+    if (placed) t.is(body.buffer, into.buffer)
+  }
+})
