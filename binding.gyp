@@ -2,7 +2,7 @@
   "targets": [
     {
       "target_name": "strata_native",
-      "sources": ["native/addon/strata_native.c"],
+      "sources": ["native/addon/strata_native.c", "native/addon/crc32c.c"],
       "cflags": ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
       "defines": ["_GNU_SOURCE", "NAPI_VERSION=8"]
     },

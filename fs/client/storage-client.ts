@@ -6,7 +6,7 @@
 // view of the chain is stale.
 
 import { randomUUID } from 'node:crypto'
-import { crc32c } from '@node-rs/crc32'
+import { crc32c } from '../common/crc32c.js'
 import { StrataError, toStrataError } from '../common/errors.js'
 import { isChunkId } from '../common/chunk-id.js'
 import { ServiceId, StorageMethod, methodName } from '../common/services.js'

@@ -33,6 +33,8 @@ export interface NativeAddon {
    * 8–65536), as O_DIRECT needs; freed when the Buffer is collected.
    */
   alignedBuffer(size: number, alignment: number): Buffer
+  /** CRC32C with the SSE4.2 instruction (three streams); absent when the CPU lacks it. Use fs/common/crc32c.ts. */
+  crc32c?: (data: Uint8Array, initial?: number) => number
 }
 
 /** mount(2) flags used by Strata (linux/mount.h) */

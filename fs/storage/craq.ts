@@ -5,7 +5,7 @@
 // after it committed), then committed locally. A client is acknowledged only
 // after every SERVING/SYNCING replica committed.
 
-import { crc32c } from '@node-rs/crc32'
+import { crc32c } from '../common/crc32c.js'
 import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
 import { StorageMethod, ServiceId } from '../common/services.js'
 import type { ChainInfo, RoutingInfo } from '../common/types.js'

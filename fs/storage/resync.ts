@@ -6,7 +6,7 @@
 // SERVING. Client writes that race with the sync are forwarded to the
 // SYNCING target as full-chunk replaces (craq.ts), so both interleave safely.
 
-import { crc32c } from '@node-rs/crc32'
+import { crc32c } from '../common/crc32c.js'
 import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
 import { ServiceId, StorageMethod } from '../common/services.js'
 import type { ChainInfo } from '../common/types.js'

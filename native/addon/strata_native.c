@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include "crc32c.h"
 
 static const char *errno_name(int e) {
   switch (e) {
@@ -410,6 +411,52 @@ static napi_value js_aligned_buffer(napi_env env, napi_callback_info info) {
   return r;
 }
 
+
+// crc32c(data, initial = 0): CRC32C of a Uint8Array (or any TypedArray or
+// DataView, over its bytes) continuing from `initial`. Only exported when the
+// CPU has SSE4.2; fs/common/crc32c.ts falls back to @node-rs/crc32 otherwise.
+static napi_value js_crc32c(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1) { napi_throw_type_error(env, "EINVAL", "crc32c(data, initial?)"); return NULL; }
+  void *data = NULL;
+  size_t len = 0;
+  bool is;
+  napi_is_typedarray(env, argv[0], &is);
+  if (is) {
+    napi_typedarray_type type;
+    size_t count;
+    napi_value ab;
+    size_t offset;
+    napi_get_typedarray_info(env, argv[0], &type, &count, &data, &ab, &offset);
+    size_t width = 1;
+    switch (type) {
+      case napi_int16_array: case napi_uint16_array: width = 2; break;
+      case napi_int32_array: case napi_uint32_array: case napi_float32_array: width = 4; break;
+      case napi_float64_array: case napi_bigint64_array: case napi_biguint64_array: width = 8; break;
+      default: width = 1;
+    }
+    len = count * width;
+  } else {
+    napi_is_dataview(env, argv[0], &is);
+    if (!is) { napi_throw_type_error(env, "EINVAL", "crc32c: data must be a Buffer, TypedArray or DataView"); return NULL; }
+    napi_value ab;
+    size_t offset;
+    napi_get_dataview_info(env, argv[0], &len, &data, &ab, &offset);
+  }
+  uint32_t initial = 0;
+  if (argc > 1) {
+    napi_valuetype t;
+    napi_typeof(env, argv[1], &t);
+    if (t == napi_number) napi_get_value_uint32(env, argv[1], &initial);
+    else if (t != napi_undefined) { napi_throw_type_error(env, "EINVAL", "crc32c: initial must be a number"); return NULL; }
+  }
+  napi_value r;
+  napi_create_uint32(env, len > 0 ? crc32c_hw(initial, (const uint8_t *)data, len) : initial, &r);
+  return r;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"mount", NULL, js_mount, NULL, NULL, NULL, napi_default, NULL},
@@ -426,6 +473,10 @@ static napi_value init(napi_env env, napi_value exports) {
     {"flock", NULL, js_flock, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  if (crc32c_hw_init()) {
+    napi_property_descriptor crc = {"crc32c", NULL, js_crc32c, NULL, NULL, NULL, napi_default, NULL};
+    napi_define_properties(env, exports, 1, &crc);
+  }
   return exports;
 }
 

@@ -1,8 +1,8 @@
-// CRC32C helpers on top of @node-rs/crc32 (hardware-accelerated). The chunk
+// CRC32C helpers on top of fs/common/crc32c (hardware-accelerated). The chunk
 // checksum is CRC32C of the whole chunk, maintained incrementally so an append
 // never has to re-read what is already on disk.
 
-import { crc32c } from '@node-rs/crc32'
+import { crc32c } from '../../common/crc32c.js'
 
 /** Reflected CRC32C (Castagnoli) polynomial. */
 const POLY = 0x82f63b78

@@ -5,7 +5,7 @@
 import { constants as fsc, promises as fsp } from 'node:fs'
 import type { FileHandle } from 'node:fs/promises'
 import * as path from 'node:path'
-import { crc32c } from '@node-rs/crc32'
+import { crc32c } from '../../common/crc32c.js'
 import { BufferPool } from '../../common/buffer-pool.js'
 import { StrataError } from '../../common/errors.js'
 import { native } from '../../common/native.js'
