@@ -33,6 +33,14 @@ export interface NativeAddon {
    * 8–65536), as O_DIRECT needs; freed when the Buffer is collected.
    */
   alignedBuffer(size: number, alignment: number): Buffer
+  /**
+   * sendfile(2) of [offset, offset+length) of `fileFd` to the stream socket `socketFd`, on a libuv pool
+   * thread, waiting (poll, at most `timeoutMs` each time) whenever the socket buffer is full. The socket
+   * descriptor is duplicated for the duration, so a socket closed meanwhile never lets the bytes go to a
+   * reused descriptor number. Rejects with the errno name as `code` (EPIPE, ECONNRESET, ETIMEDOUT,
+   * EOVERFLOW when the file ends before `length` bytes).
+   */
+  sendfile(socketFd: number, fileFd: number, offset: number, length: number, timeoutMs: number): Promise<void>
   /** CRC32C with the SSE4.2 instruction (three streams); absent when the CPU lacks it. Use fs/common/crc32c.ts. */
   crc32c?: (data: Uint8Array, initial?: number) => number
 }

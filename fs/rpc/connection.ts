@@ -5,7 +5,37 @@
 import type { Socket } from 'node:net'
 import type { BufferPool } from '../common/buffer-pool.js'
 import { StrataError, toStrataError } from '../common/errors.js'
-import { decodeEnvelope, encodeFrameParts, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type AttachmentPlacer, type DecodedFrame, type Envelope } from './frame.js'
+import { native } from '../common/native.js'
+import { decodeEnvelope, encodeFrameParts, FileSlice, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type AttachmentPlacer, type DecodedFrame, type EncodedFrame, type Envelope } from './frame.js'
+
+/**
+ * How long a sendfile may wait for room in the socket buffer before the
+ * connection is given up: the peer stopped reading.
+ */
+const SENDFILE_STALL_MS = 30_000
+
+/** The socket's descriptor, or -1 where there is none to hand to sendfile. */
+function socketFd(socket: Socket): number {
+  const fd = (socket as unknown as { _handle?: { fd?: unknown } })._handle?.fd
+  return typeof fd === 'number' && fd >= 0 ? fd : -1
+}
+
+let sendfileAvailable: boolean | null = null
+function canSendfile(): boolean {
+  if (sendfileAvailable === null) {
+    try {
+      sendfileAvailable = typeof native().sendfile === 'function'
+    } catch {
+      sendfileAvailable = false
+    }
+  }
+  return sendfileAvailable
+}
+
+interface QueuedFrame {
+  frame: EncodedFrame
+  written?: () => void
+}
 
 /**
  * Where a reply's large Buffers should be received: given the reply payload
@@ -126,6 +156,12 @@ export class Connection {
   private nextId = 1
   private closedErr: StrataError | null = null
   private readonly closeListeners: Array<(err: StrataError) => void> = []
+  /**
+   * Frames waiting while one with file parts is written (its sendfile goes
+   * around the socket's own write queue, so nothing may be written meanwhile);
+   * null when no such frame is being written.
+   */
+  private held: QueuedFrame[] | null = null
   readonly peer: string
 
   constructor(
@@ -247,14 +283,87 @@ export class Connection {
     if (frame.bodyBytes > this.maxFrameBytes) {
       throw new StrataError('RPC_FRAME_TOO_LARGE', `frame of ${frame.bodyBytes} bytes exceeds the maximum of ${this.maxFrameBytes}`)
     }
-    // corked, the segments leave in one writev; attachments are not copied
+    if (this.held) this.held.push(written ? { frame, written } : { frame })
+    else this.write(frame, written)
+  }
+
+  private write(frame: EncodedFrame, written?: () => void): void {
+    if (frame.parts.some((p) => p instanceof FileSlice)) {
+      this.held = []
+      void this.writeWithFiles(frame.parts).then(
+        () => {
+          written?.()
+          this.releaseHeld()
+        },
+        (e: unknown) => {
+          written?.()
+          // the frame is cut off mid-way: the byte stream cannot go on
+          this.close(toStrataError(e, 'RPC_CONNECTION_CLOSED'))
+          this.releaseHeld()
+        },
+      )
+      return
+    }
+    this.writeBuffers(frame.parts as Buffer[], written)
+  }
+
+  /** corked, the segments leave in one writev; attachments are not copied */
+  private writeBuffers(parts: Buffer[], written?: (err?: Error | null) => void): void {
     this.socket.cork()
-    const last = frame.parts.length - 1
-    for (let i = 0; i < last; i++) this.socket.write(frame.parts[i]!)
+    const last = parts.length - 1
+    for (let i = 0; i < last; i++) this.socket.write(parts[i]!)
     // the callback of the last write also covers the earlier ones (same writev, or queued before it)
-    if (written) this.socket.write(frame.parts[last]!, () => written())
-    else this.socket.write(frame.parts[last]!)
+    if (written) this.socket.write(parts[last]!, (err) => written(err))
+    else this.socket.write(parts[last]!)
     this.socket.uncork()
+  }
+
+  /**
+   * Memory parts go through the socket as usual; a file part, once everything
+   * before it has reached the kernel, goes from the page cache to the socket
+   * with sendfile (no copy through this process), or is read and written
+   * where that is not possible.
+   */
+  private async writeWithFiles(parts: EncodedFrame['parts']): Promise<void> {
+    let i = 0
+    while (i < parts.length) {
+      if (this.closedErr) throw this.closedErr
+      const bufs: Buffer[] = []
+      while (i < parts.length && !(parts[i] instanceof FileSlice)) bufs.push(parts[i++] as Buffer)
+      if (bufs.length > 0) await this.flushed(bufs)
+      if (i === parts.length) break
+      const f = parts[i++] as FileSlice
+      if (this.closedErr) throw this.closedErr
+      const fd = socketFd(this.socket)
+      if (fd >= 0 && canSendfile() && this.socket.writableLength === 0) {
+        await native().sendfile(fd, f.fd, f.offset, f.length, SENDFILE_STALL_MS)
+      } else {
+        await this.flushed([f.read()])
+      }
+    }
+  }
+
+  private flushed(bufs: Buffer[]): Promise<void> {
+    return new Promise((resolve, reject) => this.writeBuffers(bufs, (err) => (err ? reject(err) : resolve())))
+  }
+
+  /** Writes the frames held back during a file frame, in order, until the next file frame. */
+  private releaseHeld(): void {
+    const q = this.held ?? []
+    this.held = null
+    while (q.length > 0) {
+      const { frame, written } = q.shift()!
+      if (this.closedErr) {
+        written?.()
+        continue
+      }
+      this.write(frame, written)
+      if (this.held) {
+        // another file frame: the rest wait for it
+        ;(this.held as QueuedFrame[]).push(...q)
+        return
+      }
+    }
   }
 
   /** Sends a request and resolves with the reply payload. Deadlines are the caller's job. */

@@ -15,6 +15,7 @@
 // attachment area). Frames without large Buffers keep the first form byte for
 // byte, so small messages are unchanged on the wire.
 
+import { readSync } from 'node:fs'
 import { Packr, addExtension } from 'msgpackr'
 import type { BufferPool } from '../common/buffer-pool.js'
 import { StrataError, type WireError } from '../common/errors.js'
@@ -50,12 +51,76 @@ export interface Envelope {
 // shared structures (a reconnect must never misread a record id).
 const packr = new Packr({ useRecords: false, mapsAsObjects: true })
 
+/**
+ * Bytes of an open file that travel as an attachment without passing through
+ * this process's memory: the connection hands them from the page cache to the
+ * socket with sendfile(2) (see Connection.send). On the wire they are an
+ * ordinary attachment; the receiver sees a Buffer. Whoever puts one in a
+ * reply keeps `fd` open, and the range unchanged, until the reply is written
+ * (the RPC server's AFTER_REPLY hook).
+ */
+export class FileSlice {
+  constructor(
+    readonly fd: number,
+    readonly offset: number,
+    readonly length: number,
+  ) {}
+
+  /** The bytes, read into memory (where sendfile cannot serve: tools, tests, non-socket transports). */
+  read(): Buffer {
+    const b = Buffer.allocUnsafe(this.length)
+    let done = 0
+    while (done < this.length) {
+      const n = readSync(this.fd, b, done, this.length - done, this.offset + done)
+      if (n === 0) throw new StrataError('IO_ERROR', `file ended ${this.length - done} bytes before the end of an attachment`)
+      done += n
+    }
+    return b
+  }
+}
+
+/** One piece of an encoded frame: bytes in memory, or a range of a file. */
+export type FramePart = Buffer | FileSlice
+
 // Attachments of the frame being packed / unpacked. Packing and unpacking are
 // synchronous, so module-level state is safe; null outside those calls, in
 // which case Buffers pack inline whatever their size.
-let packing: { parts: Buffer[]; bytes: number } | null = null
+let packing: { parts: FramePart[]; bytes: number } | null = null
 /** resolves an attachment reference (offset, length inside the attachment area) to its bytes */
 let unpacking: ((off: number, len: number) => Buffer) | null = null
+
+function unpackAttachmentRef(data: Uint8Array): Buffer {
+  const resolve = unpacking
+  if (!resolve || data.length !== 8) throw new Error('attachment reference outside an attachment frame')
+  const view = new DataView(data.buffer, data.byteOffset, 8)
+  return resolve(view.getUint32(0), view.getUint32(4))
+}
+
+type AllocateForWrite = (size: number) => { target: Uint8Array; targetView: DataView; position: number }
+
+/** fixext 8 in the envelope: where the attachment sits in the attachment area and how long it is */
+function writeAttachmentRef(allocateForWrite: AllocateForWrite, part: FramePart, length: number): void {
+  const { target, targetView, position } = allocateForWrite(10)
+  target[position] = 0xd7
+  target[position + 1] = ATTACHMENT_EXT
+  targetView.setUint32(position + 2, packing!.bytes)
+  targetView.setUint32(position + 6, length)
+  packing!.parts.push(part)
+  packing!.bytes += length
+}
+
+// A FileSlice is always an attachment (its bytes are not in memory to inline).
+// Registered before the Uint8Array extension, which then sets the unpacker
+// both share (msgpackr keeps one unpacker per type code).
+addExtension({
+  Class: FileSlice,
+  type: ATTACHMENT_EXT,
+  pack(value: FileSlice, allocateForWrite: AllocateForWrite) {
+    if (!packing) throw new StrataError('INTERNAL', 'a FileSlice can only travel as a frame attachment')
+    writeAttachmentRef(allocateForWrite, value, value.length)
+  },
+  unpack: unpackAttachmentRef,
+} as unknown as Parameters<typeof addExtension>[0])
 
 // msgpackr routes every Uint8Array (Buffer included) through the first
 // matching extension, and extensions added here take precedence over its
@@ -64,17 +129,10 @@ let unpacking: ((off: number, len: number) => Buffer) | null = null
 addExtension({
   Class: Uint8Array,
   type: ATTACHMENT_EXT,
-  pack(value: Uint8Array, allocateForWrite: (size: number) => { target: Uint8Array; targetView: DataView; position: number }) {
+  pack(value: Uint8Array, allocateForWrite: AllocateForWrite) {
     const n = value.byteLength
     if (packing && n >= ATTACHMENT_MIN_BYTES) {
-      // fixext 8: offset and length in the attachment area
-      const { target, targetView, position } = allocateForWrite(10)
-      target[position] = 0xd7
-      target[position + 1] = ATTACHMENT_EXT
-      targetView.setUint32(position + 2, packing.bytes)
-      targetView.setUint32(position + 6, n)
-      packing.parts.push(Buffer.isBuffer(value) ? value : Buffer.from(value.buffer, value.byteOffset, n))
-      packing.bytes += n
+      writeAttachmentRef(allocateForWrite, Buffer.isBuffer(value) ? value : Buffer.from(value.buffer, value.byteOffset, n), n)
       return
     }
     // msgpack bin 8/16/32, exactly what msgpackr writes for binary by itself
@@ -92,12 +150,7 @@ addExtension({
     }
     target.set(value, position + head)
   },
-  unpack(data: Uint8Array): Buffer {
-    const resolve = unpacking
-    if (!resolve || data.length !== 8) throw new Error('attachment reference outside an attachment frame')
-    const view = new DataView(data.buffer, data.byteOffset, 8)
-    return resolve(view.getUint32(0), view.getUint32(4))
-  },
+  unpack: unpackAttachmentRef,
   // msgpackr's typings only know pack(value) → bytes; the allocateForWrite form
   // (write in place, no ext wrapper) is the one its own built-ins use
 } as unknown as Parameters<typeof addExtension>[0])
@@ -105,13 +158,13 @@ addExtension({
 /** One encoded frame as the segments to write, in order (one writev). */
 export interface EncodedFrame {
   /** length header (+ attachment prefix), envelope, then the attachments themselves */
-  parts: Buffer[]
+  parts: FramePart[]
   /** body length as announced in the header */
   bodyBytes: number
 }
 
 export function encodeFrameParts(env: Envelope): EncodedFrame {
-  const collected = { parts: [] as Buffer[], bytes: 0 }
+  const collected = { parts: [] as FramePart[], bytes: 0 }
   packing = collected
   let envelope: Buffer
   try {
@@ -135,7 +188,7 @@ export function encodeFrameParts(env: Envelope): EncodedFrame {
 
 /** The whole frame in one Buffer (tests, tools); connections write the parts. */
 export function encodeFrame(env: Envelope): Buffer {
-  return Buffer.concat(encodeFrameParts(env).parts)
+  return Buffer.concat(encodeFrameParts(env).parts.map((p) => (p instanceof FileSlice ? p.read() : p)))
 }
 
 export function decodeEnvelope(body: Buffer): Envelope {

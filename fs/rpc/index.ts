@@ -3,4 +3,4 @@ export { RpcClient, parseAddress, type CallOptions, type RpcClientOptions } from
 export { Connection, DirectReader, type AttachmentSink, type IncomingRequest } from './connection.js'
 export { withRetry, type RetryOptions } from './retry.js'
 export { FaultRegistry, type FaultSpec, type FaultKind, type InstalledFault } from './faults.js'
-export { DEFAULT_MAX_FRAME_BYTES, ATTACHMENT_MIN_BYTES, FrameDecoder, encodeFrame, encodeFrameParts, decodeEnvelope, type Envelope, type EncodedFrame } from './frame.js'
+export { DEFAULT_MAX_FRAME_BYTES, ATTACHMENT_MIN_BYTES, FileSlice, FrameDecoder, encodeFrame, encodeFrameParts, decodeEnvelope, type Envelope, type EncodedFrame, type FramePart } from './frame.js'

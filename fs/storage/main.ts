@@ -19,6 +19,8 @@ export interface StorageConfig {
   fsync?: boolean
   /** write chunk data of 64 KiB and more past the page cache with O_DIRECT (default true) */
   directWrites?: boolean
+  /** send whole-chunk reads from the page cache with sendfile (default true) */
+  zeroCopyReads?: boolean
 }
 
 export interface StorageDaemon {
@@ -39,6 +41,7 @@ export async function startStorage(config: StorageConfig, log: Logger = createLo
     timers: mergeTimers(LOCAL_TIMERS, config.timers),
     fsync: config.fsync ?? true,
     directWrites: config.directWrites ?? true,
+    zeroCopyReads: config.zeroCopyReads ?? true,
     log,
   })
   await service.open()

@@ -11,7 +11,7 @@ import { every } from '../common/daemon.js'
 import type { Logger } from '../common/log.js'
 import type { RoutingInfo } from '../common/types.js'
 import { MgmtdClient, type HeartbeatTarget } from '../mgmtd/index.js'
-import { AFTER_REPLY, RpcClient, type RpcServer } from '../rpc/index.js'
+import { AFTER_REPLY, ATTACHMENT_MIN_BYTES, FileSlice, RpcClient, type RpcServer } from '../rpc/index.js'
 import { BufferPool } from '../common/buffer-pool.js'
 import { Craq } from './craq.js'
 import { ResyncWorker } from './resync.js'
@@ -49,6 +49,8 @@ export interface StorageOptions {
   fsync: boolean
   /** O_DIRECT for large chunk writes (ChunkEngineOptions.directWrites) */
   directWrites: boolean
+  /** whole-chunk reads leave by sendfile from the page cache (see batchRead); default true */
+  zeroCopyReads?: boolean
   log: Logger
 }
 
@@ -186,6 +188,9 @@ export class StorageService {
   private async batchRead(p: BatchReadReq): Promise<BatchReadRsp> {
     if (!p || !Array.isArray(p.ios)) throw new StrataError('INVALID_ARGUMENT', 'batchRead needs ios')
     const alloc = (n: number) => this.readBuffers.take(n)
+    // whole chunks of attachment size leave as file ranges the connection sendfile()s from the page cache
+    const leaseFrom = this.opts.zeroCopyReads === false ? undefined : ATTACHMENT_MIN_BYTES
+    const leases: Array<() => void> = []
     const results: ReadResult[] = await Promise.all(
       p.ios.map(async (io): Promise<ReadResult> => {
         try {
@@ -197,8 +202,19 @@ export class StorageService {
           if (pub !== 'SERVING' || t.localState !== 'UPTODATE') {
             throw new StrataError('TARGET_STATE_INVALID', `target ${t.record.targetId} is ${pub ?? 'not in chain'}/${t.localState}`)
           }
-          const r = await t.engine.read(io.chunkId, io.offset, io.length, { allowUncommitted: p.allowReadUncommitted ?? false, verifyChecksum: p.verifyChecksum ?? false, alloc })
-          return { ok: true, data: r.data, commitVer: r.commitVer, updateVer: r.updateVer, commitChainVer: r.commitChainVer, checksum: r.checksum }
+          const r = await t.engine.read(io.chunkId, io.offset, io.length, {
+            allowUncommitted: p.allowReadUncommitted ?? false,
+            verifyChecksum: p.verifyChecksum ?? false,
+            alloc,
+            ...(leaseFrom !== undefined ? { leaseFrom } : {}),
+          })
+          let data: Buffer = r.data
+          if (r.file) {
+            leases.push(r.file.release)
+            // travels as an ordinary attachment: the reader receives a Buffer
+            data = new FileSlice(r.file.fd, r.file.offset, r.file.length) as unknown as Buffer
+          }
+          return { ok: true, data, commitVer: r.commitVer, updateVer: r.updateVer, commitChainVer: r.commitChainVer, checksum: r.checksum }
         } catch (e) {
           return { ok: false, error: toStrataError(e).toWire() }
         }
@@ -207,7 +223,8 @@ export class StorageService {
     // The reply is the only holder of the data (chunk bytes are never cached
     // or kept elsewhere), so once it is written the buffers can be reused.
     const release = () => {
-      for (const r of results) if (r.ok) this.readBuffers.release(r.data)
+      for (const r of results) if (r.ok && Buffer.isBuffer(r.data)) this.readBuffers.release(r.data)
+      for (const done of leases) done()
     }
     return { results, [AFTER_REPLY]: release } as BatchReadRsp
   }

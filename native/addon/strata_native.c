@@ -20,6 +20,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include "crc32c.h"
+#include <poll.h>
+#include <sys/sendfile.h>
 
 static const char *errno_name(int e) {
   switch (e) {
@@ -34,11 +36,13 @@ static const char *errno_name(int e) {
     case EDQUOT: return "EDQUOT"; case EBADF: return "EBADF"; case ENOTEMPTY: return "ENOTEMPTY";
     case EISDIR: return "EISDIR"; case EXDEV: return "EXDEV"; case EMLINK: return "EMLINK";
     case EADDRINUSE: return "EADDRINUSE"; case ENOTSOCK: return "ENOTSOCK"; case ENFILE: return "ENFILE";
+    case EPIPE: return "EPIPE"; case ECONNRESET: return "ECONNRESET"; case ETIMEDOUT: return "ETIMEDOUT";
+    case ENOTCONN: return "ENOTCONN"; case EAGAIN: return "EAGAIN"; case EOVERFLOW: return "EOVERFLOW";
     default: return "EUNKNOWN";
   }
 }
 
-static napi_value throw_errno_path(napi_env env, const char *syscall_name, int e, const char *path) {
+static napi_value errno_error(napi_env env, const char *syscall_name, int e, const char *path) {
   char msg[512];
   if (path) snprintf(msg, sizeof msg, "%s: %s, %s '%s'", errno_name(e), strerror(e), syscall_name, path);
   else snprintf(msg, sizeof msg, "%s: %s", syscall_name, strerror(e));
@@ -56,7 +60,11 @@ static napi_value throw_errno_path(napi_env env, const char *syscall_name, int e
     napi_create_string_utf8(env, path, NAPI_AUTO_LENGTH, &p);
     napi_set_named_property(env, err, "path", p);
   }
-  napi_throw(env, err);
+  return err;
+}
+
+static napi_value throw_errno_path(napi_env env, const char *syscall_name, int e, const char *path) {
+  napi_throw(env, errno_error(env, syscall_name, e, path));
   return NULL;
 }
 
@@ -457,6 +465,96 @@ static napi_value js_crc32c(napi_env env, napi_callback_info info) {
   return r;
 }
 
+// sendfile(socketFd, fileFd, offset, length, timeoutMs): Promise<void>. Copies
+// length bytes of a file to a stream socket inside the kernel (for TCP the
+// page-cache pages themselves are queued, no copy through user memory), on a
+// libuv pool thread. The socket is non-blocking (libuv's); when its buffer is
+// full the thread waits in poll() for room, at most timeoutMs per wait, then
+// fails with ETIMEDOUT. The caller guarantees nothing else writes to the
+// socket meanwhile and keeps the file descriptor open until the promise
+// settles; the socket descriptor is duplicated here for the duration.
+typedef struct {
+  int sock, file;
+  off_t offset;
+  size_t length;
+  int timeout_ms;
+  int err;
+  const char *syscall;
+  napi_deferred deferred;
+  napi_async_work work;
+} sendfile_job;
+
+static void sendfile_execute(napi_env env, void *data) {
+  sendfile_job *j = data;
+  off_t off = j->offset;
+  size_t left = j->length;
+  while (left > 0) {
+    ssize_t n = sendfile(j->sock, j->file, &off, left);
+    if (n > 0) { left -= (size_t)n; continue; }
+    if (n == 0) { j->err = EOVERFLOW; j->syscall = "sendfile"; return; }  // the file ended early
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) { j->err = errno; j->syscall = "sendfile"; return; }
+    struct pollfd p = { .fd = j->sock, .events = POLLOUT };
+    int r;
+    do r = poll(&p, 1, j->timeout_ms); while (r < 0 && errno == EINTR);
+    if (r < 0) { j->err = errno; j->syscall = "poll"; return; }
+    if (r == 0) { j->err = ETIMEDOUT; j->syscall = "poll"; return; }
+    if (p.revents & POLLNVAL) { j->err = EBADF; j->syscall = "poll"; return; }
+    // on POLLERR/POLLHUP the next sendfile reports what went wrong
+  }
+}
+
+static void sendfile_complete(napi_env env, napi_status status, void *data) {
+  sendfile_job *j = data;
+  close(j->sock);
+  if (status != napi_ok && j->err == 0) { j->err = EIO; j->syscall = "sendfile"; }
+  if (j->err) {
+    napi_reject_deferred(env, j->deferred, errno_error(env, j->syscall, j->err, NULL));
+  } else {
+    napi_value undef;
+    napi_get_undefined(env, &undef);
+    napi_resolve_deferred(env, j->deferred, undef);
+  }
+  napi_delete_async_work(env, j->work);
+  free(j);
+}
+
+static napi_value js_sendfile(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 5) { napi_throw_type_error(env, "EINVAL", "sendfile(socketFd, fileFd, offset, length, timeoutMs)"); return NULL; }
+  double sock, file, offset, length, timeout;
+  if (!num_arg(env, argv[0], "socketFd must be a number", &sock) || !num_arg(env, argv[1], "fileFd must be a number", &file) ||
+      !num_arg(env, argv[2], "offset must be a number", &offset) || !num_arg(env, argv[3], "length must be a number", &length) ||
+      !num_arg(env, argv[4], "timeoutMs must be a number", &timeout)) return NULL;
+  if (sock < 0 || file < 0 || offset < 0 || length < 0 || timeout < 1 || sock != (int)sock || file != (int)file ||
+      offset != (double)(int64_t)offset || length != (double)(int64_t)length || timeout > 2147483647) {
+    napi_throw_range_error(env, "EINVAL", "sendfile: descriptors, offset and length must be non-negative integers, timeoutMs positive");
+    return NULL;
+  }
+  sendfile_job *j = calloc(1, sizeof *j);
+  if (!j) { napi_throw_error(env, "ENOMEM", "sendfile: out of memory"); return NULL; }
+  // a private reference to the socket: should the owner close its descriptor meanwhile, the number
+  // may be reused at once, and the rest of the bytes must not go to whatever it names then
+  j->sock = fcntl((int)sock, F_DUPFD_CLOEXEC, 0);
+  if (j->sock < 0) {
+    int e = errno;
+    free(j);
+    return throw_errno(env, "fcntl", e);
+  }
+  j->file = (int)file;
+  j->offset = (off_t)offset;
+  j->length = (size_t)length;
+  j->timeout_ms = (int)timeout;
+  napi_value promise, name;
+  napi_create_promise(env, &j->deferred, &promise);
+  napi_create_string_utf8(env, "strata.sendfile", NAPI_AUTO_LENGTH, &name);
+  napi_create_async_work(env, NULL, name, sendfile_execute, sendfile_complete, j, &j->work);
+  napi_queue_async_work(env, j->work);
+  return promise;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"mount", NULL, js_mount, NULL, NULL, NULL, napi_default, NULL},
@@ -471,6 +569,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"unixListen", NULL, js_unix_listen, NULL, NULL, NULL, napi_default, NULL},
     {"alignedBuffer", NULL, js_aligned_buffer, NULL, NULL, NULL, napi_default, NULL},
     {"flock", NULL, js_flock, NULL, NULL, NULL, napi_default, NULL},
+    {"sendfile", NULL, js_sendfile, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   if (crc32c_hw_init()) {

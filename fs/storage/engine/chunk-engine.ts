@@ -31,6 +31,7 @@ import {
   type ContentRef,
   type EngineSpaceInfo,
   type LastChunkInfo,
+  type LeasedRange,
   type ReadOptions,
   type RecoveryInfo,
   type UpdateResult,
@@ -269,9 +270,11 @@ export class ChunkEngine {
       return this.updateMetadataOnly(chunkId, old, cur, next, base, edit, lengthInfo)
     }
 
-    const plan = chooseMode(edit, base, cur.committed)
-    const tag = plan === 'inplace' ? base.file! : pickTag(next.updateVer, cur)
     const basePath = base.file ? this.files.pathOf(chunkId, base.file) : null
+    let plan = chooseMode(edit, base, cur.committed)
+    // a reader may still be sending an older, longer version out of this file (sendfile): leave it as it is
+    if (plan === 'inplace' && this.files.isLeased(basePath!)) plan = 'rewrite'
+    const tag = plan === 'inplace' ? base.file! : pickTag(next.updateVer, cur)
     const targetPath = this.files.pathOf(chunkId, tag)
 
     // The file of an earlier torn update is garbage; drop it unless its name is reused now.
@@ -491,8 +494,13 @@ export class ChunkEngine {
         const start = Math.min(offset, ref.size)
         const end = Math.min(offset + length, ref.size)
         let data: Buffer
+        let leased: LeasedRange | undefined
         try {
-          if (opts.verifyChecksum && ref.size > 0) {
+          if (opts.leaseFrom !== undefined && !opts.verifyChecksum && start === 0 && end === ref.size && ref.size >= opts.leaseFrom && ref.size > 0) {
+            const l = await this.files.lease(this.files.pathOf(id, ref.file!))
+            leased = { fd: l.fd, offset: 0, length: ref.size, release: l.release }
+            data = EMPTY
+          } else if (opts.verifyChecksum && ref.size > 0) {
             const whole = await this.files.read(this.files.pathOf(id, ref.file!), 0, ref.size, opts.alloc)
             if (crc32cOf(whole) !== ref.checksum) {
               throw chunkError('CHECKSUM_MISMATCH', id, rec, 'stored data does not match the chunk checksum')
@@ -510,10 +518,13 @@ export class ChunkEngine {
           throw toStrataError(e, 'IO_ERROR')
         }
         const after = this.load(id)
+        if (!after || after.updateVer !== rec.updateVer) leased?.release()
         if (!after) throw new StrataError('CHUNK_NOT_FOUND', `chunk ${id.toString('hex')} removed during read`)
         if (after.updateVer !== rec.updateVer) throw chunkError('CHUNK_NOT_COMMIT', id, after, 'chunk changed during read')
+        // From here the lease keeps the range as it is: no update writes into a leased file in place.
         return {
           data,
+          ...(leased ? { file: leased } : {}),
           commitVer: rec.commitVer,
           updateVer: rec.updateVer,
           commitChainVer: rec.chainVer,

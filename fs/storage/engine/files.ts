@@ -95,6 +95,16 @@ class FdCache {
   constructor(private readonly capacity: number) {}
 
   async use<T>(file: string, fn: (fh: FileHandle) => Promise<T>): Promise<T> {
+    const { fh, release } = await this.acquire(file)
+    try {
+      return await fn(fh)
+    } finally {
+      release()
+    }
+  }
+
+  /** A handle kept open (and out of eviction's reach) until `release` is called, exactly once. */
+  async acquire(file: string): Promise<{ fh: FileHandle; release: () => void }> {
     let e = this.map.get(file)
     if (e) {
       // refresh LRU position
@@ -115,11 +125,15 @@ class FdCache {
       if (this.map.get(file) === entry) this.map.delete(file)
       throw err
     }
-    try {
-      return await fn(fh)
-    } finally {
-      entry.refs--
-      if (entry.dead && entry.refs === 0) closeQuiet(entry.fh)
+    let released = false
+    return {
+      fh,
+      release: () => {
+        if (released) return
+        released = true
+        entry.refs--
+        if (entry.dead && entry.refs === 0) closeQuiet(entry.fh)
+      },
     }
   }
 
@@ -155,6 +169,8 @@ function closeQuiet(fh: Promise<FileHandle>): void {
 
 export class ChunkFiles {
   private readonly fds = new FdCache(512)
+  /** outstanding leases by path (see lease) */
+  private readonly leases = new Map<string, number>()
   /** false once the filesystem refused O_DIRECT (some FUSE and network filesystems, tmpfs before Linux 6.6) */
   private directOk: boolean
 
@@ -196,6 +212,33 @@ export class ChunkFiles {
   async readInto(file: string, buf: Buffer, offset: number): Promise<void> {
     if (buf.length === 0) return
     await this.fds.use(file, (fh) => readFully(fh, buf, offset, file))
+  }
+
+  /**
+   * An open read descriptor of `file` for a reader that sends from it later
+   * (sendfile), held until `release()`. While any is held the file counts as
+   * leased: the engine then writes no update into it in place, so the bytes a
+   * lease holder may still send stay as they were, whatever versions follow.
+   */
+  async lease(file: string): Promise<{ fd: number; release: () => void }> {
+    const { fh, release } = await this.fds.acquire(file)
+    this.leases.set(file, (this.leases.get(file) ?? 0) + 1)
+    let done = false
+    return {
+      fd: fh.fd,
+      release: () => {
+        if (done) return
+        done = true
+        const n = (this.leases.get(file) ?? 1) - 1
+        if (n > 0) this.leases.set(file, n)
+        else this.leases.delete(file)
+        release()
+      },
+    }
+  }
+
+  isLeased(file: string): boolean {
+    return this.leases.has(file)
   }
 
   /** CRC32C of [offset, offset+length) continuing from `initial`, read piecewise. */

@@ -14,6 +14,7 @@ export {
   type ContentRef,
   type EngineSpaceInfo,
   type LastChunkInfo,
+  type LeasedRange,
   type ReadOptions,
   type RecoveryInfo,
   type UpdateResult,

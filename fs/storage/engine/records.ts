@@ -116,10 +116,28 @@ export interface ReadOptions {
    * The result's `data` is that Buffer or a view of it.
    */
   alloc?: (length: number) => Buffer
+  /**
+   * A read of a whole content version at least this long returns the file
+   * range (`file`, leased) instead of the bytes: the caller sends them
+   * straight from the page cache (sendfile) and releases the lease after.
+   * Not with `verifyChecksum` (that needs the bytes here).
+   */
+  leaseFrom?: number
+}
+
+/** Where a whole-content read's bytes are, held open until `release()` (see ReadOptions.leaseFrom). */
+export interface LeasedRange {
+  fd: number
+  offset: number
+  length: number
+  release: () => void
 }
 
 export interface ChunkReadResult {
+  /** the bytes; empty when they are given as `file` instead */
   data: Buffer
+  /** with ReadOptions.leaseFrom: the bytes as a leased file range */
+  file?: LeasedRange
   commitVer: number
   updateVer: number
   commitChainVer: number

@@ -2,8 +2,12 @@
 // as slices of the frame; small messages keep the plain one-envelope form.
 import test, { type ExecutionContext } from 'ava'
 import net from 'node:net'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 import { createHash, randomBytes } from 'node:crypto'
-import { RpcServer, RpcClient, Connection, DirectReader, encodeFrame, decodeEnvelope, FrameDecoder, ATTACHMENT_MIN_BYTES, type IncomingRequest } from '../../../fs/rpc/index.js'
+import { native } from '../../../fs/common/index.js'
+import { RpcServer, RpcClient, Connection, DirectReader, encodeFrame, decodeEnvelope, FrameDecoder, FileSlice, AFTER_REPLY, ATTACHMENT_MIN_BYTES, type IncomingRequest } from '../../../fs/rpc/index.js'
 
 
 /** A server on a free port and a client, both closed when the test ends; add services after. */
@@ -194,4 +198,64 @@ test('in-place reception gives back slab bytes that a large frame only passed th
     t.true(body.equals(data), 'the large frame arrived whole')
     if (placed) t.is(body.buffer, into.buffer)
   }
+})
+
+test('a FileSlice in a reply reaches the caller as the file\'s bytes (sendfile), in order with the replies around it, and the file is released after', async (t) => {
+  const { server, address, client } = await serverAndClient(t)
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fileslice-'))
+  const file = path.join(dir, 'data')
+  const content = randomBytes(3 * 1024 * 1024 + 123)
+  fs.writeFileSync(file, content)
+  const fd = fs.openSync(file, 'r')
+  t.teardown(() => {
+    fs.closeSync(fd)
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+  let released = 0
+  server.addService(42, {
+    // a slice of the file, with a small buffer before it and a large one after, as a batch reply would be
+    1: (p: { off: number; len: number }) => ({
+      head: Buffer.from(`slice ${p.off}`),
+      data: new FileSlice(fd, p.off, p.len),
+      tail: Buffer.alloc(ATTACHMENT_MIN_BYTES, p.off & 0xff),
+      [AFTER_REPLY]: () => released++,
+    }),
+    2: (p: unknown) => p,
+  })
+  const calls: Array<Promise<void>> = []
+  for (let i = 0; i < 40; i++) {
+    const off = i * 65_537
+    const len = Math.min(1 + ((i * 99_991) % (2 * 1024 * 1024)), content.length - off)
+    calls.push(
+      client.call<{ head: Buffer; data: Buffer; tail: Buffer }>(address, 42, 1, { off, len }).then((r) => {
+        t.is(r.head.toString(), `slice ${off}`)
+        t.true(r.data.equals(content.subarray(off, off + len)), `slice at ${off}, ${len} bytes`)
+        t.true(r.tail.length === ATTACHMENT_MIN_BYTES && r.tail.every((x) => x === (off & 0xff)))
+      }),
+    )
+    calls.push(client.call<string>(address, 42, 2, `small ${i}`).then((r) => void t.is(r, `small ${i}`)))
+  }
+  await Promise.all(calls)
+  t.is(released, 40, 'every reply released its file range once written')
+  // tools that encode a whole frame in memory read the slice
+  t.deepEqual(encodeFrame({ id: 1, service: 1, method: 1, flags: 2, payload: { d: new FileSlice(fd, 5, 70_000) } }).subarray(-70_000), content.subarray(5, 70_005))
+})
+
+test('sendfile: a file shorter than the range fails with EOVERFLOW and the connection closes, not a hang; bad arguments are refused', async (t) => {
+  const { server, address, client } = await serverAndClient(t)
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fileslice-'))
+  const file = path.join(dir, 'short')
+  fs.writeFileSync(file, randomBytes(100_000))
+  const fd = fs.openSync(file, 'r')
+  t.teardown(() => {
+    fs.closeSync(fd)
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+  server.addService(42, { 1: () => ({ data: new FileSlice(fd, 0, 200_000) }) })
+  await t.throwsAsync(client.call(address, 42, 1, null, { timeoutMs: 10_000 }), { code: 'RPC_CONNECTION_CLOSED' })
+  const addon = native()
+  t.throws(() => addon.sendfile(-1, fd, 0, 1, 1000), { code: 'EINVAL' })
+  t.throws(() => addon.sendfile(0, fd, 0.5, 1, 1000), { code: 'EINVAL' })
+  const e = await t.throwsAsync(addon.sendfile(fd, fd, 0, 10, 1000))
+  t.true(['EBADF', 'EINVAL'].includes((e as NodeJS.ErrnoException).code ?? ''), 'a file open for reading is no place to send to')
 })

@@ -1,7 +1,7 @@
 // ChunkEngine: version algebra on disk, commit, reads, remove/truncate/extend,
 // range queries, persistence, maintenance operations.
 import test, { type ExecutionContext } from 'ava'
-import { promises as fsp } from 'node:fs'
+import fs, { promises as fsp } from 'node:fs'
 import * as path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { isStrataError } from '../../../../fs/common/errors.js'
@@ -265,6 +265,42 @@ test('a read racing with updates never returns a torn mix', async (t) => {
   await writer
   t.true(ok > 0)
   t.log(`reads ok ${ok}, not committed ${notCommit}`)
+})
+
+test('a whole-chunk read can hand out its file range (sendfile); while leased, later versions never write into that file, so the range keeps its bytes', async (t) => {
+  const { engine, dir } = await setup(t)
+  const id = cid(1)
+  const a = randomBytes(CHUNK)
+  await writeCommit(engine, id, 0, a)
+  const r = await engine.read(id, 0, CHUNK, { leaseFrom: 1 })
+  t.truthy(r.file)
+  t.is(r.data.length, 0)
+  t.is(r.checksum, crc(a))
+  const lease = r.file!
+  t.deepEqual([lease.offset, lease.length], [0, CHUNK])
+  const filesBefore = await chunkFiles(dir, id)
+  // truncate (metadata only: same file) then append: an append would go into that same file in place
+  await engine.applyUpdate(opIO(id, 'TRUNCATE', CHUNK / 4), client()).then((u) => engine.commit(id, u.updateVer, 1))
+  const b = randomBytes(CHUNK / 4)
+  await writeCommit(engine, id, CHUNK / 4, b)
+  const held = Buffer.alloc(CHUNK)
+  t.is(fs.readSync(lease.fd, held, 0, CHUNK, 0), CHUNK)
+  t.true(held.equals(a), 'the leased range still holds the version that was read')
+  t.notDeepEqual(await chunkFiles(dir, id), filesBefore, 'the append went to a new file')
+  t.deepEqual((await engine.read(id, 0, CHUNK)).data, Buffer.concat([a.subarray(0, CHUNK / 4), b]))
+  lease.release()
+  lease.release() // idempotent
+  // released: appends go in place again
+  const files = await chunkFiles(dir, id)
+  await writeCommit(engine, id, CHUNK / 2, randomBytes(CHUNK / 4))
+  t.deepEqual(await chunkFiles(dir, id), files)
+  // only whole contents of at least leaseFrom bytes are leased
+  t.falsy((await engine.read(id, 1, CHUNK, { leaseFrom: 1 })).file)
+  t.falsy((await engine.read(id, 0, CHUNK, { leaseFrom: CHUNK })).file)
+  t.falsy((await engine.read(id, 0, CHUNK, { leaseFrom: 1, verifyChecksum: true })).file)
+  const again = await engine.read(id, 0, CHUNK, { leaseFrom: 1 })
+  t.is(again.file?.length, (3 * CHUNK) / 4)
+  again.file!.release()
 })
 
 // ---------------------------------------------------------------- data paths
