@@ -41,6 +41,12 @@ export interface NativeAddon {
    * EOVERFLOW when the file ends before `length` bytes).
    */
   sendfile(socketFd: number, fileFd: number, offset: number, length: number, timeoutMs: number): Promise<void>
+  /**
+   * The start of such a sendfile done at once on this thread, without waiting: only when the whole range
+   * is in the page cache (cachestat(2)), as much as the socket buffer takes. Returns the bytes sent (0
+   * when the range is not all cached or the kernel cannot tell); the caller sends the rest with sendfile.
+   */
+  sendfileCached(socketFd: number, fileFd: number, offset: number, length: number): number
   /** CRC32C with the SSE4.2 instruction (three streams); absent when the CPU lacks it. Use fs/common/crc32c.ts. */
   crc32c?: (data: Uint8Array, initial?: number) => number
 }

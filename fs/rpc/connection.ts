@@ -336,7 +336,9 @@ export class Connection {
       if (this.closedErr) throw this.closedErr
       const fd = socketFd(this.socket)
       if (fd >= 0 && canSendfile() && this.socket.writableLength === 0) {
-        await native().sendfile(fd, f.fd, f.offset, f.length, SENDFILE_STALL_MS)
+        // cached bytes go at once; a pool thread sends the rest (or all of it when the disk has to be read)
+        const now = native().sendfileCached(fd, f.fd, f.offset, f.length)
+        if (now < f.length) await native().sendfile(fd, f.fd, f.offset + now, f.length - now, SENDFILE_STALL_MS)
       } else {
         await this.flushed([f.read()])
       }

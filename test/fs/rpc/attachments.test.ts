@@ -256,6 +256,7 @@ test('sendfile: a file shorter than the range fails with EOVERFLOW and the conne
   const addon = native()
   t.throws(() => addon.sendfile(-1, fd, 0, 1, 1000), { code: 'EINVAL' })
   t.throws(() => addon.sendfile(0, fd, 0.5, 1, 1000), { code: 'EINVAL' })
+  t.throws(() => addon.sendfileCached(0, -2, 0, 1), { code: 'EINVAL' })
   const e = await t.throwsAsync(addon.sendfile(fd, fd, 0, 10, 1000))
   t.true(['EBADF', 'EINVAL'].includes((e as NodeJS.ErrnoException).code ?? ''), 'a file open for reading is no place to send to')
 })
