@@ -484,6 +484,25 @@ typedef struct {
   napi_async_work work;
 } sendfile_job;
 
+// The (socketFd, fileFd, offset, length) arguments shared by sendfile and
+// sendfileCached; 0 with a JS exception pending when they are not usable.
+static int send_range_args(napi_env env, napi_value *argv, const char *fn, int *sock, int *file, off_t *offset, size_t *length) {
+  double s, f, o, l;
+  if (!num_arg(env, argv[0], "socketFd must be a number", &s) || !num_arg(env, argv[1], "fileFd must be a number", &f) ||
+      !num_arg(env, argv[2], "offset must be a number", &o) || !num_arg(env, argv[3], "length must be a number", &l)) return 0;
+  if (s < 0 || f < 0 || o < 0 || l < 0 || s != (int)s || f != (int)f || o != (double)(int64_t)o || l != (double)(int64_t)l) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s: descriptors, offset and length must be non-negative integers", fn);
+    napi_throw_range_error(env, "EINVAL", msg);
+    return 0;
+  }
+  *sock = (int)s;
+  *file = (int)f;
+  *offset = (off_t)o;
+  *length = (size_t)l;
+  return 1;
+}
+
 static void sendfile_execute(napi_env env, void *data) {
   sendfile_job *j = data;
   off_t off = j->offset;
@@ -524,28 +543,26 @@ static napi_value js_sendfile(napi_env env, napi_callback_info info) {
   napi_value argv[5];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 5) { napi_throw_type_error(env, "EINVAL", "sendfile(socketFd, fileFd, offset, length, timeoutMs)"); return NULL; }
-  double sock, file, offset, length, timeout;
-  if (!num_arg(env, argv[0], "socketFd must be a number", &sock) || !num_arg(env, argv[1], "fileFd must be a number", &file) ||
-      !num_arg(env, argv[2], "offset must be a number", &offset) || !num_arg(env, argv[3], "length must be a number", &length) ||
-      !num_arg(env, argv[4], "timeoutMs must be a number", &timeout)) return NULL;
-  if (sock < 0 || file < 0 || offset < 0 || length < 0 || timeout < 1 || sock != (int)sock || file != (int)file ||
-      offset != (double)(int64_t)offset || length != (double)(int64_t)length || timeout > 2147483647) {
-    napi_throw_range_error(env, "EINVAL", "sendfile: descriptors, offset and length must be non-negative integers, timeoutMs positive");
-    return NULL;
-  }
+  int sock, file;
+  off_t offset;
+  size_t length;
+  double timeout;
+  if (!send_range_args(env, argv, "sendfile", &sock, &file, &offset, &length)) return NULL;
+  if (!num_arg(env, argv[4], "timeoutMs must be a number", &timeout)) return NULL;
+  if (timeout < 1 || timeout > 2147483647) { napi_throw_range_error(env, "EINVAL", "sendfile: timeoutMs must be positive"); return NULL; }
   sendfile_job *j = calloc(1, sizeof *j);
   if (!j) { napi_throw_error(env, "ENOMEM", "sendfile: out of memory"); return NULL; }
   // a private reference to the socket: should the owner close its descriptor meanwhile, the number
   // may be reused at once, and the rest of the bytes must not go to whatever it names then
-  j->sock = fcntl((int)sock, F_DUPFD_CLOEXEC, 0);
+  j->sock = fcntl(sock, F_DUPFD_CLOEXEC, 0);
   if (j->sock < 0) {
     int e = errno;
     free(j);
     return throw_errno(env, "fcntl", e);
   }
-  j->file = (int)file;
-  j->offset = (off_t)offset;
-  j->length = (size_t)length;
+  j->file = file;
+  j->offset = offset;
+  j->length = length;
   j->timeout_ms = (int)timeout;
   napi_value promise, name;
   napi_create_promise(env, &j->deferred, &promise);
@@ -574,14 +591,10 @@ static napi_value js_sendfile_cached(napi_env env, napi_callback_info info) {
   napi_value argv[4];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 4) { napi_throw_type_error(env, "EINVAL", "sendfileCached(socketFd, fileFd, offset, length)"); return NULL; }
-  double sock, file, offset, length;
-  if (!num_arg(env, argv[0], "socketFd must be a number", &sock) || !num_arg(env, argv[1], "fileFd must be a number", &file) ||
-      !num_arg(env, argv[2], "offset must be a number", &offset) || !num_arg(env, argv[3], "length must be a number", &length)) return NULL;
-  if (sock < 0 || file < 0 || offset < 0 || length < 0 || sock != (int)sock || file != (int)file ||
-      offset != (double)(int64_t)offset || length != (double)(int64_t)length) {
-    napi_throw_range_error(env, "EINVAL", "sendfileCached: descriptors, offset and length must be non-negative integers");
-    return NULL;
-  }
+  int sock, file;
+  off_t offset;
+  size_t length;
+  if (!send_range_args(env, argv, "sendfileCached", &sock, &file, &offset, &length)) return NULL;
   napi_value r;
   size_t sent = 0;
   if (length > 0 && !cachestat_broken) {
@@ -591,13 +604,13 @@ static napi_value js_sendfile_cached(napi_env env, napi_callback_info info) {
     struct strata_cachestat_range range = { first * (uint64_t)page, (last - first + 1) * (uint64_t)page };
     struct strata_cachestat cs;
     memset(&cs, 0, sizeof cs);
-    if (syscall(__NR_cachestat, (int)file, &range, &cs, 0) < 0) {
+    if (syscall(__NR_cachestat, file, &range, &cs, 0) < 0) {
       if (errno == ENOSYS) cachestat_broken = 1;
     } else if (cs.nr_cache >= last - first + 1) {
-      off_t off = (off_t)offset;
-      size_t left = (size_t)length;
+      off_t off = offset;
+      size_t left = length;
       while (left > 0) {
-        ssize_t n = sendfile((int)sock, (int)file, &off, left);
+        ssize_t n = sendfile(sock, file, &off, left);
         if (n > 0) { left -= (size_t)n; sent += (size_t)n; continue; }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno != EAGAIN) return throw_errno(env, "sendfile", errno);
