@@ -13,6 +13,7 @@ import { ServiceId, StorageMethod, methodName } from '../common/services.js'
 import type { ChainId, NodeId, RoutingInfo, TargetId } from '../common/types.js'
 import type { MgmtdClient } from '../mgmtd/client.js'
 import { RpcClient, type AttachmentSink } from '../rpc/index.js'
+import { DIRECT_IO_ALIGN } from '../common/native.js'
 import type {
   BatchReadReq,
   BatchReadRsp,
@@ -668,7 +669,13 @@ export class StorageClient {
           off = this.aborts.on(signal, () => ctl.abort(signal.reason))
         }
         try {
-          return await this.rpc.call<T>(target.address, ServiceId.Storage, method, payload, { timeoutMs, ...(rpcCtl ? { signal: rpcCtl.signal } : {}), ...(sink ? { sink } : {}) })
+          return await this.rpc.call<T>(target.address, ServiceId.Storage, method, payload, {
+            timeoutMs,
+            ...(rpcCtl ? { signal: rpcCtl.signal } : {}),
+            ...(sink ? { sink } : {}),
+            // chunk data lands 4 KiB-aligned in the node's frame, ready for an O_DIRECT write
+            ...(method === StorageMethod.write ? { alignAttachments: DIRECT_IO_ALIGN } : {}),
+          })
         } catch (e) {
           bump(this.counters.errors, toStrataError(e).code)
           throw e

@@ -49,6 +49,34 @@ export interface NativeAddon {
   sendfileCached(socketFd: number, fileFd: number, offset: number, length: number): number
   /** CRC32C with the SSE4.2 instruction (three streams); absent when the CPU lacks it. Use fs/common/crc32c.ts. */
   crc32c?: (data: Uint8Array, initial?: number) => number
+  /** true when the memory of `data` starts at a multiple of `alignment` (a power of two) */
+  isAligned(data: Uint8Array, alignment: number): boolean
+}
+
+/**
+ * Alignment of memory, offsets and lengths for O_DIRECT I/O (every common
+ * device's logical block divides it). Chunk-write requests place their data
+ * at it inside the frame, and the RPC server receives large frames into
+ * memory aligned to it, so a storage node writes the data as it arrived.
+ */
+export const DIRECT_IO_ALIGN = 4096
+
+/** Memory for a BufferPool whose buffers O_DIRECT accepts; plain memory if the addon is missing. */
+export function alignedMemory(size: number): ArrayBuffer {
+  try {
+    return native().alignedBuffer(size, DIRECT_IO_ALIGN).buffer as ArrayBuffer
+  } catch {
+    return new ArrayBuffer(size)
+  }
+}
+
+/** Whether `data` may be handed to an O_DIRECT write as it is (its address is aligned). */
+export function directIoReady(data: Uint8Array): boolean {
+  try {
+    return native().isAligned(data, DIRECT_IO_ALIGN)
+  } catch {
+    return false
+  }
 }
 
 /** mount(2) flags used by Strata (linux/mount.h) */

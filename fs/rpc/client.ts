@@ -19,6 +19,12 @@ export interface CallOptions {
    * cancel) nothing more is written into buffers the sink handed out.
    */
   sink?: AttachmentSink
+  /**
+   * Start the request's first large Buffer at this alignment inside the frame
+   * (see encodeFrameParts): chunk writes ask for 4096, so the storage node
+   * can write the data with O_DIRECT straight from the received frame.
+   */
+  alignAttachments?: number
 }
 
 export interface RpcClientOptions {
@@ -61,7 +67,7 @@ export class RpcClient {
     if (signal?.aborted) throw new StrataError('CANCELLED', 'call cancelled before it started', { cause: signal.reason })
     const conn = await this.connection(address, deadline, signal)
     const remaining = Math.max(1, Math.round(deadline - performance.now()))
-    const { id, promise } = conn.request(service, method, payload, remaining, options.sink)
+    const { id, promise } = conn.request(service, method, payload, remaining, options.sink, options.alignAttachments)
     let timer: NodeJS.Timeout | undefined
     let onAbort: (() => void) | undefined
     const guards = new Promise<never>((_, reject) => {

@@ -277,9 +277,9 @@ export class Connection {
    * cap. `written` runs once the socket is done with the frame's buffers: the
    * kernel has the bytes, or the write failed. It does not run when send throws.
    */
-  send(env: Envelope, written?: () => void): void {
+  send(env: Envelope, written?: () => void, alignAttachments = 0): void {
     if (this.closedErr) throw this.closedErr
-    const frame = encodeFrameParts(env)
+    const frame = encodeFrameParts(env, alignAttachments)
     if (frame.bodyBytes > this.maxFrameBytes) {
       throw new StrataError('RPC_FRAME_TOO_LARGE', `frame of ${frame.bodyBytes} bytes exceeds the maximum of ${this.maxFrameBytes}`)
     }
@@ -369,7 +369,7 @@ export class Connection {
   }
 
   /** Sends a request and resolves with the reply payload. Deadlines are the caller's job. */
-  request(service: number, method: number, payload: unknown, timeoutMs?: number, sink?: AttachmentSink): { id: number; promise: Promise<unknown> } {
+  request(service: number, method: number, payload: unknown, timeoutMs?: number, sink?: AttachmentSink, alignAttachments = 0): { id: number; promise: Promise<unknown> } {
     if (this.closedErr) return { id: 0, promise: Promise.reject(this.closedErr) }
     const id = this.nextId++
     if (this.nextId > 0x7fffffff) this.nextId = 1
@@ -377,7 +377,7 @@ export class Connection {
       this.pending.set(id, sink ? { resolve, reject, sink } : { resolve, reject })
     })
     try {
-      this.send({ id, service, method, flags: FLAG_REQUEST, payload, ...(timeoutMs !== undefined ? { timeoutMs } : {}) })
+      this.send({ id, service, method, flags: FLAG_REQUEST, payload, ...(timeoutMs !== undefined ? { timeoutMs } : {}) }, undefined, alignAttachments)
     } catch (e) {
       this.pending.delete(id)
       const err = toStrataError(e, 'RPC_SEND_FAILED')

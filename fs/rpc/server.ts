@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { BufferPool } from '../common/buffer-pool.js'
 import { StrataError, toStrataError } from '../common/errors.js'
 import { CoreMethod, ServiceId, methodName } from '../common/services.js'
+import { alignedMemory } from '../common/native.js'
 import { Connection, DirectReader, type IncomingRequest } from './connection.js'
 import { DEFAULT_MAX_FRAME_BYTES, FLAG_RESPONSE, type Envelope } from './frame.js'
 import { FaultRegistry, type FaultSpec } from './faults.js'
@@ -66,7 +67,8 @@ export interface ServiceOptions {
 export class RpcServer {
   readonly faults = new FaultRegistry()
   /** large request frames of accepted connections are received into buffers from here */
-  readonly framePool = new BufferPool()
+  /** large request frames, in memory aligned for O_DIRECT (see DIRECT_IO_ALIGN) */
+  readonly framePool = new BufferPool(64 * 1024 * 1024, alignedMemory)
   private readonly recyclable = new Set<string>()
   private readonly services = new Map<number, Map<number, Handler>>()
   private readonly conns = new Set<Connection>()

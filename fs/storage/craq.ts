@@ -8,6 +8,7 @@
 import { crc32c } from '../common/crc32c.js'
 import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
 import { StorageMethod, ServiceId } from '../common/services.js'
+import { DIRECT_IO_ALIGN } from '../common/native.js'
 import type { ChainInfo, RoutingInfo } from '../common/types.js'
 import type { Logger } from '../common/log.js'
 import type { MgmtdClient } from '../mgmtd/index.js'
@@ -260,7 +261,7 @@ export class Craq {
       const succState = publicStateIn(chain, succ)!
       try {
         const fwd = await this.buildForward(t, io, tag, succState === 'SYNCING', chain.chainVersion)
-        const rsp = await this.d.rpc.call<IOResult>(this.addressOfTarget(succ), ServiceId.Storage, StorageMethod.update, fwd, { timeoutMs: 10_000 })
+        const rsp = await this.d.rpc.call<IOResult>(this.addressOfTarget(succ), ServiceId.Storage, StorageMethod.update, fwd, { timeoutMs: 10_000, alignAttachments: DIRECT_IO_ALIGN })
         if (fwd.io.updateType !== 'REMOVE' && rsp.checksum !== applied.checksum) {
           // the successor diverged: never acknowledge; the forward is retried
           // (3FS reports kChecksumMismatch) after a routing refresh

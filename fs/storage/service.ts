@@ -350,7 +350,7 @@ export class StorageService {
     return {
       resync: this.resync.stats,
       readBuffers: this.readBuffers.stats(),
-      targets: this.targets.all().map((t) => ({ targetId: t.record.targetId, chainId: t.record.chainId, localState: t.localState, dataWrites: t.engine.dataWrites })),
+      targets: this.targets.all().map((t) => ({ targetId: t.record.targetId, chainId: t.record.chainId, localState: t.localState, dataWrites: t.engine.dataWrites, directCopies: t.engine.directCopies })),
     }
   }
 

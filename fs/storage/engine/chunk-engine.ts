@@ -122,6 +122,11 @@ export class ChunkEngine {
     return { ...this.files.writeCounts }
   }
 
+  /** O_DIRECT writes whose data had to be copied into aligned memory first (it arrived unaligned). */
+  get directCopies(): number {
+    return this.files.directCopies
+  }
+
   static async open(opts: ChunkEngineOptions): Promise<ChunkEngine> {
     if (!opts || typeof opts.dir !== 'string' || opts.dir === '') {
       throw new StrataError('INVALID_ARGUMENT', 'ChunkEngine.open needs a dir')

@@ -8,7 +8,7 @@ import * as path from 'node:path'
 import { crc32c } from '../../common/crc32c.js'
 import { BufferPool } from '../../common/buffer-pool.js'
 import { StrataError } from '../../common/errors.js'
-import { native } from '../../common/native.js'
+import { alignedMemory, directIoReady, DIRECT_IO_ALIGN } from '../../common/native.js'
 
 export type DiskFault = 'ENOSPC' | 'EIO'
 
@@ -38,7 +38,7 @@ const READ_PIECE = 1024 * 1024
  * direct write costs ~0.2 ms. The offset, the length and the memory must be
  * aligned to the device's logical block; 4096 covers every common device.
  */
-const DIRECT_ALIGN = 4096
+const DIRECT_ALIGN = DIRECT_IO_ALIGN
 /** Smaller writes stay buffered: their copy is cheap and a read soon after finds them in the page cache. */
 const DIRECT_MIN = 64 * 1024
 /** O_DIRECT is Linux's; elsewhere the constant is absent and every write is buffered. */
@@ -47,7 +47,7 @@ const O_DIRECT: number = (fsc as Record<string, number>).O_DIRECT ?? 0
 /** Aligned bounce buffers for direct writes, shared by every target of the process. */
 let bouncePool: BufferPool | null = null
 function bounce(): BufferPool {
-  return (bouncePool ??= new BufferPool(32 * 1024 * 1024, (size) => native().alignedBuffer(size, DIRECT_ALIGN).buffer as ArrayBuffer))
+  return (bouncePool ??= new BufferPool(32 * 1024 * 1024, alignedMemory))
 }
 
 const FAULT_ERRNO = { ENOSPC: [-28, 'no space left on device'], EIO: [-5, 'i/o error'], EINVAL: [-22, 'invalid argument'] } as const
@@ -185,6 +185,8 @@ export class ChunkFiles {
 
   /** Writes counted by how they reached the disk (engine stats). */
   readonly writeCounts = { direct: 0, buffered: 0 }
+  /** direct writes whose data first had to be copied into aligned memory (it arrived unaligned) */
+  directCopies = 0
 
   async init(): Promise<void> {
     await fsp.mkdir(this.root, { recursive: true })
@@ -322,17 +324,22 @@ export class ChunkFiles {
   }
 
   /**
-   * Writes `data` at `position` through an O_DIRECT handle, from an aligned
-   * copy (a received frame's payload sits at no particular address). Should
+   * Writes `data` at `position` through an O_DIRECT handle: as it is when its
+   * memory is aligned (chunk writes arrive so, see DIRECT_IO_ALIGN), else
+   * from an aligned copy. Should
    * the device refuse the alignment after all (EINVAL), the data goes through
    * a buffered handle instead and later writes stay buffered. True when the
    * data went direct.
    */
   private async writeDirect(fh: FileHandle, file: string, data: Buffer, position: number): Promise<boolean> {
     const pool = bounce()
-    const b = pool.take(data.length)
+    const ready = directIoReady(data)
+    const b = ready ? data : pool.take(data.length)
     try {
-      data.copy(b)
+      if (!ready) {
+        data.copy(b)
+        this.directCopies++
+      }
       await writeFully(fh, b, position)
       return true
     } catch (e) {
@@ -346,7 +353,7 @@ export class ChunkFiles {
       }
       return false
     } finally {
-      pool.release(b)
+      if (!ready) pool.release(b)
     }
   }
 

@@ -7,7 +7,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { createHash, randomBytes } from 'node:crypto'
 import { native } from '../../../fs/common/index.js'
-import { RpcServer, RpcClient, Connection, DirectReader, encodeFrame, decodeEnvelope, FrameDecoder, FileSlice, AFTER_REPLY, ATTACHMENT_MIN_BYTES, type IncomingRequest } from '../../../fs/rpc/index.js'
+import { RpcServer, RpcClient, Connection, DirectReader, encodeFrame, encodeFrameParts, decodeEnvelope, FrameDecoder, FileSlice, AFTER_REPLY, ATTACHMENT_MIN_BYTES, type IncomingRequest } from '../../../fs/rpc/index.js'
 
 
 /** A server on a free port and a client, both closed when the test ends; add services after. */
@@ -259,4 +259,26 @@ test('sendfile: a file shorter than the range fails with EOVERFLOW and the conne
   t.throws(() => addon.sendfileCached(0, -2, 0, 1), { code: 'EINVAL' })
   const e = await t.throwsAsync(addon.sendfile(fd, fd, 0, 10, 1000))
   t.true(['EBADF', 'EINVAL'].includes((e as NodeJS.ErrnoException).code ?? ''), 'a file open for reading is no place to send to')
+})
+
+test('a request can ask for its first attachment at an aligned offset; the server receives it at an aligned address', async (t) => {
+  const { server, address, client } = await serverAndClient(t)
+  const seen: boolean[] = []
+  server.addService(42, { 1: (p: { data: Buffer }) => { seen.push(native().isAligned(p.data, 4096)); return createHash('sha256').update(p.data).digest('hex') } })
+  for (const len of [ATTACHMENT_MIN_BYTES, 1024 * 1024, 1024 * 1024 + 4096]) {
+    for (let extra = 0; extra < 3; extra++) {
+      const data = randomBytes(len)
+      // envelopes of different lengths need different padding
+      const payload = { note: 'x'.repeat(extra * 37), data }
+      const frame = encodeFrameParts({ id: 1, service: 42, method: 1, flags: 1, payload }, 4096)
+      const envelopeEnd = 5 + (frame.parts[1] as Buffer).length
+      const pad = frame.parts.length === 4 ? (frame.parts[2] as Buffer).length : 0
+      t.is((envelopeEnd + pad) % 4096, 0, 'the first attachment starts at a multiple of 4096 in the body')
+      const decoded = decodeEnvelope(Buffer.concat(frame.parts as Buffer[]).subarray(4)).payload as { data: Buffer }
+      t.true(decoded.data.equals(data), 'the padded frame decodes to the same payload')
+      t.is(await client.call<string>(address, 42, 1, payload, { alignAttachments: 4096 }), createHash('sha256').update(data).digest('hex'))
+    }
+  }
+  t.true(seen.every(Boolean), `every payload arrived aligned (${seen.join(',')})`)
+  t.throws(() => encodeFrameParts({ id: 1, service: 42, method: 1, flags: 1, payload: { data: randomBytes(ATTACHMENT_MIN_BYTES) } }, 1 << 20), { code: 'INVALID_ARGUMENT' })
 })

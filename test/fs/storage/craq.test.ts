@@ -6,7 +6,7 @@ import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { crc32c } from '@node-rs/crc32'
 import { startTestCluster, until, type TestCluster } from '../../helpers/procs.js'
-import { ServiceId, StorageMethod } from '../../../fs/common/services.js'
+import { CoreMethod, ServiceId, StorageMethod } from '../../../fs/common/services.js'
 import { chunkIdOf } from '../../../fs/common/chunk-id.js'
 import { isStrataError, StrataError } from '../../../fs/common/errors.js'
 import type { BatchReadRsp, IOResult, QueryChunkRsp, UpdateReq, WriteReq } from '../../../fs/storage/protocol.js'
@@ -88,6 +88,34 @@ test.serial('replicated write: every replica committed with equal bytes, checksu
     t.true(res.ok)
     if (res.ok) t.deepEqual(res.data, data.subarray(4000, 7000))
   }
+})
+
+test.serial('chunk data arrives 4 KiB-aligned on every replica, so each O_DIRECT write goes from the received frame without a copy', async (t) => {
+  const c = await startTestCluster(t)
+  const chainId = c.chains[0]!.chainId
+  const data = randomBytes(CHUNK)
+  for (let i = 0; i < 4; i++) {
+    const h = await head(c, chainId)
+    // a client's chunk write asks for aligned attachments (StorageClient does); the head forwards the same way
+    await c.rpc.call<IOResult>(h.address, ServiceId.Storage, StorageMethod.write, writeReq(chainId, h.chain.chainVersion, chunkIdOf(0x77n, i), 0, data, i + 1), {
+      timeoutMs: 20000,
+      alignAttachments: 4096,
+    })
+  }
+  const ri = await c.routing()
+  let direct = 0
+  for (const target of ri.chains[chainId]!.targets) {
+    const st = await c.rpc.call<{ targets: Array<{ targetId: number; dataWrites: { direct: number }; directCopies: number }> }>(
+      c.address(c.targetNode.get(target.targetId)!),
+      ServiceId.Core,
+      CoreMethod.stats,
+      {},
+    )
+    const mine = st.targets.find((x) => x.targetId === target.targetId)!
+    direct += mine.dataWrites.direct
+    t.is(mine.directCopies, 0, `target ${target.targetId}: no bounce copy`)
+  }
+  t.is(direct, 12, 'every replica wrote every chunk with O_DIRECT')
 })
 
 test.serial('version algebra and fencing at the RPC level', async (t) => {

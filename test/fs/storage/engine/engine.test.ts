@@ -5,6 +5,7 @@ import fs, { promises as fsp } from 'node:fs'
 import * as path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { isStrataError } from '../../../../fs/common/errors.js'
+import { native } from '../../../../fs/common/native.js'
 import { ChunkEngine } from '../../../../fs/storage/engine/index.js'
 import { CHUNK, chunkFiles, cid, client, crc, forwarded, opIO, pattern, setup, syncing, writeCommit, writeIO } from './helpers.js'
 
@@ -695,4 +696,17 @@ test('chunk data writes of 64 KiB and more at 4 KiB alignment go past the page c
   await off.engine.commit(cid(1), r.updateVer, 1)
   t.deepEqual(off.engine.dataWrites, { direct: 0, buffered: 1 }, 'directWrites: false')
   t.true((await off.engine.read(cid(1), 0, MiB)).data.equals(data))
+
+  // data already in aligned memory goes to the disk as it is; anywhere else it is copied first
+  const { engine } = await setup(t)
+  const aligned = native().alignedBuffer(MiB, 4096)
+  randomBytes(MiB).copy(aligned)
+  const unaligned = Buffer.concat([Buffer.alloc(1), aligned]).subarray(1)
+  for (const [n, buf, copies] of [[1, aligned, 0], [2, unaligned, 1]] as const) {
+    const u = await engine.applyUpdate(writeIO(cid(n), 0, buf, { chunkSize: MiB }), client())
+    await engine.commit(cid(n), u.updateVer, 1)
+    t.true((await engine.read(cid(n), 0, MiB)).data.equals(aligned))
+    t.is(engine.directCopies, copies, n === 1 ? 'no copy for aligned memory' : 'one copy for unaligned memory')
+  }
+  t.deepEqual(engine.dataWrites, { direct: 2, buffered: 0 })
 })
