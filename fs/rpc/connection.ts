@@ -274,8 +274,10 @@ export class Connection {
 
   /**
    * Writes one envelope; refuses (without closing) one that exceeds the frame
-   * cap. `written` runs once the socket is done with the frame's buffers: the
-   * kernel has the bytes, or the write failed. It does not run when send throws.
+   * cap. `written` runs once the socket is done with the frame's buffers and
+   * file ranges: the kernel has the bytes, or the write failed, or the frame
+   * was dropped with the connection. It does not run when send throws.
+   * `alignAttachments`: see encodeFrameParts.
    */
   send(env: Envelope, written?: () => void, alignAttachments = 0): void {
     if (this.closedErr) throw this.closedErr
@@ -340,13 +342,17 @@ export class Connection {
         const now = native().sendfileCached(fd, f.fd, f.offset, f.length)
         if (now < f.length) await native().sendfile(fd, f.fd, f.offset + now, f.length - now, SENDFILE_STALL_MS)
       } else {
-        await this.flushed([f.read()])
+        await this.flushed([await f.read()])
       }
     }
   }
 
   private flushed(bufs: Buffer[]): Promise<void> {
     return new Promise((resolve, reject) => this.writeBuffers(bufs, (err) => (err ? reject(err) : resolve())))
+  }
+
+  private heldFrames(): QueuedFrame[] | null {
+    return this.held
   }
 
   /** Writes the frames held back during a file frame, in order, until the next file frame. */
@@ -360,9 +366,11 @@ export class Connection {
         continue
       }
       this.write(frame, written)
-      if (this.held) {
-        // another file frame: the rest wait for it
-        ;(this.held as QueuedFrame[]).push(...q)
+      // (read through a method: the compiler cannot see that write() may set it)
+      const waiting = this.heldFrames()
+      if (waiting) {
+        // that was another file frame: the rest wait for it
+        waiting.push(...q)
         return
       }
     }

@@ -15,7 +15,8 @@
 // attachment area). Frames without large Buffers keep the first form byte for
 // byte, so small messages are unchanged on the wire.
 
-import { readSync } from 'node:fs'
+import { read as readCb, readSync } from 'node:fs'
+import { promisify } from 'node:util'
 import { Packr, addExtension } from 'msgpackr'
 import type { BufferPool } from '../common/buffer-pool.js'
 import { StrataError, type WireError } from '../common/errors.js'
@@ -67,18 +68,36 @@ export class FileSlice {
     readonly length: number,
   ) {}
 
-  /** The bytes, read into memory (where sendfile cannot serve: tools, tests, non-socket transports). */
-  read(): Buffer {
+  /** The bytes, read into memory at once (tools and tests that encode a whole frame). */
+  readSync(): Buffer {
     const b = Buffer.allocUnsafe(this.length)
     let done = 0
     while (done < this.length) {
       const n = readSync(this.fd, b, done, this.length - done, this.offset + done)
-      if (n === 0) throw new StrataError('IO_ERROR', `file ended ${this.length - done} bytes before the end of an attachment`)
+      if (n === 0) throw this.shortError(done)
       done += n
     }
     return b
   }
+
+  /** The bytes, read into memory off the event loop (a connection that cannot sendfile). */
+  async read(): Promise<Buffer> {
+    const b = Buffer.allocUnsafe(this.length)
+    let done = 0
+    while (done < this.length) {
+      const { bytesRead } = await readAsync(this.fd, b, done, this.length - done, this.offset + done)
+      if (bytesRead === 0) throw this.shortError(done)
+      done += bytesRead
+    }
+    return b
+  }
+
+  private shortError(done: number): StrataError {
+    return new StrataError('IO_ERROR', `file ended ${this.length - done} bytes before the end of an attachment`)
+  }
 }
+
+const readAsync = promisify(readCb)
 
 /** One piece of an encoded frame: bytes in memory, or a range of a file. */
 export type FramePart = Buffer | FileSlice
@@ -209,7 +228,7 @@ export function encodeFrameParts(env: Envelope, align = 0): EncodedFrame {
 
 /** The whole frame in one Buffer (tests, tools); connections write the parts. */
 export function encodeFrame(env: Envelope): Buffer {
-  return Buffer.concat(encodeFrameParts(env).parts.map((p) => (p instanceof FileSlice ? p.read() : p)))
+  return Buffer.concat(encodeFrameParts(env).parts.map((p) => (p instanceof FileSlice ? p.readSync() : p)))
 }
 
 export function decodeEnvelope(body: Buffer): Envelope {
