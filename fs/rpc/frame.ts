@@ -13,7 +13,11 @@
 // a subarray of the frame, not a copy. In the envelope such a Buffer is an
 // extension value (type ATTACHMENT_EXT, 8 bytes: offset and length inside the
 // attachment area). Frames without large Buffers keep the first form byte for
-// byte, so small messages are unchanged on the wire.
+// byte, so small messages are unchanged on the wire. A sender may start the
+// attachment area with zero padding so that the first attachment sits at an
+// aligned offset of the body (chunk writes: 4096, for O_DIRECT); references
+// count from the start of the area, padding included. An attachment may also
+// be a FileSlice: a file range the connection sends with sendfile(2).
 
 import { read as readCb, readSync } from 'node:fs'
 import { promisify } from 'node:util'
