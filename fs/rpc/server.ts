@@ -23,6 +23,32 @@ export interface RequestContext {
 export type Handler = (payload: any, ctx: RequestContext) => unknown | Promise<unknown>
 
 /**
+ * A request's cancellation, with the AbortController made only when a
+ * handler reads `ctx.signal`: most never do, and making one per request cost
+ * the storage node ~20 µs of a 1 MiB read's ~140 µs of JavaScript (profiled).
+ */
+class RequestAbort {
+  private ac: AbortController | null = null
+  private reason: unknown = undefined
+  aborted = false
+
+  get signal(): AbortSignal {
+    if (!this.ac) {
+      this.ac = new AbortController()
+      if (this.aborted) this.ac.abort(this.reason)
+    }
+    return this.ac.signal
+  }
+
+  abort(reason: unknown): void {
+    if (this.aborted) return
+    this.aborted = true
+    this.reason = reason
+    this.ac?.abort(reason)
+  }
+}
+
+/**
  * A handler may put a function under this key of the object it returns; the
  * server calls it exactly once when the reply no longer needs the buffers it
  * references: after the socket handed the reply to the kernel, or when the
@@ -72,7 +98,7 @@ export class RpcServer {
   private readonly recyclable = new Set<string>()
   private readonly services = new Map<number, Map<number, Handler>>()
   private readonly conns = new Set<Connection>()
-  private readonly running = new Map<Connection, Map<number, AbortController>>()
+  private readonly running = new Map<Connection, Map<number, RequestAbort>>()
   private readonly stats = new Map<string, MethodStats>()
   private server: net.Server | null = null
   private closing: Promise<void> | null = null
@@ -158,7 +184,7 @@ export class RpcServer {
   private async handleOne({ env, conn }: IncomingRequest): Promise<void> {
     const started = performance.now()
     const key = methodName(env.service, env.method)
-    const ac = new AbortController()
+    const ac = new RequestAbort()
     const live = this.running.get(conn)
     live?.set(env.id, ac)
     let timer: NodeJS.Timeout | undefined
@@ -178,7 +204,14 @@ export class RpcServer {
         if (action.kind === 'delay') await sleep(action.ms)
         if (action.kind === 'fail') throw action.error
       }
-      const payload = await handler(env.payload, { peer: conn.peer, service: env.service, method: env.method, signal: ac.signal })
+      const payload = await handler(env.payload, {
+        peer: conn.peer,
+        service: env.service,
+        method: env.method,
+        get signal() {
+          return ac.signal
+        },
+      })
       afterReply = afterReplyOf(payload)
       reply = { id: env.id, service: env.service, method: env.method, flags: FLAG_RESPONSE, payload }
     } catch (e) {
@@ -190,7 +223,7 @@ export class RpcServer {
       live?.delete(env.id)
     }
     if (!reply.error) this.count(key, started, false)
-    if (conn.closed || ac.signal.aborted) {
+    if (conn.closed || ac.aborted) {
       afterReply?.()
       return
     }

@@ -29,6 +29,12 @@ async function setup(t: any, opts: { maxFrameBytes?: number } = {}) {
     5: () => {
       throw new TypeError('boom')
     },
+    // looks at its signal only after a while: a cancel that came first must show
+    6: async (p: any, ctx) => {
+      await new Promise((r) => setTimeout(r, p.ms))
+      if (ctx.signal.aborted) seen.aborted++
+      return null
+    },
   })
   const address = await server.listen()
   const client = new RpcClient({ ...opts, defaultTimeoutMs: 5000 })
@@ -85,6 +91,16 @@ test('cancellation through AbortSignal', async (t) => {
   setTimeout(() => ac.abort(), 50)
   t.true(isStrataError(await t.throwsAsync(p), 'CANCELLED'))
   await new Promise((r) => setTimeout(r, 100))
+  t.is(seen.aborted, 1)
+})
+
+test('a handler that reads its signal only after the caller cancelled sees it aborted', async (t) => {
+  const { client, address, seen } = await setup(t)
+  const ac = new AbortController()
+  const p = client.call(address, SVC, 6, { ms: 300 }, { signal: ac.signal })
+  setTimeout(() => ac.abort(), 50)
+  t.true(isStrataError(await t.throwsAsync(p), 'CANCELLED'))
+  await new Promise((r) => setTimeout(r, 500))
   t.is(seen.aborted, 1)
 })
 
