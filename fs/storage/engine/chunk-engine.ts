@@ -71,6 +71,8 @@ const CHUNK_ID_LEN = 16
 const UPDATE_TYPES: readonly UpdateType[] = ['WRITE', 'REMOVE', 'TRUNCATE', 'EXTEND']
 const EMPTY = Buffer.alloc(0)
 /** A read that loses a race with file reclamation is retried this many times before reporting it. */
+/** decoded chunk records kept per target (~0.5 KiB each) */
+const RECORD_CACHE_ENTRIES = 65_536
 const READ_ATTEMPTS = 4
 
 /** Thrown by a fault hook: the update stops where it is, as if the process died there. */
@@ -99,6 +101,8 @@ export class ChunkEngine {
   private readonly opLocks = new KeyedMutex()
   /** The CRAQ chunk lock the service holds across update → forward → commit. */
   private readonly chunkLocks = new KeyedMutex()
+  /** decoded records by chunk id (latin1 of its bytes), see load() */
+  private readonly records = new Map<string, ChunkRecord>()
   private readonly gate: OpGate
   private used = 0
   private count = 0
@@ -733,9 +737,11 @@ export class ChunkEngine {
       const n = this.count
       try {
         if (this.durable) {
+          this.records.clear()
           await this.chunks.clearAsync()
           await this.env.flushed
         } else {
+          this.records.clear()
           this.chunks.clearSync()
         }
         await this.files.removeAll()
@@ -788,28 +794,56 @@ export class ChunkEngine {
 
   // ------------------------------------------------------------------ internals
 
+  /**
+   * The record as of its last stored write. Decoded records are kept (they
+   * are never modified once stored: every change builds a new object): an
+   * lmdb get plus msgpack decoding cost ~12 µs here, and a read looks its
+   * chunk up twice.
+   */
   private load(id: Buffer): ChunkRecord | undefined {
-    return this.chunks.get(id)
+    const key = id.toString('latin1')
+    const hit = this.records.get(key)
+    if (hit) return hit
+    const rec = this.chunks.get(id)
+    if (rec) this.remember(key, rec)
+    return rec
+  }
+
+  private remember(key: string, rec: ChunkRecord): void {
+    if (this.records.size >= RECORD_CACHE_ENTRIES) {
+      // oldest inserted first: a plain bound, not an LRU (a hit does not refresh)
+      const oldest = this.records.keys().next().value
+      if (oldest !== undefined) this.records.delete(oldest)
+    }
+    this.records.set(key, rec)
   }
 
   private async persist(id: Buffer, old: ChunkRecord | undefined, next: ChunkRecord): Promise<void> {
+    const key = id.toString('latin1')
     try {
       if (this.durable) await this.chunks.put(id, next)
       else this.chunks.putSync(id, next)
     } catch (e) {
+      // whether it was stored is unknown: the next load asks lmdb
+      this.records.delete(key)
       throw toStrataError(e, 'IO_ERROR')
     }
+    this.records.delete(key)
+    this.remember(key, next)
     if (!old) this.count++
     this.used += next.size - (old?.size ?? 0)
   }
 
   private async deleteRecord(id: Buffer, old: ChunkRecord): Promise<void> {
+    const key = id.toString('latin1')
     try {
       if (this.durable) await this.chunks.remove(id)
       else this.chunks.removeSync(id)
     } catch (e) {
+      this.records.delete(key)
       throw toStrataError(e, 'IO_ERROR')
     }
+    this.records.delete(key)
     this.count--
     this.used -= old.size
   }
