@@ -49,6 +49,8 @@ export interface NativeAddon {
   sendfileCached(socketFd: number, fileFd: number, offset: number, length: number): number
   /** CRC32C with the SSE4.2 instruction (three streams); absent when the CPU lacks it. Use fs/common/crc32c.ts. */
   crc32c?: (data: Uint8Array, initial?: number) => number
+  /** flock(2) on `fd`; false when LOCK_NB was given and the lock is held elsewhere */
+  flock(fd: number, operation: number): boolean
   /** true when the memory of `data` starts at a multiple of `alignment` (a power of two) */
   isAligned(data: Uint8Array, alignment: number): boolean
 }

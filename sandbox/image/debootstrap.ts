@@ -8,6 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { spawn } from 'node:child_process'
 import { StrataError } from '../../fs/common/errors.js'
+import { native } from '../../fs/common/native.js'
 import { detachAllUnder, pidAlive } from '../../fs/fuse/index.js'
 
 export const DEFAULT_ROOTFS_CACHE = process.env.STRATA_ROOTFS_CACHE ?? '/var/cache/strata/rootfs'
@@ -29,17 +30,42 @@ export interface DebianRootfs {
   buildMs: number
 }
 
+/** Where the tree for these options is cached (whether or not it was built yet). */
+export function debianRootfsDir(opts: Pick<DebianRootfsOptions, 'suite' | 'include' | 'cacheDir'> = {}): string {
+  const suite = opts.suite ?? 'bookworm'
+  const include = [...new Set(opts.include ?? [])].sort()
+  const key = crypto.createHash('sha256').update(JSON.stringify({ suite, include, variant: 'minbase' })).digest('hex').slice(0, 16)
+  return path.join(opts.cacheDir ?? DEFAULT_ROOTFS_CACHE, `debian-${suite}-${key}`)
+}
+
+/** flock(2) operations (sys/file.h) */
+const LOCK_EX = 2
+const LOCK_NB = 4
+
 export async function ensureDebianRootfs(opts: DebianRootfsOptions = {}): Promise<DebianRootfs> {
   const suite = opts.suite ?? 'bookworm'
   const include = [...new Set(opts.include ?? [])].sort()
   const cacheDir = opts.cacheDir ?? DEFAULT_ROOTFS_CACHE
-  const key = crypto.createHash('sha256').update(JSON.stringify({ suite, include, variant: 'minbase' })).digest('hex').slice(0, 16)
-  const dir = path.join(cacheDir, `debian-${suite}-${key}`)
+  const dir = debianRootfsDir({ suite, include, cacheDir })
   // the completion marker sits beside the tree, so the tree holds only the image
   const marker = `${dir}.complete`
   if (fs.existsSync(marker) && fs.existsSync(dir)) return { dir, cached: true, buildMs: 0 }
   if (process.getuid?.() !== 0) throw new StrataError('IMAGE_NEEDS_ROOT', 'debootstrap needs root')
   fs.mkdirSync(cacheDir, { recursive: true })
+  // One builder at a time: a second one would replace the tree under the first one's users.
+  const lockFd = fs.openSync(`${dir}.lock`, 'a')
+  try {
+    const addon = native()
+    while (!addon.flock(lockFd, LOCK_EX | LOCK_NB)) await new Promise((r) => setTimeout(r, 500))
+    if (fs.existsSync(marker) && fs.existsSync(dir)) return { dir, cached: true, buildMs: 0 }
+    return await buildDebianRootfs(suite, include, cacheDir, dir, marker, opts)
+  } finally {
+    // closing the descriptor releases the lock
+    fs.closeSync(lockFd)
+  }
+}
+
+async function buildDebianRootfs(suite: string, include: string[], cacheDir: string, dir: string, marker: string, opts: DebianRootfsOptions): Promise<DebianRootfs> {
   const scratch = `${dir}.building-${process.pid}`
   sweepStaleRootfsBuilds(cacheDir)
   removeTree(scratch)

@@ -8,9 +8,12 @@ import fs from 'node:fs'
 import path from 'node:path'
 import type { ExecutionContext } from 'ava'
 import { tmpDir } from './procs.js'
+import { debianRootfsDir } from '../../sandbox/image/debootstrap.js'
 
 export const BUSYBOX = '/bin/busybox'
-export const DEBIAN_CACHE = '/var/cache/strata/rootfs/debian-bookworm-97d0063f89c3c7f8'
+/** The demo's Debian tree (bin/demo/images.ts: bookworm minbase + python3), so a machine that ran the demo has it. */
+export const DEBIAN_SPEC = { suite: 'bookworm', include: ['python3'] }
+export const DEBIAN_CACHE = debianRootfsDir(DEBIAN_SPEC)
 
 /** /bin/busybox exists and is static (busybox-static, not the dynamically linked busybox package). */
 export const hasBusybox = (() => {
@@ -21,7 +24,6 @@ export const hasBusybox = (() => {
     return false
   }
 })()
-export const hasDebianCache = fs.existsSync(path.join(DEBIAN_CACHE, 'bin'))
 
 /** Users every test rootfs knows: root, alice (1000, also in staff 50), nobody. */
 export const PASSWD = 'root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000:Alice:/home/alice:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n'
