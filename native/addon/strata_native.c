@@ -420,6 +420,37 @@ static napi_value js_aligned_buffer(napi_env env, napi_callback_info info) {
 }
 
 
+// The bytes behind a TypedArray (any element type) or DataView; 0 with a
+// JS TypeError pending when `value` is neither.
+static int view_bytes(napi_env env, napi_value value, const char *what, void **data, size_t *len) {
+  bool is = false;
+  napi_is_typedarray(env, value, &is);
+  if (is) {
+    napi_typedarray_type type;
+    size_t count, offset;
+    napi_value ab;
+    napi_get_typedarray_info(env, value, &type, &count, data, &ab, &offset);
+    size_t width = 1;
+    switch (type) {
+      case napi_int16_array: case napi_uint16_array: width = 2; break;
+      case napi_int32_array: case napi_uint32_array: case napi_float32_array: width = 4; break;
+      case napi_float64_array: case napi_bigint64_array: case napi_biguint64_array: width = 8; break;
+      default: width = 1;
+    }
+    *len = count * width;
+    return 1;
+  }
+  napi_is_dataview(env, value, &is);
+  if (is) {
+    napi_value ab;
+    size_t offset;
+    napi_get_dataview_info(env, value, len, data, &ab, &offset);
+    return 1;
+  }
+  napi_throw_type_error(env, "EINVAL", what);
+  return 0;
+}
+
 // crc32c(data, initial = 0): CRC32C of a Uint8Array (or any TypedArray or
 // DataView, over its bytes) continuing from `initial`. Only exported when the
 // CPU has SSE4.2; fs/common/crc32c.ts falls back to @node-rs/crc32 otherwise.
@@ -430,29 +461,7 @@ static napi_value js_crc32c(napi_env env, napi_callback_info info) {
   if (argc < 1) { napi_throw_type_error(env, "EINVAL", "crc32c(data, initial?)"); return NULL; }
   void *data = NULL;
   size_t len = 0;
-  bool is;
-  napi_is_typedarray(env, argv[0], &is);
-  if (is) {
-    napi_typedarray_type type;
-    size_t count;
-    napi_value ab;
-    size_t offset;
-    napi_get_typedarray_info(env, argv[0], &type, &count, &data, &ab, &offset);
-    size_t width = 1;
-    switch (type) {
-      case napi_int16_array: case napi_uint16_array: width = 2; break;
-      case napi_int32_array: case napi_uint32_array: case napi_float32_array: width = 4; break;
-      case napi_float64_array: case napi_bigint64_array: case napi_biguint64_array: width = 8; break;
-      default: width = 1;
-    }
-    len = count * width;
-  } else {
-    napi_is_dataview(env, argv[0], &is);
-    if (!is) { napi_throw_type_error(env, "EINVAL", "crc32c: data must be a Buffer, TypedArray or DataView"); return NULL; }
-    napi_value ab;
-    size_t offset;
-    napi_get_dataview_info(env, argv[0], &len, &data, &ab, &offset);
-  }
+  if (!view_bytes(env, argv[0], "crc32c: data must be a Buffer, TypedArray or DataView", &data, &len)) return NULL;
   uint32_t initial = 0;
   if (argc > 1) {
     napi_valuetype t;
@@ -629,18 +638,14 @@ static napi_value js_is_aligned(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value argv[2];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  bool is = false;
-  if (argc >= 1) napi_is_typedarray(env, argv[0], &is);
-  if (!is) { napi_throw_type_error(env, "EINVAL", "isAligned(data, alignment): data must be a TypedArray"); return NULL; }
+  if (argc < 2) { napi_throw_type_error(env, "EINVAL", "isAligned(data, alignment)"); return NULL; }
+  void *data = NULL;
+  size_t len = 0;
+  if (!view_bytes(env, argv[0], "isAligned: data must be a TypedArray or DataView", &data, &len)) return NULL;
   double align;
-  if (argc < 2 || !num_arg(env, argv[1], "alignment must be a number", &align)) return NULL;
+  if (!num_arg(env, argv[1], "alignment must be a number", &align)) return NULL;
   size_t a = (size_t)align;
   if ((double)a != align || a == 0 || (a & (a - 1)) != 0) { napi_throw_range_error(env, "EINVAL", "isAligned: alignment must be a power of two"); return NULL; }
-  napi_typedarray_type type;
-  size_t count, offset;
-  void *data = NULL;
-  napi_value ab;
-  napi_get_typedarray_info(env, argv[0], &type, &count, &data, &ab, &offset);
   napi_value r;
   napi_get_boolean(env, data != NULL && ((uintptr_t)data & (a - 1)) == 0, &r);
   return r;
