@@ -31,7 +31,7 @@ export function crc32c(data: Uint8Array, initial = 0): number {
   return (impl ??= resolve())(data, initial)
 }
 
-/** Which implementation `crc32c` uses in this process (reported by benchmarks, asserted by tests). */
+/** Which implementation `crc32c` uses in this process (asserted by the tests on x86-64). */
 export function crc32cImplementation(): 'sse4.2' | 'portable' {
   impl ??= resolve()
   return implName

@@ -71,8 +71,8 @@ const CHUNK_ID_LEN = 16
 const UPDATE_TYPES: readonly UpdateType[] = ['WRITE', 'REMOVE', 'TRUNCATE', 'EXTEND']
 const EMPTY = Buffer.alloc(0)
 /** A read that loses a race with file reclamation is retried this many times before reporting it. */
-/** decoded chunk records kept per target (~0.5 KiB each) */
-const RECORD_CACHE_ENTRIES = 65_536
+/** decoded chunk records kept per target (~0.5 KiB each: at most ~8 MiB) */
+const RECORD_CACHE_ENTRIES = 16_384
 const READ_ATTEMPTS = 4
 
 /** Thrown by a fault hook: the update stops where it is, as if the process died there. */

@@ -30,15 +30,14 @@ export interface EngineFaults {
 const FANOUT = 256
 const READ_PIECE = 1024 * 1024
 
-/**
+/*
  * Large writes bypass the page cache (O_DIRECT), as 3FS's storage does. Three
  * replicas on one host would otherwise each copy every byte into new page
  * cache: on the benchmark VM that copy into freshly allocated pages cost ~3 ms
  * of kernel CPU per MiB per replica, most of a replicated write's CPU, where a
  * direct write costs ~0.2 ms. The offset, the length and the memory must be
- * aligned to the device's logical block; 4096 covers every common device.
+ * aligned to the device's logical block: DIRECT_IO_ALIGN.
  */
-const DIRECT_ALIGN = DIRECT_IO_ALIGN
 /** Smaller writes stay buffered: their copy is cheap and a read soon after finds them in the page cache. */
 const DIRECT_MIN = 64 * 1024
 /** O_DIRECT is Linux's; elsewhere the constant is absent and every write is buffered. */
@@ -278,7 +277,7 @@ export class ChunkFiles {
     }
     const w = edit.write
     const flags = mode === 'fresh' ? fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC : fsc.O_RDWR
-    let direct = this.directOk && w !== null && w.data.length >= DIRECT_MIN && w.off % DIRECT_ALIGN === 0 && w.data.length % DIRECT_ALIGN === 0
+    let direct = this.directOk && w !== null && w.data.length >= DIRECT_MIN && w.off % DIRECT_IO_ALIGN === 0 && w.data.length % DIRECT_IO_ALIGN === 0
     let fh: FileHandle
     try {
       if (direct && this.faults.refuseDirect) throw faultError('EINVAL', 'open', target)
