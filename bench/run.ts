@@ -452,19 +452,20 @@ function gitCommit(): string {
 export function compare(metrics: Metric[]): Comparison[] {
   const by = new Map(metrics.map((m) => [m.key, m]))
   const out: Comparison[] = []
-  // a slow phase slows both sides of every ratio, not by the same factor: the
-  // disk baseline (page-cache and sync work) fell from ~925 to ~330 MB/s in
-  // one and made the replicated write look like 60% of it; no target is
-  // judged in a run whose socket pair shows such a phase
+  // a slow phase slows both sides of a ratio against the bare machine, not by
+  // the same factor: the disk baseline (page-cache and sync work) fell from
+  // ~925 to ~330 MB/s in one and made the replicated write look like 60% of
+  // it; no such target is judged in a run whose socket pair shows the phase
   const loopback = by.get('loopback.tcp')
   const phase = loopback ? slowCeiling(loopback) : null
+  const machineBaseline = (key: string) => key.startsWith('disk.') || key.startsWith('image.untar')
   for (const c of COMPARISONS) {
     const m = by.get(c.measured)
     const b = by.get(c.baseline)
     if (!m || !b) continue
     const baselineValue = b.value / c.baselineDivisor
     const ratio = m.value / baselineValue
-    const slow = slowCeiling(b) ?? (phase ? `the machine was in a slow phase during this run (${phase.replace(/, so the ceiling.*$/, '')})` : null)
+    const slow = slowCeiling(b) ?? (phase && machineBaseline(c.baseline) ? `the machine was in a slow phase during this run (${phase.replace(/, so the ceiling.*$/, '')})` : null)
     out.push({
       ...c,
       unit: m.unit,
