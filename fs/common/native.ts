@@ -43,10 +43,18 @@ export interface NativeAddon {
   sendfile(socketFd: number, fileFd: number, offset: number, length: number, timeoutMs: number): Promise<void>
   /**
    * The start of such a sendfile done at once on this thread, without waiting: only when the whole range
-   * is in the page cache (cachestat(2)), as much as the socket buffer takes. Returns the bytes sent (0
-   * when the range is not all cached or the kernel cannot tell); the caller sends the rest with sendfile.
+   * is in the page cache (cachestat(2)), as much as the socket buffer takes. Returns the bytes sent, the
+   * rest to be sent with sendfileOnLoop; -1 (nothing sent) when the range is not all cached or the
+   * kernel cannot tell, the whole range then to be sent with sendfile, whose thread may wait for the disk.
    */
   sendfileCached(socketFd: number, fileFd: number, offset: number, length: number): number
+  /**
+   * The rest of a cached range after sendfileCached: the event loop waits for room in the socket buffer
+   * (a libuv poll handle on a duplicate of the descriptor) and sends what fits each time, on this
+   * thread, without waking a pool thread. Rejects like sendfile; ETIMEDOUT when the socket takes no
+   * byte for `stallMs`.
+   */
+  sendfileOnLoop(socketFd: number, fileFd: number, offset: number, length: number, stallMs: number): Promise<void>
   /** CRC32C with the SSE4.2 instruction (three streams); absent when the CPU lacks it. Use fs/common/crc32c.ts. */
   crc32c?: (data: Uint8Array, initial?: number) => number
   /** flock(2) on `fd`; false when LOCK_NB was given and the lock is held elsewhere */

@@ -338,9 +338,11 @@ export class Connection {
       if (this.closedErr) throw this.closedErr
       const fd = socketFd(this.socket)
       if (fd >= 0 && canSendfile() && this.socket.writableLength === 0) {
-        // cached bytes go at once; a pool thread sends the rest (or all of it when the disk has to be read)
+        // Cached bytes go at once, and what did not fit the socket buffer as room appears, all on this
+        // thread; a range the disk has to be read for goes from a pool thread, which may wait for it.
         const now = native().sendfileCached(fd, f.fd, f.offset, f.length)
-        if (now < f.length) await native().sendfile(fd, f.fd, f.offset + now, f.length - now, SENDFILE_STALL_MS)
+        if (now < 0) await native().sendfile(fd, f.fd, f.offset, f.length, SENDFILE_STALL_MS)
+        else if (now < f.length) await native().sendfileOnLoop(fd, f.fd, f.offset + now, f.length - now, SENDFILE_STALL_MS)
       } else {
         await this.flushed([await f.read()])
       }

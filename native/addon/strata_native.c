@@ -22,6 +22,7 @@
 #include "crc32c.h"
 #include <poll.h>
 #include <sys/sendfile.h>
+#include <uv.h>
 
 static const char *errno_name(int e) {
   switch (e) {
@@ -584,10 +585,11 @@ static napi_value js_sendfile(napi_env env, napi_callback_info info) {
 // sendfileCached(socketFd, fileFd, offset, length): the part of a sendfile
 // that can be done at once on the calling thread: when the whole range is in
 // the page cache (cachestat(2), Linux 6.5+) it sends as much as the socket
-// buffer takes without waiting and returns the byte count; otherwise, or
-// when the kernel lacks cachestat, it sends nothing and returns 0 (the caller
-// goes on with the pool-thread sendfile, which may wait for the disk). Saves
-// the pool-thread round trip, the costliest part of a small send on a VM.
+// buffer takes without waiting and returns the byte count (the caller sends
+// the rest with sendfileOnLoop); otherwise, or when the kernel lacks
+// cachestat, it sends nothing and returns -1 (the caller goes on with the
+// pool-thread sendfile, which may wait for the disk). Saves the pool-thread
+// round trip, the costliest part of a send on a VM.
 #ifndef __NR_cachestat
 #define __NR_cachestat 451
 #endif
@@ -605,8 +607,9 @@ static napi_value js_sendfile_cached(napi_env env, napi_callback_info info) {
   size_t length;
   if (!send_range_args(env, argv, "sendfileCached", &sock, &file, &offset, &length)) return NULL;
   napi_value r;
-  size_t sent = 0;
-  if (length > 0 && !cachestat_broken) {
+  double sent = -1;
+  if (length == 0) sent = 0;
+  else if (!cachestat_broken) {
     long page = sysconf(_SC_PAGESIZE);
     uint64_t first = (uint64_t)offset / (uint64_t)page;
     uint64_t last = ((uint64_t)offset + (uint64_t)length - 1) / (uint64_t)page;
@@ -618,17 +621,160 @@ static napi_value js_sendfile_cached(napi_env env, napi_callback_info info) {
     } else if (cs.nr_cache >= last - first + 1) {
       off_t off = offset;
       size_t left = length;
+      sent = 0;
       while (left > 0) {
         ssize_t n = sendfile(sock, file, &off, left);
-        if (n > 0) { left -= (size_t)n; sent += (size_t)n; continue; }
+        if (n > 0) { left -= (size_t)n; sent += (double)n; continue; }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno != EAGAIN) return throw_errno(env, "sendfile", errno);
         break;  // socket buffer full (EAGAIN) or file ended: the caller's async send reports the rest
       }
     }
   }
-  napi_create_double(env, (double)sent, &r);
+  napi_create_double(env, sent, &r);
   return r;
+}
+
+// sendfileOnLoop(socketFd, fileFd, offset, length, stallMs): Promise<void>.
+// The rest of a sendfile whose range is in the page cache but did not fit
+// the socket buffer: the event loop itself waits for room (a libuv poll
+// handle on a private duplicate of the socket descriptor) and each time
+// sends what fits, on this thread. Unlike the pool-thread sendfile, no other
+// thread is woken, which on this VM is the dearer half of such a send. Fails
+// with ETIMEDOUT when the socket takes no byte for stallMs, with EOVERFLOW
+// when the file ends early, with the errno of a failed send otherwise. The
+// same contract as sendfile: nothing else writes to the socket meanwhile and
+// the file descriptor stays open until the promise settles.
+typedef struct {
+  uv_poll_t poll;
+  uv_timer_t timer;
+  int sock, file;
+  off_t off;
+  size_t left;
+  uint64_t stall_ms;
+  int err;
+  const char *syscall;
+  int open_handles;
+  int finishing;
+  napi_env env;
+  napi_deferred deferred;
+  napi_async_context ctx;
+} loop_send;
+
+static void loop_send_closed(uv_handle_t *h) {
+  loop_send *s = h->data;
+  if (--s->open_handles > 0) return;
+  close(s->sock);
+  napi_env env = s->env;
+  napi_handle_scope hs;
+  napi_open_handle_scope(env, &hs);
+  napi_value resource;
+  napi_create_object(env, &resource);
+  // a callback scope, so the promise's reactions run now and not at some later turn of the loop
+  napi_callback_scope cs;
+  napi_open_callback_scope(env, resource, s->ctx, &cs);
+  if (s->err) {
+    napi_reject_deferred(env, s->deferred, errno_error(env, s->syscall, s->err, NULL));
+  } else {
+    napi_value undef;
+    napi_get_undefined(env, &undef);
+    napi_resolve_deferred(env, s->deferred, undef);
+  }
+  napi_close_callback_scope(env, cs);
+  napi_async_destroy(env, s->ctx);
+  napi_close_handle_scope(env, hs);
+  free(s);
+}
+
+static void loop_send_finish(loop_send *s, int err, const char *syscall_name) {
+  if (s->finishing) return;
+  s->finishing = 1;
+  s->err = err;
+  s->syscall = syscall_name;
+  uv_poll_stop(&s->poll);
+  uv_timer_stop(&s->timer);
+  uv_close((uv_handle_t *)&s->poll, loop_send_closed);
+  uv_close((uv_handle_t *)&s->timer, loop_send_closed);
+}
+
+static void loop_send_stalled(uv_timer_t *t) {
+  loop_send_finish(t->data, ETIMEDOUT, "sendfile");
+}
+
+static void loop_send_writable(uv_poll_t *p, int status, int events) {
+  loop_send *s = p->data;
+  if (s->finishing) return;
+  // on a poll error (the peer went away) the send itself tells what went wrong, if it can
+  int progressed = 0;
+  while (s->left > 0) {
+    ssize_t n = sendfile(s->sock, s->file, &s->off, s->left);
+    if (n > 0) { s->left -= (size_t)n; progressed = 1; continue; }
+    if (n == 0) { loop_send_finish(s, EOVERFLOW, "sendfile"); return; }  // the file ended early
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) break;
+    loop_send_finish(s, errno, "sendfile");
+    return;
+  }
+  if (s->left == 0) { loop_send_finish(s, 0, NULL); return; }
+  if (status < 0) { loop_send_finish(s, -status, "poll"); return; }
+  if (progressed) uv_timer_start(&s->timer, loop_send_stalled, s->stall_ms, 0);
+}
+
+static napi_value js_sendfile_on_loop(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 5) { napi_throw_type_error(env, "EINVAL", "sendfileOnLoop(socketFd, fileFd, offset, length, stallMs)"); return NULL; }
+  int sock, file;
+  off_t offset;
+  size_t length;
+  double stall;
+  if (!send_range_args(env, argv, "sendfileOnLoop", &sock, &file, &offset, &length)) return NULL;
+  if (!num_arg(env, argv[4], "stallMs must be a number", &stall)) return NULL;
+  if (stall < 1 || stall > 2147483647) { napi_throw_range_error(env, "EINVAL", "sendfileOnLoop: stallMs must be positive"); return NULL; }
+  uv_loop_t *loop;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok) { napi_throw_error(env, "EINVAL", "sendfileOnLoop: no event loop"); return NULL; }
+  loop_send *s = calloc(1, sizeof *s);
+  if (!s) { napi_throw_error(env, "ENOMEM", "sendfileOnLoop: out of memory"); return NULL; }
+  // a private descriptor: libuv keys its watchers by descriptor number, and Node's own
+  // handle for this socket already watches the original one
+  s->sock = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+  if (s->sock < 0) {
+    int e = errno;
+    free(s);
+    return throw_errno(env, "fcntl", e);
+  }
+  int r = uv_poll_init(loop, &s->poll, s->sock);
+  if (r < 0) {
+    close(s->sock);
+    free(s);
+    return throw_errno(env, "uv_poll_init", -r);
+  }
+  s->file = file;
+  s->off = offset;
+  s->left = length;
+  s->stall_ms = (uint64_t)stall;
+  s->env = env;
+  s->open_handles = 2;
+  s->poll.data = s;
+  s->timer.data = s;
+  uv_timer_init(loop, &s->timer);
+  napi_value promise, name, resource;
+  napi_create_promise(env, &s->deferred, &promise);
+  napi_create_string_utf8(env, "strata.sendfileOnLoop", NAPI_AUTO_LENGTH, &name);
+  napi_create_object(env, &resource);
+  napi_async_init(env, resource, name, &s->ctx);
+  if (length == 0) {
+    loop_send_finish(s, 0, NULL);
+    return promise;
+  }
+  r = uv_poll_start(&s->poll, UV_WRITABLE, loop_send_writable);
+  if (r < 0) {
+    loop_send_finish(s, -r, "uv_poll_start");
+    return promise;
+  }
+  uv_timer_start(&s->timer, loop_send_stalled, s->stall_ms, 0);
+  return promise;
 }
 
 // isAligned(data, alignment): whether the memory of a TypedArray starts at a
@@ -667,6 +813,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"flock", NULL, js_flock, NULL, NULL, NULL, napi_default, NULL},
     {"sendfile", NULL, js_sendfile, NULL, NULL, NULL, napi_default, NULL},
     {"sendfileCached", NULL, js_sendfile_cached, NULL, NULL, NULL, napi_default, NULL},
+    {"sendfileOnLoop", NULL, js_sendfile_on_loop, NULL, NULL, NULL, napi_default, NULL},
     {"isAligned", NULL, js_is_aligned, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

@@ -282,3 +282,111 @@ test('a request can ask for its first attachment at an aligned offset; the serve
   t.true(seen.every(Boolean), `every payload arrived aligned (${seen.join(',')})`)
   t.throws(() => encodeFrameParts({ id: 1, service: 42, method: 1, flags: 1, payload: { data: randomBytes(ATTACHMENT_MIN_BYTES) } }, 1 << 20), { code: 'INVALID_ARGUMENT' })
 })
+
+/** A connected TCP pair on loopback: the sending end's descriptor and the receiving socket, paused. */
+async function tcpPair(t: ExecutionContext): Promise<{ fd: number; sender: net.Socket; receiver: net.Socket }> {
+  const server = net.createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve))
+  const sender = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1')
+  await new Promise<void>((resolve) => sender.once('connect', resolve))
+  const receiver = await accepted
+  receiver.pause()
+  t.teardown(() => {
+    sender.destroy()
+    receiver.destroy()
+    server.close()
+  })
+  const fd = (sender as unknown as { _handle: { fd: number } })._handle.fd
+  return { fd, sender, receiver }
+}
+
+function collect(s: net.Socket, bytes: number): Promise<Buffer> {
+  const parts: Buffer[] = []
+  let got = 0
+  return new Promise((resolve, reject) => {
+    s.on('data', (d: Buffer) => {
+      parts.push(d)
+      got += d.length
+      if (got >= bytes) resolve(Buffer.concat(parts))
+    })
+    s.on('error', reject)
+    s.resume()
+  })
+}
+
+test('sendfileCached sends what fits at once and sendfileOnLoop the rest as the reader makes room; -1 for a range not in the page cache', async (t) => {
+  const addon = native()
+  const { fd, receiver } = await tcpPair(t)
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-sendfile-'))
+  const file = path.join(dir, 'data')
+  const content = randomBytes(24 * 1024 * 1024 + 321)
+  fs.writeFileSync(file, content)
+  const ffd = fs.openSync(file, 'r')
+  t.teardown(() => {
+    fs.closeSync(ffd)
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+  const off = 4097
+  const len = content.length - off
+  const now = addon.sendfileCached(fd, ffd, off, len)
+  // the reader is paused: the socket buffer (a few MiB at most) cannot take 24 MiB
+  t.true(now > 0 && now < len, `sent ${now} of ${len} at once`)
+  let settled = false
+  const rest = addon.sendfileOnLoop(fd, ffd, off + now, len - now, 10_000).finally(() => (settled = true))
+  await new Promise((r) => setTimeout(r, 200))
+  t.false(settled, 'waits for room while the reader does not read')
+  const [received] = await Promise.all([collect(receiver, len), rest])
+  t.true(received.equals(content.subarray(off)), 'every byte arrives, in order')
+  t.is(await addon.sendfileOnLoop(fd, ffd, 0, 0, 1000), undefined, 'nothing to send resolves at once')
+
+  // a file dropped from the page cache is not sent on this thread
+  const cold = path.join(dir, 'cold')
+  fs.writeFileSync(cold, randomBytes(256 * 1024))
+  const cfd = fs.openSync(cold, 'r')
+  try {
+    fs.fdatasyncSync(cfd)
+    // POSIX_FADV_DONTNEED through dd: Node has no fadvise
+    const dd = await import('node:child_process').then((cp) => cp.spawnSync('dd', [`if=${cold}`, 'iflag=nocache', 'count=0', 'status=none']))
+    if (dd.status === 0) t.is(addon.sendfileCached(fd, cfd, 0, 256 * 1024), -1)
+    else t.log('dd cannot drop pages here; the cold case is not checked')
+  } finally {
+    fs.closeSync(cfd)
+  }
+})
+
+test('sendfileOnLoop: a reader that never reads fails it with ETIMEDOUT, a reader that goes away with EPIPE or ECONNRESET; bad arguments are refused', async (t) => {
+  const addon = native()
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-sendfile-'))
+  const file = path.join(dir, 'data')
+  fs.writeFileSync(file, randomBytes(32 * 1024 * 1024))
+  const ffd = fs.openSync(file, 'r')
+  t.teardown(() => {
+    fs.closeSync(ffd)
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+  {
+    const { fd } = await tcpPair(t)
+    const t0 = Date.now()
+    const e = await t.throwsAsync(addon.sendfileOnLoop(fd, ffd, 0, 32 * 1024 * 1024, 300))
+    t.is((e as NodeJS.ErrnoException).code, 'ETIMEDOUT')
+    t.true(Date.now() - t0 < 5000, 'gives up after the stall, not after the whole transfer')
+  }
+  {
+    const { fd, receiver } = await tcpPair(t)
+    const p = addon.sendfileOnLoop(fd, ffd, 0, 32 * 1024 * 1024, 10_000)
+    setTimeout(() => receiver.destroy(), 100)
+    const e = await t.throwsAsync(p)
+    t.true(['EPIPE', 'ECONNRESET'].includes((e as NodeJS.ErrnoException).code ?? ''), String((e as Error).message))
+  }
+  {
+    // the file ends before the range does
+    const { fd, receiver } = await tcpPair(t)
+    receiver.resume()
+    const e = await t.throwsAsync(addon.sendfileOnLoop(fd, ffd, 32 * 1024 * 1024 - 10, 20, 10_000))
+    t.is((e as NodeJS.ErrnoException).code, 'EOVERFLOW')
+  }
+  t.throws(() => addon.sendfileOnLoop(-1, ffd, 0, 1, 1000), { code: 'EINVAL' })
+  t.throws(() => addon.sendfileOnLoop(0, ffd, 0, 1, 0), { code: 'EINVAL' })
+  t.throws(() => addon.sendfileOnLoop(ffd, ffd, 1.5, 1, 1000), { code: 'EINVAL' })
+})
