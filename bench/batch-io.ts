@@ -14,7 +14,8 @@
 //
 // Phases, as fuse-fio: seqwrite (1 MiB, then fsync; the fsync is timed),
 // seqread.warm (nothing dropped; on the DFS side after one unmeasured read
-// pass, since storage writes chunk data with O_DIRECT), seqread (after drop_caches),
+// pass and every replica's chunk files read once, since storage writes chunk
+// data with O_DIRECT), seqread (after drop_caches),
 // randread4k with 1 in flight and with batchQueueDepth in flight (each after
 // drop_caches, time based, blocks in a random permutation so none is read
 // twice). 4 KiB latencies are from prepIo to the completion reaped by
@@ -26,6 +27,7 @@ import path from 'node:path'
 import { FileSystem, createIor, createIov, deregFd, destroyIor, prepIo, regFd, submitIos, waitForIos, type Iov, type RegisteredFd } from '../fs/client/file/index.js'
 import type { BenchContext, Metric } from './lib/types.js'
 import { fmtBytes, fmtMs, fmtRate, summarize } from './lib/stats.js'
+import { warmChunkFiles } from './lib/page-cache.js'
 
 const MiB = 1024 * 1024
 
@@ -194,9 +196,11 @@ export async function runBatchIo(ctx: BenchContext): Promise<Metric[]> {
             dfsFd = await regFd(dfsPath, dfs, 'r')
             const len = dfsFd.handle.inode.file?.length
             if (len !== seqBlocks * seqBs) throw new Error(`DFS file length ${len} after fsync, expected ${seqBlocks * seqBs}`)
-            // storage writes chunk data past its page cache (O_DIRECT), so "warm" needs one
-            // unmeasured read pass first, as the local side's file is in the page cache after writing
+            // one unmeasured read pass (the JIT compiles that path); and storage writes chunk data
+            // past its page cache (O_DIRECT), so every replica's files are read into it, as the
+            // local side's file is in the page cache after writing
             await ringRun(readIov, dfsFd, true, qd, ringDepth, seqPlan)
+            await warmChunkFiles(ns.dir)
           } else {
             r = await ringRun(readIov, dfsFd!, true, p.qd, ringDepth, p.plan())
           }

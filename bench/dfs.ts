@@ -9,9 +9,8 @@
 // threads). On a shared 2-core machine that number moves much less with
 // whatever else runs than the rate does.
 
-import { promises as fsp } from 'node:fs'
-import * as path from 'node:path'
 import type { BenchContext, Metric } from './lib/types.js'
+import { warmChunkFiles } from './lib/page-cache.js'
 import { fmtBytes, fmtMs, fmtRate, runConcurrent, summarize } from './lib/stats.js'
 import { logThreadCpu } from './lib/fixtures.js'
 
@@ -146,31 +145,3 @@ export async function dfsLatency(ctx: BenchContext, fsync: boolean, concurrency:
   }
 }
 
-/** Reads every chunk file of every storage target under a `cluster up` directory once (into the page cache). */
-async function warmChunkFiles(clusterDir: string): Promise<void> {
-  const files: string[] = []
-  const data = path.join(clusterDir, 'data')
-  for (const node of await fsp.readdir(data)) {
-    const targets = path.join(data, node, 'targets')
-    const ids = await fsp.readdir(targets).catch(() => [] as string[])
-    for (const id of ids) {
-      const chunks = path.join(targets, id, 'chunks')
-      for (const sub of await fsp.readdir(chunks).catch(() => [] as string[])) {
-        for (const name of await fsp.readdir(path.join(chunks, sub))) files.push(path.join(chunks, sub, name))
-      }
-    }
-  }
-  const bufs = Array.from({ length: 4 }, () => Buffer.allocUnsafe(MiB))
-  await runConcurrent(files.length, bufs.length, async (i, slot) => {
-    const fh = await fsp.open(files[i]!, 'r')
-    try {
-      for (let pos = 0; ; ) {
-        const { bytesRead } = await fh.read(bufs[slot]!, 0, MiB, pos)
-        if (bytesRead === 0) break
-        pos += bytesRead
-      }
-    } finally {
-      await fh.close()
-    }
-  })
-}

@@ -10,8 +10,9 @@
 //              client-side cache across opens (see below), so the bytes come
 //              from the storage daemons, whose chunk files are in *their*
 //              page cache (storage writes chunk data with O_DIRECT, so one
-//              unmeasured read of the file through the mount puts it there):
-//              the transport-bound figure
+//              unmeasured read of the file through the mount, and a read of
+//              every replica's chunk files, put them there): the
+//              transport-bound figure
 //     (cold)   after `echo 3 > drop_caches` (both sides): from the disk
 //   randread   4 KiB random reads, 1 in flight (psync), time based, after
 //              drop_caches; fio's random map visits every block at most once
@@ -31,6 +32,7 @@ import path from 'node:path'
 import { execFile } from 'node:child_process'
 import type { BenchContext, Metric } from './lib/types.js'
 import { fmtBytes, fmtMs, fmtRate } from './lib/stats.js'
+import { warmChunkFiles } from './lib/page-cache.js'
 
 const MiB = 1024 * 1024
 
@@ -95,8 +97,11 @@ interface Side {
   dir: string
 }
 
-/** Reads a file once through the mount (unmeasured), so the storage daemons' page cache holds its chunks. */
-async function warmStorageCache(file: string): Promise<void> {
+/**
+ * Reads a file once through the mount (unmeasured: the daemons' JIT compiles that path) and every
+ * replica's chunk files once, so the storage daemons' page cache holds every copy of its chunks.
+ */
+async function warmStorageCache(file: string, clusterDir: string): Promise<void> {
   const fh = await fs.promises.open(file, 'r')
   try {
     const buf = Buffer.allocUnsafe(MiB)
@@ -104,6 +109,7 @@ async function warmStorageCache(file: string): Promise<void> {
   } finally {
     await fh.close()
   }
+  await warmChunkFiles(clusterDir)
 }
 
 export async function runFuseFio(ctx: BenchContext): Promise<Metric[]> {
@@ -132,7 +138,7 @@ export async function runFuseFio(ctx: BenchContext): Promise<Metric[]> {
       let dropped: boolean | null = null
       if (job.cold) dropped = await ctx.fixtures.dropCaches()
       else {
-        if (phase === 'seqread.warm' && s.key === 'fuse') await warmStorageCache(path.join(s.dir, 'fio.dat'))
+        if (phase === 'seqread.warm' && s.key === 'fuse') await warmStorageCache(path.join(s.dir, 'fio.dat'), ns.dir)
         await ctx.fixtures.settle()
       }
       const clusterCpu0 = s.key === 'fuse' ? ctx.fixtures.cpuSeconds() : 0
