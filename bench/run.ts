@@ -26,7 +26,7 @@ import path from 'node:path'
 import { execFileSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { startSelfProfile } from './lib/self-profile.js'
-import { runLoopback } from './loopback.js'
+import { runLoopback, runLoopbackAgain } from './loopback.js'
 import { runDisk } from './disk.js'
 import { dfsLatency, dfsRead, dfsWrite } from './dfs.js'
 import { runFuseFio } from './fio.js'
@@ -859,6 +859,15 @@ async function main(): Promise<number> {
         const msg = e instanceof Error ? (e.stack ?? e.message) : String(e)
         log(`${b.name} failed: ${msg}`)
         errors.push({ benchmark: b.name, error: e instanceof Error ? e.message : String(e) })
+      }
+    }
+    const i = metrics.findIndex((m) => m.key === 'loopback.tcp')
+    if (i >= 0 && selected.length > 1) {
+      log('--- loopback again: the ceiling is the best trial before or after the other benchmarks')
+      try {
+        metrics[i] = await runLoopbackAgain(ctx)
+      } catch (e) {
+        log(`loopback again failed: ${e instanceof Error ? e.message : String(e)}`)
       }
     }
   } finally {
