@@ -851,6 +851,10 @@ async function main(): Promise<number> {
   try {
     for (const b of selected) {
       log(`--- ${b.name}: ${b.description}`)
+      // Every benchmark starts from the same kernel state: after heavy file
+      // churn this VM's memory copies run 3-5x slower until the caches are
+      // dropped (RESULTS.md, "Notes on this machine"), whichever side runs next.
+      await fixtures.dropCaches()
       try {
         const ms = await b.run(ctx)
         for (const m of ms) producedBy[m.key] = b.name
@@ -864,6 +868,7 @@ async function main(): Promise<number> {
     const i = metrics.findIndex((m) => m.key === 'loopback.tcp')
     if (i >= 0 && selected.length > 1) {
       log('--- loopback again: the ceiling is the best trial before or after the other benchmarks')
+      await fixtures.dropCaches()
       try {
         metrics[i] = await runLoopbackAgain(ctx)
       } catch (e) {
