@@ -1,11 +1,11 @@
 // Baseline (a): raw loopback TCP throughput of a minimal Node socket pair in
-// two processes. The runner process receives (like the DFS client on reads)
-// and only counts bytes; a child process sends one reused buffer in a loop.
+// two processes (bench/loopback-peer.ts): one receives and only counts bytes,
+// the other sends one reused buffer in a loop; each on a CPU of its own.
 // Timed from the first received byte to the last; the best of several trials,
 // taken before and (in a run with other benchmarks) again after the rest.
 
-import net from 'node:net'
-import { spawn } from 'node:child_process'
+import os from 'node:os'
+import { spawn, spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import type { BenchContext, Metric } from './lib/types.js'
 import { fmtBytes, fmtGBps, median } from './lib/stats.js'
@@ -14,50 +14,55 @@ const MiB = 1024 * 1024
 
 const PEER = fileURLToPath(new URL('./loopback-peer.js', import.meta.url))
 
-/** One trial: `total` bytes from a child sender to us; bytes/s and CPU seconds of both processes. */
-export async function loopbackTrial(total: number, bufSize: number): Promise<{ rate: number; cpuSeconds: number }> {
-  const server = net.createServer()
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
-  const port = (server.address() as net.AddressInfo).port
-  try {
-    let cpu0 = process.cpuUsage()
-    const result = new Promise<number>((resolve, reject) => {
-      server.once('connection', (sock) => {
-        cpu0 = process.cpuUsage()
-        let got = 0
-        let t0 = 0
-        sock.on('data', (chunk: Buffer) => {
-          if (got === 0) t0 = performance.now()
-          got += chunk.length
-        })
-        sock.on('end', () => {
-          const secs = (performance.now() - t0) / 1000
-          if (got !== total) reject(new Error(`loopback: received ${got} of ${total} bytes`))
-          else resolve(got / secs)
-        })
-        sock.on('error', reject)
-      })
-    })
-    const child = spawn(process.execPath, [PEER, String(port), String(total), String(bufSize)], { stdio: ['ignore', 'pipe', 'inherit'] })
-    let out = ''
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()))
-    const exited = new Promise<void>((resolve, reject) => {
-      child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`loopback peer exited with ${code}`))))
-      child.on('error', reject)
-    })
-    const rate = await result
-    const mine = process.cpuUsage(cpu0)
-    await exited
-    const peer = (JSON.parse(out.trim() || '{}') as { cpuSeconds?: number }).cpuSeconds ?? 0
-    return { rate, cpuSeconds: (mine.user + mine.system) / 1e6 + peer }
-  } finally {
-    server.close()
-  }
+/**
+ * CPUs for the two processes: one each when there are two or more and
+ * `taskset` exists. On this VM two processes that share a CPU pay a
+ * hypervisor round trip per switch (0.2 GB/s pinned together against 3+
+ * apart), and the scheduler puts them together for minutes at a time; the
+ * ceiling is the pair on separate CPUs.
+ */
+function pinning(): [string[], string[]] {
+  if (os.availableParallelism() < 2 || spawnSync('taskset', ['-c', '0', 'true']).status !== 0) return [[], []]
+  return [['taskset', '-c', '0'], ['taskset', '-c', '1']]
+}
+
+function runPeer(prefix: string[], args: string[], onLine?: (msg: Record<string, number>) => void): Promise<Record<string, number>> {
+  const argv = [...prefix, process.execPath, PEER, ...args]
+  const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'inherit'] })
+  let out = ''
+  let last: Record<string, number> = {}
+  child.stdout.on('data', (d: Buffer) => {
+    out += d.toString()
+    let nl: number
+    while ((nl = out.indexOf('\n')) >= 0) {
+      last = JSON.parse(out.slice(0, nl)) as Record<string, number>
+      out = out.slice(nl + 1)
+      onLine?.(last)
+    }
+  })
+  return new Promise((resolve, reject) => {
+    child.on('exit', (code) => (code === 0 ? resolve(last) : reject(new Error(`loopback peer (${args[0]}) exited with ${code}`))))
+    child.on('error', reject)
+  })
+}
+
+/** One trial: `total` bytes from a sender process to a receiver process; bytes/s and CPU seconds of both. */
+export async function loopbackTrial(total: number, bufSize: number): Promise<{ rate: number; cpuSeconds: number; pinned: boolean }> {
+  const [recvCpu, sendCpu] = pinning()
+  let sender: Promise<Record<string, number>> | null = null
+  const receiver = runPeer(recvCpu, ['recv', String(total)], (msg) => {
+    if (msg.port !== undefined) sender = runPeer(sendCpu, ['send', String(msg.port), String(total), String(bufSize)])
+  })
+  const got = await receiver
+  if (!sender) throw new Error('loopback: the receiver never listened')
+  const sent = await (sender as Promise<Record<string, number>>)
+  return { rate: got.rate!, cpuSeconds: got.cpuSeconds! + (sent.cpuSeconds ?? 0), pinned: recvCpu.length > 0 }
 }
 
 interface Trials {
   rates: number[]
   cpuPerMiB: number[]
+  pinned: boolean
 }
 
 /** Trials run so far in this process; a second round (after the DFS runs) adds to them. */
@@ -65,10 +70,11 @@ const rounds: Trials[] = []
 
 async function runTrials(ctx: BenchContext): Promise<Trials> {
   const { loopbackBytes: total, loopbackTrials: trials, loopbackBufBytes: bufSize } = ctx.sizes
-  const t: Trials = { rates: [], cpuPerMiB: [] }
+  const t: Trials = { rates: [], cpuPerMiB: [], pinned: false }
   for (let i = 0; i < trials; i++) {
     const r = await loopbackTrial(total, bufSize)
     t.rates.push(r.rate)
+    t.pinned = r.pinned
     t.cpuPerMiB.push((r.cpuSeconds * 1000) / (total / MiB))
     ctx.log(`loopback trial ${i + 1}/${trials}: ${fmtGBps(r.rate)}, ${t.cpuPerMiB[i]!.toFixed(2)} ms CPU per MiB`)
   }
@@ -111,7 +117,7 @@ function loopbackMetric(ctx: BenchContext): Metric {
     label: 'raw loopback TCP, 1 socket pair, 2 processes',
     value: rates[best]!,
     unit: 'B/s',
-    detail: `${fmtBytes(total)} per trial in ${fmtBytes(bufSize)} writes, ${which}; ${cpuPerMiB[best]!.toFixed(2)} ms CPU per MiB (both processes) in the best trial`,
+    detail: `${fmtBytes(total)} per trial in ${fmtBytes(bufSize)} writes${rounds.every((r) => r.pinned) ? ', receiver and sender pinned to CPUs 0 and 1' : ''}, ${which}; ${cpuPerMiB[best]!.toFixed(2)} ms CPU per MiB (both processes) in the best trial`,
     extra: { cpuMsPerMiB: cpuPerMiB[best]!, medianRate: median(rates) },
   }
 }
