@@ -25,7 +25,14 @@ export async function warmChunkFiles(clusterDir: string): Promise<void> {
   }
   const bufs = Array.from({ length: 4 }, () => Buffer.allocUnsafe(MiB))
   await runConcurrent(files.length, bufs.length, async (i, slot) => {
-    const fh = await fsp.open(files[i]!, 'r')
+    let fh: fsp.FileHandle
+    try {
+      fh = await fsp.open(files[i]!, 'r')
+    } catch (e) {
+      // a superseded version the target reclaimed since the listing
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return
+      throw e
+    }
     try {
       for (let pos = 0; ; ) {
         const { bytesRead } = await fh.read(bufs[slot]!, 0, MiB, pos)
