@@ -851,9 +851,9 @@ async function main(): Promise<number> {
   try {
     for (const b of selected) {
       log(`--- ${b.name}: ${b.description}`)
-      // Every benchmark starts from the same kernel state: after heavy file
-      // churn this VM's memory copies run 3-5x slower until the caches are
-      // dropped (RESULTS.md, "Notes on this machine"), whichever side runs next.
+      // Every benchmark starts from the same kernel state: no dirty pages,
+      // page cache or dentries left by the one before (a warm phase reads back
+      // in what it needs itself).
       await fixtures.dropCaches()
       try {
         const ms = await b.run(ctx)
