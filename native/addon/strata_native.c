@@ -513,6 +513,27 @@ static int send_range_args(napi_env env, napi_value *argv, const char *fn, int *
   return 1;
 }
 
+// The five arguments of sendfile and sendfileOnLoop: the range and a wait limit in ms.
+static int send_call_args(napi_env env, napi_callback_info info, const char *fn, int *sock, int *file, off_t *offset, size_t *length, double *wait_ms) {
+  size_t argc = 5;
+  napi_value argv[5];
+  char msg[160];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 5) {
+    snprintf(msg, sizeof msg, "%s(socketFd, fileFd, offset, length, timeoutMs)", fn);
+    napi_throw_type_error(env, "EINVAL", msg);
+    return 0;
+  }
+  if (!send_range_args(env, argv, fn, sock, file, offset, length)) return 0;
+  if (!num_arg(env, argv[4], "timeoutMs must be a number", wait_ms)) return 0;
+  if (*wait_ms < 1 || *wait_ms > 2147483647) {
+    snprintf(msg, sizeof msg, "%s: timeoutMs must be positive", fn);
+    napi_throw_range_error(env, "EINVAL", msg);
+    return 0;
+  }
+  return 1;
+}
+
 static void sendfile_execute(napi_env env, void *data) {
   sendfile_job *j = data;
   off_t off = j->offset;
@@ -549,17 +570,11 @@ static void sendfile_complete(napi_env env, napi_status status, void *data) {
 }
 
 static napi_value js_sendfile(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value argv[5];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 5) { napi_throw_type_error(env, "EINVAL", "sendfile(socketFd, fileFd, offset, length, timeoutMs)"); return NULL; }
   int sock, file;
   off_t offset;
   size_t length;
   double timeout;
-  if (!send_range_args(env, argv, "sendfile", &sock, &file, &offset, &length)) return NULL;
-  if (!num_arg(env, argv[4], "timeoutMs must be a number", &timeout)) return NULL;
-  if (timeout < 1 || timeout > 2147483647) { napi_throw_range_error(env, "EINVAL", "sendfile: timeoutMs must be positive"); return NULL; }
+  if (!send_call_args(env, info, "sendfile", &sock, &file, &offset, &length, &timeout)) return NULL;
   sendfile_job *j = calloc(1, sizeof *j);
   if (!j) { napi_throw_error(env, "ENOMEM", "sendfile: out of memory"); return NULL; }
   // a private reference to the socket: should the owner close its descriptor meanwhile, the number
@@ -721,17 +736,11 @@ static void loop_send_writable(uv_poll_t *p, int status, int events) {
 }
 
 static napi_value js_sendfile_on_loop(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value argv[5];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  if (argc < 5) { napi_throw_type_error(env, "EINVAL", "sendfileOnLoop(socketFd, fileFd, offset, length, stallMs)"); return NULL; }
   int sock, file;
   off_t offset;
   size_t length;
   double stall;
-  if (!send_range_args(env, argv, "sendfileOnLoop", &sock, &file, &offset, &length)) return NULL;
-  if (!num_arg(env, argv[4], "stallMs must be a number", &stall)) return NULL;
-  if (stall < 1 || stall > 2147483647) { napi_throw_range_error(env, "EINVAL", "sendfileOnLoop: stallMs must be positive"); return NULL; }
+  if (!send_call_args(env, info, "sendfileOnLoop", &sock, &file, &offset, &length, &stall)) return NULL;
   uv_loop_t *loop;
   if (napi_get_uv_event_loop(env, &loop) != napi_ok) { napi_throw_error(env, "EINVAL", "sendfileOnLoop: no event loop"); return NULL; }
   loop_send *s = calloc(1, sizeof *s);

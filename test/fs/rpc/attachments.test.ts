@@ -200,17 +200,22 @@ test('in-place reception gives back slab bytes that a large frame only passed th
   }
 })
 
-test('a FileSlice in a reply reaches the caller as the file\'s bytes (sendfile), in order with the replies around it, and the file is released after', async (t) => {
-  const { server, address, client } = await serverAndClient(t)
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fileslice-'))
-  const file = path.join(dir, 'data')
-  const content = randomBytes(3 * 1024 * 1024 + 123)
-  fs.writeFileSync(file, content)
-  const fd = fs.openSync(file, 'r')
+/** A file holding `content` in a fresh directory, open for reading; both gone at teardown. */
+function tempFile(t: ExecutionContext, content: Buffer): { fd: number; dir: string } {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-sendfile-'))
+  fs.writeFileSync(path.join(dir, 'data'), content)
+  const fd = fs.openSync(path.join(dir, 'data'), 'r')
   t.teardown(() => {
     fs.closeSync(fd)
     fs.rmSync(dir, { recursive: true, force: true })
   })
+  return { fd, dir }
+}
+
+test('a FileSlice in a reply reaches the caller as the file\'s bytes (sendfile), in order with the replies around it, and the file is released after', async (t) => {
+  const { server, address, client } = await serverAndClient(t)
+  const content = randomBytes(3 * 1024 * 1024 + 123)
+  const { fd } = tempFile(t, content)
   let released = 0
   server.addService(42, {
     // a slice of the file, with a small buffer before it and a large one after, as a batch reply would be
@@ -243,14 +248,7 @@ test('a FileSlice in a reply reaches the caller as the file\'s bytes (sendfile),
 
 test('sendfile: a file shorter than the range fails with EOVERFLOW and the connection closes, not a hang; bad arguments are refused', async (t) => {
   const { server, address, client } = await serverAndClient(t)
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fileslice-'))
-  const file = path.join(dir, 'short')
-  fs.writeFileSync(file, randomBytes(100_000))
-  const fd = fs.openSync(file, 'r')
-  t.teardown(() => {
-    fs.closeSync(fd)
-    fs.rmSync(dir, { recursive: true, force: true })
-  })
+  const { fd } = tempFile(t, randomBytes(100_000))
   server.addService(42, { 1: () => ({ data: new FileSlice(fd, 0, 200_000) }) })
   await t.throwsAsync(client.call(address, 42, 1, null, { timeoutMs: 10_000 }), { code: 'RPC_CONNECTION_CLOSED' })
   const addon = native()
@@ -318,15 +316,8 @@ function collect(s: net.Socket, bytes: number): Promise<Buffer> {
 test('sendfileCached sends what fits at once and sendfileOnLoop the rest as the reader makes room; -1 for a range not in the page cache', async (t) => {
   const addon = native()
   const { fd, receiver } = await tcpPair(t)
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-sendfile-'))
-  const file = path.join(dir, 'data')
   const content = randomBytes(24 * 1024 * 1024 + 321)
-  fs.writeFileSync(file, content)
-  const ffd = fs.openSync(file, 'r')
-  t.teardown(() => {
-    fs.closeSync(ffd)
-    fs.rmSync(dir, { recursive: true, force: true })
-  })
+  const { fd: ffd, dir } = tempFile(t, content)
   const off = 4097
   const len = content.length - off
   const now = addon.sendfileCached(fd, ffd, off, len)
@@ -357,14 +348,7 @@ test('sendfileCached sends what fits at once and sendfileOnLoop the rest as the 
 
 test('sendfileOnLoop: a reader that never reads fails it with ETIMEDOUT, a reader that goes away with EPIPE or ECONNRESET; bad arguments are refused', async (t) => {
   const addon = native()
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-sendfile-'))
-  const file = path.join(dir, 'data')
-  fs.writeFileSync(file, randomBytes(32 * 1024 * 1024))
-  const ffd = fs.openSync(file, 'r')
-  t.teardown(() => {
-    fs.closeSync(ffd)
-    fs.rmSync(dir, { recursive: true, force: true })
-  })
+  const { fd: ffd } = tempFile(t, randomBytes(32 * 1024 * 1024))
   {
     const { fd } = await tcpPair(t)
     const t0 = Date.now()
