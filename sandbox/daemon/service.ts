@@ -78,6 +78,11 @@ interface Live {
   active: number
   /** a stop in progress */
   stopping?: Promise<void>
+  /**
+   * Why the first stop was asked for. A stop whose teardown failed after it had killed the init is
+   * retried by the reaper, which then finds the init dead; the reason reported stays this one.
+   */
+  stopCause?: { reason: StopReason; message: string }
 }
 
 /** One warm pool (WarmPoolSpec) and its started sandboxes. */
@@ -706,15 +711,17 @@ export class SandboxService {
   /** `keep`: the record stays (kill, reaper) and gets the final OOM count; a delete skips both. */
   #stop(l: Live, reason: StopReason, message: string, keep = true): Promise<void> {
     if (l.info.state === 'stopped') return Promise.resolve()
+    l.stopCause ??= { reason, message }
+    const cause = l.stopCause
     l.stopping ??= (async () => {
       let oomKills = l.info.oomKills
       if (l.handle && keep) oomKills = (await l.handle.status().catch(() => ({ oomKills }))).oomKills
       await this.#teardown(l.info.id, l.handle, l.rootfs)
       l.handle = undefined
       l.rootfs = undefined
-      l.info = this.#stoppedInfo(l.info, reason, message, oomKills)
+      l.info = this.#stoppedInfo(l.info, cause.reason, cause.message, oomKills)
       if (keep) await this.#registry.put(l.info)
-      this.#log.info('sandbox stopped', { id: l.info.id, reason, oomKills })
+      this.#log.info('sandbox stopped', { id: l.info.id, reason: cause.reason, oomKills })
     })().finally(() => {
       l.stopping = undefined
     })
