@@ -9,6 +9,7 @@ import * as path from 'node:path'
 import { runConcurrent } from './stats.js'
 
 const MiB = 1024 * 1024
+
 /** Reads every chunk file of every storage target under a `cluster up` directory once (into the page cache). */
 export async function warmChunkFiles(clusterDir: string): Promise<void> {
   const files: string[] = []
