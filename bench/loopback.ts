@@ -21,9 +21,13 @@ const PEER = fileURLToPath(new URL('./loopback-peer.js', import.meta.url))
  * apart), and the scheduler puts them together for minutes at a time; the
  * ceiling is the pair on separate CPUs.
  */
+let pins: [string[], string[]] | null = null
 function pinning(): [string[], string[]] {
-  if (os.availableParallelism() < 2 || spawnSync('taskset', ['-c', '0', 'true']).status !== 0) return [[], []]
-  return [['taskset', '-c', '0'], ['taskset', '-c', '1']]
+  if (!pins) {
+    const can = os.availableParallelism() >= 2 && spawnSync('taskset', ['-c', '0', 'true']).status === 0
+    pins = can ? [['taskset', '-c', '0'], ['taskset', '-c', '1']] : [[], []]
+  }
+  return pins
 }
 
 function runPeer(prefix: string[], args: string[], onLine?: (msg: Record<string, number>) => void): Promise<Record<string, number>> {

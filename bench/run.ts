@@ -106,7 +106,7 @@ export function sizesFor(quick: boolean): Sizes {
 export const BENCHMARKS: Benchmark[] = [
   {
     name: 'loopback',
-    description: 'baseline: raw loopback TCP throughput, minimal Node socket pair in two processes',
+    description: 'baseline: raw loopback TCP throughput, minimal Node socket pair in two processes on separate CPUs',
     section: 'core',
     run: runLoopback,
   },
