@@ -851,10 +851,6 @@ async function main(): Promise<number> {
   try {
     for (const b of selected) {
       log(`--- ${b.name}: ${b.description}`)
-      // Every benchmark starts from the same kernel state: no dirty pages,
-      // page cache or dentries left by the one before (a warm phase reads back
-      // in what it needs itself).
-      await fixtures.dropCaches()
       try {
         const ms = await b.run(ctx)
         for (const m of ms) producedBy[m.key] = b.name
@@ -868,7 +864,6 @@ async function main(): Promise<number> {
     const i = metrics.findIndex((m) => m.key === 'loopback.tcp')
     if (i >= 0 && selected.length > 1) {
       log('--- loopback again: the ceiling is the best trial before or after the other benchmarks')
-      await fixtures.dropCaches()
       try {
         metrics[i] = await runLoopbackAgain(ctx)
       } catch (e) {
