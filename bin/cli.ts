@@ -11,7 +11,7 @@ import { registerImageCommands } from './commands/image.js'
 import { registerSandboxCommands, registerServeCommand } from './commands/sandbox.js'
 import { registerClusterRole } from '../fs/admin/index.js'
 import { sandboxClusterRole } from '../sandbox/daemon/index.js'
-import { describeFailure } from './commands/output.js'
+import { describeFailure, exitQuietlyOnClosedPipes } from './commands/output.js'
 
 const program = new Command()
 program
@@ -46,6 +46,8 @@ const strict = (c: Command): void => {
   for (const sub of c.commands) strict(sub)
 }
 strict(program)
+
+exitQuietlyOnClosedPipes()
 
 // Errors print `strata: CODE: message` and exit 1; usage errors exit 2.
 program.parseAsync(process.argv).catch((e: unknown) => {

@@ -15,6 +15,24 @@ export class UsageError extends Error {
   }
 }
 
+/** How a shell reports a process that SIGPIPE ended: 128 + 13. */
+export const EXIT_SIGPIPE = 141
+
+/**
+ * A reader that goes away early (`strata … | head`) ends the command as
+ * SIGPIPE ends a Unix tool: quietly, exit 141. Without this the next write to
+ * the closed pipe surfaces as an unhandled EPIPE 'error' with a stack trace.
+ */
+export function exitQuietlyOnClosedPipes(): void {
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(EXIT_SIGPIPE)
+    throw e
+  })
+  process.stderr.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'EPIPE') throw e
+  })
+}
+
 export function out(text: string): void {
   process.stdout.write(text.endsWith('\n') || text === '' ? text : text + '\n')
 }
