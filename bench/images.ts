@@ -193,6 +193,8 @@ export async function imageS3(ctx: BenchContext): Promise<Metric[]> {
   try {
     // the SDK's streaming CRC trailer (aws-chunked) is off on both sides: Strata's
     // client turns it off too (it sends Content-MD5 and verifies sha256 end to end)
+    // the same switch Strata's own client sets (sandbox/image/s3/client.ts): only the SDK's Node 20 notice is silenced
+    process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true'
     const client = new S3Client({
       endpoint: s3.endpoint,
       forcePathStyle: true,
