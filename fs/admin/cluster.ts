@@ -340,6 +340,24 @@ function anyAlive(c: ClusterFile): ClusterProcess[] {
   return c.processes.filter(processAlive)
 }
 
+/** Records the dead processes of `c` as stopped: their old pids must not be checked again. */
+function forgetPids(dir: string, c: ClusterFile): void {
+  for (const p of c.processes) if (!processAlive(p)) p.pid = null
+  writeClusterFile(dir, c)
+}
+
+/**
+ * After a failed or interrupted `up`: stops whatever it started (later roles first), releases what
+ * the roles held (a FUSE mount) and records the processes as stopped, as `cluster down` does.
+ */
+async function stopStarted(dir: string, c: ClusterFile): Promise<string[]> {
+  const alive = [...c.processes].reverse().filter(processAlive)
+  await stopProcesses(alive, 3000).catch(() => [])
+  await cleanupRoles(c)
+  forgetPids(dir, c)
+  return alive.map((p) => p.name)
+}
+
 /** Starts a process of the cluster with its saved config and records its pid. */
 function launch(dir: string, c: ClusterFile, p: ClusterProcess): void {
   p.pid = spawnDaemon(p)
@@ -435,7 +453,7 @@ export async function clusterUp(o: ClusterUpOptions = {}): Promise<ClusterUpResu
     await startExtras(dir, cluster, extras.map((e) => ({ proc: e.proc, spec: e.spec! })), s, rpc, deadline, stages)
     return ready()
   } catch (e) {
-    if (!o.keepOnFailure) await stopProcesses([...cluster.processes].reverse().filter(processAlive), 3000).catch(() => [])
+    if (!o.keepOnFailure) await stopStarted(dir, cluster)
     throw e
   } finally {
     s.close()
@@ -486,6 +504,10 @@ async function restartCluster(dir: string, c: ClusterFile, o: ClusterUpOptions, 
   const mgmtd = c.processes.filter((p) => p.role === 'mgmtd')
   const storage = c.processes.filter((p) => p.role === 'storage')
   const others = c.processes.filter((p) => p.role !== 'mgmtd' && p.role !== 'storage')
+  // Every recorded process is dead (clusterUp checked), but processes that died without
+  // `cluster down` still carry their old pids: forget them, or the liveness checks below
+  // would take a not-yet-restarted process for one that exited during startup.
+  forgetPids(dir, c)
   try {
     await stages.run('starting mgmtd', async () => {
       for (const p of mgmtd) launch(dir, c, p)
@@ -494,7 +516,7 @@ async function restartCluster(dir: string, c: ClusterFile, o: ClusterUpOptions, 
     await stages.run(`starting ${storage.length} storage nodes`, async (update) => {
       for (const p of storage) launch(dir, c, p)
       for (const p of storage) await waitProcessReady(p, rpc, deadline)
-      await waitRouting(s, c.processes.filter((p) => p.pid), deadline, nodesConnected(storage), describeNodes(storage), update)
+      await waitRouting(s, [...mgmtd, ...storage], deadline, nodesConnected(storage), describeNodes(storage), update)
     })
     // only the chains that exist: a --no-bootstrap cluster may have none yet
     const existing = Object.keys((await fetchRouting(s)).chains).map(Number)
@@ -513,7 +535,7 @@ async function restartCluster(dir: string, c: ClusterFile, o: ClusterUpOptions, 
     }
     return { cluster: c, restarted: true, elapsedMs: Date.now() - t0 }
   } catch (e) {
-    if (!o.keepOnFailure) await stopProcesses([...c.processes].reverse().filter(processAlive), 3000).catch(() => [])
+    if (!o.keepOnFailure) await stopStarted(dir, c)
     throw e
   } finally {
     s.close()

@@ -231,3 +231,26 @@ test('cluster up: invalid settings are usage or argument errors, nothing is star
   t.is(none.code, 1)
   t.regex(none.stderr, /CLUSTER_NOT_FOUND/)
 })
+
+test.serial('every process killed without `cluster down`: `cluster up` starts them all again, twice', async (t) => {
+  t.timeout(4 * 60_000)
+  const dir = path.join(tempDir(t), 'c')
+  // with the FUSE mount when this machine has FUSE: a killed daemon leaves a dead mount behind
+  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '2', '--targets-per-node', '1', '--replicas', '2', '--no-sandbox', '-q'])
+  const names = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8')).processes.map((p: any) => p.name) as string[]
+  const killAll = async () => {
+    // clients first, mgmtd last, the order the tester used
+    for (const n of [...names].reverse()) await ok(t, ['cluster', 'kill', '--dir', dir, '--node', n])
+  }
+  await killAll()
+  const up = JSON.parse(await ok(t, ['cluster', 'up', '--dir', dir, '--json', '-q']))
+  t.true(up.restarted)
+  let st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
+  t.deepEqual(st.processes.filter((p: any) => !p.alive).map((p: any) => p.name), [])
+  t.like(st.chains, { total: 1, serving: 1 })
+  // a second time: pids recorded by the restart are stale again
+  await killAll()
+  await ok(t, ['cluster', 'up', '--dir', dir, '-q'])
+  st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
+  t.true(st.processes.every((p: any) => p.alive))
+})
