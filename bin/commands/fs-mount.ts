@@ -9,11 +9,13 @@ import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { mountBackground, planMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
 import { intArg, out, printJson, sizeArg } from './output.js'
+import { fsUser } from './fs.js'
 
 interface MountCliOpts {
   cluster?: string
   uid?: number
   gid?: number
+  groups?: number[]
   json?: boolean
   attrTimeout?: number
   entryTimeout?: number
@@ -56,7 +58,7 @@ export function registerFsMountCommands(parent: Command): void {
     .option('--foreground', 'run the daemon in this process until SIGTERM/SIGINT')
     .addHelpText(
       'after',
-      '\nThe identity of every request is the mount\'s (--uid/--gid of `strata fs`, default the caller\'s):\nfuse-native does not tell the daemon who calls. Stop with: strata fs umount MOUNTPOINT',
+      '\nThe identity of every request is the mount\'s (--uid/--gid/--groups of `strata fs`, default the caller\'s):\nfuse-native does not tell the daemon who calls. Stop with: strata fs umount MOUNTPOINT',
     )
     .action(async (mountpoint: string, _o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals() as MountCliOpts
@@ -68,8 +70,7 @@ export function registerFsMountCommands(parent: Command): void {
         ...(o.periodicSyncMs !== undefined ? { periodicSyncMs: o.periodicSyncMs } : {}),
         ...(o.writeBuffer !== undefined ? { writeBufferSize: o.writeBuffer } : {}),
         ...(o.writeBehind !== undefined ? { writeBehind: o.writeBehind } : {}),
-        ...(o.uid !== undefined ? { uid: o.uid } : {}),
-        ...(o.gid !== undefined ? { gid: o.gid } : {}),
+        ...fsUser(o),
         ...(o.readonly ? { readonly: true } : {}),
         ...(o.allowOther === false ? { allowOther: false } : {}),
         ...(o.defaultPermissions ? { defaultPermissions: true } : {}),

@@ -13,7 +13,7 @@ import { StrataError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
-import { intArg, out, printJson, sizeArg } from './output.js'
+import { intArg, intListArg, out, printJson, sizeArg } from './output.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -22,7 +22,18 @@ interface FsGlobalOpts {
   timeout?: number
   uid?: number
   gid?: number
+  groups?: number[]
   json?: boolean
+}
+
+/**
+ * The identity of every request: the caller's, or exactly what --uid/--gid/--groups
+ * say. Acting as another user must not keep the caller's supplementary groups (as
+ * root that would be group 0, and with it every root:root file with group bits).
+ */
+export function fsUser(g: { uid?: number; gid?: number; groups?: number[] }): { uid?: number; gid?: number; groups?: number[] } | undefined {
+  if (g.uid === undefined && g.gid === undefined && g.groups === undefined) return undefined
+  return { ...(g.uid !== undefined ? { uid: g.uid } : {}), ...(g.gid !== undefined ? { gid: g.gid } : {}), groups: g.groups ?? [] }
 }
 
 /**
@@ -74,12 +85,12 @@ export async function withFileSystem<T>(cmd: Command, fn: (fs: FileSystem, json:
   }
   await checkMgmtdReachable(mgmtdAddresses)
   const timeoutMs = (g.timeout ?? 60) * 1000
-  const user = { ...(g.uid !== undefined ? { uid: g.uid } : {}), ...(g.gid !== undefined ? { gid: g.gid } : {}) }
+  const user = fsUser(g)
   const fsys = new FileSystem({
     mgmtdAddresses,
     ...(split(g.metaAddress).length ? { metaAddresses: split(g.metaAddress) } : {}),
     ...(metaFallback.length ? { metaFallbackAddresses: metaFallback } : {}),
-    ...(Object.keys(user).length ? { user } : {}),
+    ...(user ? { user } : {}),
     // a one-shot command closes everything it opens: close carries the lengths
     periodicSyncMs: 0,
     metaRetry: { totalMs: timeoutMs },
@@ -179,6 +190,7 @@ export function registerFsCommands(program: Command): Command {
     .option('--timeout <seconds>', 'how long one operation may retry', intArg('--timeout', { min: 1 }), 60)
     .option('--uid <uid>', 'act as this uid (default: the caller\'s)', intArg('--uid'))
     .option('--gid <gid>', 'act as this gid (default: the caller\'s)', intArg('--gid'))
+    .option('--groups <gids>', 'supplementary groups, comma separated (default: the caller\'s; none besides --gid when --uid or --gid is given)', intListArg('--groups'))
     .option('--json', 'print JSON')
     .addHelpText('after', '\nErrors print "strata: CODE: message" and exit 1; usage errors exit 2.')
 

@@ -26,6 +26,8 @@ export interface MountOptions {
   writeBehind?: number
   uid?: number
   gid?: number
+  /** supplementary groups (the daemon's default: the caller's when uid is the caller's, else none) */
+  groups?: number[]
   readonly?: boolean
   allowOther?: boolean
   defaultPermissions?: boolean
@@ -75,6 +77,7 @@ export function planMount(o: MountOptions): MountPlan {
     ...(o.writeBehind !== undefined ? { writeBehind: o.writeBehind } : {}),
     ...(o.uid !== undefined ? { uid: o.uid } : {}),
     ...(o.gid !== undefined ? { gid: o.gid } : {}),
+    ...(o.groups !== undefined ? { groups: o.groups } : {}),
     ...(o.readonly !== undefined ? { readonly: o.readonly } : {}),
     ...(o.allowOther !== undefined ? { allowOther: o.allowOther } : {}),
     ...(o.defaultPermissions !== undefined ? { defaultPermissions: o.defaultPermissions } : {}),

@@ -215,3 +215,24 @@ test('against a stopped cluster (nothing listens at the mgmtd address) fs and im
     t.regex(r.stderr, /^strata: RPC_CONNECT_FAILED: no mgmtd accepts connections at 127\.0\.0\.1:\d+: is the cluster running\?/m, args.join(' '))
   }
 })
+
+test.serial('fs --uid/--gid act with exactly the groups asked for: the caller\'s supplementary groups are not kept', async (t) => {
+  t.timeout(3 * 60_000)
+  const { args, dir } = await cluster(t)
+  const secret = path.join(dir, 'secret')
+  fs.writeFileSync(secret, 'root only\n')
+  fs.chmodSync(secret, 0o640)
+  // the cluster's root directory belongs to root: owned by root:root, 0640
+  await ok(t, ['fs', ...args, 'put', secret, '/secret'])
+  t.like(JSON.parse(await ok(t, ['fs', ...args, 'stat', '--json', '/secret'])), { uid: 0, gid: 0, perm: '0640' })
+  const as = (...id: string[]) => ['fs', ...args, ...id, 'get', '/secret', '-']
+  // the test runs as root, whose groups include 0: before the fix uid 1000 kept them and read the file
+  const other = await strata(as('--uid', '1000', '--gid', '1000'))
+  t.is(other.code, 1, other.stdout)
+  t.regex(other.stderr, /^strata: META_NO_PERMISSION: /m)
+  t.is(await ok(t, as('--uid', '1000', '--gid', '1000', '--groups', '5,0')), 'root only\n')
+  t.is(await ok(t, as('--uid', '1000', '--gid', '0')), 'root only\n')
+  const noGroups = await strata(as('--uid', '1000', '--gid', '1000', '--groups', '5'))
+  t.is(noGroups.code, 1)
+  t.is((await strata(as('--uid', '1000', '--groups', 'x'))).code, 2)
+})
