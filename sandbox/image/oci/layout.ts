@@ -149,18 +149,38 @@ export async function readOciLayout(reader: ArchiveReader, source: ImageSource, 
   const label = reader.label
   const index = parseJson(await reader.read('index.json', MAX_DOCUMENT_BYTES), label, 'index.json')
   const top = manifestsOf(index, label, 'index.json')
-  const all: Candidate[] = []
   const skipped = new Set<string>()
-  for (const d of top) await collect(reader, d, refsOf(d), 0, all, skipped)
-  let cands = all.filter((c) => !isAttestation(c))
-  if (cands.length === 0) {
+  const images: LayoutImage[] = []
+  for (const d of top) {
+    const found: Candidate[] = []
+    await collect(reader, d, refsOf(d), 0, found, skipped)
+    const cands = found.filter((c) => !isAttestation(c))
+    if (cands.length) addImage(images, { digest: d.digest, refs: [...new Set(cands.flatMap((c) => c.refs))], cands })
+  }
+  if (images.length === 0) {
     throw new StrataError('IMAGE_UNSUPPORTED_MEDIA_TYPE', `${label}: no image manifest in index.json${skipped.size ? ` (found ${[...skipped].join(', ')})` : ''}`)
   }
+  let picked = images
   if (opts.ref) {
     const want = opts.ref
-    cands = cands.filter((c) => c.refs.some((r) => refMatches(r, want)) || (extraRefs.some((r) => refMatches(r, want)) && cands.length === 1))
-    if (cands.length === 0) throw new StrataError('IMAGE_NOT_FOUND', `${label}: no image named ${JSON.stringify(want)} (it has ${describeRefs(all)})`)
+    if (isDigest(want)) {
+      // an unnamed image has only its digest: the index.json entry's, or one platform's manifest
+      picked = []
+      for (const img of images) {
+        if (img.digest === want || img.cands.some((c) => c.desc.digest === want)) {
+          picked.push(img.digest === want ? img : { ...img, cands: img.cands.filter((c) => c.desc.digest === want) })
+        }
+      }
+    } else {
+      picked = images.filter((img) => img.refs.some((r) => refMatches(r, want)) || (images.length === 1 && extraRefs.some((r) => refMatches(r, want))))
+    }
+    if (picked.length === 0) throw new StrataError('IMAGE_NOT_FOUND', `${label}: no image ${JSON.stringify(want)} (it has ${describeImages(images)})`)
   }
+  // the platform is chosen within one image, never between images
+  if (picked.length > 1) {
+    throw new StrataError('INVALID_ARGUMENT', `${label} holds ${picked.length} images (${describeImages(picked)}); choose one with --ref NAME or --ref sha256:…`)
+  }
+  const cands = picked[0]!.cands
   const loaded = new Map<string, { manifest: Record<string, unknown>; config: OciImageConfig; configDesc: Descriptor }>()
   const load = async (c: Candidate) => {
     let l = loaded.get(c.desc.digest)
@@ -193,17 +213,16 @@ export async function readOciLayout(reader: ArchiveReader, source: ImageSource, 
     }
   }
   let chosen = present.filter((c) => c.platform && platformMatches(c.platform, want))
-  const distinct = new Set(present.map((c) => c.desc.digest))
   if (chosen.length === 0) {
-    if (!opts.platform && distinct.size === 1) chosen = present
+    if (!opts.platform && new Set(present.map((c) => c.desc.digest)).size === 1) chosen = present
     else {
       const have = [...new Set(present.map((c) => (c.platform ? formatPlatform(c.platform) : 'unknown')))].join(', ')
       throw new StrataError('IMAGE_PLATFORM_NOT_FOUND', `${label}: no image for ${formatPlatform(want)} (it has ${have})`)
     }
   }
-  const images = new Set(chosen.map((c) => c.refs.join(',')))
-  if (images.size > 1 && new Set(chosen.map((c) => c.desc.digest)).size > 1) {
-    throw new StrataError('INVALID_ARGUMENT', `${label} holds several images (${describeRefs(chosen)}); choose one with --ref`)
+  const digests = [...new Set(chosen.map((c) => c.desc.digest))]
+  if (digests.length > 1) {
+    throw new StrataError('INVALID_ARGUMENT', `${label}: ${describeImages(picked)} has ${digests.length} manifests for ${formatPlatform(want)} (${digests.join(', ')}); choose one with --ref sha256:…`)
   }
   const pick = chosen[0]!
   const l = await load(pick)
@@ -220,9 +239,31 @@ export async function readOciLayout(reader: ArchiveReader, source: ImageSource, 
   }
 }
 
-function describeRefs(cands: Candidate[]): string {
-  const refs = [...new Set(cands.flatMap((c) => c.refs))]
-  return refs.length ? refs.join(', ') : `${new Set(cands.map((c) => c.desc.digest)).size} unnamed images`
+/**
+ * One image of a layout: an entry of index.json (a manifest, or an index of
+ * its platforms), merged with the other entries that carry one of its names
+ * (a layout may list each platform of one named image on its own). An
+ * unnamed entry is an image of its own, known by its digest.
+ */
+interface LayoutImage {
+  digest: string
+  refs: string[]
+  cands: Candidate[]
+}
+
+function addImage(images: LayoutImage[], img: LayoutImage): void {
+  const manifests = (i: LayoutImage) => [...new Set(i.cands.map((c) => c.desc.digest))].sort().join(',')
+  const same = images.find((i) => i.digest === img.digest || manifests(i) === manifests(img) || i.refs.some((r) => img.refs.some((s) => refMatches(r, s))))
+  if (!same) {
+    images.push(img)
+    return
+  }
+  same.refs = [...new Set([...same.refs, ...img.refs])]
+  for (const c of img.cands) if (!same.cands.some((x) => x.desc.digest === c.desc.digest)) same.cands.push(c)
+}
+
+function describeImages(images: LayoutImage[]): string {
+  return images.map((i) => (i.refs.length ? i.refs.join(' ') : `unnamed ${i.digest}`)).join(', ')
 }
 
 async function loadManifest(reader: ArchiveReader, d: Descriptor): Promise<{ manifest: Record<string, unknown>; config: OciImageConfig; configDesc: Descriptor }> {
@@ -322,12 +363,15 @@ async function hashStream(s: Readable): Promise<string> {
 export async function readDockerArchive(reader: ArchiveReader, source: ImageSource, opts: ReadImageOptions = {}): Promise<OciImageSource> {
   const label = reader.label
   let entries = parseLegacy(await reader.read('manifest.json', MAX_DOCUMENT_BYTES), label)
+  // an image without RepoTags is known by its ID, the digest of its config
+  const describe = (es: LegacyEntry[]) => es.map((e) => e.RepoTags.join(' ') || `unnamed ${digestInName(e.Config) ?? e.Config}`).join(', ')
   if (opts.ref) {
     const want = opts.ref
-    entries = entries.filter((e) => e.RepoTags.some((r) => refMatches(r, want)))
-    if (entries.length === 0) throw new StrataError('IMAGE_NOT_FOUND', `${label}: no image named ${JSON.stringify(want)}`)
+    const all = entries
+    entries = entries.filter((e) => (isDigest(want) ? digestInName(e.Config) === want : e.RepoTags.some((r) => refMatches(r, want))))
+    if (entries.length === 0) throw new StrataError('IMAGE_NOT_FOUND', `${label}: no image ${JSON.stringify(want)} (it has ${describe(all)})`)
   }
-  if (entries.length > 1) throw new StrataError('INVALID_ARGUMENT', `${label} holds ${entries.length} images (${entries.map((e) => e.RepoTags.join(' ') || e.Config).join(', ')}); choose one with --ref`)
+  if (entries.length > 1) throw new StrataError('INVALID_ARGUMENT', `${label} holds ${entries.length} images (${describe(entries)}); choose one with --ref NAME or --ref sha256:…`)
   const e = entries[0]!
   const cfgBytes = await reader.read(e.Config, MAX_DOCUMENT_BYTES)
   const cfgDigest = 'sha256:' + crypto.createHash('sha256').update(cfgBytes).digest('hex')

@@ -223,3 +223,63 @@ test('legacy docker save (<id>/layer.tar, <hex>.json, a duplicate layer as a sym
   await run('tar', ['-C', out, '-cf', tarFile, '.'])
   await t.throwsAsync(openImportInput(tarFile, dir), { code: 'IMAGE_DIGEST_MISMATCH' })
 })
+
+/** The fixture (amd64, `latest`) and an arm64 variant (`arm`) side by side in one layout, each its own index.json entry; `rewrite` edits those entries. */
+async function twoImageLayout(dir: string, name: string, rewrite: (amd: any, arm: any) => unknown[]): Promise<{ layout: string; amd64: string; arm64: string }> {
+  const layout = path.join(dir, name)
+  fs.cpSync(fx.layout, layout, { recursive: true })
+  await run('umoci', ['config', '--image', `${layout}:latest`, '--architecture', 'arm64', '--tag', 'arm'])
+  const index = JSON.parse(fs.readFileSync(path.join(layout, 'index.json'), 'utf8'))
+  const byTag = (tag: string) => index.manifests.find((m: any) => m.annotations['org.opencontainers.image.ref.name'] === tag)
+  const amd = byTag('latest')
+  const arm = byTag('arm')
+  fs.writeFileSync(path.join(layout, 'index.json'), JSON.stringify({ ...index, manifests: rewrite(amd, arm) }))
+  return { layout, amd64: amd.digest, arm64: arm.digest }
+}
+
+function unnamed(d: any): any {
+  const { annotations: _a, ...rest } = d
+  return rest
+}
+
+test('several images in a layout: INVALID_ARGUMENT without --ref, naming each (digests for unnamed ones); --ref NAME or --ref sha256:… picks one; --platform never chooses between images', async (t) => {
+  const dir = localTmp(t)
+  // two unnamed images: both listed by digest, either picked by its digest
+  const two = await twoImageLayout(dir, 'unnamed', (amd, arm) => [unnamed(amd), unnamed(arm)])
+  const e1 = await t.throwsAsync(openImportInput(two.layout, dir), { code: 'INVALID_ARGUMENT' })
+  t.true(e1!.message.includes(`unnamed ${two.amd64}`) && e1!.message.includes(`unnamed ${two.arm64}`), e1!.message)
+  t.regex(e1!.message, /--ref sha256:/)
+  for (const d of [two.amd64, two.arm64]) {
+    const inp = await openImportInput(two.layout, dir, { ref: d })
+    if (inp.kind !== 'image') return t.fail()
+    t.is(inp.image.source.digest, d)
+  }
+  await t.throwsAsync(openImportInput(two.layout, dir, { ref: 'sha256:' + '0'.repeat(64) }), { code: 'IMAGE_NOT_FOUND', message: /unnamed sha256:/ })
+  // two named images of different platforms: the default platform does not pick between them
+  const named = await twoImageLayout(dir, 'named', (amd, arm) => [amd, arm])
+  const e2 = await t.throwsAsync(openImportInput(named.layout, dir), { code: 'INVALID_ARGUMENT' })
+  t.regex(e2!.message, /latest, arm/)
+  await t.throwsAsync(openImportInput(named.layout, dir, { platform: parsePlatform('linux/arm64') }), { code: 'INVALID_ARGUMENT' })
+  const arm = await openImportInput(named.layout, dir, { ref: 'arm' })
+  if (arm.kind !== 'image') return t.fail()
+  t.is(arm.image.source.digest, named.arm64)
+  t.is(arm.image.source.platform, 'linux/arm64')
+  // one named, one unnamed: both listed
+  const mixed = await twoImageLayout(dir, 'mixed', (amd, arm) => [amd, unnamed(arm)])
+  const e3 = await t.throwsAsync(openImportInput(mixed.layout, dir), { code: 'INVALID_ARGUMENT' })
+  t.true(e3!.message.includes('latest') && e3!.message.includes(`unnamed ${mixed.arm64}`), e3!.message)
+  const byName = await openImportInput(mixed.layout, dir, { ref: 'latest' })
+  if (byName.kind !== 'image') return t.fail()
+  t.is(byName.image.source.digest, mixed.amd64)
+  // one name listed once per platform is one image: --platform picks within it
+  const perPlatform = await twoImageLayout(dir, 'per-platform', (amd, arm) => [
+    { ...amd, platform: { os: 'linux', architecture: 'amd64' } },
+    { ...arm, platform: { os: 'linux', architecture: 'arm64' }, annotations: { 'org.opencontainers.image.ref.name': 'latest' } },
+  ])
+  const def = await openImportInput(perPlatform.layout, dir)
+  if (def.kind !== 'image') return t.fail()
+  t.is(def.image.source.digest, perPlatform.amd64)
+  const armOfOne = await openImportInput(perPlatform.layout, dir, { platform: parsePlatform('linux/arm64') })
+  if (armOfOne.kind !== 'image') return t.fail()
+  t.is(armOfOne.image.source.digest, perPlatform.arm64)
+})
