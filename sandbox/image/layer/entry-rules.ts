@@ -47,3 +47,16 @@ export function checkRepeat(rel: string, h: TarEntryHeader, prev: Seen | undefin
     prev === 'wh' ? 'is both an entry and a whiteout in this layer' : prev === 'node' ? 'appears twice in this layer' : 'is a directory holding entries of this layer and also a non-directory entry',
   )
 }
+
+/**
+ * The hard link target is not an earlier non-directory entry of the layer.
+ * When the layer has no such path at all it may be a lower layer's file,
+ * which Docker accepts: an EROFS layer cannot link to another image's inode,
+ * and copying the lower file's bytes in would make the layer depend on its
+ * lower layers (a layer is reused by its diff_id alone), so the way out is
+ * one layer for the whole image.
+ */
+export function badHardlink(rel: string, target: string, prev: Seen | undefined): StrataError {
+  const hint = prev === undefined ? ' (a hard link to a lower layer\'s file cannot be kept in a layer of its own: import the image with --squash)' : ''
+  return new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an earlier non-directory entry of this layer${hint}`)
+}

@@ -1,6 +1,9 @@
-// Tar entry names → safe relative paths. OCI layer paths are relative; a
-// leading `/` or `./` is read as relative, `.` and empty components are
-// dropped, and `..` is resolved lexically but may never climb above the root.
+// Tar entry names → safe relative paths. OCI layer paths are relative: an
+// absolute name is refused like one that climbs out with `..` (a tar that
+// has them was made with `tar -P` or by hand, and would overwrite the host's
+// files if extracted as it says), a leading `./` is dropped, `.` and empty
+// components are dropped, and `..` is resolved lexically but may never climb
+// above the root.
 import { StrataError } from '../../../fs/common/errors.js'
 
 export const WHITEOUT_PREFIX = '.wh.'
@@ -10,13 +13,15 @@ export const AUFS_META_PREFIX = '.wh..wh.'
 
 /**
  * Normalizes a tar name to a relative path without `.`/`..`/empty components;
- * the root is `''`. Throws IMAGE_UNSAFE_PATH when `..` escapes the root.
+ * the root is `''`. Throws IMAGE_UNSAFE_PATH when the name is absolute or
+ * `..` escapes the root.
  */
 export function normalizeEntryPath(name: string, what = 'entry'): string {
   if (name.includes('\0')) throw new StrataError('IMAGE_BAD_ARCHIVE', `${what} name ${JSON.stringify(name)} contains NUL`)
   if (name.includes('\uFFFD')) {
     throw new StrataError('IMAGE_BAD_ARCHIVE', `${what} name ${JSON.stringify(name)} is not valid UTF-8`)
   }
+  if (name.startsWith('/')) throw new StrataError('IMAGE_UNSAFE_PATH', `${what} ${JSON.stringify(name)} is an absolute name; layer entries are relative to the layer root`)
   const out: string[] = []
   for (const c of name.split('/')) {
     if (c === '' || c === '.') continue

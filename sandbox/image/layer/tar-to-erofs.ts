@@ -14,7 +14,7 @@ import { StrataError } from '../../../fs/common/errors.js'
 import { EROFS_UUID } from './erofs.js'
 import { ErofsWriter, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, fitsInline, newNode, xattrAreaSize, type ErofsNode } from './erofs-writer.js'
 import { isOverlayXattr } from './fs-ops.js'
-import { checkRepeat, classifyEntry, dup, type Seen } from './entry-rules.js'
+import { badHardlink, checkRepeat, classifyEntry, dup, type Seen } from './entry-rules.js'
 import { baseOf, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackStats } from './types.js'
@@ -210,9 +210,8 @@ class LayerBuilder {
   hardlinkTarget(rel: string, h: TarEntryHeader): ErofsNode {
     const target = normalizeEntryPath(h.linkname, 'hard link target')
     if (target === '') throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link to the root`)
-    if (this.seen.get(target) !== 'node') {
-      throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an earlier non-directory entry of this layer`)
-    }
+    const prev = this.seen.get(target)
+    if (prev !== 'node') throw badHardlink(rel, target, prev)
     return this.nodes.get(target)!
   }
 

@@ -1,11 +1,11 @@
 // Safe streaming unpack of one OCI layer tar into a directory.
 //
-// Rules (README.md): names are relative (a leading `/` or `./` is dropped) and
-// `..` may not climb out of the root; no entry is ever written through a
+// Rules (README.md): names are relative (an absolute name is refused, a
+// leading `./` is dropped) and `..` may not climb out of the root; no entry is ever written through a
 // symlink (parents are checked with lstat, files are created O_EXCL|O_NOFOLLOW);
 // hard links point at an earlier entry of the layer (or, when applying, at an
 // existing non-directory); a path may appear once per layer, except a directory,
-// whose later entry's attributes win. Ownership, modes (setuid/sticky included),
+// whose entries merge (the later entry's attributes win, as tar -x does). Ownership, modes (setuid/sticky included),
 // xattrs and nanosecond mtimes are kept; directory times are set last.
 //
 // System calls run synchronously on the calling thread, file data included:
@@ -19,7 +19,7 @@ import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
 import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, sys, timesOf } from './fs-ops.js'
-import { checkRepeat, classifyEntry, dup, type Seen } from './entry-rules.js'
+import { badHardlink, checkRepeat, classifyEntry, dup, type Seen } from './entry-rules.js'
 import { ancestorsOf, joinRel, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackOptions, UnpackStats } from './types.js'
@@ -247,10 +247,7 @@ class Unpacker {
         throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an existing file`)
       }
     } else if (kind !== 'node') {
-      throw new StrataError(
-        'IMAGE_BAD_ARCHIVE',
-        `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an earlier non-directory entry of this layer`,
-      )
+      throw badHardlink(rel, target, kind)
     }
     sys(`hard link ${JSON.stringify(rel)}`, () => fs.linkSync(this.abs(target), abs))
   }

@@ -9,6 +9,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { strata } from '../../bin/helpers.js'
 import { localTmp } from '../../helpers/image-cluster.js'
+import { mountImage } from '../../helpers/image-mount.js'
 import { useImageFixtureCluster } from '../../helpers/image-fixture-cluster.js'
 import { run, toDockerArchive } from '../../helpers/oci-fixtures.js'
 
@@ -152,6 +153,30 @@ test.serial('path traversal, symlink escapes, duplicate entries, bad tar headers
   // the same as the fourth layer of an image: the three good layers built before are taken back
   await expectFailure(t, 'IMAGE_UNSAFE_PATH', [await layoutWithLayer(dir, 'l-traversal', traversal), '--name', 'bad/layer-traversal'])
   await expectFailure(t, 'IMAGE_DUPLICATE_ENTRY', [await layoutWithLayer(dir, 'l-dup', dup), '--name', 'bad/layer-dup'])
+})
+
+test.serial('absolute names are refused like ..; a hard link to a lower layer\'s file needs --squash, which imports it', async (t) => {
+  const dir = localTmp(t)
+  const absolute = await pyTar(path.join(dir, 'absolute.tar'), [{ name: 'ok.txt', data: 'ok' }, { name: '/abs.txt', data: 'was stored as abs.txt' }])
+  await expectFailure(t, 'IMAGE_UNSAFE_PATH', [absolute, '--name', 'bad/absolute'])
+  await expectFailure(t, 'IMAGE_UNSAFE_PATH', [await layoutWithLayer(dir, 'l-absolute', absolute), '--name', 'bad/layer-absolute'])
+
+  // the fourth layer links to etc/group of the first (docker and containerd accept this)
+  const link = await pyTar(path.join(dir, 'lower-link.tar'), [{ name: 'etc', type: 'dir' }, { name: 'etc/group-link', type: 'hardlink', link: 'etc/group' }])
+  const layout = await layoutWithLayer(dir, 'l-lower-link', link)
+  const before = await state()
+  const r = await strata(['image', ...img.ic.cliArgs, 'import', layout, '--name', 'bad/lower-link'])
+  t.is(r.code, 1, r.stderr)
+  t.regex(r.stderr, /strata: IMAGE_BAD_ARCHIVE: .*"etc\/group-link": hard link target "etc\/group" .*--squash/)
+  t.deepEqual(await state(), before)
+  const ok = await strata(['image', ...img.ic.cliArgs, 'import', layout, '--name', 'good/lower-link', '--squash', '--json'])
+  t.is(ok.code, 0, ok.stderr)
+  const { manifest } = await img.store.resolve('good/lower-link')
+  t.is(manifest.layers.length, 1)
+  const root = await mountImage(t, img.store, manifest, localTmp(t, 'strata-mnt-'))
+  t.is(fs.readFileSync(path.join(root, 'etc/group-link'), 'utf8'), fs.readFileSync(path.join(root, 'etc/group'), 'utf8'))
+  t.is(fs.lstatSync(path.join(root, 'etc/group-link')).ino, fs.lstatSync(path.join(root, 'etc/group')).ino)
+  await img.store.removeTag('good/lower-link', 'latest')
 })
 
 test.serial('malformed and truncated archives', async (t) => {
