@@ -5,8 +5,9 @@
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
+import { randomBytes } from 'node:crypto'
 import type { Command } from 'commander'
-import { readClusterFile, resolveClusterDir, formatTable } from '../../fs/admin/index.js'
+import { readClusterFile, resolveClusterDir, formatTable, interruptExitCode, interruptible, raceAbort } from '../../fs/admin/index.js'
 import { inodeHex, metaAddressesOf, parseLayoutArgs, parsePerm, permString } from '../../fs/admin/fs-ops.js'
 import { FileSystem, inodeStats, normalizePath, joinPath, baseName } from '../../fs/client/index.js'
 import { StrataError } from '../../fs/common/errors.js'
@@ -96,11 +97,138 @@ export async function withFileSystem<T>(cmd: Command, fn: (fs: FileSystem, json:
     metaRetry: { totalMs: timeoutMs },
     storageRetry: { deadlineMs: timeoutMs, readDeadlineMs: timeoutMs },
   })
+  let result: T
   try {
-    return await fn(fsys, !!g.json)
-  } finally {
-    await fsys.shutdown()
+    result = await fn(fsys, !!g.json)
+  } catch (e) {
+    // Failing because the cluster does not answer, closing what is still open would
+    // wait as long again (a write handle's close asks storage for the length): the
+    // command ends after a bounded try, and meta prunes the sessions of a client
+    // that stopped extending them.
+    await bounded(fsys.shutdown(), CLEANUP_MS)
+    throw e
   }
+  await fsys.shutdown()
+  return result
+}
+
+/** How long cleaning up after a failed command may take (closing files, removing put's temporary). */
+export const CLEANUP_MS = 5000
+
+/** Prints an interruption by SIGINT/SIGTERM as the error it is and exits 128+n, as a shell reports it. */
+export async function exitOnInterrupt<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p
+  } catch (e) {
+    const code = interruptExitCode(e)
+    if (code === null) throw e
+    process.stderr.write(`strata: ${(e as Error).message}\n`)
+    process.exit(code)
+  }
+}
+
+/** Resolves (never rejects) once `p` settled or `ms` passed, whichever is first. */
+async function bounded(p: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([p.catch(() => undefined), new Promise<void>((r) => (timer = setTimeout(r, ms)))])
+  clearTimeout(timer)
+}
+
+interface PutResult {
+  local: string
+  path: string
+  bytes: number
+  length: number
+  inode: string
+  seconds: number
+}
+
+/**
+ * `fs put`: copies into a temporary file in the target's directory, syncs and
+ * closes it, then renames it over the target, so that the target is either the
+ * old file or the complete new one. On failure or interruption the temporary
+ * goes again (best effort, bounded by CLEANUP_MS).
+ */
+async function putFile(
+  fsys: FileSystem,
+  local: string,
+  dfsPath: string,
+  o: { mode?: number; chainTableId?: number; chunkSize?: number; stripeSize?: number },
+  signal: AbortSignal,
+): Promise<PutResult> {
+  const fromStdin = local === '-'
+  let localMode = 0o644
+  if (!fromStdin) {
+    const st = fs.statSync(local)
+    if (!st.isFile()) throw new StrataError('INVALID_ARGUMENT', `${local} is not a regular file`)
+    localMode = st.mode & 0o7777
+  }
+  let target = await dfsTarget(fsys, dfsPath, fromStdin ? 'stdin' : path.basename(local))
+  let existing: Inode | undefined
+  try {
+    existing = await fsys.stat(target)
+  } catch (e) {
+    if (!(e instanceof StrataError) || e.code !== 'META_NOT_FOUND') throw e
+  }
+  if (existing) {
+    if (existing.type !== 'File' || !existing.file) throw new StrataError('META_IS_DIRECTORY', `${target} is not a regular file (${existing.type})`)
+    // replacing a symlink's target file, as writing through the link did
+    if ((await fsys.lstat(target)).type === 'Symlink') target = await fsys.realpath(target)
+  }
+  const layout = (await layoutFor(fsys, target, o)) ?? existing?.file?.layout
+  const mode = o.mode ?? (existing ? existing.acl.perm & 0o7777 : localMode)
+  const dir = target.replace(/\/[^/]*$/, '') || '/'
+  const tmp = joinPath(dir, `.${baseName(target)}.strata-put-${randomBytes(4).toString('hex')}`)
+  signal.throwIfAborted()
+  const t0 = Date.now()
+  const fh = await fsys.open(tmp, 'wx', mode, layout ? { layout } : {})
+  let bytes = 0
+  const copy = async (): Promise<Inode> => {
+    if (fromStdin) {
+      for await (const chunk of process.stdin) {
+        signal.throwIfAborted()
+        await fsys.write(fh, chunk as Buffer, bytes)
+        bytes += (chunk as Buffer).length
+      }
+    } else {
+      const h = await fs.promises.open(local, 'r')
+      try {
+        // read the next block while the previous one is being written
+        let a = Buffer.allocUnsafe(IO_STEP)
+        let b = Buffer.allocUnsafe(IO_STEP)
+        let r = await h.read(a, 0, IO_STEP, 0)
+        while (r.bytesRead > 0) {
+          signal.throwIfAborted()
+          const [w, next] = await Promise.all([fsys.write(fh, a.subarray(0, r.bytesRead), bytes), h.read(b, 0, IO_STEP, bytes + r.bytesRead)])
+          bytes += w
+          r = next
+          ;[a, b] = [b, a]
+        }
+      } finally {
+        await h.close()
+      }
+    }
+    const synced = await fsys.fsync(fh)
+    await fsys.close(fh)
+    signal.throwIfAborted()
+    await fsys.rename(tmp, target)
+    return synced
+  }
+  let st: Inode
+  try {
+    st = await raceAbort(copy(), signal)
+  } catch (e) {
+    // the target is untouched; the temporary goes (its chunks with it, through meta's GC)
+    await bounded(
+      (async () => {
+        await fsys.unlink(tmp).catch(() => undefined)
+        await fsys.close(fh, { discard: true })
+      })(),
+      CLEANUP_MS,
+    )
+    throw e
+  }
+  return { local, path: target, bytes, length: st.file?.length ?? 0, inode: inodeHex(st.id), seconds: (Date.now() - t0) / 1000 }
 }
 
 function permArg(v: string): number {
@@ -187,7 +315,7 @@ export function registerFsCommands(program: Command): Command {
     .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory')
     .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)')
-    .option('--timeout <seconds>', 'how long one operation may retry', intArg('--timeout', { min: 1 }), 60)
+    .option('--timeout <seconds>', 'how long each DFS request may retry before the command fails (put/get: each 8 MiB block); a failing command ends within about this long, plus at most 5 s of cleanup', intArg('--timeout', { min: 1 }), 60)
     .option('--uid <uid>', 'act as this uid (default: the caller\'s)', intArg('--uid'))
     .option('--gid <gid>', 'act as this gid (default: the caller\'s)', intArg('--gid'))
     .option('--groups <gids>', 'supplementary groups, comma separated (default: the caller\'s; none besides --gid when --uid or --gid is given)', intListArg('--groups'))
@@ -202,51 +330,28 @@ export function registerFsCommands(program: Command): Command {
       .argument('<dfsPath>', 'destination in the DFS')
       .option('--mode <octal>', 'permission of the new file (default: the local file\'s)', permArg)
       .option('--json', 'print JSON'),
-  ).action((local: string, dfsPath: string, o, cmd: Command) =>
-    withFileSystem(cmd, async (fsys, json) => {
-      const fromStdin = local === '-'
-      let mode = 0o644
-      if (!fromStdin) {
-        const st = fs.statSync(local)
-        if (!st.isFile()) throw new StrataError('INVALID_ARGUMENT', `${local} is not a regular file`)
-        mode = st.mode & 0o7777
-      }
-      const target = await dfsTarget(fsys, dfsPath, fromStdin ? 'stdin' : path.basename(local))
-      const layout = await layoutFor(fsys, target, o)
-      const fh = await fsys.open(target, 'w', o.mode ?? mode, layout ? { layout } : {})
-      let bytes = 0
-      const t0 = Date.now()
-      try {
-        if (fromStdin) {
-          for await (const chunk of process.stdin) {
-            await fsys.write(fh, chunk as Buffer, bytes)
-            bytes += (chunk as Buffer).length
-          }
-        } else {
-          const h = await fs.promises.open(local, 'r')
-          try {
-            // read the next block while the previous one is being written
-            let a = Buffer.allocUnsafe(IO_STEP)
-            let b = Buffer.allocUnsafe(IO_STEP)
-            let r = await h.read(a, 0, IO_STEP, 0)
-            while (r.bytesRead > 0) {
-              const [w, next] = await Promise.all([fsys.write(fh, a.subarray(0, r.bytesRead), bytes), h.read(b, 0, IO_STEP, bytes + r.bytesRead)])
-              bytes += w
-              r = next
-              ;[a, b] = [b, a]
-            }
-          } finally {
-            await h.close()
-          }
-        }
-      } finally {
-        await fsys.close(fh)
-      }
-      const st = await fsys.stat(target)
-      const secs = (Date.now() - t0) / 1000
-      if (json) return printJson({ local, path: target, bytes, length: st.file?.length ?? 0, inode: inodeHex(st.id), seconds: secs })
-      out(`${local} -> ${target}: ${bytes} bytes in ${secs.toFixed(2)} s`)
-    }),
+  )
+    .addHelpText(
+      'after',
+      `
+The copy is atomic: the data goes to a temporary file next to the target
+(.NAME.strata-put-XXXXXXXX), is synced and closed, and only then renamed over
+the target. A failed or interrupted put (error, --timeout, Ctrl-C, SIGTERM)
+removes the temporary file (best effort) and leaves the target as it was.
+An existing target keeps its layout and permission unless --mode or the layout
+options say otherwise; the new file belongs to the caller. A symlink target is
+followed (its target file is replaced).`,
+    )
+    .action((local: string, dfsPath: string, o, cmd: Command) =>
+      exitOnInterrupt(
+        interruptible('fs put', (signal) =>
+          withFileSystem(cmd, async (fsys, json) => {
+            const r = await putFile(fsys, local, dfsPath, o, signal)
+            if (json) return printJson(r)
+            out(`${local} -> ${r.path}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
+          }),
+        ),
+      ),
   )
 
   g.command('get')

@@ -9,7 +9,9 @@ import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { layoutChainIndexes, type Layout } from '../../fs/common/layout.js'
 import { startMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
-import { ok, strata, table } from './helpers.js'
+import { spawn } from 'node:child_process'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { STRATA, ok, strata, table } from './helpers.js'
 import { freePort } from '../helpers/procs.js'
 import type { ExecutionContext } from 'ava'
 
@@ -119,11 +121,15 @@ test.serial('admin: create with stripe 2 → stat --display-layout → 5 chunks 
   const predicted = layoutChainIndexes(layout).map((i) => tableChains[(i - 1) % tableChains.length]!)
   t.deepEqual(st.layout.chains, predicted)
   t.is(kv['Layout-Chains'], `[${predicted.join(', ')}]`)
-  // write 5 chunks (put keeps the layout of the existing file)
+  // write 5 chunks: put replaces the file with a new inode (written under a temporary name,
+  // then renamed over it) that keeps the existing file's layout
   const data = randomBytes(5 * 65536)
   fs.writeFileSync(path.join(dir, 'five'), data)
   await ok(t, ['fs', ...args, 'put', path.join(dir, 'five'), '/x/y/f'])
-  const ino = BigInt(st.inode)
+  const put = JSON.parse(await ok(t, adm('stat', '--display-layout', '--json', '/x/y/f')))
+  t.deepEqual(put.layout.chains, predicted)
+  t.is(put.layout.seed, st.layout.seed)
+  const ino = BigInt(put.inode)
   for (let i = 0; i < 5; i++) {
     const q = JSON.parse(await ok(t, adm('query-chunk', '--path', '/x/y/f', '--chunk-index', String(i), '--json')))
     t.is(q.chainId, predicted[i % 2])
@@ -132,7 +138,7 @@ test.serial('admin: create with stripe 2 → stat --display-layout → 5 chunks 
     want.writeBigUInt64BE(ino, 2)
     want.writeUInt32BE(i, 12)
     t.deepEqual(idBytes, want)
-    t.is(q.chunkName, `${st.inode}-0-${i}`)
+    t.is(q.chunkName, `${put.inode}-0-${i}`)
     t.is(q.targets.length, 3)
     for (const r of q.targets) {
       t.truthy(r.meta, `chunk ${i} missing on target ${r.targetId}`)
@@ -236,3 +242,72 @@ test.serial('fs --uid/--gid act with exactly the groups asked for: the caller\'s
   t.is(noGroups.code, 1)
   t.is((await strata(as('--uid', '1000', '--groups', 'x'))).code, 2)
 })
+
+test.serial('fs put is atomic: the target is the old file or the whole new one (SIGINT, chains down); --timeout bounds the failure', async (t) => {
+  t.timeout(4 * 60_000)
+  const { m, args, dir } = await cluster(t)
+  const fsx = (...a: string[]) => ['fs', ...args, ...a]
+  const v1 = randomBytes(300_000)
+  fs.writeFileSync(path.join(dir, 'v1'), v1)
+  await ok(t, fsx('put', path.join(dir, 'v1'), '/f'))
+  const before = JSON.parse(await ok(t, fsx('stat', '--json', '/f')))
+  const names = async () => (await ok(t, fsx('ls', '/'))).trim().split('\n').filter(Boolean)
+
+  // an interrupted put: the new data is under a temporary name until the end, and goes with Ctrl-C
+  const child = spawn(process.execPath, [STRATA, ...fsx('put', '-', '/f')], { stdio: ['pipe', 'pipe', 'pipe'] })
+  t.teardown(() => void child.kill('SIGKILL'))
+  let stderr = ''
+  child.stderr.on('data', (d) => (stderr += d))
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
+  child.stdin.write(randomBytes(200_000))
+  const deadline = Date.now() + 30_000
+  let during: string[] = []
+  while (Date.now() < deadline) {
+    during = await names()
+    if (during.some((n) => n.startsWith('.f.strata-put-'))) break
+    await sleep(100)
+  }
+  t.true(during.some((n) => n.startsWith('.f.strata-put-')), during.join(' '))
+  t.like(JSON.parse(await ok(t, fsx('stat', '--json', '/f'))), { inode: before.inode, size: v1.length })
+  child.kill('SIGINT')
+  t.is(await exited, 130, stderr)
+  t.regex(stderr, /^strata: CANCELLED: fs put interrupted by SIGINT/m)
+  t.deepEqual(await names(), ['f'])
+  t.true((await getBytes(fsx('get', '/f', '-'))).equals(v1))
+
+  // an overwrite that completes replaces the file as a whole (its layout and mode kept)
+  const v2 = randomBytes(400_000)
+  fs.writeFileSync(path.join(dir, 'v2'), v2)
+  fs.chmodSync(path.join(dir, 'v2'), 0o600)
+  await ok(t, fsx('put', path.join(dir, 'v2'), '/f'))
+  const after = JSON.parse(await ok(t, fsx('stat', '--json', '/f')))
+  t.like(after, { size: v2.length, perm: before.perm, chunkSize: before.chunkSize, stripeSize: before.stripeSize })
+  t.not(after.inode, before.inode)
+  t.true((await getBytes(fsx('get', '/f', '-'))).equals(v2))
+  t.deepEqual(await names(), ['f'])
+
+  // every storage node down: the put fails within about --timeout, and the old file stays
+  for (const n of ['storage-1', 'storage-2', 'storage-3']) await m.c.kill(n)
+  const t0 = Date.now()
+  const failed = await strata(fsx('put', '--timeout', '3', path.join(dir, 'v1'), '/f'))
+  const took = Date.now() - t0
+  t.is(failed.code, 1, failed.stderr)
+  t.regex(failed.stderr, /^strata: (CHAIN_UNAVAILABLE|RPC_CONNECT_FAILED|TIMEOUT|TARGET_OFFLINE): /m)
+  t.true(took < 3000 + 4000, `put --timeout 3 took ${took} ms`)
+  t.like(JSON.parse(await ok(t, fsx('stat', '--json', '/f'))), { inode: after.inode, size: v2.length })
+  t.deepEqual(await names(), ['f'])
+  const g0 = Date.now()
+  const got = await strata(fsx('get', '--timeout', '3', '/f', path.join(dir, 'out')))
+  t.is(got.code, 1)
+  t.true(Date.now() - g0 < 3000 + 4000, `get --timeout 3 took ${Date.now() - g0} ms`)
+})
+
+function getBytes(args: string[]): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(process.execPath, [STRATA, ...args], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const parts: Buffer[] = []
+    c.stdout.on('data', (d: Buffer) => parts.push(d))
+    c.once('error', reject)
+    c.once('exit', (code) => (code === 0 ? resolve(Buffer.concat(parts)) : reject(new Error(`strata ${args.join(' ')} exited ${code}`))))
+  })
+}

@@ -335,8 +335,13 @@ export class FileSystem {
    * handles, sends meta `close` (ends the session; length updated when
    * there were writes since the last exact sync). A flush error is reported
    * but the session is closed anyway. Without a handle: shutdown().
+   *
+   * With `discard` (a file the caller gives up on, such as a copy that failed
+   * and whose temporary name was removed): buffered bytes are dropped without
+   * a flush, flushes in flight are not waited for, and the session ends
+   * without a length update, so closing does not wait on storage.
    */
-  async close(fh?: FileHandle): Promise<void> {
+  async close(fh?: FileHandle, opts: { discard?: boolean } = {}): Promise<void> {
     // close() without a handle shuts the whole FileSystem down
     if (fh === undefined) return this.shutdown()
     if (fh.closed) return
@@ -344,14 +349,19 @@ export class FileSystem {
     this.handles.delete(fh.fd)
     const state = fh.state
     let err: StrataError | undefined
-    try {
-      if (fh.writable || !state.wb.empty) await state.lock.run(() => this.flushLocked(state))
-    } catch (e) {
-      err = toStrataError(e)
+    if (opts.discard) {
+      // other handles of the inode keep what they buffered
+      if (state.refs <= 1) state.wb.clear()
+    } else {
+      try {
+        if (fh.writable || !state.wb.empty) await state.lock.run(() => this.flushLocked(state))
+      } catch (e) {
+        err = toStrataError(e)
+      }
     }
     if (fh.writable && fh.session) {
       const writever = state.written
-      const updateLength = writever > state.fsynced
+      const updateLength = !opts.discard && writever > state.fsynced
       const req: PendingClose = {
         inode: state.id,
         session: fh.session,
