@@ -7,7 +7,7 @@ import type { Command } from 'commander'
 import { InvalidArgumentError } from 'commander'
 import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
-import { mountBackground, planMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
+import { mountBackground, planMount, preflightMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
 import { intArg, out, printJson, sizeArg } from './output.js'
 import { fsUser } from './fs.js'
 
@@ -79,6 +79,7 @@ export function registerFsMountCommands(parent: Command): void {
       }
       if (o.foreground) {
         const plan = planMount(mo)
+        await preflightMount(plan)
         writeMountConfig(plan)
         const log = createLogger('fuse')
         const { startFuseDaemon } = await import('../../fs/fuse/daemon.js')

@@ -3,13 +3,12 @@
 // `strata fs mount|umount` are added by the FUSE part on the command this
 // module returns (see registerFsCommands).
 import fs from 'node:fs'
-import net from 'node:net'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import type { Command } from 'commander'
 import { readClusterFile, resolveClusterDir, formatTable, interruptExitCode, interruptible, raceAbort } from '../../fs/admin/index.js'
 import { inodeHex, metaAddressesOf, parseLayoutArgs, parsePerm, permString } from '../../fs/admin/fs-ops.js'
-import { FileSystem, inodeStats, normalizePath, joinPath, baseName } from '../../fs/client/index.js'
+import { FileSystem, checkMgmtdReachable, inodeStats, normalizePath, joinPath, baseName } from '../../fs/client/index.js'
 import { StrataError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
@@ -35,30 +34,6 @@ interface FsGlobalOpts {
 export function fsUser(g: { uid?: number; gid?: number; groups?: number[] }): { uid?: number; gid?: number; groups?: number[] } | undefined {
   if (g.uid === undefined && g.gid === undefined && g.groups === undefined) return undefined
   return { ...(g.uid !== undefined ? { uid: g.uid } : {}), ...(g.gid !== undefined ? { gid: g.gid } : {}), groups: g.groups ?? [] }
-}
-
-/**
- * Fails at once when no mgmtd address accepts a connection (a stopped
- * cluster refuses them immediately): the clients would otherwise ride out
- * what looks like a failover for the whole --timeout. An address that does
- * not answer within a second is not taken as proof either way.
- */
-async function checkMgmtdReachable(addresses: string[]): Promise<void> {
-  const probe = (addr: string) =>
-    new Promise<boolean>((resolve) => {
-      const i = addr.lastIndexOf(':')
-      const sock = net.connect({ host: addr.slice(0, i), port: Number(addr.slice(i + 1)) })
-      const done = (ok: boolean) => {
-        clearTimeout(timer)
-        sock.destroy()
-        resolve(ok)
-      }
-      const timer = setTimeout(() => done(true), 1000)
-      sock.once('connect', () => done(true))
-      sock.once('error', () => done(false))
-    })
-  if (addresses.length === 0 || (await Promise.all(addresses.map(probe))).some(Boolean)) return
-  throw new StrataError('RPC_CONNECT_FAILED', `no mgmtd accepts connections at ${addresses.join(', ')}: is the cluster running? (strata cluster status)`)
 }
 
 /** Bytes moved per call by put/get. */

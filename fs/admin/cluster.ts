@@ -73,6 +73,8 @@ export interface ClusterRoleSpec {
   name?(i: number): string
   /** the JSON config `strata daemon <role> --config` reads */
   config(ctx: RoleConfigContext): Record<string, unknown>
+  /** checks, before `cluster up` starts or writes anything, that the process can start with this config (e.g. a usable mount point) */
+  preflight?(config: Record<string, unknown>): void
   /** waits until the process is usable (default: it answers RPC echo) */
   ready?(p: ClusterProcess, s: AdminSession, deadline: number): Promise<void>
   /** `cluster down`, while every process still runs: wind down what the process serves (e.g. sandboxes) */
@@ -159,6 +161,31 @@ interface PlannedProcess {
   proc: ClusterProcess
   config: Record<string, unknown>
   spec?: ClusterRoleSpec
+}
+
+/** Runs the roles' preflight checks; a failure names the process it is about. */
+function preflight(items: Array<{ proc: ClusterProcess; config: () => Record<string, unknown> | undefined }>): void {
+  for (const { proc, config } of items) {
+    const spec = extraRoles.get(proc.role)
+    if (!spec?.preflight) continue
+    const c = config()
+    if (!c) continue
+    try {
+      spec.preflight(c)
+    } catch (e) {
+      const se = toStrataError(e)
+      throw new StrataError(se.code, `cannot start ${proc.name}: ${se.reason}`, { cause: e })
+    }
+  }
+}
+
+function readConfig(p: ClusterProcess): Record<string, unknown> | undefined {
+  try {
+    return JSON.parse(fs.readFileSync(p.configFile, 'utf8')) as Record<string, unknown>
+  } catch {
+    // a missing config fails at start, with the process's log
+    return undefined
+  }
 }
 
 async function choosePorts(count: number, basePort: number | null): Promise<number[]> {
@@ -388,7 +415,11 @@ export async function clusterUp(o: ClusterUpOptions = {}): Promise<ClusterUpResu
   const deadline = t0 + timeoutMs
   const stages = new Stages(o.progress)
   fs.mkdirSync(dir, { recursive: true })
-  const planned = await stages.run('planning', async () => planProcesses(dir, settings), (ps) => `${ps.length} processes, ${layout.chains.length} chains`)
+  const planned = await stages.run('planning', async () => {
+    const ps = await planProcesses(dir, settings)
+    preflight(ps.map((p) => ({ proc: p.proc, config: () => p.config })))
+    return ps
+  }, (ps) => `${ps.length} processes, ${layout.chains.length} chains`)
   const cluster: ClusterFile = {
     version: 1,
     name: o.name ?? path.basename(dir),
@@ -508,6 +539,7 @@ async function restartCluster(dir: string, c: ClusterFile, o: ClusterUpOptions, 
   // `cluster down` still carry their old pids: forget them, or the liveness checks below
   // would take a not-yet-restarted process for one that exited during startup.
   forgetPids(dir, c)
+  preflight(c.processes.map((p) => ({ proc: p, config: () => readConfig(p) })))
   try {
     await stages.run('starting mgmtd', async () => {
       for (const p of mgmtd) launch(dir, c, p)

@@ -36,3 +36,4 @@ export { normalizeRange, drainRange, MAX_CHUNKS_PER_REQUEST, type ChunkRangeInpu
 export { KeyedLimiter } from './limiter.js'
 export { emptyStats, type StorageClientStats, type ClientOp } from './stats.js'
 export * from './file/index.js'
+export { checkMgmtdReachable } from './reachability.js'

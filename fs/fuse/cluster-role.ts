@@ -10,7 +10,7 @@ import type { ClusterRoleSpec, RoleConfigContext } from '../admin/cluster.js'
 import type { ClusterProcess, ClusterSettings } from '../admin/cluster-file.js'
 import type { FuseDaemonConfig } from './config.js'
 import { waitMounted } from './control.js'
-import { daemonsFor, findMount, forceUnmount, isFuseMount, pidAlive } from './mounts.js'
+import { checkMountpoint, daemonsFor, findMount, forceUnmount, isFuseMount, pidAlive } from './mounts.js'
 import { fuseAvailable } from './native.js'
 
 export const FUSE_ROLE = 'fuse'
@@ -51,6 +51,9 @@ export function fuseClusterRole(hasMeta: () => boolean): ClusterRoleSpec {
         periodicSyncMs: ctx.settings.timers === 'production' ? 30_000 : 5_000,
       }
       return c as unknown as Record<string, unknown>
+    },
+    preflight(config: Record<string, unknown>): void {
+      if (typeof config.mountpoint === 'string') checkMountpoint(config.mountpoint)
     },
     async ready(p: ClusterProcess, _s, deadline: number): Promise<void> {
       const c = configOf(p)

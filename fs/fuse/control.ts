@@ -13,7 +13,8 @@ import { readClusterFile, resolveClusterDir, type ClusterProcess } from '../admi
 import { logTail, spawnDaemon } from '../admin/process.js'
 import type { FuseDaemonConfig } from './config.js'
 import { readFuseState } from './state.js'
-import { FUSE_FSTYPE, daemonsFor, findMount, forceUnmount, isFuseMount, pidAlive, waitUnmounted } from './mounts.js'
+import { checkMgmtdReachable } from '../client/reachability.js'
+import { FUSE_FSTYPE, checkMountpoint, daemonsFor, findMount, forceUnmount, isFuseMount, pidAlive, waitUnmounted } from './mounts.js'
 
 export interface MountOptions {
   mountpoint: string
@@ -88,6 +89,17 @@ export function planMount(o: MountOptions): MountPlan {
   return { name, config, configFile: path.join(dir, 'config', `${name}.json`), logFile: path.join(dir, 'logs', `${name}.log`), stateFile, dataDir }
 }
 
+/**
+ * What `fs mount` checks before it writes or starts anything: a mount point
+ * FUSE can use, and a cluster whose mgmtd accepts connections (a stopped
+ * cluster is reported at once, as the other fs commands do, instead of
+ * after the whole wait for the mount).
+ */
+export async function preflightMount(plan: MountPlan): Promise<void> {
+  checkMountpoint(plan.config.mountpoint)
+  await checkMgmtdReachable(plan.config.mgmtdAddresses)
+}
+
 export function writeMountConfig(plan: MountPlan): void {
   fs.mkdirSync(path.dirname(plan.configFile), { recursive: true })
   fs.mkdirSync(plan.dataDir, { recursive: true })
@@ -131,6 +143,7 @@ export async function mountBackground(o: MountOptions): Promise<MountResult> {
   const mnt = plan.config.mountpoint
   const live = daemonsFor(mnt)
   if (live.length) throw new StrataError('CLUSTER_RUNNING', `${mnt} is already served by FUSE daemon pid ${live.map((d) => d.pid).join(', ')}`)
+  await preflightMount(plan)
   writeMountConfig(plan)
   fs.rmSync(plan.stateFile, { force: true })
   const proc: ClusterProcess = { name: plan.name, role: 'fuse', nodeId: 0, address: mnt, pid: null, configFile: plan.configFile, logFile: plan.logFile, dataDir: plan.dataDir }
@@ -144,7 +157,11 @@ export async function mountBackground(o: MountOptions): Promise<MountResult> {
       } catch {
         // gone
       }
+      await waitPidsGone([pid], 10_000)
     }
+    // nothing of a mount that never came up stays behind but its log, which the error quotes
+    fs.rmSync(plan.configFile, { force: true })
+    fs.rmSync(plan.dataDir, { recursive: true, force: true })
     throw e
   }
   return { mountpoint: mnt, pid, configFile: plan.configFile, logFile: plan.logFile, stateFile: plan.stateFile }

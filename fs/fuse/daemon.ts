@@ -32,6 +32,7 @@ import {
   FUSE_SUBTYPE,
   FUSECTL_DIR,
   abortConnection,
+  checkMountpoint,
   connectionId,
   daemonsFor,
   detachNow,
@@ -85,6 +86,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
   const mnt = cfg.mountpoint
   const Fuse = loadFuse()
   await clearMountpoint(mnt, log)
+  checkMountpoint(mnt)
   fs.mkdirSync(mnt, { recursive: true })
 
   // every FUSE request may hold an RPC (and its abort listener) at once

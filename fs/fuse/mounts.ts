@@ -309,3 +309,35 @@ function looksLikeStrata(pid: number): boolean {
 export function notMounted(mountpoint: string): StrataError {
   return new StrataError('NOT_FOUND', `${mountpoint} is not a Strata mount and no daemon serves it`)
 }
+
+/**
+ * Refuses a mount point FUSE cannot use, before anything is started or
+ * written: libfuse does not mount over a non-empty directory (fuse-native
+ * then reports only "fuse failed"), and a file is no mount point. A missing
+ * directory is fine (it is created), and so is a FUSE mount a dead daemon
+ * left there (the next daemon clears it) or a live one (refused later as
+ * CLUSTER_RUNNING, naming its daemon).
+ */
+export function checkMountpoint(mountpoint: string): void {
+  const mnt = path.resolve(mountpoint)
+  const m = findMount(mnt)
+  if (m) {
+    if (isFuseMount(m)) return
+    throw new StrataError('INVALID_ARGUMENT', `mount point ${mnt} is already a mount point (${m.fstype} ${m.source})`)
+  }
+  let st: fs.Stats
+  try {
+    st = fs.statSync(mnt)
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code
+    if (code === 'ENOENT') return
+    if (code === 'ENOTDIR') throw new StrataError('INVALID_ARGUMENT', `mount point ${mnt}: a component of the path is not a directory`)
+    throw new StrataError(code === 'EACCES' || code === 'EPERM' ? 'PERMISSION_DENIED' : 'IO_ERROR', `mount point ${mnt}: ${(e as Error).message}`)
+  }
+  if (!st.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `mount point ${mnt} is not a directory`)
+  const entries = fs.readdirSync(mnt)
+  if (entries.length) {
+    const shown = entries.slice(0, 3).join(', ') + (entries.length > 3 ? ', …' : '')
+    throw new StrataError('INVALID_ARGUMENT', `mount point ${mnt} is not empty (${entries.length} ${entries.length === 1 ? 'entry' : 'entries'}: ${shown}); FUSE mounts only on an empty directory`)
+  }
+}

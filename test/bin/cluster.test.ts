@@ -4,6 +4,7 @@ import test from 'ava'
 import { execFileSync, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
+import { fuseUsable } from '../../fs/fuse/cluster-role.js'
 import { ok, records, strata, table, tempDir, until } from './helpers.js'
 
 // scenario 1 is about the DFS core: no FUSE mount; the two meta servers are part of every cluster
@@ -253,4 +254,62 @@ test.serial('every process killed without `cluster down`: `cluster up` starts th
   await ok(t, ['cluster', 'up', '--dir', dir, '-q'])
   st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
   t.true(st.processes.every((p: any) => p.alive))
+})
+
+const fuseTest = fuseUsable() && process.getuid?.() === 0 ? test.serial : test.skip
+
+fuseTest('unusable mount points are refused before anything starts (cluster up, fs mount); fs mount on a stopped cluster fails at once', async (t) => {
+  t.timeout(4 * 60_000)
+  const base = tempDir(t)
+  // a fresh cluster whose DIR/mnt already holds a file: nothing is started or written
+  const fresh = path.join(base, 'fresh')
+  fs.mkdirSync(path.join(fresh, 'mnt'), { recursive: true })
+  fs.writeFileSync(path.join(fresh, 'mnt', 'oops'), '')
+  const r0 = await strata(['cluster', 'up', '--dir', fresh, '--no-sandbox', '-q'])
+  t.is(r0.code, 1)
+  t.regex(r0.stderr, /^strata: INVALID_ARGUMENT: cannot start fuse-1: mount point \S+\/mnt is not empty \(1 entry: oops\)/m)
+  t.false(fs.existsSync(path.join(fresh, 'cluster.json')))
+
+  const dir = path.join(base, 'c')
+  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '--no-sandbox', '-q'])
+  const noMount = (d: string) => fs.readdirSync(path.join(d, 'config')).filter((f) => f.startsWith('mount-'))
+  // fs mount on a regular file, under a file, on a non-empty directory: INVALID_ARGUMENT, nothing left behind
+  const file = path.join(base, 'afile')
+  fs.writeFileSync(file, 'x')
+  const full = path.join(base, 'full')
+  fs.mkdirSync(full)
+  fs.writeFileSync(path.join(full, 'x'), '')
+  for (const [mnt, re] of [
+    [file, /mount point \S+ is not a directory/],
+    [path.join(file, 'sub'), /a component of the path is not a directory/],
+    [full, /mount point \S+ is not empty \(1 entry: x\)/],
+  ] as const) {
+    const r = await strata(['fs', 'mount', mnt, '--cluster', dir])
+    t.is(r.code, 1, mnt)
+    t.regex(r.stderr, /^strata: INVALID_ARGUMENT: /m, mnt)
+    t.regex(r.stderr, re, mnt)
+    t.notRegex(r.stderr, /\n\s+at /, 'no stack trace')
+  }
+  t.deepEqual(noMount(dir), [])
+
+  // the restart of a stopped cluster whose mount point got a file: refused, nothing started
+  await ok(t, ['cluster', 'down', '--dir', dir])
+  fs.writeFileSync(path.join(dir, 'mnt', 'oops'), '')
+  const r1 = await strata(['cluster', 'up', '--dir', dir, '-q'])
+  t.is(r1.code, 1)
+  t.regex(r1.stderr, /^strata: INVALID_ARGUMENT: cannot start fuse-1: mount point \S+\/mnt is not empty/m)
+  t.false(JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json'])).running)
+
+  // fs mount with the cluster stopped: at once, like the other fs commands
+  const t0 = Date.now()
+  const r2 = await strata(['fs', 'mount', path.join(base, 'm'), '--cluster', dir])
+  t.is(r2.code, 1)
+  t.regex(r2.stderr, /^strata: RPC_CONNECT_FAILED: no mgmtd accepts connections/m)
+  t.true(Date.now() - t0 < 10_000, `took ${Date.now() - t0} ms`)
+  t.deepEqual(noMount(dir), [])
+
+  // emptied again, it starts
+  fs.rmSync(path.join(dir, 'mnt', 'oops'))
+  await ok(t, ['cluster', 'up', '--dir', dir, '-q'])
+  t.true(JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json'])).processes.every((p: any) => p.alive))
 })
