@@ -27,6 +27,15 @@ interface TransferCliOpts {
   json?: boolean
 }
 
+/**
+ * The image group's --timeout (seconds) as the remote timeout: how long the
+ * object store or registry may leave a request unanswered or a body without
+ * bytes. The same number bounds each DFS operation.
+ */
+function remoteTimeoutMs(cmd: Command): number {
+  return ((cmd.optsWithGlobals() as { timeout?: number }).timeout ?? 60) * 1000
+}
+
 function scheme(url: string): 's3' | 'docker' {
   if (url.startsWith('s3://')) return 's3'
   if (url.startsWith('docker://')) return 'docker'
@@ -97,13 +106,13 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
       // bad URLs and endpoints fail before the cluster is contacted
       const kind = scheme(dest)
       if (kind === 's3') parseS3Location(dest)
-      const s3 = kind === 's3' ? s3Options(o) : {}
+      const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
       return withImageStore(cmd, async ({ store, progress, signal, json }) => {
         const t0 = Date.now()
         const r =
           kind === 's3'
             ? await pushS3(store, ref, dest, { ...s3, progress, signal })
-            : await pushRegistry(store, ref, dest, { ...registryOptions(o), progress, signal })
+            : await pushRegistry(store, ref, dest, { ...registryOptions(o), timeoutMs: remoteTimeoutMs(cmd), progress, signal })
         const seconds = secondsSince(t0)
         if (json) return printJson({ ...r, seconds })
         out(
@@ -123,7 +132,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
   ).action((src: string, o: TransferCliOpts, cmd: Command) => {
     const kind = scheme(src)
     if (kind === 's3') parseS3ImageUrl(src)
-    const s3 = kind === 's3' ? s3Options(o) : {}
+    const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
     return withImageStore(cmd, async ({ store, progress, signal, json }) => {
       const t0 = Date.now()
       const named = o.name !== undefined ? { name: o.name } : {}
@@ -132,6 +141,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
           ? await pullS3(store, src, { ...s3, ...named, progress, signal })
           : await pullRegistry(store, src, {
               ...registryOptions(o),
+              timeoutMs: remoteTimeoutMs(cmd),
               ...named,
               ...(o.platform !== undefined ? { platform: o.platform } : {}),
               ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),

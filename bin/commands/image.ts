@@ -1,7 +1,7 @@
 // `strata image import|compose|ls|inspect|tag|rm|gc|export` (and push/pull
 // from image-transfer.ts): images in the cluster's store under
 // /strata/images, reached through the file client like `strata fs`.
-import type { Command } from 'commander'
+import { InvalidArgumentError, type Command } from 'commander'
 import { formatTable } from '../../fs/admin/index.js'
 import { StrataError, isStrataError } from '../../fs/common/errors.js'
 import { composeImage } from '../../sandbox/image/compose.js'
@@ -11,7 +11,7 @@ import { formatBytes } from '../../sandbox/image/progress.js'
 import { LAYER_KINDS, formatImageRef, parseImageRef, type ImageManifest, type LayerKind } from '../../sandbox/image/types.js'
 import { secondsSince, withImageStore } from './image-store.js'
 import { registerImageTransfer } from './image-transfer.js'
-import { choiceArg, intArg, out, printJson } from './output.js'
+import { choiceArg, out, printJson } from './output.js'
 
 function short(digest: string): string {
   return digest.slice('sha256:'.length, 'sha256:'.length + 12)
@@ -21,6 +21,15 @@ function imageSize(m: ImageManifest): number {
   const seen = new Map<string, number>()
   for (const l of m.layers) seen.set(l.digest, l.size)
   return [...seen.values()].reduce((a, b) => a + b, 0)
+}
+
+/** A whole number of seconds, at least 1 (0 would mean no time at all, not "no limit"). */
+function secondsArg(what: string): (v: string) => number {
+  return (v: string) => {
+    const n = /^\s*\d+\s*$/.test(v) ? Number(v) : NaN
+    if (!Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`${what} must be an integer ≥ 1 (seconds), got ${JSON.stringify(v)}`)
+    return n
+  }
 }
 
 /** NAME[:TAG] of a destination (a digest is not a name). */
@@ -39,7 +48,12 @@ export function registerImageCommands(program: Command): Command {
     .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory')
     .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)')
-    .option('--timeout <seconds>', 'how long one DFS operation may retry', intArg('--timeout', { min: 1 }), 60)
+    .option(
+      '--timeout <seconds>',
+      'how long one DFS operation may retry; push and pull: how long the object store or registry may leave a request unanswered or a body without bytes before the command fails (not retried)',
+      secondsArg('--timeout'),
+      60,
+    )
     .option('--json', 'print JSON')
     .addHelpText('after', '\nErrors print "strata: CODE: message" and exit 1; usage errors exit 2. Codes: docs/errors.md (IMAGE_*).')
 

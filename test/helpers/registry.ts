@@ -7,6 +7,7 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import http from 'node:http'
+import net from 'node:net'
 import path from 'node:path'
 import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { promisify } from 'node:util'
@@ -325,4 +326,36 @@ export async function startFaultProxy(t: ExecutionContext, upstream: string, dec
     })
   t.teardown(close)
   return { host: `127.0.0.1:${port}`, seen, close }
+}
+
+export interface SilentServer {
+  port: number
+  /** connections accepted so far */
+  connections(): number
+}
+
+/**
+ * A TCP listener on 127.0.0.1 that accepts every connection and never sends
+ * a byte: the registry or object store that hangs. Closed (and every socket
+ * destroyed) at teardown.
+ */
+export async function startSilentServer(t: ExecutionContext): Promise<SilentServer> {
+  const sockets = new Set<net.Socket>()
+  let accepted = 0
+  const server = net.createServer((s) => {
+    accepted++
+    sockets.add(s)
+    s.on('error', () => undefined)
+    s.on('close', () => sockets.delete(s))
+    s.resume()
+  })
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', resolve)
+  })
+  t.teardown(async () => {
+    for (const s of sockets) s.destroy()
+    await new Promise<void>((r) => server.close(() => r()))
+  })
+  return { port: (server.address() as net.AddressInfo).port, connections: () => accepted }
 }

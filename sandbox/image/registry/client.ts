@@ -7,7 +7,10 @@
 // IMAGE_NOT_FOUND, 5xx / 429 / connection failures → IMAGE_REMOTE_ERROR
 // after `retries` retries with exponential backoff (idempotent requests only;
 // an upload is restarted whole), digest → IMAGE_DIGEST_MISMATCH, size →
-// IMAGE_SIZE_MISMATCH.
+// IMAGE_SIZE_MISMATCH. A registry that sends no answer, or no bytes of a
+// body, for `timeoutMs` is IMAGE_REMOTE_ERROR "timed out" at once, without
+// retries: fetch() itself waits minutes (undici's 300 s header and body
+// timeouts) and a retry would only wait as long again.
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import { StrataError } from '../../../fs/common/errors.js'
@@ -28,11 +31,18 @@ export interface RegistryClientOptions {
   retries?: number
   /** first backoff delay, doubled per retry (default 250 ms) */
   retryDelayMs?: number
+  /** how long the registry may leave a request without an answer, or a body without new bytes (default 60 s) */
+  timeoutMs?: number
   /** aborts requests and backoffs: CANCELLED */
   signal?: AbortSignal
 }
 
 export const DEFAULT_CHUNK_SIZE = 8 << 20
+export const DEFAULT_TIMEOUT_MS = 60_000
+/** Request bodies larger than this are fed to fetch in slices, so that the wait for the answer is timed from the last byte sent. */
+const BODY_SLICE = 1 << 20
+/** Statuses whose responses carry no body (a Response cannot be built with one). */
+const NULL_BODY = new Set([101, 103, 204, 205, 304])
 const MAX_MANIFEST_BYTES = 4 << 20
 
 interface SendInit {
@@ -70,7 +80,103 @@ function networkError(e: unknown, what: string): StrataError {
 }
 
 function isRetryable(e: unknown): boolean {
-  return !(e instanceof StrataError) || e.code === 'IMAGE_REMOTE_ERROR'
+  return !(e instanceof StrataError) || (e.code === 'IMAGE_REMOTE_ERROR' && !isTimeout(e))
+}
+
+/** A request that timed out (timedFetch): not retried. */
+export function isTimeout(e: unknown): boolean {
+  return e instanceof StrataError && (e.detail as { timeout?: unknown } | undefined)?.timeout === true
+}
+
+function seconds(ms: number): string {
+  return `${Math.round(ms / 100) / 10} s`
+}
+
+/**
+ * fetch() with two timers: no answer (status and headers) within
+ * `timeoutMs` of sending the request's last byte, and no bytes of the body
+ * for `timeoutMs` while the caller is reading it. Either aborts the request
+ * with IMAGE_REMOTE_ERROR naming `what` and "timed out". `signal` (the
+ * caller's cancel) aborts it as fetch does.
+ */
+export async function timedFetch(url: string | URL, init: Omit<RequestInit, 'body' | 'signal'> & { body?: Buffer }, timeoutMs: number, what: string, signal?: AbortSignal): Promise<Response> {
+  const ac = new AbortController()
+  const onOuter = () => ac.abort(signal!.reason)
+  if (signal?.aborted) ac.abort(signal.reason)
+  else signal?.addEventListener('abort', onOuter, { once: true })
+  let timer: NodeJS.Timeout | undefined
+  let timedOut: StrataError | null = null
+  const arm = (why: string) => {
+    clearTimeout(timer)
+    timer = setTimeout(() => {
+      timedOut = new StrataError('IMAGE_REMOTE_ERROR', `${what}: timed out: ${why} for ${seconds(timeoutMs)}`, { detail: { timeout: true, url: String(url) } })
+      ac.abort(timedOut)
+    }, timeoutMs)
+  }
+  const settle = () => {
+    clearTimeout(timer)
+    signal?.removeEventListener('abort', onOuter)
+  }
+  const { body, ...rest } = init
+  let reqBody: Buffer | ReadableStream<Uint8Array> | undefined = body
+  const streamed = body !== undefined && body.length > BODY_SLICE
+  if (streamed) {
+    let off = 0
+    reqBody = new ReadableStream<Uint8Array>(
+      {
+        pull(c) {
+          arm('no answer')
+          if (off >= body.length) return c.close()
+          c.enqueue(body.subarray(off, off + BODY_SLICE))
+          off += BODY_SLICE
+        },
+      },
+      { highWaterMark: 0 },
+    )
+  }
+  arm('no answer')
+  let res: Response
+  try {
+    const headers = streamed ? { ...(rest.headers as Record<string, string> | undefined), 'content-length': String(body.length) } : rest.headers
+    res = await fetch(url, { ...rest, ...(headers ? { headers } : {}), ...(reqBody !== undefined ? { body: reqBody } : {}), ...(streamed ? { duplex: 'half' } : {}), signal: ac.signal } as RequestInit)
+  } catch (e) {
+    settle()
+    throw timedOut ?? e
+  }
+  clearTimeout(timer)
+  if (!res.body || NULL_BODY.has(res.status)) {
+    settle()
+    return res
+  }
+  const reader = res.body.getReader()
+  // pulled only when the caller reads, so the timer runs only while it waits for the server
+  const watched = new ReadableStream<Uint8Array>(
+    {
+      async pull(c) {
+        arm('no bytes of the body')
+        try {
+          const r = await reader.read()
+          clearTimeout(timer)
+          if (r.done) {
+            settle()
+            c.close()
+          } else c.enqueue(r.value)
+        } catch (e) {
+          settle()
+          c.error(timedOut ?? e)
+        }
+      },
+      cancel(reason) {
+        settle()
+        return reader.cancel(reason)
+      },
+    },
+    { highWaterMark: 0 },
+  )
+  const out = new Response(watched, { status: res.status, statusText: res.statusText, headers: res.headers })
+  // Location headers are resolved against the URL the answer came from (after redirects)
+  Object.defineProperty(out, 'url', { value: res.url })
+  return out
 }
 
 function cancelledError(signal: AbortSignal): StrataError {
@@ -103,6 +209,7 @@ export class RegistryClient {
   readonly retries: number
   readonly chunkSize: number
   readonly #retryDelayMs: number
+  readonly timeoutMs: number
   readonly #creds: Credentials | undefined
   readonly #actions: string
   readonly signal: AbortSignal | undefined
@@ -119,6 +226,8 @@ export class RegistryClient {
     this.chunkSize = opts.chunkSize ?? DEFAULT_CHUNK_SIZE
     if (!(this.chunkSize >= 1)) throw new RangeError('chunkSize must be at least 1 byte')
     this.#retryDelayMs = opts.retryDelayMs ?? 250
+    this.timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS
+    if (!(this.timeoutMs > 0)) throw new RangeError('timeoutMs must be positive')
     this.#creds = resolveCredentials(host, opts)
     this.#actions = opts.actions ?? 'pull'
     this.signal = opts.signal
@@ -191,7 +300,7 @@ export class RegistryClient {
       if (this.#authorization) headers.authorization = this.#authorization
       let res: Response
       try {
-        res = await fetch(url, { method, headers, ...(init.body !== undefined ? { body: init.body } : {}), redirect: 'follow', ...(this.signal ? { signal: this.signal } : {}) })
+        res = await timedFetch(url, { method, headers, ...(init.body !== undefined ? { body: init.body } : {}), redirect: 'follow' }, this.timeoutMs, `${what}: ${method} ${url}`, this.signal)
       } catch (e) {
         if (init.retry && attempt < this.retries && this.retryable(e)) {
           await this.backoff(attempt)
@@ -244,7 +353,7 @@ export class RegistryClient {
     if (this.#creds) headers.authorization = basicAuthorization(this.#creds)
     for (let attempt = 0; ; attempt++) {
       try {
-        const res = await fetch(u, { headers, redirect: 'follow', ...(this.signal ? { signal: this.signal } : {}) })
+        const res = await timedFetch(u, { headers, redirect: 'follow' }, this.timeoutMs, `token from ${u.origin}${u.pathname}`, this.signal)
         if (res.status === 401 || res.status === 403) await failFrom(res, `token from ${u.origin}${u.pathname}: the token service refused the credentials`)
         if (res.status >= 500 && attempt < this.retries) {
           await discard(res)
@@ -434,7 +543,7 @@ export class RegistryClient {
         return
       } catch (e) {
         if (!this.retryable(e) || attempt >= this.retries) throw this.fail(e, what)
-        if (location) void fetch(location, { method: 'DELETE', headers: this.#authorization ? { authorization: this.#authorization } : {} }).then(discard, () => undefined)
+        if (location) void timedFetch(location, { method: 'DELETE', headers: this.#authorization ? { authorization: this.#authorization } : {} }, this.timeoutMs, `DELETE ${location}`).then(discard, () => undefined)
         await this.backoff(attempt)
         const have = await this.headBlob(digest).catch(() => null)
         if (have === size) return

@@ -20,6 +20,8 @@ export interface RegistryOptions {
   retries?: number
   /** first retry delay, doubled each time (default 250 ms) */
   retryDelayMs?: number
+  /** how long the registry may leave a request without an answer or a body without new bytes before the transfer fails, not retried (default 60 s; `--timeout`) */
+  timeoutMs?: number
 }
 
 export function progressOf(o: RegistryOptions): ProgressSink | undefined {
@@ -34,6 +36,7 @@ export function clientOptions(o: RegistryOptions): RegistryClientOptions {
   if (o.chunkSize !== undefined) c.chunkSize = o.chunkSize
   if (o.retries !== undefined) c.retries = o.retries
   if (o.retryDelayMs !== undefined) c.retryDelayMs = o.retryDelayMs
+  if (o.timeoutMs !== undefined) c.timeoutMs = o.timeoutMs
   if (o.signal !== undefined) c.signal = o.signal
   return c
 }

@@ -13,12 +13,56 @@ export interface S3ClientInit {
   forcePathStyle?: boolean
   /** default: the SDK's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files, SSO, IMDS) */
   credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string }
-  /** attempts per request, SDK retry strategy (default 3) */
+  /** attempts per request (default 3); a timed-out attempt is not repeated */
   maxAttempts?: number
-  /** ms a request may stay without progress on its socket before it fails (default 120 s) */
-  requestTimeoutMs?: number
+  /**
+   * ms the server may leave a request without an answer, or a body without
+   * new bytes, before the request fails "timed out" (default 60 s). Measured
+   * on the socket, so a large upload or download that keeps moving is never
+   * cut off.
+   */
+  timeoutMs?: number
   /** parallel connections (default 16) */
   maxSockets?: number
+}
+
+export const DEFAULT_TIMEOUT_MS = 60_000
+
+interface RetryToken {
+  getRetryCount(): number
+  getRetryDelay(): number
+}
+
+function retryToken(count: number): RetryToken {
+  // full jitter on 100 ms doubling, at most 20 s: the SDK's standard backoff
+  const delay = count === 0 ? 0 : Math.random() * Math.min(100 * 2 ** count, 20_000)
+  return { getRetryCount: () => count, getRetryDelay: () => delay }
+}
+
+/**
+ * The SDK's standard retries (transient, throttling and server errors, up
+ * to `maxAttempts`), except that a timed-out attempt is final: the SDK
+ * would wait the whole timeout again on each attempt, against a server that
+ * accepts connections and never answers several minutes in all.
+ */
+function retryStrategy(maxAttempts: number) {
+  return {
+    mode: 'standard',
+    acquireInitialRetryToken: async (_scope: string): Promise<RetryToken> => retryToken(0),
+    refreshRetryTokenForRetry: async (token: RetryToken, info: { errorType: string; error?: unknown }): Promise<RetryToken> => {
+      const next = token.getRetryCount() + 1
+      if (next >= maxAttempts || info.errorType === 'CLIENT_ERROR' || isTimeout(info.error)) throw new Error('no more attempts')
+      return retryToken(next)
+    },
+    recordSuccess: (_token: RetryToken): void => {},
+  }
+}
+
+/** The SDK's timeouts: no connection, or a socket idle for the timeout. */
+export function isTimeout(e: unknown): boolean {
+  if (e instanceof StrataError) return (e.detail as { timeout?: unknown } | undefined)?.timeout === true
+  const err = e as SdkError | undefined
+  return err?.name === 'TimeoutError' || err?.code === 'ETIMEDOUT'
 }
 
 const ignore = (): void => {}
@@ -39,6 +83,7 @@ export async function createS3Client(init: S3ClientInit = {}): Promise<S3Client>
     ...(init.forcePathStyle !== undefined ? { forcePathStyle: init.forcePathStyle } : {}),
     ...(init.credentials ? { credentials: init.credentials } : {}),
     maxAttempts: init.maxAttempts ?? 3,
+    retryStrategy: retryStrategy(init.maxAttempts ?? 3),
     // Integrity: every PutObject/UploadPart carries a Content-MD5 computed
     // here (natively), which S3 checks on receipt, and pulls verify sha256
     // digests end to end; the SDK's own CRC32 (computed in JS over every
@@ -52,8 +97,11 @@ export async function createS3Client(init: S3ClientInit = {}): Promise<S3Client>
     // that one line off the user's terminal and changes nothing else.
     logger: SILENT_LOGGER,
     requestHandler: {
-      requestTimeout: init.requestTimeoutMs ?? 120_000,
-      connectionTimeout: 10_000,
+      // socketTimeout is the inactivity timer that stays on while the body
+      // streams; requestTimeout (the SDK's whole-request timer) only logs a
+      // warning unless told to throw, and would cut off large transfers
+      socketTimeout: init.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+      connectionTimeout: Math.min(init.timeoutMs ?? DEFAULT_TIMEOUT_MS, 10_000),
       httpAgent: { keepAlive: true, maxSockets: init.maxSockets ?? 16 },
       httpsAgent: { keepAlive: true, maxSockets: init.maxSockets ?? 16 },
     },
@@ -115,11 +163,17 @@ export function isNotImplemented(e: unknown): boolean {
   return n === 'NotImplemented' || n === 'MethodNotAllowed' || s === 501 || s === 405
 }
 
+/** A remote failure with the endpoint named (the s3:// URL in `what` does not say which server). */
+export function atEndpoint(e: StrataError, endpoint: string | undefined): StrataError {
+  if (!endpoint || e.code !== 'IMAGE_REMOTE_ERROR' || e.reason.includes(endpoint)) return e
+  return new StrataError(e.code, `${e.reason} (endpoint ${endpoint})`, { cause: e.cause, ...(e.detail ? { detail: e.detail } : {}) })
+}
+
 /**
  * Maps an SDK failure to IMAGE_AUTH_FAILED (credentials missing or refused),
  * IMAGE_NOT_FOUND (missing bucket, when `missingBucket` says so) or
- * IMAGE_REMOTE_ERROR (anything else: refused connections, resets, timeouts,
- * 5xx), keeping the SDK error as the cause.
+ * IMAGE_REMOTE_ERROR (anything else: refused connections, resets, timeouts
+ * ("timed out", with `detail.timeout`), 5xx), keeping the SDK error as the cause.
  */
 export function s3Error(e: unknown, what: string, opts: { missingBucket?: 'IMAGE_NOT_FOUND' | 'IMAGE_REMOTE_ERROR' } = {}): StrataError {
   if (e instanceof StrataError) return e
@@ -133,6 +187,12 @@ export function s3Error(e: unknown, what: string, opts: { missingBucket?: 'IMAGE
     return new StrataError('IMAGE_AUTH_FAILED', `${what}: the object store refused the credentials: ${name}: ${msg}`, { cause: e })
   }
   if (name === 'NoSuchBucket') return new StrataError(opts.missingBucket ?? 'IMAGE_REMOTE_ERROR', `${what}: the bucket does not exist`, { cause: e })
+  if (isTimeout(e)) {
+    const ms = /(\d+) ms/.exec(msg)
+    const after = ms ? ` for ${Math.round(Number(ms[1]) / 100) / 10} s` : ''
+    const why = /connection/i.test(msg) ? `no connection${after}` : `no answer or no bytes of the body${after}`
+    return new StrataError('IMAGE_REMOTE_ERROR', `${what}: timed out: ${why}`, { cause: e, detail: { timeout: true } })
+  }
   const where = status !== undefined ? `HTTP ${status} ${name}` : name
   return new StrataError('IMAGE_REMOTE_ERROR', `${what}: ${where}: ${msg}`, { cause: e })
 }

@@ -8,7 +8,7 @@ import type { Readable } from 'node:stream'
 import { BufferPool } from '../../../fs/common/buffer-pool.js'
 import { StrataError, isStrataError } from '../../../fs/common/errors.js'
 import { DEFAULT_TAG, isDigest, parseImageRef, sha256Digest, validateManifest, type LayerRef } from '../types.js'
-import { createS3Client, isNotFound, s3Error } from './client.js'
+import { atEndpoint, createS3Client, isNotFound, isTimeout, s3Error } from './client.js'
 import { Limiter, allOrAbort, cancelled, linkedSignal, shortDigest, type PullResult, type S3TransferOptions, type TransferStore } from './common.js'
 import { blobKey, formatS3, manifestKey, parseS3ImageUrl, tagKey } from './url.js'
 
@@ -130,7 +130,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
     }
   } catch (e) {
     if (opts.signal?.aborted) throw cancelled(what)
-    throw s3Error(e, what, { missingBucket: 'IMAGE_NOT_FOUND' })
+    throw atEndpoint(s3Error(e, what, { missingBucket: 'IMAGE_NOT_FOUND' }), opts.endpoint)
   } finally {
     link.dispose()
     if (!opts.client) client.destroy()
@@ -211,8 +211,9 @@ async function pullBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal): Pro
         offset = await fetchRange(ctx, key, layer, offset, signal, (n) => task?.tick(n))
       } catch (e) {
         const err = s3Error(e, `GET ${formatS3(bucket, key)}`, { missingBucket: 'IMAGE_NOT_FOUND' })
-        // a body cut off mid-stream is retried from what reached the store
-        if (signal.aborted || err.code !== 'IMAGE_REMOTE_ERROR' || attempt >= BODY_ATTEMPTS) throw err
+        // a body cut off mid-stream is retried from what reached the store;
+        // one that stalled for the whole timeout is not (the server is gone)
+        if (signal.aborted || err.code !== 'IMAGE_REMOTE_ERROR' || isTimeout(err) || attempt >= BODY_ATTEMPTS) throw err
         offset = await store.partialBlobLength(layer.digest)
       }
     }
@@ -225,7 +226,9 @@ async function pullBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal): Pro
       // later one may have landed and an earlier one not): the store dropped
       // the partial file, so fetch the whole blob once more before blaming
       // the bucket
-      if (round > 1 || resumed === 0 || !isStrataError(e, ['IMAGE_DIGEST_MISMATCH', 'IMAGE_SIZE_MISMATCH'])) throw e
+      if (!isStrataError(e, ['IMAGE_DIGEST_MISMATCH', 'IMAGE_SIZE_MISMATCH'])) throw e
+      // the store's message names only the blob: say which object it came from
+      if (round > 1 || resumed === 0) throw new StrataError(e.code, `${formatS3(bucket, key)}${ctx.opts.endpoint ? ` at ${ctx.opts.endpoint}` : ''}: ${e.reason}`, { cause: e })
       ctx.stats.bytesResumed -= resumed
     }
   }

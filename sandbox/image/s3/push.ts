@@ -16,7 +16,7 @@ import {
 } from '@aws-sdk/client-s3'
 import { StrataError } from '../../../fs/common/errors.js'
 import { formatImageRef, type LayerRef } from '../types.js'
-import { createS3Client, errorName, isNotFound, isNotImplemented, s3Error, statusOf } from './client.js'
+import { atEndpoint, createS3Client, errorName, isNotFound, isNotImplemented, isTimeout, s3Error, statusOf } from './client.js'
 import {
   DEFAULT_PART_SIZE,
   Limiter,
@@ -85,9 +85,9 @@ async function withRange<T>(ctx: PushCtx, digest: string, start: number, end: nu
   }
 }
 
-/** A transport failure, a timeout or a 5xx/429: worth sending the request again. */
+/** A transport failure or a 5xx/429: worth sending the request again (a timeout is not: it already waited the whole --timeout). */
 function isTransient(e: unknown): boolean {
-  if (isAbort(e)) return false
+  if (isAbort(e) || isTimeout(e)) return false
   const status = statusOf(e)
   return status === undefined || status >= 500 || status === 429
 }
@@ -157,7 +157,7 @@ export async function pushS3(store: TransferStore, ref: string, url: string, opt
     }
   } catch (e) {
     if (opts.signal?.aborted) throw cancelled(what)
-    throw s3Error(e, what)
+    throw atEndpoint(s3Error(e, what), opts.endpoint)
   } finally {
     link.dispose()
     if (!opts.client) client.destroy()

@@ -233,3 +233,17 @@ t0serial('basic auth: the challenge is answered with the credentials; none or wr
     else process.env.REGISTRY_AUTH_FILE = saved
   }
 })
+
+t0('a PATCH body over 1 MiB (fed to fetch in slices, for the answer timeout) arrives whole', async (t) => {
+  const dir = tmpDir(t, 'strata-regc-')
+  const reg = await startRegistry(t)
+  const data = crypto.randomBytes(3 << 20)
+  const digest = sha256Digest(data)
+  const f = path.join(dir, 'blob')
+  fs.writeFileSync(f, data)
+  const c = new RegistryClient(reg.host, 'big/blob', { actions: 'pull,push' })
+  await c.uploadBlob(f, digest, data.length)
+  t.is(await c.headBlob(digest), data.length)
+  await c.getBlobToFile(digest, data.length, path.join(dir, 'back'))
+  t.deepEqual(fs.readFileSync(path.join(dir, 'back')), data)
+})

@@ -8,6 +8,7 @@ import path from 'node:path'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { startImageCluster, localTmp, type ImageCluster } from '../../../helpers/image-cluster.js'
 import { startS3 } from '../../../helpers/s3rver.js'
+import { startSilentServer } from '../../../helpers/registry.js'
 import { until } from '../../../helpers/procs.js'
 import { STRATA, ok, strata } from '../../../bin/helpers.js'
 import { manifestKey, tagKey } from '../../../../sandbox/image/s3/url.js'
@@ -144,4 +145,27 @@ test.serial('CLI errors: codes on stderr, exit 1; usage errors exit 2', async (t
   t.is(help.code, 0)
   t.regex(help.stdout, /--endpoint/)
   t.regex(help.stdout, /--force-path-style/)
+})
+
+test.serial('a registry or S3 endpoint that accepts connections and never answers: push and pull fail IMAGE_REMOTE_ERROR "timed out" after --timeout, naming the URL', async (t) => {
+  const silent = await startSilentServer(t)
+  const hostPort = `127.0.0.1:${silent.port}`
+  await publishFixture(t, await A.store(), 'hang', 'v1', 64 * 1024)
+  const env = { HOME: localTmp(t, 'strata-s3-home-'), AWS_ACCESS_KEY_ID: 'K', AWS_SECRET_ACCESS_KEY: 'S', AWS_REGION: 'us-east-1' }
+  const s3 = ['--endpoint', `http://${hostPort}`, '--force-path-style']
+  const cases: Array<{ args: string[]; where: RegExp }> = [
+    { args: ['push', 'hang:v1', `docker://${hostPort}/x/y:1`], where: new RegExp(`http://${hostPort}/v2/: timed out`) },
+    { args: ['pull', `docker://${hostPort}/x/y:1`], where: new RegExp(`http://${hostPort}/v2/: timed out`) },
+    { args: ['push', 'hang:v1', 's3://bkt/p', ...s3], where: new RegExp(`s3://bkt/p/.*: timed out: .*\\(endpoint http://${hostPort}\\)`) },
+    { args: ['pull', 's3://bkt/p/hang:v1', ...s3], where: new RegExp(`s3://bkt/p/tags/hang/v1: timed out: .*\\(endpoint http://${hostPort}\\)`) },
+  ]
+  for (const c of cases) {
+    const t0 = Date.now()
+    const r = await strata(['image', ...A.cliArgs, '--timeout', '2', ...c.args], { env, timeoutMs: 60_000 })
+    const s = (Date.now() - t0) / 1000
+    t.is(r.code, 1, `${c.args.join(' ')}: ${r.stderr}`)
+    t.regex(r.stderr, /^strata: IMAGE_REMOTE_ERROR: /, c.args.join(' '))
+    t.regex(r.stderr, c.where, c.args.join(' '))
+    t.true(s < 20, `${c.args.join(' ')} took ${s} s`)
+  }
 })

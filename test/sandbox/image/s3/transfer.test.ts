@@ -291,7 +291,9 @@ test.serial('a tampered blob or manifest in the bucket: IMAGE_DIGEST_MISMATCH an
   bytes[bytes.length >> 1] ^= 0x01
   fs.writeFileSync(file, bytes)
   const storeB = await B.store(`/s3-b-${++n}`)
-  t.is(await code(pullS3(storeB, `s3://${s3.bucket}/t/tamper:v1`, o)), 'IMAGE_DIGEST_MISMATCH')
+  const mismatch = await t.throwsAsync(pullS3(storeB, `s3://${s3.bucket}/t/tamper:v1`, o), { code: 'IMAGE_DIGEST_MISMATCH' })
+  // which object, on which server
+  t.true(mismatch!.message.includes(`s3://${s3.bucket}/${blobKey('t', big[0])} at ${s3.endpoint}: `), mismatch!.message)
   t.is(await code(storeB.resolve('tamper:v1')), 'IMAGE_NOT_FOUND')
   t.is(await storeB.statBlob(big[0]), null)
   t.is(await storeB.partialBlobLength(big[0]), 0, 'the bad partial is dropped')

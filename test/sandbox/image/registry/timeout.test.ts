@@ -1,0 +1,144 @@
+// A registry that accepts connections and then says nothing, or stops in
+// the middle of a body: the client fails IMAGE_REMOTE_ERROR "timed out"
+// naming the URL after one timeout, without retrying; a body that keeps
+// moving, however slowly, is not cut off. No registry needed: plain local
+// servers.
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import http from 'node:http'
+import path from 'node:path'
+import test, { type ExecutionContext } from 'ava'
+import { RegistryClient } from '../../../../sandbox/image/registry/client.js'
+import { pullRegistry, pushRegistry } from '../../../../sandbox/image/registry/index.js'
+import type { ImageStore } from '../../../../sandbox/image/store.js'
+import { emptyConfig, MANIFEST_MEDIA_TYPE } from '../../../../sandbox/image/types.js'
+import { tmpDir } from '../../../helpers/procs.js'
+import { startSilentServer } from '../../../helpers/registry.js'
+
+const TIMEOUT = 400
+
+/** An http server on 127.0.0.1 handled by `handle`; closed at teardown. */
+async function serve(t: ExecutionContext, handle: (req: http.IncomingMessage, res: http.ServerResponse) => void): Promise<string> {
+  const server = http.createServer(handle)
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(async () => {
+    server.closeAllConnections()
+    await new Promise<void>((r) => server.close(() => r()))
+  })
+  return `127.0.0.1:${(server.address() as { port: number }).port}`
+}
+
+async function timed<T>(p: Promise<T>): Promise<{ error: unknown; ms: number }> {
+  const t0 = Date.now()
+  try {
+    await p
+  } catch (error) {
+    return { error, ms: Date.now() - t0 }
+  }
+  throw new Error('expected a failure')
+}
+
+test('a registry that never answers: ping times out once, not retried, naming the URL', async (t) => {
+  const silent = await startSilentServer(t)
+  const host = `127.0.0.1:${silent.port}`
+  const c = new RegistryClient(host, 'x/y', { timeoutMs: TIMEOUT })
+  const { error, ms } = await timed(c.ping())
+  t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
+  t.regex((error as Error).message, new RegExp(`GET http://${host}/v2/: timed out: no answer for 0.4 s`))
+  // not at least TIMEOUT: a timer counts from the event loop's last tick, which can be a little earlier
+  t.true(ms < TIMEOUT * 3, `${ms} ms`)
+  t.is(silent.connections(), 1, 'a timed-out request is not sent again')
+})
+
+test('push and pull against a registry that never answers fail within the timeout', async (t) => {
+  const silent = await startSilentServer(t)
+  const url = `docker://127.0.0.1:${silent.port}/x/y:1`
+  const manifest = { schemaVersion: 1, mediaType: MANIFEST_MEDIA_TYPE, layers: [], config: emptyConfig(), source: { type: 'rootfs', ref: '/x' }, created: '2026-01-01T00:00:00.000Z' }
+  // push reads nothing from the store before it has reached the registry
+  const store = { resolve: async () => ({ manifest }) } as unknown as ImageStore
+  const push = await timed(pushRegistry(store, 'a:1', url, { timeoutMs: TIMEOUT, layerCache: false }))
+  t.like(push.error, { code: 'IMAGE_REMOTE_ERROR' })
+  t.regex((push.error as Error).message, /timed out/)
+  t.true(push.ms < TIMEOUT * 3, `${push.ms} ms`)
+  const pull = await timed(pullRegistry({} as ImageStore, url, { timeoutMs: TIMEOUT }))
+  t.like(pull.error, { code: 'IMAGE_REMOTE_ERROR' })
+  t.regex((pull.error as Error).message, new RegExp(`http://127.0.0.1:${silent.port}/v2/.*timed out`))
+  t.true(pull.ms < TIMEOUT * 3, `${pull.ms} ms`)
+})
+
+test('a blob body that stops: timed out, the file removed; a slow body that keeps moving completes', async (t) => {
+  const blob = crypto.randomBytes(4000)
+  const digest = 'sha256:' + crypto.createHash('sha256').update(blob).digest('hex')
+  let requests = 0
+  const host = await serve(t, (req, res) => {
+    if (req.url === '/v2/') {
+      res.end('{}')
+      return
+    }
+    requests++
+    res.writeHead(200, { 'content-length': String(blob.length) })
+    if (req.url!.startsWith('/v2/stall/')) {
+      res.write(blob.subarray(0, 100))
+      return // and nothing more
+    }
+    // 10 pieces, one every TIMEOUT/2: slower in all than the timeout, never idle for it
+    let i = 0
+    const step = () => {
+      res.write(blob.subarray(i * 400, (i + 1) * 400))
+      if (++i === 10) res.end()
+      else setTimeout(step, TIMEOUT / 2)
+    }
+    step()
+  })
+  const dir = tmpDir(t, 'strata-reg-timeout-')
+  const stalled = new RegistryClient(host, 'stall/x', { timeoutMs: TIMEOUT })
+  const file = path.join(dir, 'blob')
+  const { error } = await timed(stalled.getBlobToFile(digest, blob.length, file))
+  t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
+  t.regex((error as Error).message, new RegExp(`GET http://${host}/v2/stall/x/blobs/${digest}: timed out: no bytes of the body for 0.4 s`))
+  t.false(fs.existsSync(file))
+  t.is(requests, 1, 'a stalled body is not fetched again')
+  const slow = new RegistryClient(host, 'slow/x', { timeoutMs: TIMEOUT })
+  const t0 = Date.now()
+  await slow.getBlobToFile(digest, blob.length, file)
+  t.true(Date.now() - t0 > TIMEOUT * 2)
+  t.deepEqual(fs.readFileSync(file), blob)
+})
+
+test('an upload whose PATCH (a body sent in slices) is never answered times out, and is not restarted', async (t) => {
+  const data = crypto.randomBytes(3 << 20)
+  const digest = 'sha256:' + crypto.createHash('sha256').update(data).digest('hex')
+  let patches = 0
+  const host = await serve(t, (req, res) => {
+    if (req.url === '/v2/') {
+      res.end('{}')
+      return
+    }
+    if (req.method === 'POST') {
+      res.writeHead(202, { location: '/v2/x/y/blobs/uploads/1' })
+      res.end()
+      return
+    }
+    if (req.method === 'PATCH') {
+      patches++
+      // take the whole body, then say nothing
+      req.resume()
+      return
+    }
+    if (req.method === 'HEAD') {
+      res.writeHead(404)
+      res.end()
+      return
+    }
+    res.writeHead(500)
+    res.end()
+  })
+  const dir = tmpDir(t, 'strata-reg-timeout-')
+  const file = path.join(dir, 'blob')
+  fs.writeFileSync(file, data)
+  const c = new RegistryClient(host, 'x/y', { timeoutMs: TIMEOUT, chunkSize: data.length, actions: 'pull,push' })
+  const { error } = await timed(c.uploadBlob(file, digest, data.length))
+  t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
+  t.regex((error as Error).message, /PATCH http:\/\/.*\/v2\/x\/y\/blobs\/uploads\/1: timed out: no answer for 0.4 s/)
+  t.is(patches, 1, 'the upload is not restarted after a timeout')
+})
