@@ -11,6 +11,7 @@ import {
   clusterUp,
   formatSize,
   formatTable,
+  interruptible,
   parseSignal,
   resolveClusterDir,
   type ClusterFile,
@@ -18,6 +19,7 @@ import {
   type TimerProfile,
 } from '../../fs/admin/index.js'
 import { choiceArg, intArg, out, printJson, progressReporter, sizeArg, warmPoolArg } from './output.js'
+import { exitOnInterrupt } from './fs.js'
 
 interface DirOpts {
   dir?: string
@@ -101,11 +103,13 @@ UPTODATE. Ids follow 3FS's deploy generator (see docs/cli.md). Ports are picked
 once and kept, so a node restarted later keeps its address.
 On a directory whose cluster is stopped, starts it again (settings ignored).
 Refuses a directory whose cluster runs (CLUSTER_RUNNING).
+Ctrl-C or SIGTERM stops what was started (unless --keep-on-failure) and exits
+130/143 with "strata: CANCELLED: cluster up interrupted by SIGINT while …".
 ${DIR_HELP}`,
     )
     .action(async (o, cmd: Command) => {
       const g = cmd.optsWithGlobals() as DirOpts & Record<string, unknown>
-      const r = await clusterUp({
+      const r = await exitOnInterrupt(interruptible('cluster up', (signal) => clusterUp({
         dir: dirOf(g),
         storageNodes: o.storageNodes,
         targetsPerNode: o.targetsPerNode,
@@ -123,7 +127,8 @@ ${DIR_HELP}`,
         ...(o.name ? { name: o.name } : {}),
         keepOnFailure: !!o.keepOnFailure,
         progress: progressReporter({ quiet: !!o.quiet || !!o.json }),
-      })
+        signal,
+      })))
       if (o.json) return printJson({ ...r.cluster, restarted: r.restarted, elapsedMs: r.elapsedMs })
       const c = r.cluster
       const st = c.settings

@@ -24,6 +24,7 @@ import {
   type ClusterSettings,
   type TimerProfile,
 } from './cluster-file.js'
+import { raceAbort } from './interrupt.js'
 import { initCluster } from './nodes.js'
 import { defaultStripeSize, planLayout, type ClusterLayout } from './placement.js'
 import { pickFreePorts, portFree } from './ports.js'
@@ -118,6 +119,8 @@ export interface ClusterUpOptions {
   timeoutMs?: number
   /** leave processes running when the bootstrap fails (default: stop them) */
   keepOnFailure?: boolean
+  /** aborting it (SIGINT/SIGTERM in the CLI) stops the bootstrap and what it started; the error is CANCELLED */
+  signal?: AbortSignal
   progress?: ProgressSink
 }
 
@@ -333,20 +336,45 @@ function describeNodes(ps: ClusterProcess[]) {
 }
 
 class Stages {
+  /** the stage running now (what an interruption reports) */
+  current: string | undefined
+  private stopped = false
   constructor(private readonly sink?: ProgressSink) {}
+  private emit(e: ProgressEvent): void {
+    if (!this.stopped) this.sink?.(e)
+  }
   async run<T>(stage: string, fn: (update: (detail: string) => void) => Promise<T>, done?: (v: T) => string | undefined): Promise<T> {
-    this.sink?.({ stage, state: 'start' })
+    this.current = stage
+    this.emit({ stage, state: 'start' })
     let v: T
     try {
-      v = await fn((detail) => this.sink?.({ stage, state: 'update', detail }))
+      v = await fn((detail) => this.emit({ stage, state: 'update', detail }))
     } catch (e) {
-      this.sink?.({ stage, state: 'fail', detail: toStrataError(e).code })
+      this.emit({ stage, state: 'fail', detail: toStrataError(e).code })
       throw e
     }
     const d = done?.(v)
-    this.sink?.({ stage, state: 'done', ...(d ? { detail: d } : {}) })
+    this.emit({ stage, state: 'done', ...(d ? { detail: d } : {}) })
+    if (this.current === stage) this.current = undefined
     return v
   }
+  /** An interruption ends the stage running now; what it still does in the background is not reported. */
+  interrupt(): void {
+    if (this.current) this.emit({ stage: this.current, state: 'fail', detail: 'CANCELLED' })
+    this.stopped = true
+  }
+}
+
+/**
+ * The error of an interrupted `up` (the signal's CANCELLED, with the stage it
+ * hit and what was stopped), or `e` itself when the command was not interrupted.
+ */
+function interruptedUp(e: unknown, signal: AbortSignal | undefined, stages: Stages, stopped: string[] | null): unknown {
+  if (!signal?.aborted) return e
+  const reason = toStrataError(signal.reason)
+  const during = stages.current ? ` while ${stages.current}` : ''
+  const what = stopped === null ? 'the processes it started are left running (--keep-on-failure)' : stopped.length ? `stopped ${stopped.join(', ')}` : 'nothing had been started'
+  return new StrataError('CANCELLED', `${reason.reason}${during}; ${what}`, { cause: e, ...(reason.detail ? { detail: reason.detail } : {}) })
 }
 
 function writeConfig(p: ClusterProcess, config: Record<string, unknown>): void {
@@ -386,7 +414,9 @@ async function stopStarted(dir: string, c: ClusterFile): Promise<string[]> {
 }
 
 /** Starts a process of the cluster with its saved config and records its pid. */
-function launch(dir: string, c: ClusterFile, p: ClusterProcess): void {
+function launch(dir: string, c: ClusterFile, p: ClusterProcess, signal?: AbortSignal): void {
+  // an interrupted `up` stops what it started: nothing may start after that
+  signal?.throwIfAborted()
   p.pid = spawnDaemon(p)
   p.startedAt = Date.now()
   writeClusterFile(dir, c)
@@ -444,19 +474,21 @@ export async function clusterUp(o: ClusterUpOptions = {}): Promise<ClusterUpResu
     writeClusterFile(dir, cluster)
     return { cluster, restarted: false, elapsedMs: Date.now() - t0 }
   }
-  try {
+  // raced against the signal: an interrupted `up` stops what it started at once, while a
+  // wait or RPC of the bootstrap may still be under way (launch refuses to start more)
+  const work = async (): Promise<ClusterUpResult> => {
     const mgmtd = planned[0]!.proc
     const storage = planned.filter((p) => p.proc.role === 'storage').map((p) => p.proc)
     const extras = planned.filter((p) => p.spec)
     await stages.run('starting mgmtd', async () => {
-      launch(dir, cluster, mgmtd)
+      launch(dir, cluster, mgmtd, o.signal)
       await waitProcessReady(mgmtd, rpc, deadline)
     }, () => mgmtd.address)
     if (settings.bootstrap) {
       await stages.run('init-cluster', () => initCluster(s, { chainTableId: settings.chainTableId, chunkSize: settings.chunkSize, stripeSize: settings.stripeSize }), () => `table ${settings.chainTableId}, chunk ${settings.chunkSize}, stripe ${settings.stripeSize}`)
     }
     await stages.run(`starting ${storage.length} storage nodes`, async (update) => {
-      for (const p of storage) launch(dir, cluster, p)
+      for (const p of storage) launch(dir, cluster, p, o.signal)
       let n = 0
       for (const p of storage) {
         await waitProcessReady(p, rpc, deadline)
@@ -481,11 +513,15 @@ export async function clusterUp(o: ClusterUpOptions = {}): Promise<ClusterUpResu
     await stages.run('waiting for chains to serve', (update) =>
       waitRouting(s, [mgmtd, ...storage], deadline, (ri) => chainsReady(ri, layout.chains.map((c) => c.chainId)), describeChains(storage, layout.chains.map((c) => c.chainId)), update),
     )
-    await startExtras(dir, cluster, extras.map((e) => ({ proc: e.proc, spec: e.spec! })), s, rpc, deadline, stages)
+    await startExtras(dir, cluster, extras.map((e) => ({ proc: e.proc, spec: e.spec! })), s, rpc, deadline, stages, o.signal)
     return ready()
+  }
+  try {
+    return await raceAbort(work(), o.signal)
   } catch (e) {
-    if (!o.keepOnFailure) await stopStarted(dir, cluster)
-    throw e
+    if (o.signal?.aborted) stages.interrupt()
+    const stopped = o.keepOnFailure ? null : await stopStarted(dir, cluster)
+    throw interruptedUp(e, o.signal, stages, stopped)
   } finally {
     s.close()
     rpc.close()
@@ -516,10 +552,11 @@ async function startExtras(
   rpc: RpcClient,
   deadline: number,
   stages: Stages,
+  signal: AbortSignal | undefined,
 ): Promise<void> {
   for (const e of extras) {
     await stages.run(`starting ${e.proc.name}`, async () => {
-      launch(dir, cluster, e.proc)
+      launch(dir, cluster, e.proc, signal)
       if (e.spec.ready) await e.spec.ready(e.proc, s, deadline)
       else await waitProcessReady(e.proc, rpc, deadline)
     }, () => e.proc.address)
@@ -540,13 +577,13 @@ async function restartCluster(dir: string, c: ClusterFile, o: ClusterUpOptions, 
   // would take a not-yet-restarted process for one that exited during startup.
   forgetPids(dir, c)
   preflight(c.processes.map((p) => ({ proc: p, config: () => readConfig(p) })))
-  try {
+  const work = async (): Promise<ClusterUpResult> => {
     await stages.run('starting mgmtd', async () => {
-      for (const p of mgmtd) launch(dir, c, p)
+      for (const p of mgmtd) launch(dir, c, p, o.signal)
       for (const p of mgmtd) await waitProcessReady(p, rpc, deadline)
     })
     await stages.run(`starting ${storage.length} storage nodes`, async (update) => {
-      for (const p of storage) launch(dir, c, p)
+      for (const p of storage) launch(dir, c, p, o.signal)
       for (const p of storage) await waitProcessReady(p, rpc, deadline)
       await waitRouting(s, [...mgmtd, ...storage], deadline, nodesConnected(storage), describeNodes(storage), update)
     })
@@ -559,16 +596,20 @@ async function restartCluster(dir: string, c: ClusterFile, o: ClusterUpOptions, 
     }
     for (const p of others) {
       await stages.run(`starting ${p.name}`, async () => {
-        launch(dir, c, p)
+        launch(dir, c, p, o.signal)
         const spec = extraRoles.get(p.role)
         if (spec?.ready) await spec.ready(p, s, deadline)
         else await waitProcessReady(p, rpc, deadline)
       })
     }
     return { cluster: c, restarted: true, elapsedMs: Date.now() - t0 }
+  }
+  try {
+    return await raceAbort(work(), o.signal)
   } catch (e) {
-    if (!o.keepOnFailure) await stopStarted(dir, c)
-    throw e
+    if (o.signal?.aborted) stages.interrupt()
+    const stopped = o.keepOnFailure ? null : await stopStarted(dir, c)
+    throw interruptedUp(e, o.signal, stages, stopped)
   } finally {
     s.close()
     rpc.close()

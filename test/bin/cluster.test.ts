@@ -1,11 +1,11 @@
 // `strata cluster …` and the scenario-1 listings, against real daemons
 // started by the real CLI in a temp directory.
 import test from 'ava'
-import { execFileSync, spawnSync } from 'node:child_process'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { fuseUsable } from '../../fs/fuse/cluster-role.js'
-import { ok, records, strata, table, tempDir, until } from './helpers.js'
+import { STRATA, ok, records, strata, table, tempDir, until } from './helpers.js'
 
 // scenario 1 is about the DFS core: no FUSE mount; the two meta servers are part of every cluster
 const STD = ['--storage-nodes', '3', '--targets-per-node', '2', '--replicas', '3', '--chunk-size', '64K', '--stripe-size', '2', '--no-mount', '-q']
@@ -312,4 +312,34 @@ fuseTest('unusable mount points are refused before anything starts (cluster up, 
   fs.rmSync(path.join(dir, 'mnt', 'oops'))
   await ok(t, ['cluster', 'up', '--dir', dir, '-q'])
   t.true(JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json'])).processes.every((p: any) => p.alive))
+})
+
+test.serial('SIGINT during a fresh cluster up stops what it started and says so; a later up starts over', async (t) => {
+  t.timeout(3 * 60_000)
+  const dir = path.join(tempDir(t), 'c')
+  const child = spawn(process.execPath, [STRATA, 'cluster', 'up', '--dir', dir, '--storage-nodes', '2', '--targets-per-node', '1', '--replicas', '2', '--no-mount', '--no-sandbox'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, STRATA_CLUSTER: '' },
+  })
+  t.teardown(() => void child.kill('SIGKILL'))
+  let stderr = ''
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
+  // interrupted once mgmtd runs: the half-bootstrapped cluster the tester found left running
+  const started = new Promise<void>((r) =>
+    child.stderr.on('data', (d) => {
+      stderr += d
+      if (/ok: starting mgmtd/.test(stderr)) r()
+    }),
+  )
+  await Promise.race([started, exited])
+  child.kill('SIGINT')
+  t.is(await exited, 130, stderr)
+  t.regex(stderr, /^strata: CANCELLED: cluster up interrupted by SIGINT while [^;]+; stopped (\S+, )*mgmtd$/m)
+  const c = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8'))
+  const st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
+  t.false(st.running, JSON.stringify(st.processes))
+  for (const p of c.processes) t.is(p.pid, null, p.name)
+  const up = JSON.parse(await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '2', '--targets-per-node', '1', '--replicas', '2', '--no-mount', '--no-sandbox', '--json', '-q']))
+  t.false(up.restarted)
+  t.is(up.state, 'ready')
 })
