@@ -67,6 +67,23 @@ export function isDigest(s: string): boolean {
   return DIGEST_RE.test(s)
 }
 
+/** The OCI digest grammar (`algorithm:encoded`), any algorithm. */
+const ANY_DIGEST_RE = /^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$/
+
+/**
+ * Checks a digest found in a document (descriptor, diff_id): a well-formed
+ * digest of another algorithm (`sha512:…`) is IMAGE_UNSUPPORTED_MEDIA_TYPE,
+ * as the document is valid and only this reader lacks the algorithm; one
+ * that is no digest at all, or a malformed sha256 one, is IMAGE_BAD_MANIFEST.
+ */
+export function checkDocumentDigest(s: string, what: string): void {
+  if (isDigest(s)) return
+  if (ANY_DIGEST_RE.test(s) && !s.startsWith('sha256:')) {
+    throw new StrataError('IMAGE_UNSUPPORTED_MEDIA_TYPE', `${what} ${JSON.stringify(s)}: digest algorithm ${s.slice(0, s.indexOf(':'))} is not supported (only sha256)`)
+  }
+  throw new StrataError('IMAGE_BAD_MANIFEST', `${what} ${JSON.stringify(s)} is not a sha256:<64 hex> digest`)
+}
+
 export function assertDigest(s: string, what = 'digest'): string {
   if (!isDigest(s)) throw new StrataError('IMAGE_INVALID_REFERENCE', `${what} ${JSON.stringify(s)} is not sha256:<64 hex>`)
   return s

@@ -7,7 +7,7 @@
 import crypto from 'node:crypto'
 import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
-import { isDigest, type ImageSource } from '../types.js'
+import { checkDocumentDigest, isDigest, type ImageSource } from '../types.js'
 import type { ArchiveReader } from './archive.js'
 import {
   CONFIG_TYPES,
@@ -54,14 +54,12 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v)
 }
 
-/** Checks a descriptor's shape; only sha256 digests are accepted. */
+/** Checks a descriptor's shape; only sha256 digests are accepted (another algorithm is IMAGE_UNSUPPORTED_MEDIA_TYPE). */
 export function parseDescriptor(v: unknown, label: string, where: string): Descriptor {
   if (!isObject(v)) throw badManifest(label, `${where} is not a descriptor object`)
   const { mediaType, digest, size } = v
   if (typeof digest !== 'string') throw badManifest(label, `${where}.digest is missing`)
-  if (!isDigest(digest)) {
-    throw badManifest(label, digest.startsWith('sha256:') ? `${where}.digest ${JSON.stringify(digest)} is malformed` : `${where}.digest ${JSON.stringify(digest)}: only sha256 digests are supported`)
-  }
+  checkDocumentDigest(digest, `${label}: ${where}.digest`)
   if (!Number.isSafeInteger(size) || (size as number) < 0) throw badManifest(label, `${where}.size is not a size`)
   if (mediaType !== undefined && typeof mediaType !== 'string') throw badManifest(label, `${where}.mediaType is not a string`)
   const d: Descriptor = { mediaType: (mediaType as string | undefined) ?? '', digest, size: size as number, annotations: {} }
@@ -289,7 +287,8 @@ export function parseConfig(buf: Buffer, label: string): OciImageConfig {
   const rootfs = c.rootfs
   if (!isObject(rootfs) || !Array.isArray(rootfs.diff_ids)) throw badManifest(label, 'image config has no rootfs.diff_ids')
   for (const [i, d] of rootfs.diff_ids.entries()) {
-    if (typeof d !== 'string' || !isDigest(d)) throw badManifest(label, `image config rootfs.diff_ids[${i}] is not a sha256 digest`)
+    if (typeof d !== 'string') throw badManifest(label, `image config rootfs.diff_ids[${i}] is not a string`)
+    checkDocumentDigest(d, `${label}: image config rootfs.diff_ids[${i}]`)
   }
   if (c.config !== undefined && c.config !== null && !isObject(c.config)) throw badManifest(label, 'image config "config" is not an object')
   return c as OciImageConfig

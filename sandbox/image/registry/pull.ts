@@ -12,7 +12,7 @@ import { CONFIG_TYPES, INDEX_TYPES, LAYER_MEDIA_TYPES, MANIFEST_TYPES } from '..
 import { DEFAULT_PLATFORM, formatPlatform, parsePlatform, platformMatches, platformOf, type Platform } from '../oci/platform.js'
 import type { OciImageConfig, OciLayerSource } from '../oci/types.js'
 import type { ImageStore } from '../store.js'
-import { DEFAULT_TAG, isDigest, isValidName, parseImageRef, type LayerKind } from '../types.js'
+import { DEFAULT_TAG, checkDocumentDigest, isDigest, isValidName, parseImageRef, type LayerKind } from '../types.js'
 import { RegistryClient } from './client.js'
 import { formatRegistryUrl, parseRegistryUrl, type RegistryRef } from './reference.js'
 import { clientOptions, progressOf, shortDigest, type RegistryOptions } from './options.js'
@@ -71,7 +71,7 @@ function descriptor(v: unknown, what: string): Descriptor {
   if (typeof d !== 'object' || d === null) throw new StrataError('IMAGE_BAD_MANIFEST', `${what} is not a descriptor`)
   if (typeof d.mediaType !== 'string') throw new StrataError('IMAGE_BAD_MANIFEST', `${what}.mediaType is missing`)
   if (typeof d.digest !== 'string') throw new StrataError('IMAGE_BAD_MANIFEST', `${what}.digest is missing`)
-  if (!isDigest(d.digest)) throw new StrataError('IMAGE_UNSUPPORTED_MEDIA_TYPE', `${what}.digest ${JSON.stringify(d.digest)}: only sha256 digests are supported`)
+  checkDocumentDigest(d.digest, `${what}.digest`)
   if (!Number.isSafeInteger(d.size) || (d.size as number) < 0) throw new StrataError('IMAGE_BAD_MANIFEST', `${what}.size is not a size`)
   return { mediaType: d.mediaType, digest: d.digest, size: d.size as number, ...(d.platform !== undefined ? { platform: d.platform } : {}) }
 }
@@ -184,6 +184,10 @@ export async function pullRegistry(store: ImageStore, url: string, opts: PullOpt
   const diffIds = config.rootfs?.diff_ids
   if (!Array.isArray(diffIds) || diffIds.length !== layerDescs.length) {
     throw new StrataError('IMAGE_BAD_MANIFEST', `config ${configDesc.digest}: rootfs.diff_ids has ${Array.isArray(diffIds) ? diffIds.length : 'no'} entries for ${layerDescs.length} layers`)
+  }
+  for (const [i, d] of diffIds.entries()) {
+    if (typeof d !== 'string') throw new StrataError('IMAGE_BAD_MANIFEST', `config ${configDesc.digest}: rootfs.diff_ids[${i}] is not a string`)
+    checkDocumentDigest(d, `config ${configDesc.digest}: rootfs.diff_ids[${i}]`)
   }
   const platform = platformOf(config) ?? resolved.platform
   if (opts.platform !== undefined && platform && !platformMatches(platform, want)) {

@@ -233,6 +233,19 @@ test.serial('digest and size mismatches, unknown media types, missing blobs, wro
   rewrite(unknown, (m) => {
     m.layers[1].mediaType = 'application/vnd.example.layer.v1.squashfs'
   })
+  // another digest algorithm: a valid document this reader cannot check; a malformed digest: a bad document
+  const sha512 = copyLayout(dir, 'sha512-layer')
+  rewrite(sha512, (m) => {
+    m.layers[1].digest = 'sha512:' + 'ab'.repeat(64)
+  })
+  const sha512Diff = copyLayout(dir, 'sha512-diffid')
+  rewrite(sha512Diff, () => undefined, (c) => {
+    c.rootfs.diff_ids[0] = 'sha512:' + 'cd'.repeat(64)
+  })
+  const malformed = copyLayout(dir, 'malformed-digest')
+  rewrite(malformed, (m) => {
+    m.layers[1].digest = 'sha256:xyz'
+  })
   const missing = copyLayout(dir, 'missing-blob')
   fs.rmSync(blobFile(missing, img.fx.layers[1]!.digest))
   const missingConfig = copyLayout(dir, 'missing-config')
@@ -243,6 +256,9 @@ test.serial('digest and size mismatches, unknown media types, missing blobs, wro
   await expectFailure(t, 'IMAGE_DIGEST_MISMATCH', [wrongDiff, '--name', 'bad/diffid'])
   await expectFailure(t, 'IMAGE_DIGEST_MISMATCH', [badManifest, '--name', 'bad/manifest'])
   await expectFailure(t, 'IMAGE_UNSUPPORTED_MEDIA_TYPE', [unknown, '--name', 'bad/type'])
+  await expectFailure(t, 'IMAGE_UNSUPPORTED_MEDIA_TYPE', [sha512, '--name', 'bad/sha512'])
+  await expectFailure(t, 'IMAGE_UNSUPPORTED_MEDIA_TYPE', [sha512Diff, '--name', 'bad/sha512-diffid'])
+  await expectFailure(t, 'IMAGE_BAD_MANIFEST', [malformed, '--name', 'bad/malformed-digest'])
   await expectFailure(t, 'IMAGE_BLOB_MISSING', [missing, '--name', 'bad/missing'])
   await expectFailure(t, 'IMAGE_BLOB_MISSING', [missingConfig, '--name', 'bad/missing-config'])
   await expectFailure(t, 'IMAGE_PLATFORM_NOT_FOUND', [img.fx.layout, '--name', 'bad/platform', '--platform', 'linux/arm64'])
