@@ -4,7 +4,7 @@
 // fallback for the few names fuse-native lacks (ENOTSUP is EOPNOTSUPP there).
 
 import os from 'node:os'
-import { ERRORS, StrataError, isErrorCode } from '../common/errors.js'
+import { ERRORS, StrataError, isErrorCode, type ErrorCode } from '../common/errors.js'
 import { fuseErrnoTable } from './native.js'
 
 const NODE_ERRNO = os.constants.errno as Record<string, number | undefined>
@@ -41,16 +41,28 @@ export const E = {
 } as const
 
 /**
+ * The catalogue's errno of a code, except EAGAIN: the codes that carry it
+ * (CHAIN_UNAVAILABLE, TARGET_OFFLINE, KV_CONFLICT, …) reach a FUSE reply only
+ * after the client retried them for its whole budget, and to a blocking
+ * read(2) or write(2) EAGAIN means "try again", which `cat` and `cp` print as
+ * "Resource temporarily unavailable" and a retry loop spins on. It is EIO.
+ */
+function codeErrno(code: ErrorCode): number {
+  const name = ERRORS[code].errno
+  return name === 'EAGAIN' ? E.EIO : errnoByName(name)
+}
+
+/**
  * The negative errno for anything an operation threw: a StrataError maps
  * through the catalogue; a Node system error (`code` 'ENOENT', …) by its name;
  * a bare negative number passes through; everything else is -EIO.
  */
 export function toFuseErrno(e: unknown): number {
   if (typeof e === 'number' && Number.isInteger(e) && e < 0) return e
-  if (e instanceof StrataError) return errnoByName(ERRORS[e.code].errno)
+  if (e instanceof StrataError) return codeErrno(e.code)
   const code = (e as { code?: unknown } | null)?.code
   if (typeof code === 'string') {
-    if (isErrorCode(code)) return errnoByName(ERRORS[code].errno)
+    if (isErrorCode(code)) return codeErrno(code)
     if (/^E[A-Z0-9]+$/.test(code)) return errnoByName(code)
   }
   return E.EIO

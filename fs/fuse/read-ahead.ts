@@ -21,6 +21,8 @@
 // Memory is bounded by one budget for the whole mount; without room a read
 // goes straight to storage.
 
+import { isStrataError } from '../common/errors.js'
+
 /** Reads [pos, pos + len) of the file into a Buffer (handed to `release` once its entry is gone); shorter at the end of the file. */
 export type ChunkFetch = (pos: number, len: number) => Promise<Buffer>
 
@@ -149,8 +151,12 @@ export class ReadAhead {
       let data: Buffer
       try {
         data = await e.data
-      } catch {
-        // a failed fetch is retried by the direct read, which reports its own error
+      } catch (err) {
+        // A fetch the storage client gave up on after retrying for its whole budget (chain
+        // unavailable, nodes down) fails the request: the direct read would wait that long
+        // again (a `cat` blocked two minutes, not one). Other failures are left to the direct
+        // read, which reports its own error.
+        if (isStrataError(err) && err.retryable) throw err
         break
       }
       const from = at - e.start

@@ -4,6 +4,7 @@
 // budget, after clear/close, or after a failed fetch.
 import test from 'ava'
 import crypto from 'node:crypto'
+import { StrataError } from '../../../fs/common/errors.js'
 import { READ_AHEAD_DEFAULTS, ReadAhead, ReadAheadBudget, type ReadAheadOptions, type ReadAheadStats } from '../../../fs/fuse/read-ahead.js'
 
 const KiB = 1024
@@ -16,13 +17,13 @@ interface Fixture {
   budget: ReadAheadBudget
   stats: ReadAheadStats
   fetched: Array<[number, number]>
-  fail: { next: boolean }
+  fail: { next: boolean; with?: Error }
 }
 
 function fixture(size: number, opts: Partial<ReadAheadOptions> = {}, chunkSize = MiB): Fixture {
   const file = { data: crypto.randomBytes(size) }
   const fetched: Array<[number, number]> = []
-  const fail = { next: false }
+  const fail: Fixture['fail'] = { next: false }
   const stats: ReadAheadStats = { hits: 0, fetches: 0, direct: 0 }
   const o = { ...READ_AHEAD_DEFAULTS, ...opts }
   const budget = new ReadAheadBudget(o.budgetBytes)
@@ -31,7 +32,7 @@ function fixture(size: number, opts: Partial<ReadAheadOptions> = {}, chunkSize =
     await new Promise((r) => setImmediate(r))
     if (fail.next) {
       fail.next = false
-      throw new Error('storage down')
+      throw fail.with ?? new Error('storage down')
     }
     return Buffer.from(file.data.subarray(pos, Math.min(pos + len, file.data.length)))
   }, budget, o, stats, () => file.data.length)
@@ -198,4 +199,18 @@ test('chunks smaller than a request (64 KiB chunks, 128 KiB requests): every req
     for (let p = pos; p < Math.min(pos + len, size); p += REQ) parts.push((await read(f, p, Math.min(REQ, pos + len - p))).bytes)
     t.true(Buffer.concat(parts).equals(f.file.data.subarray(pos, Math.min(pos + len, size))), `read [${pos}, +${len})`)
   }
+})
+
+test('a fetch the storage client gave up on (a retryable code after its whole budget) fails the read instead of waiting again', async (t) => {
+  const f = fixture(4 * MiB)
+  await read(f, 0, REQ)
+  f.fail.next = true
+  f.fail.with = new StrataError('CHAIN_UNAVAILABLE', 'chain 1 has no serving target (gave up after 60 attempts)')
+  const e = await t.throwsAsync(f.ra.read(REQ, Buffer.alloc(REQ)))
+  t.is((e as StrataError).code, 'CHAIN_UNAVAILABLE')
+  t.is(f.fetched.length, 1)
+  // storage back: the next request fetches again
+  const again = await read(f, 2 * REQ, REQ)
+  t.true(again.fromRa)
+  t.true(again.bytes.equals(f.file.data.subarray(2 * REQ, 3 * REQ)))
 })

@@ -15,10 +15,14 @@ import { extraFuseOptions, fuseTimeout, resolveFuseConfig } from '../../../fs/fu
 import { StrataFuseOps, UTIME_SENTINEL_MS, inodeToStat, toStatfs, utimeToUs } from '../../../fs/fuse/ops.js'
 import { mountName } from '../../../fs/fuse/control.js'
 
-test('every catalogue errno maps to the same negative number fuse-native uses', (t) => {
+test('every catalogue errno maps to the same negative number fuse-native uses (EAGAIN, retried out by the client, is EIO)', (t) => {
   const table = fuseErrnoTable()
   const fuseOk = fuseAvailable().ok
   for (const code of Object.keys(ERRORS) as ErrorCode[]) {
+    if (ERRORS[code].errno === 'EAGAIN') {
+      t.is(toFuseErrno(new StrataError(code)), -5, code)
+      continue
+    }
     const name = ERRORS[code].errno
     const n = toFuseErrno(new StrataError(code))
     t.true(n < 0, `${code} → ${n}`)
@@ -31,6 +35,11 @@ test('every catalogue errno maps to the same negative number fuse-native uses', 
   t.is(toFuseErrno(new StrataError('META_NO_ATTR')), -61)
   t.is(toFuseErrno(new StrataError('META_NOT_EMPTY')), -39)
   t.is(toFuseErrno(new StrataError('CLOSED')), -108)
+  // a read with every chain unavailable: EIO, not EAGAIN (the daemon logged errno=-11)
+  t.is(toFuseErrno(new StrataError('CHAIN_UNAVAILABLE')), -5)
+  t.is(toFuseErrno(Object.assign(new Error('x'), { code: 'TARGET_OFFLINE' })), -5)
+  t.is(toFuseErrno(new StrataError('TIMEOUT')), -110)
+  t.is(toFuseErrno(-11), -11)
   t.is(toFuseErrno(Object.assign(new Error('x'), { code: 'ENOENT' })), -2)
   t.is(toFuseErrno(Object.assign(new Error('x'), { code: 'META_EXISTS' })), -17)
   t.is(toFuseErrno(new Error('plain')), -5)
