@@ -7,4 +7,4 @@ export { SandboxHttpServer, httpStatusOf, API_VERSION, DEFAULT_EXEC_OUTPUT, type
 export { startSandboxDaemon, ensureToken, type SandboxDaemonConfig, type RunningSandboxDaemon } from './daemon.js'
 export { sandboxClusterRole, clusterEndpoint, sandboxStateDir, SANDBOX_ROLE, SANDBOX_NODE_ID_BASE, TOKEN_FILE } from './cluster-role.js'
 export { nodeCapacity, checkCapacity, checkQuota, type AdmissionLimits, type NodeCapacity } from './admission.js'
-export { validateCreate, validateExec, SANDBOX_ID_RE } from './validate.js'
+export { validateCreate, validateExec, validateListFilter, MAX_EXEC_TIMEOUT_MS, SANDBOX_ID_RE } from './validate.js'

@@ -2,6 +2,7 @@
 // INVALID_ARGUMENT naming the field; unknown fields are refused too, so a
 // misspelt option never silently does nothing.
 import { StrataError } from '../../fs/common/errors.js'
+import { checkMountTarget } from '../rootfs/resolve.js'
 import type { CreateSandboxRequest, ExecRequest, ListFilter, SandboxState, WarmPoolSpec } from './types.js'
 
 const bad = (msg: string): never => {
@@ -76,7 +77,9 @@ export function validateCreate(body: unknown): CreateSandboxRequest {
     r.mounts = (body.mounts as unknown[]).map((m, i) => {
       if (!isObject(m)) return bad(`mounts[${i}] must be {source, target}`)
       only(m, ['source', 'target'], `mounts[${i}]`)
-      return { source: absPath(m.source, `mounts[${i}].source`), target: absPath(m.target, `mounts[${i}].target`) }
+      const source = absPath(m.source, `mounts[${i}].source`)
+      checkMountTarget(m.target, `mounts[${i}].target`)
+      return { source, target: m.target as string }
     })
   }
   if (body.resources !== undefined) {
@@ -169,8 +172,11 @@ export function validateExec(body: unknown, withStdin: boolean): ExecRequest {
   return r
 }
 
+const LIST_PARAMS = ['label', 'state']
+
 /** `label=k=v` (repeatable) and `state=` query parameters. */
 export function parseListFilter(q: URLSearchParams): ListFilter {
+  for (const k of q.keys()) if (!LIST_PARAMS.includes(k)) bad(`unknown query parameter ${JSON.stringify(k)} (known: ${LIST_PARAMS.join(', ')})`)
   const f: ListFilter = {}
   for (const l of q.getAll('label')) {
     const eq = l.indexOf('=')
@@ -178,11 +184,24 @@ export function parseListFilter(q: URLSearchParams): ListFilter {
     ;(f.labels ??= {})[l.slice(0, eq)] = l.slice(eq + 1)
   }
   const st = q.get('state')
-  if (st !== null) {
-    if (!['creating', 'running', 'stopped'].includes(st)) bad('state must be creating, running or stopped')
-    f.state = st as SandboxState
+  if (st !== null) f.state = st as SandboxState
+  return validateListFilter(f)
+}
+
+/**
+ * A list filter: labels as create takes them (a key no sandbox can carry is
+ * an error, not an empty result), state one of the three.
+ */
+export function validateListFilter(v: unknown): ListFilter {
+  if (v === undefined) return {}
+  if (!isObject(v)) return bad('the list filter must be an object {labels?, state?}')
+  only(v, ['labels', 'state'], 'list')
+  const f: ListFilter = {}
+  if (v.labels !== undefined) f.labels = stringMap(v.labels, 'labels', LABEL_KEY, 64, 256)
+  if (v.state !== undefined) {
+    if (!['creating', 'running', 'stopped'].includes(v.state as string)) bad('state must be creating, running or stopped')
+    f.state = v.state as SandboxState
   }
-  for (const k of q.keys()) if (k !== 'label' && k !== 'state') bad(`unknown query parameter ${JSON.stringify(k)}`)
   return f
 }
 

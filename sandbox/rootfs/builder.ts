@@ -15,7 +15,7 @@ import path from 'node:path'
 import { StrataError } from '../../fs/common/errors.js'
 import { MS, mountOrThrow, mountsUnder, unmountTree } from './mounts.js'
 import type { LayerMount, LayerMounts } from './layers.js'
-import { cleanAbsolute, resolveInRoot } from './resolve.js'
+import { checkMountTarget, cleanAbsolute, RESERVED_MOUNT_TARGETS, reservedTarget, resolveInRoot } from './resolve.js'
 
 export interface DatasetMount {
   /** absolute path in the DFS */
@@ -148,7 +148,7 @@ export class RootfsBuilder {
    * several sandboxes may be adopted one sandbox at a time.
    */
   async adopt(spec: RootfsSpec): Promise<Rootfs> {
-    const datasets = checkSpec(spec)
+    const datasets = checkSpec(spec, true)
     const r = new Rootfs(spec.sandboxId, spec.stateDir)
     const ms = mountsUnder(r.dir)
     if (!ms.some((m) => m.mountpoint === r.dir && m.fstype === 'overlay')) {
@@ -178,8 +178,11 @@ export class RootfsBuilder {
   }
 
   async #mountDataset(r: Rootfs, d: DatasetMount, src: { hostPath: string; type: 'dir' | 'file' }): Promise<MountedDataset> {
-    const parts = cleanAbsolute(d.target, 'ROOTFS_BAD_MOUNT_TARGET', 'dataset target')
+    const parts = checkMountTarget(d.target)
     const t = await resolveInRoot(r.dir, parts, 'ROOTFS_BAD_MOUNT_TARGET', 'dataset target')
+    // a symlink in the image may lead a harmless-looking target onto a reserved path
+    const reserved = reservedTarget(t.parts)
+    if (reserved) throw new StrataError('ROOTFS_BAD_MOUNT_TARGET', `dataset target ${d.target} resolves through a symlink to /${t.parts.join('/')}, on or below ${reserved}, which is reserved (${RESERVED_MOUNT_TARGETS.join(', ')})`, { detail: { target: d.target } })
     if (t.type !== null && t.type !== src.type) {
       throw new StrataError('ROOTFS_BAD_MOUNT_TARGET', `dataset target ${d.target} is a ${t.type} in the rootfs, the source ${d.source} is a ${src.type}`)
     }
@@ -204,14 +207,15 @@ export class RootfsBuilder {
 
 const SANDBOX_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/
 
-function checkSpec(spec: RootfsSpec): DatasetMount[] {
+/** `adopting`: targets recorded by an earlier daemon are taken as they were mounted. */
+function checkSpec(spec: RootfsSpec, adopting = false): DatasetMount[] {
   if (!SANDBOX_ID_RE.test(spec.sandboxId ?? '')) throw new StrataError('INVALID_ARGUMENT', `sandbox id ${JSON.stringify(spec.sandboxId)} must match ${SANDBOX_ID_RE.source}`)
   if (!Array.isArray(spec.layers) || spec.layers.length === 0) throw new StrataError('INVALID_ARGUMENT', 'a rootfs needs at least one layer')
   if (typeof spec.stateDir !== 'string' || !spec.stateDir) throw new StrataError('INVALID_ARGUMENT', 'stateDir is required')
   const datasets = spec.datasets ?? []
   for (const d of datasets) {
     cleanAbsolute(d.source, 'ROOTFS_BAD_DATASET', 'dataset source')
-    cleanAbsolute(d.target, 'ROOTFS_BAD_MOUNT_TARGET', 'dataset target')
+    if (!adopting) checkMountTarget(d.target)
   }
   return datasets
 }

@@ -23,5 +23,5 @@
 // See ARCHITECTURE.md (sandbox/rootfs).
 export { LayerMounts, type LayerMount, type LayerMountInfo, type LayerMountsOptions } from './layers.js'
 export { Rootfs, RootfsBuilder, type DatasetMount, type MountedDataset, type RootfsBuilderOptions, type RootfsSpec } from './builder.js'
-export { cleanAbsolute, resolveInRoot, type Resolved } from './resolve.js'
+export { checkMountTarget, cleanAbsolute, reservedTarget, resolveInRoot, RESERVED_MOUNT_TARGETS, type Resolved } from './resolve.js'
 export { mountsUnder, unmountAll, unmountTree } from './mounts.js'

@@ -32,6 +32,40 @@ export function cleanAbsolute(p: string, code: ErrorCode, what: string): string[
   return parts
 }
 
+/**
+ * Paths in a sandbox no dataset may be mounted on or below: the runtime
+ * mounts proc, a tmpfs /dev and sysfs over them when the container starts (a
+ * dataset there would be hidden, or would hide what the sandbox needs), and
+ * the agent, the sandbox's init, is bind-mounted at /.strata/agent
+ * (sandbox/backends/container/spec.ts AGENT_PATH_IN_SANDBOX).
+ */
+export const RESERVED_MOUNT_TARGETS = ['/proc', '/dev', '/sys', '/.strata'] as const
+
+/** The reserved path (RESERVED_MOUNT_TARGETS) that in-root components fall on or below, if any. */
+export function reservedTarget(parts: readonly string[]): string | undefined {
+  return RESERVED_MOUNT_TARGETS.find((r) => parts[0] === r.slice(1))
+}
+
+/**
+ * A dataset target as given: a clean absolute path (no empty, `.` or `..`
+ * components, so no `//` and no trailing `/`), not `/` and not on or below a
+ * reserved path. Anything else is ROOTFS_BAD_MOUNT_TARGET; nothing is
+ * normalised, so the target recorded is the one mounted.
+ */
+export function checkMountTarget(p: unknown, what = 'dataset target'): string[] {
+  const fail = (why: string): never => {
+    throw new StrataError('ROOTFS_BAD_MOUNT_TARGET', `${what} ${JSON.stringify(typeof p === 'string' ? p.slice(0, 200) : p)} ${why}`, { detail: { target: p } })
+  }
+  if (typeof p !== 'string' || p.length > 4096 || p.includes('\0')) return fail('must be an absolute path of at most 4096 characters without NUL')
+  if (!p.startsWith('/')) fail('is not a clean absolute path: it must start with /')
+  if (p === '/') fail('must not be the root')
+  const parts = p.slice(1).split('/')
+  if (parts.some((c) => c === '' || c === '.' || c === '..')) fail(`is not a clean absolute path (no empty, '.' or '..' components, no trailing /)`)
+  const r = reservedTarget(parts)
+  if (r) fail(`is on or below ${r}, which is reserved (${RESERVED_MOUNT_TARGETS.join(', ')})`)
+  return parts
+}
+
 /** Resolves `parts` below `root`, following symlinks inside it (see the file comment). */
 export async function resolveInRoot(root: string, parts: string[], code: ErrorCode, what: string): Promise<Resolved> {
   const done: string[] = []
