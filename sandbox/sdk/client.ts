@@ -15,9 +15,10 @@ import { Readable, Writable } from 'node:stream'
 import { StrataError } from '../../fs/common/errors.js'
 import { readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
 import type { FileEntry } from '../backends/agent/index.js'
-import { TOKEN_FILE, SANDBOX_ROLE, validateCreate, validateExec } from '../daemon/index.js'
-import type { CreateSandboxRequest, ExitEvent, ListFilter, NodeInfo, OutputEvent, SandboxInfo, SandboxState } from '../daemon/index.js'
-import { Transport, ndjson, readAll } from './http.js'
+import { TOKEN_FILE, SANDBOX_ROLE, validateCreate, validateExec, validateListFilter } from '../daemon/index.js'
+import type { CreateSandboxRequest, ExitEvent, ListFilter, NodeInfo, OutputEvent, SandboxInfo } from '../daemon/index.js'
+import { MAX_TIMER_MS, checkCmd, checkData, intIn, isAbortSignal, isBool, isFunction, isString, isUser, options, passThrough, type Check } from './args.js'
+import { DEFAULT_READ_MAX_BYTES, Transport, ndjson, readAll } from './http.js'
 
 export interface StrataOptions {
   /** http://host:port of a node daemon. Default: $STRATA_ENDPOINT, else the local cluster's. */
@@ -29,6 +30,13 @@ export interface StrataOptions {
   /** Deadline of non-streaming calls (exec runs as long as its own timeoutMs). Default 120000 ms. */
   timeoutMs?: number
 }
+
+const STRATA_OPTIONS: Record<string, Check> = { endpoint: isString, token: isString, cluster: isString, timeoutMs: intIn(1, MAX_TIMER_MS) }
+const MAX_FILE_OFFSET = Number.MAX_SAFE_INTEGER
+/** exec and spawn options the daemon checks (validateExec) */
+const RUN_OPTIONS: Record<string, Check> = { timeoutMs: passThrough, cwd: passThrough, env: passThrough, user: passThrough, maxOutputBytes: passThrough, signal: isAbortSignal }
+const EXEC_OPTIONS: Record<string, Check> = { ...RUN_OPTIONS, stdin: passThrough, onStdout: isFunction, onStderr: isFunction }
+const READ_OPTIONS: Record<string, Check> = { offset: intIn(0, MAX_FILE_OFFSET), length: intIn(0, MAX_FILE_OFFSET), user: isUser, signal: isAbortSignal }
 
 export interface ExecOptions {
   timeoutMs?: number
@@ -43,6 +51,15 @@ export interface ExecOptions {
   /** Called with each chunk as it arrives (the result still holds the capped output). */
   onStdout?: (chunk: Buffer) => void
   onStderr?: (chunk: Buffer) => void
+}
+
+export interface ReadOptions {
+  /** Start here (bytes). Default 0. */
+  offset?: number
+  /** At most this many bytes. Default: to the end of the file. */
+  length?: number
+  user?: string
+  signal?: AbortSignal
 }
 
 export interface ExecResult extends ExitEvent {
@@ -79,6 +96,7 @@ export type CreateManyItem = { ok: true; sandbox: Sandbox } | { ok: false; error
 
 /** Finds endpoint and token the way `new Strata()` does (options, environment, cluster directory). */
 export function resolveConnection(o: StrataOptions = {}): { endpoint: string; token: string } {
+  options(o, 'new Strata', STRATA_OPTIONS)
   let endpoint = o.endpoint ?? process.env.STRATA_ENDPOINT
   let token = o.token ?? process.env.STRATA_TOKEN
   if (!endpoint || !token) {
@@ -133,7 +151,9 @@ export class Sandboxes {
 
   /** Creates a sandbox; with an idempotencyKey a retried call returns the first call's sandbox. */
   async create(spec: CreateSandboxRequest & { signal?: AbortSignal }): Promise<Sandbox> {
-    const { signal, ...req } = spec ?? ({} as CreateSandboxRequest)
+    if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) throw new StrataError('INVALID_ARGUMENT', 'create: the spec must be an object ({ image, … })')
+    const { signal, ...req } = spec
+    if (signal !== undefined) isAbortSignal(signal, 'create: signal')
     validateCreate(req)
     const info = await this.#t.json<SandboxInfo>({ method: 'POST', path: '/v1/sandboxes', json: req, ...(signal ? { signal } : {}) })
     return new Sandbox(this.#t, info)
@@ -142,7 +162,8 @@ export class Sandboxes {
   /** `count` sandboxes of one spec in one request; each item succeeds or fails on its own. */
   async createMany(spec: CreateSandboxRequest, opts: { count: number; signal?: AbortSignal }): Promise<CreateManyItem[]> {
     validateCreate(spec)
-    if (!Number.isSafeInteger(opts?.count) || opts.count < 1 || opts.count > 1024) throw new StrataError('INVALID_ARGUMENT', 'count must be an integer in [1, 1024]')
+    options(opts, 'createMany', { count: passThrough, signal: isAbortSignal })
+    if (!Number.isSafeInteger(opts?.count) || opts.count < 1 || opts.count > 1024) throw new StrataError('INVALID_ARGUMENT', 'createMany: count must be an integer in [1, 1024]')
     const r = await this.#t.json<{ results: Array<{ ok: true; sandbox: SandboxInfo } | { ok: false; error: { code: string; message: string } }> }>({
       method: 'POST', path: '/v1/sandboxes/batch', json: { spec, count: opts.count }, timeoutMs: 600_000, ...(opts.signal ? { signal: opts.signal } : {}),
     })
@@ -150,15 +171,9 @@ export class Sandboxes {
   }
 
   async list(filter: ListFilter = {}): Promise<Sandbox[]> {
-    const label: string[] = []
-    for (const [k, v] of Object.entries(filter.labels ?? {})) {
-      if (typeof v !== 'string') throw new StrataError('INVALID_ARGUMENT', `labels.${k} must be a string`)
-      label.push(`${k}=${v}`)
-    }
-    if (filter.state !== undefined && !(['creating', 'running', 'stopped'] as SandboxState[]).includes(filter.state)) {
-      throw new StrataError('INVALID_ARGUMENT', 'state must be creating, running or stopped')
-    }
-    const r = await this.#t.json<{ sandboxes: SandboxInfo[] }>({ method: 'GET', path: '/v1/sandboxes', query: { label, state: filter.state } })
+    const f = validateListFilter(filter)
+    const label = Object.entries(f.labels ?? {}).map(([k, v]) => `${k}=${v}`)
+    const r = await this.#t.json<{ sandboxes: SandboxInfo[] }>({ method: 'GET', path: '/v1/sandboxes', query: { label, state: f.state } })
     return r.sandboxes.map((i) => new Sandbox(this.#t, i))
   }
 
@@ -169,7 +184,8 @@ export class Sandboxes {
 }
 
 function sid(id: string): string {
-  if (typeof id !== 'string' || !/^sb-[a-z0-9]{12}$/.test(id)) throw new StrataError('SANDBOX_NOT_FOUND', `no sandbox ${JSON.stringify(id)} (ids look like sb-xxxxxxxxxxxx)`)
+  if (typeof id !== 'string') throw new StrataError('INVALID_ARGUMENT', `the sandbox id must be a string like sb-xxxxxxxxxxxx, not ${id === null ? 'null' : typeof id}`)
+  if (!/^sb-[a-z0-9]{12}$/.test(id)) throw new StrataError('SANDBOX_NOT_FOUND', `no sandbox ${JSON.stringify(id)} (ids look like sb-xxxxxxxxxxxx)`)
   return id
 }
 
@@ -179,7 +195,13 @@ function checkPath(p: unknown, what = 'path'): string {
 }
 
 function execBody(cmd: string | readonly string[], o: ExecOptions | SpawnOptions, withStdin: boolean): Record<string, unknown> {
-  const body: Record<string, unknown> = { cmd: typeof cmd === 'string' ? cmd : [...(cmd ?? [])] }
+  const what = withStdin ? 'exec' : 'spawn'
+  checkCmd(cmd, `${what}: cmd`)
+  if (!withStdin && o !== null && typeof o === 'object' && 'stdin' in o) {
+    throw new StrataError('INVALID_ARGUMENT', 'spawn: stdin is not an option of spawn; write to the process\'s stdin (p.stdin.write, p.stdin.end) instead')
+  }
+  options(o, what, withStdin ? EXEC_OPTIONS : RUN_OPTIONS)
+  const body: Record<string, unknown> = { cmd: typeof cmd === 'string' ? cmd : [...cmd] }
   if (o.env !== undefined) body.env = o.env
   if (o.cwd !== undefined) body.cwd = o.cwd
   if (o.user !== undefined) body.user = o.user
@@ -216,14 +238,16 @@ export class Sandbox {
     return this.info
   }
 
-  /** Counts as activity for the idle TTL. */
-  async keepalive(): Promise<void> {
+  /** Counts as activity for the idle TTL; returns the SandboxInfo (also in `info`). */
+  async keepalive(): Promise<SandboxInfo> {
     this.info = await this.#t.json<SandboxInfo>({ method: 'POST', path: this.#p('/keepalive') })
+    return this.info
   }
 
   /** Runs a command to completion. A non-zero exit is in the result, not thrown. */
   async exec(cmd: string | readonly string[], o: ExecOptions = {}): Promise<ExecResult> {
     const body = execBody(cmd, o, true)
+    o ??= {}
     const res = await this.#t.request({ method: 'POST', path: this.#p('/exec'), json: body, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
     const out: Buffer[] = []
     const err: Buffer[] = []
@@ -249,6 +273,7 @@ export class Sandbox {
   /** Starts a command and streams its output; stdin stays open until stdin.end(). */
   async spawn(cmd: string | readonly string[], o: SpawnOptions = {}): Promise<SandboxProcess> {
     const body = execBody(cmd, o, false)
+    o ??= {}
     const { pid } = await this.#t.json<{ pid: number }>({ method: 'POST', path: this.#p('/processes'), json: body, ...(o.signal ? { signal: o.signal } : {}) })
     const t = this.#t
     const base = this.#p(`/processes/${pid}`)
@@ -266,7 +291,8 @@ export class Sandbox {
         for await (const ev of ndjson<OutputEvent>(res, o.signal)) {
           if (ev.type === 'stdout' || ev.type === 'stderr') {
             const r = ev.type === 'stdout' ? stdout : stderr
-            if (!r.push(Buffer.from(ev.data, 'base64'))) res.pause()
+            // a stream its reader destroyed takes nothing more; the other one and the exit still come
+            if (!r.destroyed && !r.push(Buffer.from(ev.data, 'base64'))) res.pause()
           } else if (ev.type === 'exit') {
             const { type: _t, ...exit } = ev
             stdout.push(null)
@@ -298,48 +324,76 @@ export class Sandbox {
       stdin,
       wait: () => exited,
       kill: async (signal: NodeJS.Signals | number = 'SIGTERM') => {
+        if (typeof signal !== 'string' && !Number.isSafeInteger(signal)) throw new StrataError('INVALID_ARGUMENT', `kill: signal must be a name like 'SIGTERM' or a number, not ${typeof signal}`)
         await t.json({ method: 'POST', path: `${base}/signal`, json: { signal } })
       },
     }
   }
 
   readonly files = {
-    read: async (p: string, o: { offset?: number; length?: number; user?: string; signal?: AbortSignal } = {}): Promise<Buffer> => {
-      return readAll(await this.#t.request({ method: 'GET', path: this.#p('/files'), query: { path: checkPath(p), offset: o.offset, length: o.length, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) }))
+    /** The whole file (or a range) in memory; OUTPUT_LIMIT past `maxBytes` (default 256 MiB). */
+    read: async (p: string, o: ReadOptions & { maxBytes?: number } = {}): Promise<Buffer> => {
+      checkPath(p)
+      options(o, 'files.read', { ...READ_OPTIONS, maxBytes: intIn(1, MAX_FILE_OFFSET) })
+      const max = o.maxBytes ?? DEFAULT_READ_MAX_BYTES
+      const res = await this.#t.request({ method: 'GET', path: this.#p('/files'), query: { path: p, offset: o.offset, length: o.length, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+      return readAll(res, o.signal, { maxBytes: max, what: `files.read ${p}` })
     },
-    readStream: async (p: string, o: { offset?: number; length?: number; user?: string; signal?: AbortSignal } = {}): Promise<Readable> => {
-      return this.#t.stream({ method: 'GET', path: this.#p('/files'), query: { path: checkPath(p), offset: o.offset, length: o.length, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+    /** The file as a stream, with backpressure (no size limit: the caller reads as far as it wants). */
+    readStream: async (p: string, o: ReadOptions = {}): Promise<Readable> => {
+      checkPath(p)
+      options(o, 'files.readStream', READ_OPTIONS)
+      return this.#t.stream({ method: 'GET', path: this.#p('/files'), query: { path: p, offset: o.offset, length: o.length, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
     },
     write: async (p: string, data: string | Uint8Array | AsyncIterable<Uint8Array>, o: { mode?: number; mkdirs?: boolean; append?: boolean; exclusive?: boolean; user?: string; signal?: AbortSignal } = {}): Promise<{ bytes: number }> => {
-      if (o.mode !== undefined && (!Number.isInteger(o.mode) || o.mode < 0 || o.mode > 0o7777)) throw new StrataError('INVALID_ARGUMENT', 'mode must be an integer in [0, 0o7777]')
+      checkPath(p)
+      checkData(data, 'files.write: data')
+      options(o, 'files.write', { mode: intIn(0, 0o7777), mkdirs: isBool, append: isBool, exclusive: isBool, user: isUser, signal: isAbortSignal })
       return this.#t.json<{ bytes: number }>({
         method: 'PUT', path: this.#p('/files'), body: data, stream: true, ...(o.signal ? { signal: o.signal } : {}),
-        query: { path: checkPath(p), mode: o.mode?.toString(8), mkdirs: o.mkdirs ? 1 : undefined, append: o.append ? 1 : undefined, exclusive: o.exclusive ? 1 : undefined, user: o.user },
+        query: { path: p, mode: o.mode?.toString(8), mkdirs: o.mkdirs ? 1 : undefined, append: o.append ? 1 : undefined, exclusive: o.exclusive ? 1 : undefined, user: o.user },
       })
     },
     list: async (p: string, o: { user?: string } = {}): Promise<SandboxFileEntry[]> => {
-      const r = await this.#t.json<{ entries: Array<Record<string, unknown>> }>({ method: 'GET', path: this.#p('/files/list'), query: { path: checkPath(p), user: o.user } })
+      checkPath(p)
+      options(o, 'files.list', { user: isUser })
+      const r = await this.#t.json<{ entries: Array<Record<string, unknown>> }>({ method: 'GET', path: this.#p('/files/list'), query: { path: p, user: o.user } })
       return r.entries.map(entryOf)
     },
     stat: async (p: string, o: { user?: string; followSymlinks?: boolean } = {}): Promise<SandboxFileEntry> => {
-      return entryOf(await this.#t.json<Record<string, unknown>>({ method: 'GET', path: this.#p('/files/stat'), query: { path: checkPath(p), user: o.user, follow: o.followSymlinks === undefined ? undefined : o.followSymlinks ? 1 : 0 } }))
+      checkPath(p)
+      options(o, 'files.stat', { user: isUser, followSymlinks: isBool })
+      return entryOf(await this.#t.json<Record<string, unknown>>({ method: 'GET', path: this.#p('/files/stat'), query: { path: p, user: o.user, follow: o.followSymlinks === undefined ? undefined : o.followSymlinks ? 1 : 0 } }))
     },
     mkdir: async (p: string, o: { parents?: boolean; mode?: number; user?: string } = {}): Promise<void> => {
-      await this.#t.json({ method: 'POST', path: this.#p('/files/mkdir'), json: { path: checkPath(p), ...o } })
+      checkPath(p)
+      options(o, 'files.mkdir', { parents: isBool, mode: intIn(0, 0o7777), user: isUser })
+      await this.#t.json({ method: 'POST', path: this.#p('/files/mkdir'), json: { path: p, ...o } })
     },
     remove: async (p: string, o: { recursive?: boolean; force?: boolean; user?: string } = {}): Promise<void> => {
-      await this.#t.json({ method: 'POST', path: this.#p('/files/remove'), json: { path: checkPath(p), ...o } })
+      checkPath(p)
+      options(o, 'files.remove', { recursive: isBool, force: isBool, user: isUser })
+      await this.#t.json({ method: 'POST', path: this.#p('/files/remove'), json: { path: p, ...o } })
     },
     rename: async (from: string, to: string, o: { noReplace?: boolean; user?: string } = {}): Promise<void> => {
-      await this.#t.json({ method: 'POST', path: this.#p('/files/rename'), json: { from: checkPath(from, 'from'), to: checkPath(to, 'to'), ...o } })
+      checkPath(from, 'from')
+      checkPath(to, 'to')
+      options(o, 'files.rename', { noReplace: isBool, user: isUser })
+      await this.#t.json({ method: 'POST', path: this.#p('/files/rename'), json: { from, to, ...o } })
     },
     /** A tar stream of a directory's contents (or of one file). */
     downloadTar: async (p: string, o: { user?: string; signal?: AbortSignal } = {}): Promise<Readable> => {
-      return this.#t.stream({ method: 'GET', path: this.#p('/archive'), query: { path: checkPath(p), user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+      checkPath(p)
+      options(o, 'files.downloadTar', { user: isUser, signal: isAbortSignal })
+      return this.#t.stream({ method: 'GET', path: this.#p('/archive'), query: { path: p, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
     },
     /** Unpacks a tar stream into a directory (created if missing). */
     uploadTar: async (dir: string, tar: Uint8Array | AsyncIterable<Uint8Array>, o: { user?: string; preserveOwner?: boolean; signal?: AbortSignal } = {}): Promise<{ entries: number }> => {
-      return this.#t.json<{ entries: number }>({ method: 'PUT', path: this.#p('/archive'), body: tar, stream: true, query: { path: checkPath(dir, 'dir'), user: o.user, owner: o.preserveOwner ? 1 : undefined }, ...(o.signal ? { signal: o.signal } : {}) })
+      checkPath(dir, 'dir')
+      if (typeof tar === 'string') throw new StrataError('INVALID_ARGUMENT', 'files.uploadTar: tar must be bytes or an async iterable of bytes (a tar stream), not a string')
+      checkData(tar, 'files.uploadTar: tar')
+      options(o, 'files.uploadTar', { user: isUser, preserveOwner: isBool, signal: isAbortSignal })
+      return this.#t.json<{ entries: number }>({ method: 'PUT', path: this.#p('/archive'), body: tar, stream: true, query: { path: dir, user: o.user, owner: o.preserveOwner ? 1 : undefined }, ...(o.signal ? { signal: o.signal } : {}) })
     },
   }
 
@@ -357,6 +411,7 @@ export class Sandbox {
    * background.
    */
   async delete(o: { wait?: boolean } = {}): Promise<void> {
+    options(o, 'delete', { wait: isBool })
     await this.#t.json({ method: 'DELETE', path: this.#p(), query: { wait: o.wait === false ? 0 : undefined } })
   }
 }

@@ -123,9 +123,24 @@ export class Transport {
   }
 }
 
-export async function readAll(res: AsyncIterable<Uint8Array>, signal?: AbortSignal): Promise<Buffer> {
+/** What files.read buffers at most unless told otherwise (the agent client's own cap). */
+export const DEFAULT_READ_MAX_BYTES = 256 * 1024 * 1024
+
+/**
+ * A response body in memory. Past `maxBytes` the connection is closed (so
+ * the daemon stops reading) and the call fails with OUTPUT_LIMIT.
+ */
+export async function readAll(res: AsyncIterable<Uint8Array> & { destroy?: () => void }, signal?: AbortSignal, cap?: { maxBytes: number; what: string }): Promise<Buffer> {
   const chunks: Buffer[] = []
-  for await (const c of connectionErrors(res, signal)) chunks.push(Buffer.from(c))
+  let n = 0
+  for await (const c of connectionErrors(res, signal)) {
+    n += c.length
+    if (cap && n > cap.maxBytes) {
+      res.destroy?.()
+      throw new StrataError('OUTPUT_LIMIT', `${cap.what}: more than ${cap.maxBytes} bytes (maxBytes; use files.readStream for data of any size)`, { detail: { maxBytes: cap.maxBytes } })
+    }
+    chunks.push(Buffer.from(c))
+  }
   return Buffer.concat(chunks)
 }
 
