@@ -66,6 +66,12 @@ export interface SandboxHandle {
   /** Defaults from the spec that callers apply per request (the agent runs as root). */
   readonly defaults: { user: string; workdir: string }
   status(): Promise<SandboxStatus>
+  /**
+   * The OOM kills counted in the sandbox so far, read from its memory cgroup
+   * without asking the runtime (cheap enough to read around every command);
+   * the last value seen once the cgroup is gone, 0 when unknown.
+   */
+  oomKills(): number
   /** Signals the sandbox's init (default SIGKILL, which stops the whole sandbox). */
   kill(signal?: NodeJS.Signals): Promise<void>
   /** Stops the sandbox if needed and removes every trace of it (processes, cgroups, runtime state, stateDir). Idempotent. */

@@ -57,11 +57,13 @@ export function nodeCapacity(stateDir: string): NodeCapacity {
 
 /** Refuses what exceeds a configured ceiling (QUOTA_EXCEEDED: asking again will not help). */
 export function checkQuota(limits: AdmissionLimits, live: number, req: { memoryMiB?: number; pids?: number; cpu?: number }): void {
+  // detail: which limit, its maximum, and what the create asked for (for the count: the count it would make)
   if (live >= limits.maxSandboxes) {
-    throw new StrataError('QUOTA_EXCEEDED', `the node runs its maximum of ${limits.maxSandboxes} sandboxes`, { detail: { limit: 'maxSandboxes', value: limits.maxSandboxes } })
+    throw new StrataError('QUOTA_EXCEEDED', `the node runs its maximum of ${limits.maxSandboxes} sandboxes (this create would make ${live + 1})`,
+      { detail: { limit: 'maxSandboxes', max: limits.maxSandboxes, requested: live + 1 } })
   }
   const over = (what: string, asked: number, max: number): never => {
-    throw new StrataError('QUOTA_EXCEEDED', `resources.${what} ${asked} exceeds the node's per-sandbox maximum ${max}`, { detail: { limit: what, value: max } })
+    throw new StrataError('QUOTA_EXCEEDED', `resources.${what} ${asked} exceeds the node's per-sandbox maximum ${max}`, { detail: { limit: `resources.${what}`, max, requested: asked } })
   }
   if (req.memoryMiB !== undefined && req.memoryMiB > limits.maxMemoryMiB) over('memoryMiB', req.memoryMiB, limits.maxMemoryMiB)
   if (req.pids !== undefined && req.pids > limits.maxPids) over('pids', req.pids, limits.maxPids)

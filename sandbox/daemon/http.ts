@@ -56,6 +56,8 @@ interface ProcessEntry {
   release: () => void
   /** stdin writes are serialized (a second PUT waits for the first) */
   stdinBusy: Promise<void>
+  /** whether the sandbox counted an OOM kill since the command started */
+  oomSince: () => boolean
   expires?: NodeJS.Timeout
 }
 
@@ -238,10 +240,11 @@ export class SandboxHttpServer {
     this.#route('POST', '/v1/sandboxes/:id/exec', async ({ req, res, params, signal }) => {
       const body = validateExec(await readJson(req), true)
       await svc.use(params[0]!, async (h, info) => {
+        const oomBefore = h.oomKills()
         const proc = h.agent.spawn(body.cmd, { ...runOpts(body, info), maxOutputBytes: body.maxOutputBytes ?? DEFAULT_EXEC_OUTPUT, signal })
         if (body.stdin !== undefined) proc.stdin.end(Buffer.from(body.stdin, 'base64'))
         else proc.stdin.end()
-        await streamProcess(res, proc, signal)
+        await streamProcess(res, proc, signal, () => h.oomKills() > oomBefore)
       })
     })
 
@@ -254,9 +257,10 @@ export class SandboxHttpServer {
       let entry: ProcessEntry | undefined
       const started = new Promise<ProcessEntry>((resolve, reject) => {
         svc.use(id, async (h, info) => {
+          const oomBefore = h.oomKills()
           const proc = h.agent.spawn(body.cmd, { ...runOpts(body, info), ...(body.maxOutputBytes ? { maxOutputBytes: body.maxOutputBytes } : {}) })
           const pid = await proc.pid
-          entry = { sandboxId: id, proc, pid, reader: false, release, stdinBusy: Promise.resolve() }
+          entry = { sandboxId: id, proc, pid, reader: false, release, stdinBusy: Promise.resolve(), oomSince: () => h.oomKills() > oomBefore }
           resolve(entry)
           // counts as activity until its output has been read to the end (or the server closes)
           await held
@@ -277,12 +281,12 @@ export class SandboxHttpServer {
       e.reader = true
       if (e.expires) clearTimeout(e.expires)
       try {
-        await streamProcess(res, e.proc, signal)
+        await streamProcess(res, e.proc, signal, e.oomSince)
         this.#dropProcess(key)
       } catch (err) {
         // the command or its sandbox is gone: nothing more will come out of it
         if (!signal.aborted) this.#dropProcess(key)
-        throw this.#svc.explain(e.sandboxId, err)
+        throw await this.#svc.explain(e.sandboxId, err)
       } finally {
         e.reader = false
       }
@@ -531,10 +535,11 @@ async function firstChunk(s: NodeJS.ReadableStream & AsyncIterable<Buffer>): Pro
 
 /**
  * Streams a process's output as NDJSON events: started, stdout/stderr
- * chunks (base64) in the order they arrived, then exit. A start failure is a
- * plain error response (nothing was streamed yet).
+ * chunks (base64) in the order they arrived, then exit (with oomKilled from
+ * `oomSince`). A start failure is a plain error response (nothing was
+ * streamed yet).
  */
-async function streamProcess(res: http.ServerResponse, proc: AgentProcess, signal: AbortSignal): Promise<void> {
+async function streamProcess(res: http.ServerResponse, proc: AgentProcess, signal: AbortSignal, oomSince: () => boolean): Promise<void> {
   const pid = await proc.pid
   // setHeader, not writeHead's argument: #error looks the content type up to end a failed stream with an error event
   res.setHeader('content-type', 'application/x-ndjson')
@@ -564,7 +569,9 @@ async function streamProcess(res: http.ServerResponse, proc: AgentProcess, signa
     await Promise.all([pump(proc.stdout, 'stdout'), pump(proc.stderr, 'stderr')])
     const info: ExitInfo = await proc.wait()
     const { coreDumped: _c, ...exit } = info
-    res.end(JSON.stringify({ type: 'exit', ...exit } satisfies OutputEvent) + '\n')
+    // the counter is raised when the kernel picks its victim, before the agent reaps it
+    const oomKilled = exit.signal === 'SIGKILL' && !exit.timedOut && oomSince()
+    res.end(JSON.stringify({ type: 'exit', ...exit, oomKilled } satisfies OutputEvent) + '\n')
   } finally {
     signal.removeEventListener('abort', onAbort)
     void paused

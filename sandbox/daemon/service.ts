@@ -110,6 +110,8 @@ const POOL_RETRY_MS = 5000
 const POOL_PARALLEL_BUILDS = Math.max(1, Math.floor(os.availableParallelism() / 2))
 
 const SUN_PATH_MAX = 107
+/** How long a call whose agent connection broke waits for the init's exit to show (see explain). */
+const INIT_EXIT_WAIT_MS = 2000
 
 export class SandboxService {
   readonly stateDir: string
@@ -624,7 +626,7 @@ export class SandboxService {
     try {
       return await fn(handle, l.info)
     } catch (e) {
-      throw this.explain(id, e)
+      throw await this.explain(id, e)
     } finally {
       l.active--
       this.#touch(l)
@@ -636,18 +638,39 @@ export class SandboxService {
    * sandbox stopped or is stopping (the agent's connection broke because the
    * sandbox went, not the other way round).
    */
-  explain(id: string, e: unknown): unknown {
+  async explain(id: string, e: unknown): Promise<unknown> {
     const l = this.#live.get(id)
+    // The agent's connection closes while its process exits, which for a pid namespace's init
+    // lasts until every other process in it is dead: wait that out before saying it still runs.
+    if (l?.handle && l.info.state === 'running' && !l.stopping && isStrataError(e, ['SANDBOX_AGENT_UNREACHABLE', 'SANDBOX_GONE'])) {
+      const end = Date.now() + INIT_EXIT_WAIT_MS
+      while (pidAlive(l.handle.pid) && Date.now() < end) await new Promise((r) => setTimeout(r, 10))
+    }
     const gone = !l || l.stopping !== undefined || l.info.state !== 'running' || !l.handle || !pidAlive(l.handle.pid)
-    if (gone && !isStrataError(e, 'SANDBOX_GONE')) {
+    // a SANDBOX_GONE of the agent client (its socket went) says nothing of why; ours carry `detail.state`
+    if (gone && !(isStrataError(e, 'SANDBOX_GONE') && (e as StrataError).detail?.state !== undefined)) {
       return l ? this.#goneError(id, l, e) : new StrataError('SANDBOX_GONE', `sandbox ${id} was deleted during the call`, { cause: e })
     }
     return e
   }
 
   #goneError(id: string, l: Live, cause?: unknown): StrataError {
-    return new StrataError('SANDBOX_GONE', `sandbox ${id} is ${l.stopping ? 'stopping' : l.info.state}${l.info.stop ? ` (${l.info.stop.reason}: ${l.info.stop.message})` : ''}`,
-      { ...(cause !== undefined ? { cause } : {}), detail: { state: l.info.state, ...(l.info.stop ? { stop: l.info.stop } : {}) } })
+    const opt = cause !== undefined ? { cause } : {}
+    if (l.info.state === 'running' && l.handle && !pidAlive(l.handle.pid)) {
+      // The init is dead, so the sandbox has stopped though its record may not say so yet: report
+      // why (the stop asked for, or what the reaper will find) and record it now, not on its next pass.
+      const oomKills = l.handle.oomKills()
+      if (!l.stopCause) {
+        const dead = deadInit(oomKills)
+        void this.#stop(l, dead.reason, dead.message).catch((e) => this.#log.warn('stopping a sandbox whose init died', { id, err: e }))
+      }
+      const why = l.stopCause ?? deadInit(oomKills)
+      const stop = { reason: why.reason, at: new Date().toISOString(), message: why.message, oomKills }
+      return new StrataError('SANDBOX_GONE', `sandbox ${id} stopped (${stop.reason}: ${stop.message})`, { ...opt, detail: { state: 'stopped', stop } })
+    }
+    const why = l.info.stop ?? (l.stopping ? l.stopCause : undefined)
+    return new StrataError('SANDBOX_GONE', `sandbox ${id} is ${l.stopping ? 'stopping' : l.info.state}${why ? ` (${why.reason}: ${why.message})` : ''}`,
+      { ...opt, detail: { state: l.info.state, ...(l.info.stop ? { stop: l.info.stop } : {}) } })
   }
 
   /** Marks API activity without a call (keepalive). */
@@ -757,8 +780,8 @@ export class SandboxService {
           const handle = l.handle
           work.push((async () => {
             const st = await handle.status().catch(() => ({ oomKills: 0 }))
-            const reason: StopReason = st.oomKills > 0 ? 'oom' : 'exited'
-            await this.#stop(l, reason, reason === 'oom' ? `the OOM killer killed the sandbox's init (${st.oomKills} kill(s))` : `the sandbox's init exited`)
+            const dead = deadInit(st.oomKills)
+            await this.#stop(l, dead.reason, dead.message)
           })())
           continue
         }
@@ -882,6 +905,13 @@ export async function reclaimOffline(stateDir: string, opts: { runtime?: string;
     await reg.close()
   }
   return n
+}
+
+/** Why a sandbox whose init is dead stopped, from its cgroup's OOM kill count. */
+function deadInit(oomKills: number): { reason: StopReason; message: string; oomKills: number } {
+  return oomKills > 0
+    ? { reason: 'oom', message: `the OOM killer killed the sandbox's init (${oomKills} kill(s))`, oomKills }
+    : { reason: 'exited', message: `the sandbox's init exited`, oomKills }
 }
 
 function newId(): string {

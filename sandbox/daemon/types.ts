@@ -128,7 +128,15 @@ export type OutputEvent =
   | { type: 'error'; code: string; message: string }
 
 /** How a command ended, as the agent reports it (without coreDumped, which a signal name already implies). */
-export type ExitEvent = Omit<ExitInfo, 'coreDumped'>
+export type ExitEvent = Omit<ExitInfo, 'coreDumped'> & {
+  /**
+   * The command died of SIGKILL (not its timeout) and the sandbox's memory
+   * cgroup counted an OOM kill while it ran: the OOM killer killed it (or,
+   * rarely, killed another process of the sandbox at the same moment the
+   * command was SIGKILLed by someone else).
+   */
+  oomKilled: boolean
+}
 
 export interface ListFilter {
   labels?: Record<string, string>

@@ -323,6 +323,10 @@ class ContainerSandbox implements SandboxHandle {
     }
   }
 
+  oomKills(): number {
+    return this.#oomKills()
+  }
+
   #oomKills(): number {
     const root = memoryCgroupRoot()
     if (!root) return 0

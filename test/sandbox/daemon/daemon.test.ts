@@ -404,3 +404,121 @@ function countProcs(comm: string): number {
   }
   return n
 }
+
+test.serial('dataset mounts onto reserved or unclean targets are ROOTFS_BAD_MOUNT_TARGET, from the SDK and the raw API alike, and leave nothing behind', async (t) => {
+  const d = await startDaemon(t, env)
+  const h = { authorization: `Bearer ${d.token}`, 'content-type': 'application/json' }
+  const raw = async (target: string, image = 'bb:1') => {
+    const r = await fetch(`http://${d.address}/v1/sandboxes`, { method: 'POST', headers: h, body: JSON.stringify({ image, mounts: [{ source: '/datasets/t', target }] }) })
+    return { status: r.status, ...((await r.json()) as { code: string; message: string }) }
+  }
+  const refused = ['/', '/proc', '/proc/x', '/dev', '/dev/shm/x', '/sys', '/sys/fs/cgroup', '/.strata', '/.strata/agent', '/.strata/x/y',
+    '/a//b', '/data/', '/a/./b', '/a/../b', '.', 'data', '/..']
+  for (const target of refused) {
+    t.is(await code(d.sdk.sandboxes.create({ image: 'bb:1', mounts: [{ source: '/datasets/t', target }] })), 'ROOTFS_BAD_MOUNT_TARGET', `SDK ${target}`)
+    const r = await raw(target)
+    t.is(r.code, 'ROOTFS_BAD_MOUNT_TARGET', `API ${target}: ${r.message}`)
+    t.is(r.status, 400)
+    t.false(r.message.includes(d.config.stateDir), `no host path in ${r.message}`)
+  }
+  // a symlink in the image leading onto a reserved path is refused too (checked where it resolves)
+  const root = busyboxRootfs(t)
+  fs.symlinkSync('/proc', path.join(root, 'toproc'))
+  fs.symlinkSync('.strata', path.join(root, 'toagent'))
+  await importPath(env.store, root, { name: 'links', tag: '1' })
+  for (const target of ['/toproc', '/toproc/x', '/toagent/x']) {
+    const r = await raw(target, 'links:1')
+    t.is(r.code, 'ROOTFS_BAD_MOUNT_TARGET', `${target}: ${r.message}`)
+    t.regex(r.message, /reserved/)
+  }
+  // clean targets elsewhere still work
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1', mounts: [{ source: '/datasets/t', target: '/data/t' }, { source: '/datasets/t/small.txt', target: '/etc/small.txt' }] })
+  t.is((await sb.exec('cat /data/t/small.txt /etc/small.txt')).stdout, 'hello dataset\nhello dataset\n')
+  await sb.delete()
+  t.deepEqual(nodeTraces(d.config.stateDir, d.config.nodeId), { mounts: [], sandboxDirs: [], cgroups: [] })
+})
+
+test.serial('files.read stops at maxBytes (default 256 MiB) with OUTPUT_LIMIT; the daemon streams an endless file without buffering it', async (t) => {
+  const d = await startDaemon(t, env)
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1' })
+  const e = await sb.files.read('/dev/zero', { maxBytes: 1 << 20 }).catch((x: StrataError) => x)
+  t.is((e as StrataError).code, 'OUTPUT_LIMIT')
+  t.is((e as StrataError).detail?.maxBytes, 1 << 20)
+  t.is(await code(sb.files.read('/dev/zero')), 'OUTPUT_LIMIT')
+  // a range within the cap is read whole
+  t.is((await sb.files.read('/dev/zero', { length: 4096, maxBytes: 4096 })).length, 4096)
+  // a reader that stops reading: backpressure reaches the agent, the daemon holds a bounded amount
+  const rss = () => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${d.child.pid}/status`, 'utf8'))![1]) / 1024
+  const before = rss()
+  const s = await sb.files.readStream('/dev/zero')
+  await new Promise((r) => s.once('data', r))
+  s.pause()
+  await new Promise((r) => setTimeout(r, 1500))
+  t.true(rss() - before < 64, `the daemon grew by ${Math.round(rss() - before)} MiB`)
+  s.destroy()
+  t.is((await sb.exec('echo alive')).stdout, 'alive\n')
+  await sb.delete()
+})
+
+test.serial('an exec or process the OOM killer killed says oomKilled; others do not', async (t) => {
+  const d = await startDaemon(t, env)
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1', resources: { memoryMiB: 32 } })
+  const hog = 'x=aaaaaaaaaaaaaaaa; while true; do x="$x$x"; done'
+  const r = await sb.exec(hog, { timeoutMs: 60_000 })
+  t.is(r.signal, 'SIGKILL')
+  t.true(r.oomKilled)
+  const p = await sb.spawn(hog)
+  p.stdout.resume()
+  p.stderr.resume()
+  t.like(await p.wait(), { signal: 'SIGKILL', oomKilled: true })
+  t.like(await sb.exec('echo ok'), { exitCode: 0, oomKilled: false })
+  t.like(await sb.exec('kill -9 $$'), { signal: 'SIGKILL', oomKilled: false })
+  t.like(await sb.exec(['sleep', '10'], { timeoutMs: 200 }), { timedOut: true, oomKilled: false })
+  // the raw exit event carries it too
+  const res = await fetch(`http://${d.address}/v1/sandboxes/${sb.id}/exec`, { method: 'POST', headers: { authorization: `Bearer ${d.token}` }, body: JSON.stringify({ cmd: hog, timeoutMs: 60_000 }) })
+  const last = JSON.parse((await res.text()).trim().split('\n').at(-1)!) as { type: string; oomKilled: boolean }
+  t.like(last, { type: 'exit', oomKilled: true })
+  await sb.delete()
+})
+
+test.serial('calls cut off by a dying init say the sandbox stopped and why, never that it is running', async (t) => {
+  const d = await startDaemon(t, env)
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1' })
+  const p = await sb.spawn(['sleep', '60'])
+  p.stdout.resume()
+  p.stderr.resume()
+  const running = sb.exec(['sleep', '60']).catch((e: StrataError) => e)
+  const waited = p.wait().catch((e: StrataError) => e)
+  await new Promise((r) => setTimeout(r, 300))
+  process.kill(sb.info.pid!, 'SIGKILL')
+  for (const e of [await running, await waited] as StrataError[]) {
+    t.is(e.code, 'SANDBOX_GONE')
+    t.notRegex(e.message, /is running/)
+    t.regex(e.message, /stopped \(exited: the sandbox's init exited\)/)
+  }
+  await until(async () => (await sb.refresh()).state === 'stopped', 15_000, 'the stop recorded')
+  t.is(sb.info.stop?.reason, 'exited')
+  await sb.delete()
+})
+
+test.serial('keepalive returns the sandbox; QUOTA_EXCEEDED names the limit, its maximum and what was asked; list names its known parameters', async (t) => {
+  const d = await startDaemon(t, env, { limits: { maxSandboxes: 1, maxMemoryMiB: 256 } })
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1' })
+  const before = sb.info.lastActivityAt
+  await new Promise((r) => setTimeout(r, 20))
+  const info = await sb.keepalive()
+  t.is(info.id, sb.id)
+  t.is(info.state, 'running')
+  t.true(info.lastActivityAt > before)
+  t.is(sb.info, info)
+  const count = await d.sdk.sandboxes.create({ image: 'bb:1' }).catch((e: StrataError) => e)
+  t.like(count, { code: 'QUOTA_EXCEEDED', detail: { limit: 'maxSandboxes', max: 1, requested: 2 } })
+  await sb.delete()
+  const mem = await d.sdk.sandboxes.create({ image: 'bb:1', resources: { memoryMiB: 512 } }).catch((e: StrataError) => e)
+  t.like(mem, { code: 'QUOTA_EXCEEDED', detail: { limit: 'resources.memoryMiB', max: 256, requested: 512 } })
+  const r = await fetch(`http://${d.address}/v1/sandboxes?foo=1`, { headers: { authorization: `Bearer ${d.token}` } })
+  t.is(r.status, 400)
+  t.regex(((await r.json()) as { message: string }).message, /"foo".*known: label, state/)
+  const bad = await fetch(`http://${d.address}/v1/sandboxes?label=${encodeURIComponent('bad key!=x')}`, { headers: { authorization: `Bearer ${d.token}` } })
+  t.is(((await bad.json()) as { code: string }).code, 'INVALID_ARGUMENT')
+})
