@@ -216,7 +216,7 @@ export function registerImageCommands(program: Command): Command {
     )
 
   g.command('rm')
-    .description('untag images (NAME@sha256:… removes every tag of NAME on that manifest); `image gc` frees the space')
+    .description('untag images (NAME@sha256:… removes every tag of NAME on that manifest, if any); `image gc` frees the space')
     .argument('<images...>', 'NAME[:TAG] or NAME@sha256:…')
     .option('--json', 'print JSON')
     .action((refs: string[], _o, cmd: Command) =>
@@ -224,13 +224,17 @@ export function registerImageCommands(program: Command): Command {
         const parsed = refs.map((r) => parseImageRef(r))
         const untagged: Array<{ image: string; digest: string }> = []
         const failed: Array<{ image: string; code: string; message: string }> = []
+        const untouched: string[] = []
         let first: unknown = null
         // like `podman rmi`: every reference is tried; the command fails if one did
         for (const [i, r] of parsed.entries()) {
           try {
             if (r.digest) {
+              // NAME@sha256:… names the manifest, as in inspect and tag: it must
+              // exist, and the tags of NAME on it (there may be none) go
+              await store.resolve(r)
               const hits = (await store.listTags()).filter((t) => t.name === r.name && t.digest === r.digest)
-              if (hits.length === 0) throw new StrataError('IMAGE_NOT_FOUND', `no tag of ${r.name} points at ${r.digest}`)
+              if (hits.length === 0) untouched.push(refs[i]!)
               for (const h of hits) {
                 await store.removeTag(h.name, h.tag)
                 untagged.push({ image: `${h.name}:${h.tag}`, digest: h.digest })
@@ -248,7 +252,14 @@ export function registerImageCommands(program: Command): Command {
           }
         }
         if (json) printJson({ untagged, failed })
-        else if (untagged.length) out(untagged.map((u) => `untagged ${u.image} (${u.digest})`).join('\n'))
+        else {
+          const lines = untagged.map((u) => `untagged ${u.image} (${u.digest})`)
+          for (const u of untouched) {
+            const r = parseImageRef(u)
+            lines.push(`no tag of ${r.name} points at ${r.digest}: nothing untagged`)
+          }
+          if (lines.length) out(lines.join('\n'))
+        }
         if (first !== null) throw first
       }),
     )

@@ -54,9 +54,13 @@ export interface ImageRef {
 
 const DIGEST_RE = /^sha256:[0-9a-f]{64}$/
 const NAME_COMPONENT = '[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*'
-// An optional registry-style host[:port] first component is allowed so that
-// pulled images keep their origin name (localhost:5000/app).
-const NAME_RE = new RegExp(`^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?${NAME_COMPONENT}(?:/${NAME_COMPONENT})*$`)
+// A name may start with a registry host as Docker's reference grammar has
+// it, so that pulled images keep their origin (localhost:5000/team/app): a
+// first component is a host when it is `localhost` or holds a `.` or a
+// `:port`; otherwise it is an ordinary lowercase component.
+const DOMAIN_COMPONENT = '[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?'
+const HOST = `(?:localhost(?::[0-9]+)?|${DOMAIN_COMPONENT}(?:\\.${DOMAIN_COMPONENT})+(?::[0-9]+)?|${DOMAIN_COMPONENT}:[0-9]+)`
+const NAME_RE = new RegExp(`^(?:${HOST}/)?${NAME_COMPONENT}(?:/${NAME_COMPONENT})*$`)
 const TAG_RE = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$/
 
 export function emptyConfig(): ImageConfig {
@@ -123,7 +127,7 @@ export function parseImageRef(input: string): ImageRef {
     if (!isValidTag(tag)) throw new StrataError('IMAGE_INVALID_REFERENCE', `invalid tag ${JSON.stringify(tag)} in ${JSON.stringify(input)}`)
   }
   if (!isValidName(rest)) {
-    throw new StrataError('IMAGE_INVALID_REFERENCE', `invalid image name ${JSON.stringify(rest)} (lowercase [a-z0-9] components joined by . _ - and /)`)
+    throw new StrataError('IMAGE_INVALID_REFERENCE', `invalid image name ${JSON.stringify(rest)} (lowercase [a-z0-9] components joined by . _ - and /, optionally after a registry HOST[:PORT]/)`)
   }
   const ref: ImageRef = { name: rest }
   if (tag !== undefined) ref.tag = tag

@@ -61,6 +61,14 @@ test.serial('import, ls, inspect, tag, rm and gc (a leased layer survives, unref
     (await img.store.listTags()).map((x) => `${x.name}:${x.tag}`),
     ['cli/app:latest', 'cli/app:v1', 'other/name:x'],
   )
+  // NAME@sha256:… names the manifest and NAME is not checked, by every command alike: zzz has no tag on it
+  t.regex(await image(t, 'inspect', `zzz@${imp.digest}`), new RegExp(`Digest\\s+${imp.digest}`))
+  t.deepEqual(JSON.parse(await image(t, 'rm', `zzz@${imp.digest}`, '--json')), { untagged: [], failed: [] })
+  t.regex(await image(t, 'rm', `zzz@${imp.digest}`), new RegExp(`no tag of zzz points at ${imp.digest}: nothing untagged`))
+  t.is((await img.store.listTags()).length, 3)
+  const noManifest = await strata(['image', ...img.ic.cliArgs, 'rm', `zzz@sha256:${'0'.repeat(64)}`])
+  t.is(noManifest.code, 1)
+  t.regex(noManifest.stderr, /strata: IMAGE_NOT_FOUND: /)
   const missing = await strata(['image', ...img.ic.cliArgs, 'inspect', 'cli/app:nope'])
   t.is(missing.code, 1)
   t.regex(missing.stderr, /strata: IMAGE_NOT_FOUND: /)
