@@ -561,6 +561,10 @@ export class MgmtdService {
       for (const c of this.chains.values()) {
         if (c.targets.some((t) => t.targetId === p.targetId)) throw new StrataError('MGMTD_TARGET_EXISTED', `target ${p.targetId} is in chain ${c.chainId}`)
       }
+      // a target no storage node ever reported would sit in the chain OFFLINE for good
+      if (!this.targets.has(p.targetId)) {
+        throw new StrataError('MGMTD_TARGET_NOT_FOUND', `target ${p.targetId} is unknown to mgmtd: create it on its storage node first (create-target); once reported it is listed by list-targets --orphan`)
+      }
       targets = [...targets, { targetId: p.targetId, publicState: 'OFFLINE' }]
     } else if (p.mode === 'remove') {
       const t = targets.find((x) => x.targetId === p.targetId)

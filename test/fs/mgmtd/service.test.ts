@@ -137,6 +137,14 @@ test('invalid requests are refused with codes', async (t) => {
   t.true(isStrataError(await t.throwsAsync(client.updateChain({ chainId: 1, targetId: 2, mode: 'remove' })), 'MGMTD_REFUSED'), 'only target')
   t.true(isStrataError(await t.throwsAsync(client.updateChain({ chainId: 1, targetId: 2, mode: 'add' })), 'MGMTD_TARGET_EXISTED'))
   t.true(isStrataError(await t.throwsAsync(client.updateChain({ chainId: 9, targetId: 2, mode: 'add' })), 'MGMTD_CHAIN_NOT_FOUND'))
+  // a target no storage node reported: refused, the chain untouched (it used to join as 999(OFFLINE))
+  const chain = (await client.refresh()).chains[1]!
+  const unknown = await t.throwsAsync(client.updateChain({ chainId: 1, targetId: 999, mode: 'add' }))
+  t.true(isStrataError(unknown, 'MGMTD_TARGET_NOT_FOUND'), String(unknown))
+  t.regex(unknown!.message, /target 999 is unknown to mgmtd/)
+  const after = (await client.refresh()).chains[1]!
+  t.deepEqual(after.targets, chain.targets)
+  t.true(after.chainVersion <= chain.chainVersion + 1, 'only the chain updater may have bumped it')
 })
 
 test('restart continues the routing version and does not flap targets that keep heartbeating', async (t) => {
