@@ -128,7 +128,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
       .description('copy an image from an object store (s3://) or a registry (docker://) into the cluster; an interrupted s3:// pull resumes from the bytes already stored when run again')
       .argument('<source>', 's3://BUCKET[/PREFIX]/NAME[:TAG|@sha256:…] or docker://HOST[:PORT]/REPO[:TAG|@sha256:…]')
       .option('--name <name>', 'local NAME[:TAG] (default: the remote name and tag)')
-      .option('--platform <os/arch>', 'docker: platform to pick from a manifest list (default linux/amd64)'),
+      .option('--platform <os/arch[/variant]>', 'docker: which platform\'s image to take from a manifest list or index (default linux/amd64)'),
   ).action((src: string, o: TransferCliOpts, cmd: Command) => {
     const kind = scheme(src)
     if (kind === 's3') parseS3ImageUrl(src)

@@ -71,7 +71,7 @@ function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void 
   const multi = new cliProgress.MultiBar(
     {
       stream,
-      format: ' {label} |{bar}| {percentage}% {bytes}/{totalBytes} {note}',
+      format: ' {label} |{bar}| {percentage}% {amount} {note}',
       hideCursor: true,
       clearOnComplete: false,
       stopOnComplete: false,
@@ -89,7 +89,14 @@ function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void 
       const known = total !== undefined && total > 0
       let value = 0
       let ended = false
-      const payload = () => ({ label: label.padEnd(width), bytes: formatBytes(value), totalBytes: known ? formatBytes(total) : '?', note: '' })
+      // while running: done/total; once done, the task's size alone, since a
+      // task may end before its last byte (a layer found stored by its
+      // diff_id part-way through is reused, not read to the end)
+      const payload = () => ({
+        label: label.padEnd(width),
+        amount: ended ? (known ? formatBytes(total) : value > 0 ? formatBytes(value) : '') : `${formatBytes(value)}/${known ? formatBytes(total) : '?'}`,
+        note: '',
+      })
       const bar = multi.create(known ? total : 1, 0, payload())
       return {
         tick(n: number) {

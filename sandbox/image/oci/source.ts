@@ -67,11 +67,19 @@ export async function openImportInput(input: string, workDir: string, opts: Read
     try {
       await pipeline(await decompressStream(fs.createReadStream(abs, { highWaterMark: 1024 * 1024 })), fs.createWriteStream(tarFile))
     } catch (e) {
-      if (e instanceof StrataError) throw e
-      throw new StrataError('IMAGE_BAD_ARCHIVE', `${input}: ${(e as Error).message}`, { cause: e })
+      if (e instanceof StrataError && e.code !== 'IMAGE_BAD_ARCHIVE') throw e
+      // the decompressor's message ("unexpected end of file") names no file
+      throw new StrataError('IMAGE_BAD_ARCHIVE', `${input}: ${e instanceof StrataError ? e.reason : (e as Error).message}`, { cause: e })
     }
   }
-  const index = await TarIndex.open(tarFile)
+  let index: TarIndex
+  try {
+    index = await TarIndex.open(tarFile)
+  } catch (e) {
+    // name the user's file, not the decompressed copy in the work dir
+    if (tarFile === abs || !(e instanceof StrataError)) throw e
+    throw new StrataError(e.code, `${input} (${compression}): ${e.reason.split(tarFile).join('the decompressed tar')}`, { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+  }
   const reader = new TarArchiveReader(index, input)
   const hasLayout = index.has(OCI_LAYOUT_FILE) && index.has('index.json')
   const hasLegacy = index.has('manifest.json')

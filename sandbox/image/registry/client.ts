@@ -83,6 +83,13 @@ function isRetryable(e: unknown): boolean {
   return !(e instanceof StrataError) || (e.code === 'IMAGE_REMOTE_ERROR' && !isTimeout(e))
 }
 
+/** https to a server that does not speak TLS (a plain-http registry: "wrong version number") or whose TLS fails. */
+function isTlsFailure(e: unknown): boolean {
+  if (e instanceof StrataError) return false
+  const cause = (e as { cause?: { code?: unknown } })?.cause
+  return typeof cause?.code === 'string' && /^(ERR_SSL_|ERR_TLS_|EPROTO$)/.test(cause.code)
+}
+
 /** A request that timed out (timedFetch): not retried. */
 export function isTimeout(e: unknown): boolean {
   return e instanceof StrataError && (e.detail as { timeout?: unknown } | undefined)?.timeout === true
@@ -236,12 +243,16 @@ export class RegistryClient {
   /** Wraps a failure: CANCELLED once the signal fired, IMAGE_REMOTE_ERROR for network errors, StrataErrors as they are. */
   fail(e: unknown, what: string): StrataError {
     if (this.signal?.aborted) return cancelledError(this.signal)
-    return networkError(e, what)
+    const err = networkError(e, what)
+    if (this.base.startsWith('https:') && isTlsFailure(e)) {
+      return new StrataError('IMAGE_REMOTE_ERROR', `${err.reason}: the TLS handshake failed; if ${this.host} serves plain http, use --insecure`, { cause: e })
+    }
+    return err
   }
 
-  /** Whether a failure may be retried (network and remote errors, never a cancel). */
+  /** Whether a failure may be retried (network and remote errors, never a cancel, a timeout or a TLS handshake that failed). */
   retryable(e: unknown): boolean {
-    return !this.signal?.aborted && isRetryable(e)
+    return !this.signal?.aborted && isRetryable(e) && !isTlsFailure(e)
   }
 
   /** `/v2/<repo>/<rest>` as an absolute URL. */

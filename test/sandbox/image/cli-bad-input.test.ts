@@ -37,12 +37,13 @@ async function state(): Promise<StoreState> {
 }
 
 /** Runs `strata image import …`; expects failure with `code` and an unchanged store. */
-async function expectFailure(t: import('ava').ExecutionContext, code: string, args: string[]): Promise<void> {
+async function expectFailure(t: import('ava').ExecutionContext, code: string, args: string[]): Promise<string> {
   const before = await state()
   const r = await strata(['image', ...img.ic.cliArgs, 'import', ...args])
   t.not(r.code, 0, `import ${args.join(' ')} should fail\n${r.stdout}${r.stderr}`)
   t.regex(r.stderr, new RegExp(`strata: ${code}: `), `import ${args.join(' ')}: expected ${code}\n${r.stderr}`)
   t.deepEqual(await state(), before, `import ${args.join(' ')} left something behind`)
+  return r.stderr
 }
 
 /** Writes a tar with Python's tarfile from a list of entries. */
@@ -200,7 +201,12 @@ test.serial('malformed and truncated archives', async (t) => {
   await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [garbage, '--name', 'bad/garbage'])
   await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [truncated, '--name', 'bad/truncated'])
   await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [cut, '--name', 'bad/cut'])
-  await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [gz, '--name', 'bad/gz'])
+  // the message names the file given, not the decompressed copy
+  t.true((await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [gz, '--name', 'bad/gz'])).includes(`${gz}: `))
+  const rootfsTar = await pyTar(path.join(dir, 'rootfs.tar'), [{ name: 'big.bin', data: crypto.randomBytes(60_000).toString('hex') }])
+  const rootfsGz = path.join(dir, 'rootfs-truncated.tar.gz')
+  await run('sh', ['-c', `gzip -c ${rootfsTar} | head -c 20000 > ${rootfsGz}`])
+  t.true((await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [rootfsGz, '--name', 'bad/rootfs-gz'])).includes(`${rootfsGz}: `))
   await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [tiny, '--name', 'bad/tiny'])
   await expectFailure(t, 'IMAGE_BAD_MANIFEST', [badJson, '--name', 'bad/json'])
   await expectFailure(t, 'NOT_FOUND', [path.join(dir, 'nope.tar'), '--name', 'bad/nope'])

@@ -142,3 +142,16 @@ test('an upload whose PATCH (a body sent in slices) is never answered times out,
   t.regex((error as Error).message, /PATCH http:\/\/.*\/v2\/x\/y\/blobs\/uploads\/1: timed out: no answer for 0.4 s/)
   t.is(patches, 1, 'the upload is not restarted after a timeout')
 })
+
+test('https to a registry that speaks plain http: IMAGE_REMOTE_ERROR hinting at --insecure, at once', async (t) => {
+  let hits = 0
+  const host = await serve(t, (_req, res) => {
+    hits++
+    res.end('{}')
+  })
+  const c = new RegistryClient(host, 'x/y', { insecure: false, timeoutMs: TIMEOUT })
+  const { error } = await timed(c.ping())
+  t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
+  t.regex((error as Error).message, new RegExp(`GET https://${host}/v2/: ERR_SSL_WRONG_VERSION_NUMBER: the TLS handshake failed; if ${host} serves plain http, use --insecure`))
+  t.is(hits, 0)
+})
