@@ -53,7 +53,7 @@ function permArg(what: string): (v: string) => number {
 
 function addLayoutOptions(c: Command): Command {
   return c
-    .option('--chain-table-id <id>', 'chain table of the layout', intArg('--chain-table-id', { min: 1 }))
+    .option('--chain-table-id <id>', 'chain table of the layout', intArg('--chain-table-id', { min: 1, max: 0xffffffff }))
     .option('--chain-table-ver <ver>', 'chain table version (default latest)', intArg('--chain-table-ver'))
     .option('--chain-list <ids>', 'explicit chains, comma separated (1,2,3); with a table: table indexes')
     .option('--chunk-size <size>', 'chunk size, a power of two (64K, 1M …)', sizeArg('--chunk-size'))

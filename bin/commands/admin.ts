@@ -34,7 +34,7 @@ import {
   type AdminSession,
 } from '../../fs/admin/index.js'
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
-import { StrataError } from '../../fs/common/errors.js'
+import { StrataError, fromSystemError } from '../../fs/common/errors.js'
 import { choiceArg, intArg, intListArg, out, printAction, printJson, printListing, readInput, sizeArg, sizeListArg, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 
@@ -56,6 +56,25 @@ function session(cmd: Command, run: Run): Promise<void> {
     (s) => run(s, !!g.json),
   )
 }
+
+/** An input file, its failure reported with the catalogue code of its errno (a directory: INVALID_ARGUMENT). */
+function readFileArg(file: string, what: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8')
+  } catch (e) {
+    const se = fromSystemError(e)
+    if (!se) return readInput(file, what)
+    throw new StrataError(se.code, `cannot read ${what} ${file}: ${(e as Error).message}`, { cause: e })
+  }
+}
+
+/** For commands whose output is a CSV: --json (theirs or the group's) is refused, not silently ignored. */
+function refuseJson(cmd: Command, name: string): void {
+  if ((cmd.optsWithGlobals() as GlobalOpts).json) throw new UsageError(`${name} writes CSV; --json is not supported`)
+}
+
+/** 3FS chain table ids are u32. */
+const U32_MAX = 0xffffffff
 
 const NODE_TYPE_CHOICES = [...NODE_TYPES, 'CLIENT_AGENT'] as const
 
@@ -106,7 +125,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
           ['fuse', 'FUSE'],
         ] as const) {
           if (!o[opt]) continue
-          const cr = await setConfig(s, type, readInput(o[opt], `${type} config`))
+          const cr = await setConfig(s, type, readFileArg(o[opt], `${type} config`))
           configs.push(cr.result)
           r.lines.push([`Init config for ${type} version ${cr.result.configVersion}`])
         }
@@ -168,7 +187,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
     .option('--json', 'print JSON')
     .action((o, cmd: Command) =>
       session(cmd, async (s, json) => {
-        const chains = o.chains ? parseChainsCsv(readInput(o.chains, 'chains CSV'), o.chains) : undefined
+        const chains = o.chains ? parseChainsCsv(readFileArg(o.chains, 'chains CSV'), o.chains) : undefined
         printAction(
           await createTargets(s, {
             nodeId: o.nodeId,
@@ -224,23 +243,33 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
     .option('--set-preferred-target-order', 'record the CSV order as the preferred target order')
     .option('--json', 'print JSON')
     .action((file: string | undefined, o, cmd: Command) => {
-      if (o.dumpTemplate) return dumpTemplate(file, CHAINS_CSV_TEMPLATE)
+      if (o.dumpTemplate) {
+        refuseJson(cmd, 'upload-chains -d')
+        return dumpTemplate(file, CHAINS_CSV_TEMPLATE)
+      }
       if (!file) throw new UsageError('upload-chains needs <csv-file-path> (or -d to print a template)')
-      return session(cmd, async (s, json) => printAction(await uploadChains(s, readInput(file, 'chains CSV'), { source: file, setPreferredTargetOrder: !!o.setPreferredTargetOrder }), json))
+      return session(cmd, async (s, json) => printAction(await uploadChains(s, readFileArg(file, 'chains CSV'), { source: file, setPreferredTargetOrder: !!o.setPreferredTargetOrder }), json))
     })
 
   admin
     .command('upload-chain-table')
     .description('upload a new version of a chain table from a CSV with header ChainId')
-    .argument('[tableId]', 'chain table id', intArg('tableId', { min: 1 }))
+    .argument('[tableId]', 'chain table id (1 to 2^32-1; not needed with -d)')
     .argument('[csv-file-path]', 'the chain table CSV (with -d: where to write the template; default stdout)')
-    .option('-d, --dump-template', 'write a template CSV instead of uploading')
+    .option('-d, --dump-template', 'write a template CSV instead of uploading: -d [PATH] (a table id before PATH is accepted and ignored)')
     .option('--desc <text>', 'description stored with this version')
     .option('--json', 'print JSON')
-    .action((tableId: number | undefined, file: string | undefined, o, cmd: Command) => {
-      if (o.dumpTemplate) return dumpTemplate(file, CHAIN_TABLE_CSV_TEMPLATE)
-      if (tableId === undefined || !file) throw new UsageError('upload-chain-table needs <tableId> <csv-file-path> (or -d to print a template)')
-      return session(cmd, async (s, json) => printAction(await uploadChainTable(s, tableId, readInput(file, 'chain table CSV'), { source: file, ...(o.desc !== undefined ? { desc: o.desc } : {}) }), json))
+    .action((tableArg: string | undefined, file: string | undefined, o, cmd: Command) => {
+      if (o.dumpTemplate) {
+        refuseJson(cmd, 'upload-chain-table -d')
+        // `-d PATH` as upload-chains -d takes it; `-d ID PATH` as 3FS's admin_cli
+        const dest = file ?? (tableArg !== undefined && !/^\d+$/.test(tableArg) ? tableArg : undefined)
+        return dumpTemplate(dest, CHAIN_TABLE_CSV_TEMPLATE)
+      }
+      if (tableArg === undefined || !file) throw new UsageError('upload-chain-table needs <tableId> <csv-file-path> (or -d to print a template)')
+      const tableId = Number(tableArg)
+      if (!/^\d+$/.test(tableArg) || tableId < 1 || tableId > U32_MAX) throw new UsageError(`tableId must be an integer in [1, ${U32_MAX}], got "${tableArg}"`)
+      return session(cmd, async (s, json) => printAction(await uploadChainTable(s, tableId, readFileArg(file, 'chain table CSV'), { source: file, ...(o.desc !== undefined ? { desc: o.desc } : {}) }), json))
     })
 
   admin
@@ -282,15 +311,21 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
     .command('dump-chains')
     .description('write the current chains as an upload-chains CSV (stdout without a file)')
     .argument('[csv-file-path]', 'output file')
-    .action((file: string | undefined, _o, cmd: Command) => session(cmd, async (s) => writeOrPrint(file, await dumpChains(s))))
+    .action((file: string | undefined, _o, cmd: Command) => {
+      refuseJson(cmd, 'dump-chains')
+      return session(cmd, async (s) => writeOrPrint(file, await dumpChains(s)))
+    })
 
   admin
     .command('dump-chain-table')
     .description('write a chain table version as an upload-chain-table CSV (stdout without a file)')
-    .argument('<tableId>', 'chain table', intArg('tableId', { min: 1 }))
+    .argument('<tableId>', 'chain table', intArg('tableId', { min: 1, max: U32_MAX }))
     .argument('[csv-file-path]', 'output file')
     .option('-v, --version <ver>', 'table version (default latest)', intArg('--version', { min: 1 }))
-    .action((tableId: number, file: string | undefined, o, cmd: Command) => session(cmd, async (s) => writeOrPrint(file, await dumpChainTable(s, tableId, o.version))))
+    .action((tableId: number, file: string | undefined, o, cmd: Command) => {
+      refuseJson(cmd, 'dump-chain-table')
+      return session(cmd, async (s) => writeOrPrint(file, await dumpChainTable(s, tableId, o.version)))
+    })
 
   // --- chunks
 

@@ -206,6 +206,27 @@ async function putFile(
   return { local, path: target, bytes, length: st.file?.length ?? 0, inode: inodeHex(st.id), seconds: (Date.now() - t0) / 1000 }
 }
 
+/**
+ * Runs `fn` for every path as coreutils' rm and mkdir do: a failure that is
+ * about the path (missing, not empty, permission…) is printed and the next
+ * path goes on; the caller exits 1 at the end when any failed. A failure of
+ * the cluster itself (a retryable code: unreachable, timed out) ends the
+ * command at once: every later path would wait out the same budget.
+ */
+async function eachPath(paths: string[], fn: (p: string) => Promise<void>): Promise<number> {
+  let failed = 0
+  for (const p of paths) {
+    try {
+      await fn(p)
+    } catch (e) {
+      if (!(e instanceof StrataError) || e.retryable || paths.length === 1) throw e
+      process.stderr.write(`strata: ${e.message}\n`)
+      failed++
+    }
+  }
+  return failed
+}
+
 function permArg(v: string): number {
   try {
     return parsePerm(v)
@@ -263,7 +284,7 @@ export function inodeRecord(name: string, i: Inode): Record<string, unknown> {
 
 function layoutOpts(c: Command): Command {
   return c
-    .option('--chain-table-id <id>', 'chain table of the new file', intArg('--chain-table-id', { min: 1 }))
+    .option('--chain-table-id <id>', 'chain table of the new file', intArg('--chain-table-id', { min: 1, max: 0xffffffff }))
     .option('--chunk-size <size>', 'chunk size of the new file (64K, 1M …)', sizeArg('--chunk-size'))
     .option('--stripe-size <n>', 'chains the new file stripes over', intArg('--stripe-size', { min: 1 }))
 }
@@ -437,7 +458,7 @@ followed (its target file is replaced).`,
     )
 
   g.command('mkdir')
-    .description('create directories')
+    .description('create directories; a path that fails is reported and the others are still made (exit 1)')
     .argument('<paths...>', 'DFS paths')
     .option('-p, --parents', 'create missing parents; no error if it exists')
     .option('--mode <octal>', 'permission (default 0755)', permArg)
@@ -445,21 +466,22 @@ followed (its target file is replaced).`,
     .action((paths: string[], o, cmd: Command) =>
       withFileSystem(cmd, async (fsys, json) => {
         const made: Array<Record<string, unknown>> = []
-        for (const p of paths) {
+        const failed = await eachPath(paths, async (p) => {
           try {
             const st = await fsys.mkdir(p, { mode: o.mode ?? 0o755, recursive: !!o.parents })
             made.push(inodeRecord(normalizePath(p), st))
           } catch (e) {
-            if (o.parents && e instanceof StrataError && e.code === 'META_EXISTS' && (await fsys.stat(p)).type === 'Directory') continue
+            if (o.parents && e instanceof StrataError && e.code === 'META_EXISTS' && (await fsys.stat(p)).type === 'Directory') return
             throw e
           }
-        }
+        })
         if (json) printJson(made)
+        if (failed) process.exitCode = 1
       }),
     )
 
   g.command('rm')
-    .description('remove files, symlinks and empty directories; -r whole trees')
+    .description('remove files, symlinks and empty directories; -r whole trees; a path that fails is reported and the others still go (exit 1)')
     .argument('<paths...>', 'DFS paths')
     .option('-r, --recursive', 'remove directories and their contents')
     .option('-f, --force', 'ignore paths that do not exist')
@@ -467,7 +489,7 @@ followed (its target file is replaced).`,
     .action((paths: string[], o, cmd: Command) =>
       withFileSystem(cmd, async (fsys, json) => {
         const removed: string[] = []
-        for (const p of paths) {
+        const failed = await eachPath(paths, async (p) => {
           try {
             if (!o.recursive) {
               const st = await fsys.lstat(p)
@@ -476,11 +498,12 @@ followed (its target file is replaced).`,
             } else await fsys.rm(p, { recursive: true })
             removed.push(normalizePath(p))
           } catch (e) {
-            if (o.force && e instanceof StrataError && e.code === 'META_NOT_FOUND') continue
+            if (o.force && e instanceof StrataError && e.code === 'META_NOT_FOUND') return
             throw e
           }
-        }
+        })
         if (json) printJson({ removed })
+        if (failed) process.exitCode = 1
       }),
     )
 

@@ -8,7 +8,7 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { StrataError } from '../common/errors.js'
+import { StrataError, fromSystemError } from '../common/errors.js'
 import type { ClusterLayout } from './placement.js'
 
 export const CLUSTER_FILE = 'cluster.json'
@@ -90,7 +90,9 @@ export function readClusterFile(dir: string): ClusterFile {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
       throw new StrataError('CLUSTER_NOT_FOUND', `no cluster at ${dir} (missing ${CLUSTER_FILE}); start one with: strata cluster up --dir ${dir}`)
     }
-    throw new StrataError('IO_ERROR', `cannot read ${file}: ${(e as Error).message}`, { cause: e })
+    // a --dir that is a file (ENOTDIR) is the caller's mistake, like any local path (docs/errors.md)
+    const code = fromSystemError(e)?.code ?? 'IO_ERROR'
+    throw new StrataError(code, `cannot read ${file}: ${(e as Error).message}`, { cause: e })
   }
   try {
     const c = JSON.parse(text) as ClusterFile

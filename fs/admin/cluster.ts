@@ -144,7 +144,7 @@ export function clusterSettings(o: ClusterUpOptions): { settings: ClusterSetting
   const chainTableId = o.chainTableId ?? 1
   check(Number.isInteger(storageNodes) && storageNodes >= 1 && storageNodes <= 999, `--storage-nodes must be in [1, 999], got ${storageNodes}`)
   check(isPowerOfTwo(chunkSize) && chunkSize >= 4096, `--chunk-size must be a power of two of at least 4K, got ${chunkSize}`)
-  check(Number.isInteger(chainTableId) && chainTableId > 0, `--chain-table-id must be a positive integer, got ${chainTableId}`)
+  check(Number.isInteger(chainTableId) && chainTableId > 0 && chainTableId <= 0xffffffff, `--chain-table-id must be an integer in [1, 4294967295] (3FS chain table ids are u32), got ${chainTableId}`)
   const nodeIds = Array.from({ length: storageNodes }, (_, i) => STORAGE_NODE_ID_BASE + i + 1)
   const layout = planLayout({ nodeIds, targetsPerNode, replicas })
   const stripeSize = o.stripeSize ?? defaultStripeSize(layout.chains.length)

@@ -7,7 +7,7 @@
 import { StrataError, toStrataError } from '../common/errors.js'
 import { chunkIdOf, formatChunkId, formatChunkIdHex } from '../common/chunk-id.js'
 import { layoutChainIndexes, validateLayout, type Layout } from '../common/layout.js'
-import type { RoutingInfo } from '../common/types.js'
+import { latestChainTable, type RoutingInfo } from '../common/types.js'
 import { StorageClient } from '../client/storage-client.js'
 import { FileSystem } from '../client/file/file-system.js'
 import { MetaClient } from '../client/file/meta-client.js'
@@ -360,6 +360,12 @@ export async function adminCreate(f: FsAdminSession, path: string, o: { perm?: n
 
 /** Layout flags of create/mkdir resolved against the parent's layout when only sizes are given. */
 export async function resolveLayoutArgs(f: FsAdminSession, path: string, a: LayoutArgs): Promise<Layout | undefined> {
+  if (a.chainList !== undefined && a.chainTableId !== undefined && a.chainTableVer === undefined) {
+    // a chain list of table indexes needs a concrete version: --chain-table-ver defaults to the latest
+    const table = latestChainTable(await fetchRouting(f.admin), a.chainTableId)
+    if (!table) throw new StrataError('MGMTD_CHAIN_TABLE_NOT_FOUND', `chain table ${a.chainTableId} does not exist`)
+    a = { ...a, chainTableVer: table.chainTableVersion }
+  }
   const only = a.chainList === undefined && a.chainTableId === undefined && a.chainTableVer === undefined
   if (!only || (a.chunkSize === undefined && a.stripeSize === undefined)) return parseLayoutArgs(a)
   const parent = normalizePath(path).replace(/\/[^/]*$/, '') || '/'

@@ -530,11 +530,12 @@ export class MetaStore {
     const srcEntry = src.entry
     if (dst.entry && dst.entry.parent === srcEntry.parent && dst.entry.name === srcEntry.name) return loadEntryInode(txn, dst.entry)
     if (dst.entry && dst.entry.type === 'File' && req.moveToTrash) throw new StrataError('META_EXISTS', `rename destination ${req.dest.path} exists`)
-    if (dst.entry && dst.entry.type === 'Directory' && !(await checkEmpty(txn, dst.entry.id))) {
-      throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is a non-empty directory`)
-    }
     if (srcEntry.type === 'Directory') {
       if (dst.entry && dst.entry.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `rename destination ${req.dest.path} is not a directory`)
+      // only a directory can replace a directory, and only an empty one; a non-directory is EISDIR below, empty or not (rename(2))
+      if (dst.entry && !(await checkEmpty(txn, dst.entry.id))) {
+        throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is a non-empty directory`)
+      }
       const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
       if (underTrash(dstAncestors)) {
         // moving a directory into /trash/…: the remove permissions, unless it is already in the trash (3FS)

@@ -247,3 +247,51 @@ test.serial('scenario 26: headers, upload-chains -d, invalid CSVs rejected, offl
   const st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
   t.like(st.chains, { total: 2, serving: 1, unavailable: 1 })
 })
+
+test('local path errors, u32 chain table ids, -d templates and CSV-only commands refusing --json', async (t) => {
+  const dir = tempDir(t)
+  const [port] = await pickFreePorts(1)
+  const addr = `127.0.0.1:${port}`
+  const cfg = path.join(dir, 'mgmtd.json')
+  fs.writeFileSync(cfg, JSON.stringify({ nodeId: 1, dataDir: path.join(dir, 'data'), listen: addr }))
+  const child = spawn(process.execPath, [STRATA, 'daemon', 'mgmtd', '--config', cfg], { stdio: 'ignore' })
+  t.teardown(() => {
+    child.kill('SIGKILL')
+  })
+  const A = ['admin', '--mgmtd-address', addr]
+  await until('mgmtd up', async () => (await strata([...A, 'list-nodes'])).code === 0, 15_000)
+
+  // a directory where a file is wanted, a file where a directory is wanted: INVALID_ARGUMENT (docs/errors.md)
+  const isDir = await strata([...A, 'upload-chains', dir])
+  t.is(isDir.code, 1)
+  t.regex(isDir.stderr, /^strata: INVALID_ARGUMENT: cannot read chains CSV .*EISDIR/m)
+  const notDir = await strata(['cluster', 'status', '--dir', cfg])
+  t.is(notDir.code, 1)
+  t.regex(notDir.stderr, /^strata: INVALID_ARGUMENT: cannot read .*ENOTDIR/m)
+
+  // upload-chain-table -d PATH needs no table id, as upload-chains -d; ids are u32
+  const tpl = path.join(dir, 'tpl.csv')
+  t.regex(await ok(t, [...A, 'upload-chain-table', '-d', tpl]), /Dump template to .*tpl\.csv succeeded/)
+  t.is(fs.readFileSync(tpl, 'utf8'), 'ChainId\n123\n234\n')
+  t.is(await ok(t, [...A, 'upload-chain-table', '-d']), 'ChainId\n123\n234\n')
+  const big = await strata([...A, 'upload-chain-table', '4294967296', tpl])
+  t.is(big.code, 2)
+  t.regex(big.stderr, /tableId must be an integer in \[1, 4294967295\]/)
+  t.is((await strata([...A, 'dump-chain-table', '4294967296'])).code, 2)
+  const upBig = await strata(['cluster', 'up', '--dir', path.join(dir, 'c'), '--chain-table-id', '4294967296'])
+  t.is(upBig.code, 2)
+  t.false(fs.existsSync(path.join(dir, 'c', 'cluster.json')))
+
+  // commands that write CSV refuse --json (theirs or the group's) instead of ignoring it
+  for (const args of [
+    ['dump-chains', '--json'],
+    ['--json', 'dump-chains'],
+    ['dump-chain-table', '1', '--json'],
+    ['upload-chains', '-d', '--json'],
+    ['upload-chain-table', '-d', '--json'],
+  ]) {
+    const r = await strata([...A, ...args])
+    t.is(r.code, 2, args.join(' '))
+    t.regex(r.stderr, /writes CSV; --json is not supported/, args.join(' '))
+  }
+})

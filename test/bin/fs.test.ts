@@ -311,3 +311,36 @@ function getBytes(args: string[]): Promise<Buffer> {
     c.once('exit', (code) => (code === 0 ? resolve(Buffer.concat(parts)) : reject(new Error(`strata ${args.join(' ')} exited ${code}`))))
   })
 }
+
+test.serial('multi-path fs rm / mkdir go on past a failing path (exit 1); create --chain-list takes the latest table version; mv file over a directory is EISDIR', async (t) => {
+  t.timeout(3 * 60_000)
+  const { args } = await cluster(t)
+  const fsx = (...a: string[]) => ['fs', ...args, ...a]
+  const adm = (...a: string[]) => ['admin', ...args, ...a]
+  await ok(t, fsx('mkdir', '/a', '/b', '/full'))
+  await ok(t, fsx('mkdir', '/full/x'))
+  const rm = await strata(fsx('rm', '/a', '/missing', '/full', '/b'))
+  t.is(rm.code, 1)
+  t.regex(rm.stderr, /^strata: META_NOT_FOUND: .*missing/m)
+  t.regex(rm.stderr, /^strata: META_NOT_EMPTY: /m)
+  t.deepEqual((await ok(t, fsx('ls', '/'))).trim().split('\n'), ['full'])
+  const mk = await strata(fsx('mkdir', '/no/such', '/c', '/full', '/d'))
+  t.is(mk.code, 1)
+  t.regex(mk.stderr, /^strata: META_NOT_FOUND: /m)
+  t.regex(mk.stderr, /^strata: META_EXISTS: /m)
+  t.deepEqual((await ok(t, fsx('ls', '/'))).trim().split('\n'), ['c', 'd', 'full'])
+
+  // --chain-list with --chain-table-id: --chain-table-ver defaults to the latest
+  const cl = JSON.parse(await ok(t, adm('create', '--chain-table-id', '1', '--chain-list', '1', '--chunk-size', '64K', '--json', '/cl')))
+  t.truthy(cl)
+  const st = JSON.parse(await ok(t, adm('stat', '--display-layout', '--json', '/cl')))
+  t.like(st.layout, { tableId: 1, tableVersion: 1, chunkSize: 65536, stripeSize: 1 })
+  const noTable = await strata(adm('create', '--chain-table-id', '7', '--chain-list', '1', '--chunk-size', '64K', '/cl2'))
+  t.is(noTable.code, 1)
+  t.regex(noTable.stderr, /^strata: MGMTD_CHAIN_TABLE_NOT_FOUND: chain table 7/m)
+
+  // rename(2): a file over a directory is EISDIR whether it is empty or not
+  const mv = await strata(adm('mv', '/cl', '/full'))
+  t.is(mv.code, 1)
+  t.regex(mv.stderr, /^strata: META_IS_DIRECTORY: /m)
+})

@@ -63,6 +63,8 @@ test.serial('rename errors and replace rules', async (t) => {
   t.is(await codeOf(c.rename('/a', '/full')), 'META_NOT_EMPTY')
   t.is(await codeOf(c.rename('/a', '/file')), 'META_NOT_DIRECTORY')
   t.is(await codeOf(c.rename('/file', '/empty')), 'META_IS_DIRECTORY')
+  // rename(2): a non-directory over a non-empty directory is EISDIR too, not ENOTEMPTY
+  t.is(await codeOf(c.rename('/file', '/full')), 'META_IS_DIRECTORY')
   t.is(await codeOf(c.rename('/missing', '/x')), 'META_NOT_FOUND')
   t.is(await codeOf(c.rename('/file', '/nodir/x')), 'META_NOT_FOUND')
   t.is(await codeOf(c.rename('/file', '/file/x')), 'META_NOT_DIRECTORY')
