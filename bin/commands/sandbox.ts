@@ -10,8 +10,9 @@ import { formatTable, readClusterFile, resolveClusterDir } from '../../fs/admin/
 import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError, isStrataError } from '../../fs/common/errors.js'
 import { createLogger } from '../../fs/common/log.js'
-import { sandboxStateDir, startSandboxDaemon, TOKEN_FILE, type CreateSandboxRequest, type SandboxInfo } from '../../sandbox/daemon/index.js'
-import { Strata } from '../../sandbox/sdk/index.js'
+import { MAX_EXEC_TIMEOUT_MS, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, type CreateSandboxRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
+import { extractTarSafely } from '../../sandbox/sdk/extract.js'
+import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
 import { UsageError, choiceArg, intArg, out, printJson, warmPoolArg } from './output.js'
 
 interface ClientOpts {
@@ -87,26 +88,40 @@ function runTar(args: string[], io: 'in' | 'out'): { proc: ReturnType<typeof spa
   return { proc, done }
 }
 
+const TYPE_NAMES: Record<string, string> = { char: 'a character device', block: 'a block device', fifo: 'a fifo', socket: 'a socket', symlink: 'a dangling symlink', unknown: 'a special file' }
+
 async function copy(s: Strata, src: string, dst: string): Promise<string> {
   const from = splitCpArg(src)
   const to = splitCpArg(dst)
   if (!!from === !!to) throw new UsageError('exactly one of SRC and DST must be ID:/path (a sandbox path)')
   if (from) {
     const sb = await s.sandboxes.get(from.id)
+    // a symlink SRC is followed (the link's target is copied), as for an upload
     const st = await sb.files.stat(from.path, { followSymlinks: true })
     const local = path.resolve(dst)
     const localIsDir = fs.existsSync(local) && fs.statSync(local).isDirectory()
+    const target = localIsDir ? path.join(local, path.posix.basename(from.path)) : local
     if (st.type === 'file') {
-      const target = localIsDir ? path.join(local, path.posix.basename(from.path)) : local
-      await pipeline(await sb.files.readStream(from.path), fs.createWriteStream(target))
+      // as large as it is now: a file that keeps growing (a log, /proc/…) cannot make the copy endless
+      const tmp = `${target}.strata-cp-${process.pid}`
+      try {
+        await pipeline(await sb.files.readStream(from.path, { length: st.size }), fs.createWriteStream(tmp, { flags: 'wx', mode: 0o600 }))
+        // its permission bits, as docker cp keeps them, without setuid, setgid and sticky
+        fs.chmodSync(tmp, st.mode & 0o777)
+        fs.renameSync(tmp, target)
+      } finally {
+        fs.rmSync(tmp, { force: true })
+      }
       return target
     }
+    if (st.type !== 'dir') {
+      throw new StrataError('INVALID_ARGUMENT', `${src} is ${TYPE_NAMES[st.type] ?? 'a special file'}: only regular files and directories are copied (symlinks to them are followed)`)
+    }
     // a directory: its contents land in DST (created), or in DST/<name> when DST exists
-    const target = localIsDir ? path.join(local, path.posix.basename(from.path)) : local
     fs.mkdirSync(target, { recursive: true })
-    const tar = runTar(['-x', '-f', '-', '-C', target, '--no-same-owner'], 'in')
-    await pipeline(await sb.files.downloadTar(from.path), tar.proc.stdin!)
-    await tar.done
+    await extractTarSafely(await sb.files.downloadTar(from.path), target, {
+      onSkip: (name, why) => process.stderr.write(`strata: skipped ${path.posix.join(from.path, name)}: ${why}\n`),
+    })
     return target
   }
   const sb = await s.sandboxes.get(to!.id)
@@ -128,6 +143,69 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
   const [r] = await Promise.all([sb.files.uploadTar(target, tar.proc.stdout!), tar.done])
   void r
   return `${sb.id}:${target}`
+}
+
+/** How long a command whose output nobody reads any more gets to die of SIGPIPE before SIGKILL. */
+const SIGPIPE_GRACE_MS = 2000
+/** What a command killed by SIGPIPE exits with in a shell, and what exec exits with once its output is cut. */
+const EXIT_SIGPIPE = 128 + 13
+
+/**
+ * Copies a process's stdout and stderr to ours. When a reader of ours goes
+ * away (\`| head -1\`: EPIPE), the command is sent SIGPIPE, as it would get
+ * locally, then SIGKILL if it lives on; what it still writes is discarded.
+ * Resolves with whether an output of ours broke.
+ */
+function pumpOutput(p: SandboxProcess): { broken: () => boolean; done: Promise<void> } {
+  let broken = false
+  const onBroken = () => {
+    if (broken) return
+    broken = true
+    p.stdout.resume()
+    p.stderr.resume()
+    const kill = (sig: NodeJS.Signals) => p.kill(sig).catch(() => undefined)
+    void kill('SIGPIPE')
+    const t = setTimeout(() => void kill('SIGKILL'), SIGPIPE_GRACE_MS)
+    t.unref()
+    void p.wait().finally(() => clearTimeout(t)).catch(() => undefined)
+  }
+  const pump = (from: NodeJS.ReadableStream, to: NodeJS.WriteStream) => new Promise<void>((resolve) => {
+    // stays attached: a write still queued when the command exits may fail after 'end'
+    to.on('error', onBroken)
+    from.on('data', (c: Buffer) => {
+      if (broken) return
+      if (!to.write(c, (e) => { if (e) onBroken() })) {
+        from.pause()
+        to.once('drain', () => from.resume())
+      }
+    })
+    from.once('end', resolve)
+  })
+  const done = Promise.all([pump(p.stdout, process.stdout), pump(p.stderr, process.stderr)]).then(() => undefined)
+  return { broken: () => broken, done }
+}
+
+/** The exit status a shell would give the command (see the exec help). */
+function execExitCode(exit: ExitEvent): number {
+  return exit.timedOut ? 124 : exit.exitCode ?? 128 + (SIGNALS[exit.signal ?? ''] ?? 0)
+}
+
+/** Usage errors (exit 2) for what the daemon's own checks refuse in a spec, before anything is sent. */
+function checkSpecLocally(spec: CreateSandboxRequest): void {
+  try {
+    validateCreate(spec)
+  } catch (e) {
+    if (isStrataError(e, 'INVALID_ARGUMENT')) throw new UsageError(optionName((e as StrataError).reason))
+    throw e
+  }
+}
+
+/** The validator's field names, as the CLI's options. */
+function optionName(msg: string): string {
+  return msg
+    .replace(/^mounts\[\d+\]\.(source|target)/, (_m, f: string) => `--mount ${f === 'source' ? 'DFS_PATH' : 'TARGET'}`)
+    .replace(/^(hostname|workdir|user|image|base|workspace|idempotencyKey)\b/, (m) => `--${m.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())}`)
+    .replace(/^toolkits\[\d+\]/, '--toolkit').replace(/^env\b/, '--env').replace(/^labels\b/, '--label')
 }
 
 export function registerSandboxCommands(program: Command): void {
@@ -195,6 +273,7 @@ Examples:
       if (!spec.image && !spec.base) throw new UsageError('give --image or --base')
       if (spec.image && spec.base) throw new UsageError('give --image or --base, not both')
       if (spec.image && (spec.workspace || spec.toolkits)) throw new UsageError('--workspace and --toolkit go with --base, not --image')
+      checkSpecLocally(spec)
       await withClient(cmd, async (s) => {
         if (o.count !== undefined) {
           const r = await s.sandboxes.createMany(spec, { count: o.count })
@@ -217,10 +296,14 @@ Examples:
     .option('--cwd <path>', 'working directory')
     .option('--env <k=v>', 'environment variable (repeatable)', kvArg('--env'))
     .option('--user <user>', 'run as this user')
-    .option('--timeout <sec>', 'kill the command after this many seconds (exit code 124)', intArg('--timeout', { min: 1 }))
+    .option('--timeout <sec>', `kill the command after this many seconds, at most ${MAX_EXEC_TIMEOUT_MS / 1000} (exit code 124)`, intArg('--timeout', { min: 1, max: MAX_EXEC_TIMEOUT_MS / 1000 }))
     .addHelpText('after', `
 Exit code: the command's; 128+N when killed by signal N; 124 on --timeout;
-127 when the command (or --cwd, or --user) is not found, 126 when it may not be run.
+127 when the command (or --cwd, or --user) is not found, 126 when it may not be run;
+141 when this command's stdout or stderr is closed by its reader (| head): the
+command then gets SIGPIPE (SIGKILL 2 s later if it lives on).
+A command the OOM killer killed (137) is also reported on stderr:
+"strata: killed: out of memory (limit N MiB)".
 Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .action(async (id: string, argv: string[], o, cmd: Command) => {
       await withClient(cmd, async (s) => {
@@ -243,11 +326,23 @@ Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
         }
         if (o.interactive) void pipeline(process.stdin, p.stdin).catch(() => undefined)
         else p.stdin.end()
-        const pumps = [pipeline(p.stdout, process.stdout, { end: false }), pipeline(p.stderr, process.stderr, { end: false })]
-        const exit = await p.wait()
-        await Promise.all(pumps)
-        if (o.interactive) process.stdin.destroy()
-        process.exitCode = exit.timedOut ? 124 : exit.exitCode ?? 128 + (SIGNALS[exit.signal ?? ''] ?? 0)
+        const out = pumpOutput(p)
+        let exit: ExitEvent
+        try {
+          exit = await p.wait()
+        } finally {
+          await out.done
+          if (o.interactive) process.stdin.destroy()
+        }
+        if (out.broken()) {
+          process.exitCode = EXIT_SIGPIPE
+          return
+        }
+        if (exit.oomKilled) {
+          const limit = sb.info.resources.memoryMiB
+          process.stderr.write(`strata: killed: out of memory${limit !== undefined ? ` (limit ${limit} MiB)` : ''}\n`)
+        }
+        process.exitCode = execExitCode(exit)
       })
     })
 
@@ -317,6 +412,10 @@ Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .addHelpText('after', `
 Like docker cp: when DST is an existing directory the source goes inside it
 under its own name, else it becomes DST. Directories travel as tar streams.
+Regular files and directories only (a symlink SRC is followed; other special
+files are refused). Downloads from a sandbox never create device nodes, fifos
+or sockets (each is skipped with a note on stderr), drop setuid, setgid and
+sticky bits, keep the other permission bits, and belong to you.
 Examples:
   strata sandbox cp ./app sb-0123456789ab:/work
   strata sandbox cp sb-0123456789ab:/work/out.json .`)

@@ -8,6 +8,7 @@
 // cgroups of the cluster behind. Teardown runs `cluster down` and clears
 // leftovers even when the test failed.
 import test, { type ExecutionContext } from 'ava'
+import { execFile, execFileSync } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -17,7 +18,7 @@ import { hasRunc } from '../helpers/agent-container.js'
 import { busyboxRootfs, hasBusybox } from '../helpers/busybox-rootfs.js'
 import { snapshotTree, type Tree } from '../helpers/tree-compare.js'
 import { fuseSkipReason } from '../fs/fuse/helpers.js'
-import { ok, strata, tempDir, until, type Run } from './helpers.js'
+import { STRATA, ok, strata, tempDir, until, type Run } from './helpers.js'
 
 const skip = fuseSkipReason() || (!hasRunc ? 'needs root and runc' : !hasBusybox ? 'needs busybox-static' : '')
 const run = skip ? test.serial.skip : test.serial
@@ -299,4 +300,142 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   // --- destroy
   await okCli(['cluster', 'destroy', '--dir', dir])
   t.false(fs.existsSync(path.join(dir, 'cluster.json')))
+})
+
+/** Runs a bash script with the CLI as `$STRATA`; resolves with its streams and exit code. */
+function bash(script: string, env: NodeJS.ProcessEnv, timeoutMs = 120_000): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile('bash', ['-c', script], { env: { ...process.env, ...env, STRATA: `${process.execPath} ${STRATA}` }, timeout: timeoutMs }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 128) : 0
+      resolve({ code, stdout: String(stdout), stderr: String(stderr) })
+    })
+  })
+}
+
+/** No JavaScript stack trace or unhandled error in a CLI's stderr. */
+function noCrash(t: ExecutionContext, r: Run, what: string): void {
+  t.notRegex(r.stderr, /^\s+at .+:\d+:\d+\)?$|Unhandled|node:internal|Error: write EPIPE/m, `${what}: ${r.stderr}`)
+}
+
+run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special files and modes; local usage errors', async (t) => {
+  t.timeout(15 * 60_000)
+  const base = tempDir(t, 'strata-sbcli2-')
+  const dir = path.join(base, 'c')
+  const env = { STRATA_CLUSTER: dir, STRATA_LOG_LEVEL: 'error' }
+  const cli = (args: string[], o: { timeoutMs?: number } = {}) => strata(args, { env, timeoutMs: o.timeoutMs ?? 120_000 })
+  const okCli = (args: string[], timeoutMs = 120_000) => ok(t, args, { env, timeoutMs })
+  let proc: SandboxProc | undefined
+  t.teardown(async () => {
+    if (fs.existsSync(path.join(dir, 'cluster.json'))) {
+      const down = await strata(['cluster', 'down', '--dir', dir], { env, timeoutMs: 180_000 })
+      if (down.code !== 0) t.log(`teardown: cluster down exited ${down.code}: ${down.stderr}`)
+    }
+    if (proc) await reclaimOffline(proc.stateDir).catch((e) => t.log(`teardown: reclaimOffline: ${(e as Error).message}`))
+    for (const m of mountsUnder([dir, ...(proc ? [proc.stateDir] : [])]).reverse()) await forceUnmount(m).catch(() => undefined)
+    if (proc && !proc.stateDir.startsWith(dir + '/')) fs.rmSync(proc.stateDir, { recursive: true, force: true })
+  })
+  await okCli(['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '-q'], 300_000)
+  proc = sandboxProc(dir)
+
+  // an image whose tree holds what a download must never bring onto the host as it is
+  const rootfs = busyboxRootfs(t)
+  const h = path.join(rootfs, 'hostile')
+  fs.mkdirSync(path.join(h, 'sub'), { recursive: true })
+  execFileSync('mknod', [path.join(h, 'null'), 'c', '1', '3'])
+  execFileSync('mknod', [path.join(h, 'loop'), 'b', '7', '0'])
+  execFileSync('mkfifo', [path.join(h, 'fifo')])
+  fs.writeFileSync(path.join(h, 'suid'), '#!/bin/sh\n', { mode: 0o755 })
+  fs.chmodSync(path.join(h, 'suid'), 0o6755)
+  fs.writeFileSync(path.join(h, 'private'), 'p\n')
+  fs.chmodSync(path.join(h, 'private'), 0o640)
+  fs.chownSync(path.join(h, 'private'), 1234, 1234)
+  fs.writeFileSync(path.join(h, 'sub', 'x'), 'x\n')
+  fs.linkSync(path.join(h, 'sub', 'x'), path.join(h, 'hard'))
+  fs.symlinkSync('/etc/passwd', path.join(h, 'abs-link'))
+  fs.chmodSync(path.join(h, 'sub'), 0o2755)
+  fs.mkdirSync(path.join(h, 'sticky'))
+  fs.chmodSync(path.join(h, 'sticky'), 0o1777)
+  await okCli(['image', 'import', rootfs, '--name', 'bad:1'], 300_000)
+  const id = (await okCli(['sandbox', 'create', '--image', 'bad:1', '--memory', '32'])).trim()
+
+  // --- exec | head: a quiet exit 141, and the command in the sandbox is killed
+  const piped = await bash(`$STRATA sandbox exec ${id} -- yes | head -1; echo "status \${PIPESTATUS[0]}"`, env)
+  t.is(piped.stdout, 'y\nstatus 141\n', piped.stderr)
+  noCrash(t, piped, 'exec | head -1')
+  t.is(piped.stderr, '')
+  await until('the yes in the sandbox to be killed', async () => !(await cli(['sandbox', 'exec', id, '--', 'ps', '-o', 'args'])).stdout.split('\n').includes('yes'), 10_000)
+  // the same when it is stderr whose reader goes
+  const errPiped = await bash(`$STRATA sandbox exec ${id} -- sh -c 'yes >&2' 2>&1 >/dev/null | head -1; echo "status \${PIPESTATUS[0]}"`, env)
+  t.is(errPiped.stdout, 'y\nstatus 141\n', errPiped.stderr)
+  await until('the yes writing to stderr to be killed', async () => !(await cli(['sandbox', 'exec', id, '--', 'ps', '-o', 'args'])).stdout.includes('yes'), 10_000)
+  // a command that ignores SIGPIPE is killed too
+  const stubborn = await bash(`$STRATA sandbox exec ${id} -- sh -c 'trap "" PIPE; yes' | head -c 2; echo " status \${PIPESTATUS[0]}"`, env)
+  t.is(stubborn.stdout, 'y\n status 141\n', stubborn.stderr)
+  noCrash(t, stubborn, 'exec (SIGPIPE ignored) | head')
+
+  // --- OOM: 137 with a note naming the limit
+  const hog = await cli(['sandbox', 'exec', id, '--', 'x=aaaaaaaaaaaaaaaa; while true; do x="$x$x"; done'])
+  t.is(hog.code, 137, hog.stderr)
+  t.regex(hog.stderr, /^strata: killed: out of memory \(limit 32 MiB\)$/m)
+  const killed = await cli(['sandbox', 'exec', id, '--', 'sh', '-c', 'kill -9 $$'])
+  t.is(killed.code, 137)
+  t.notRegex(killed.stderr, /out of memory/)
+
+  // --- cp of the tree: no device nodes or fifos, no setuid/setgid/sticky, no foreign owners
+  const out = path.join(base, 'out')
+  const cp = await cli(['sandbox', 'cp', `${id}:/hostile`, out])
+  t.is(cp.code, 0, cp.stderr)
+  for (const n of ['null', 'loop', 'fifo']) {
+    t.false(fs.existsSync(path.join(out, n)), `${n} was not created`)
+    t.regex(cp.stderr, new RegExp(`^strata: skipped /hostile/${n}: `, 'm'))
+  }
+  const mode = (p: string) => fs.lstatSync(path.join(out, p)).mode & 0o7777
+  t.is(mode('suid'), 0o755)
+  t.is(mode('sub'), 0o755)
+  t.is(mode('sticky'), 0o777)
+  t.is(mode('private'), 0o640)
+  t.is(fs.lstatSync(path.join(out, 'private')).uid, process.getuid!())
+  t.is(fs.readlinkSync(path.join(out, 'abs-link')), '/etc/passwd')
+  t.is(fs.statSync(path.join(out, 'hard')).ino, fs.statSync(path.join(out, 'sub', 'x')).ino)
+  t.is(fs.readFileSync(path.join(out, 'hard'), 'utf8'), 'x\n')
+  // single files keep their permission bits, without setuid/setgid
+  const one = path.join(base, 'one')
+  await okCli(['sandbox', 'cp', `${id}:/hostile/suid`, one])
+  t.is(fs.statSync(one).mode & 0o7777, 0o755)
+  await okCli(['sandbox', 'cp', `${id}:/hostile/private`, one])
+  t.is(fs.statSync(one).mode & 0o7777, 0o640)
+  // special files are refused, and nothing is created for them
+  for (const src of ['/dev/zero', '/hostile/fifo', '/hostile/null']) {
+    const target = path.join(base, 'special.out')
+    const r = await cli(['sandbox', 'cp', `${id}:${src}`, target], { timeoutMs: 30_000 })
+    t.is(r.code, 1, `${src}: ${r.stdout}${r.stderr}`)
+    t.regex(r.stderr, /^strata: INVALID_ARGUMENT: .*(character device|fifo).*only regular files and directories/m)
+    t.false(fs.existsSync(target), `nothing made for ${src}`)
+  }
+
+  // --- usage errors caught locally (exit 2); a reserved mount target is the daemon's code (exit 1)
+  for (const args of [
+    ['sandbox', 'exec', id, '--timeout', '604801', '--', 'true'],
+    ['sandbox', 'create', '--image', 'bb:1', '--mount', 'datasets:/x'],
+    ['sandbox', 'create', '--image', 'bb:1', '--hostname', 'a_b'],
+  ]) {
+    const r = await cli(args)
+    if (r.code !== 2) failed(t, `${args.join(' ')} should be a usage error`, r)
+  }
+  for (const target of ['/proc', '/.strata/x', '/data/']) {
+    const r = await cli(['sandbox', 'create', '--image', 'bad:1', '--mount', `/datasets:${target}`])
+    t.is(r.code, 1, r.stderr)
+    t.regex(r.stderr, /^strata: ROOTFS_BAD_MOUNT_TARGET: /m)
+  }
+
+  // --- the init dies under an exec: the sandbox is said to have stopped, and why
+  const info = JSON.parse(await okCli(['sandbox', 'inspect', id])) as { pid: number }
+  const pending = cli(['sandbox', 'exec', id, '--', 'sleep', '60'])
+  await new Promise((r) => setTimeout(r, 1000))
+  process.kill(info.pid, 'SIGKILL')
+  const cut = await pending
+  t.is(cut.code, 1, cut.stderr)
+  t.regex(cut.stderr, /^strata: SANDBOX_GONE: sandbox sb-[a-z0-9]{12} stopped \((exited|oom): /m)
+  t.notRegex(cut.stderr, /is running/)
+  await okCli(['sandbox', 'rm', id])
 })
