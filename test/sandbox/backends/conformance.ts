@@ -132,11 +132,14 @@ export function runConformance(test: TestFn, makeBackend: () => SandboxBackend, 
   serial('conformance: a memory hog is OOM-killed and the status reports it', async (t) => {
     const h = await sb(t, { resources: { memoryMiB: 64 } })
     t.false((await h.status()).oomKilled)
+    t.is(h.oomKills(), 0)
     // 256 MiB in a shell variable: well past the limit
     const r = await h.agent.exec('x=$(head -c 268435456 /dev/zero | tr "\\0" a); echo ${#x}', { timeoutMs: 60000 })
     t.not(r.exitCode, 0)
     const st = await until(async () => { const s = await h.status(); return s.oomKilled ? s : null }, 10000, 'oomKilled')
     t.true(st.oomKills >= 1)
+    // the cheap read (no runtime call) agrees
+    t.is(h.oomKills(), st.oomKills)
     t.is(st.state, 'running') // the hog died, the sandbox did not
     t.is((await h.agent.exec(['echo', 'ok'])).stdout.toString(), 'ok\n')
   })
