@@ -34,7 +34,7 @@ import {
   type AdminSession,
 } from '../../fs/admin/index.js'
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
-import { StrataError, fromSystemError } from '../../fs/common/errors.js'
+import { StrataError } from '../../fs/common/errors.js'
 import { choiceArg, intArg, intListArg, out, printAction, printJson, printListing, readInput, sizeArg, sizeListArg, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 
@@ -55,17 +55,6 @@ function session(cmd: Command, run: Run): Promise<void> {
     { clusterDir: g.cluster ?? null, ...(mgmtdAddresses ? { mgmtdAddresses } : {}), ...(g.timeout ? { timeoutMs: g.timeout * 1000 } : {}) },
     (s) => run(s, !!g.json),
   )
-}
-
-/** An input file, its failure reported with the catalogue code of its errno (a directory: INVALID_ARGUMENT). */
-function readFileArg(file: string, what: string): string {
-  try {
-    return fs.readFileSync(file, 'utf8')
-  } catch (e) {
-    const se = fromSystemError(e)
-    if (!se) return readInput(file, what)
-    throw new StrataError(se.code, `cannot read ${what} ${file}: ${(e as Error).message}`, { cause: e })
-  }
 }
 
 /** For commands whose output is a CSV: --json (theirs or the group's) is refused, not silently ignored. */
@@ -125,7 +114,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
           ['fuse', 'FUSE'],
         ] as const) {
           if (!o[opt]) continue
-          const cr = await setConfig(s, type, readFileArg(o[opt], `${type} config`))
+          const cr = await setConfig(s, type, readInput(o[opt], `${type} config`))
           configs.push(cr.result)
           r.lines.push([`Init config for ${type} version ${cr.result.configVersion}`])
         }
@@ -187,7 +176,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
     .option('--json', 'print JSON')
     .action((o, cmd: Command) =>
       session(cmd, async (s, json) => {
-        const chains = o.chains ? parseChainsCsv(readFileArg(o.chains, 'chains CSV'), o.chains) : undefined
+        const chains = o.chains ? parseChainsCsv(readInput(o.chains, 'chains CSV'), o.chains) : undefined
         printAction(
           await createTargets(s, {
             nodeId: o.nodeId,
@@ -248,7 +237,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
         return dumpTemplate(file, CHAINS_CSV_TEMPLATE)
       }
       if (!file) throw new UsageError('upload-chains needs <csv-file-path> (or -d to print a template)')
-      return session(cmd, async (s, json) => printAction(await uploadChains(s, readFileArg(file, 'chains CSV'), { source: file, setPreferredTargetOrder: !!o.setPreferredTargetOrder }), json))
+      return session(cmd, async (s, json) => printAction(await uploadChains(s, readInput(file, 'chains CSV'), { source: file, setPreferredTargetOrder: !!o.setPreferredTargetOrder }), json))
     })
 
   admin
@@ -269,7 +258,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
       if (tableArg === undefined || !file) throw new UsageError('upload-chain-table needs <tableId> <csv-file-path> (or -d to print a template)')
       const tableId = Number(tableArg)
       if (!/^\d+$/.test(tableArg) || tableId < 1 || tableId > U32_MAX) throw new UsageError(`tableId must be an integer in [1, ${U32_MAX}], got "${tableArg}"`)
-      return session(cmd, async (s, json) => printAction(await uploadChainTable(s, tableId, readFileArg(file, 'chain table CSV'), { source: file, ...(o.desc !== undefined ? { desc: o.desc } : {}) }), json))
+      return session(cmd, async (s, json) => printAction(await uploadChainTable(s, tableId, readInput(file, 'chain table CSV'), { source: file, ...(o.desc !== undefined ? { desc: o.desc } : {}) }), json))
     })
 
   admin

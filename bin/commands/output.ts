@@ -96,8 +96,9 @@ export function readInput(file: string, what: string): string {
   try {
     return fs.readFileSync(file, 'utf8')
   } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code
-    throw new StrataError(code === 'ENOENT' ? 'NOT_FOUND' : 'IO_ERROR', `cannot read ${what} ${file}: ${(e as Error).message}`)
+    // the catalogue's mapping of local errnos (ENOENT → NOT_FOUND, EISDIR → INVALID_ARGUMENT, …)
+    const code = fromSystemError(e)?.code ?? 'IO_ERROR'
+    throw new StrataError(code, `cannot read ${what} ${file}: ${(e as Error).message}`, { cause: e })
   }
 }
 

@@ -53,9 +53,9 @@ export function formatSize(n: number): string {
 /** A non-negative decimal integer (ids, counts); anything else is refused. */
 export function parseUint(text: string | number, what: string, opts: { min?: number; max?: number } = {}): number {
   const s = String(text).trim()
-  if (!/^\d+$/.test(s)) throw new StrataError('INVALID_ARGUMENT', `${what} must be a non-negative integer, got "${text}"`)
-  const v = Number(s)
   const min = opts.min ?? 0
+  if (!/^\d+$/.test(s)) throw new StrataError('INVALID_ARGUMENT', `${what} must be ${min > 0 ? `an integer ≥ ${min}` : 'a non-negative integer'}, got "${text}"`)
+  const v = Number(s)
   const max = opts.max ?? Number.MAX_SAFE_INTEGER
   if (!Number.isSafeInteger(v) || v < min || v > max) throw new StrataError('INVALID_ARGUMENT', `${what} must be in [${min}, ${max}], got ${s}`)
   return v

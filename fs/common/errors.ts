@@ -218,7 +218,6 @@ export function isRetryable(e: unknown): boolean {
   return e instanceof StrataError && e.retryable
 }
 
-/** Turns any thrown value into a StrataError, keeping the original as `cause`. */
 /** errno names of local file operations → catalogue codes (what a command reports for a bad local path) */
 const SYSTEM_ERRORS: Record<string, ErrorCode> = {
   ENOENT: 'NOT_FOUND',
@@ -246,6 +245,7 @@ export function fromSystemError(e: unknown): StrataError | null {
   return new StrataError(SYSTEM_ERRORS[ne.code] ?? 'IO_ERROR', ne.message, { cause: e })
 }
 
+/** Turns any thrown value into a StrataError, keeping the original as `cause`. */
 export function toStrataError(e: unknown, fallback: ErrorCode = 'INTERNAL'): StrataError {
   if (e instanceof StrataError) return e
   const ne = e as NodeJS.ErrnoException
