@@ -1,9 +1,9 @@
 // `strata admin …` against real daemons: a lone mgmtd, the 3FS deploy flow
 // run by hand on a --no-bootstrap cluster, and scenario 26 (operator surface).
-import test from 'ava'
+import test, { type ExecutionContext } from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
-import { spawn } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { crc32c } from '@node-rs/crc32'
 import { pickFreePorts } from '../../fs/admin/index.js'
 import { chunkIdOf, formatChunkId, formatChunkIdHex } from '../../fs/common/chunk-id.js'
@@ -12,7 +12,8 @@ import { RpcClient } from '../../fs/rpc/index.js'
 import type { WriteReq } from '../../fs/storage/protocol.js'
 import { STRATA, ok, records, strata, table, tempDir, until } from './helpers.js'
 
-test('a lone mgmtd: init-cluster, register-node, configs, CSV checks, usage errors (--mgmtd-address)', async (t) => {
+/** A mgmtd daemon on its own (no cluster.json) in a temp dir, killed at teardown; returns its dir and the `admin --mgmtd-address` prefix. */
+async function loneMgmtd(t: ExecutionContext): Promise<{ dir: string; A: string[]; cfg: string; child: ChildProcess }> {
   const dir = tempDir(t)
   const [port] = await pickFreePorts(1)
   const addr = `127.0.0.1:${port}`
@@ -24,6 +25,11 @@ test('a lone mgmtd: init-cluster, register-node, configs, CSV checks, usage erro
   })
   const A = ['admin', '--mgmtd-address', addr]
   await until('mgmtd up', async () => (await strata([...A, 'list-nodes'])).code === 0, 15_000)
+  return { dir, A, cfg, child }
+}
+
+test('a lone mgmtd: init-cluster, register-node, configs, CSV checks, usage errors (--mgmtd-address)', async (t) => {
+  const { dir, A, child } = await loneMgmtd(t)
 
   t.regex(await ok(t, [...A, 'init-cluster', '1', '64K', '2']), /chain table 1, chunksize 65536/)
   t.regex(await ok(t, [...A, 'init-cluster', '1', '65536', '2']), /already initialized/, 'same settings again: a no-op')
@@ -249,17 +255,7 @@ test.serial('scenario 26: headers, upload-chains -d, invalid CSVs rejected, offl
 })
 
 test('local path errors, u32 chain table ids, -d templates and CSV-only commands refusing --json', async (t) => {
-  const dir = tempDir(t)
-  const [port] = await pickFreePorts(1)
-  const addr = `127.0.0.1:${port}`
-  const cfg = path.join(dir, 'mgmtd.json')
-  fs.writeFileSync(cfg, JSON.stringify({ nodeId: 1, dataDir: path.join(dir, 'data'), listen: addr }))
-  const child = spawn(process.execPath, [STRATA, 'daemon', 'mgmtd', '--config', cfg], { stdio: 'ignore' })
-  t.teardown(() => {
-    child.kill('SIGKILL')
-  })
-  const A = ['admin', '--mgmtd-address', addr]
-  await until('mgmtd up', async () => (await strata([...A, 'list-nodes'])).code === 0, 15_000)
+  const { dir, A, cfg } = await loneMgmtd(t)
 
   // a directory where a file is wanted, a file where a directory is wanted: INVALID_ARGUMENT (docs/errors.md)
   const isDir = await strata([...A, 'upload-chains', dir])

@@ -89,30 +89,42 @@ function failed(t: ExecutionContext, what: string, r: Run): void {
   t.fail(`${what}: exit ${r.code}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`)
 }
 
-run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kill/rm, errors, --help, cluster down leaves nothing', async (t) => {
-  t.timeout(15 * 60_000)
-  const base = tempDir(t, 'strata-sbcli-')
+/**
+ * A cluster dir for one test and the CLI bound to it (STRATA_CLUSTER); `up` runs
+ * `cluster up` and finds the sandbox daemon. The teardown, registered after
+ * tempDir's and so run first, stops the cluster and clears whatever a failed
+ * run left: sandboxes (runc, rootfs and layer mounts), then the FUSE mount.
+ */
+function cliCluster(t: ExecutionContext, prefix: string) {
+  const base = tempDir(t, prefix)
   const dir = path.join(base, 'c')
   const env = { STRATA_CLUSTER: dir, STRATA_LOG_LEVEL: 'error' }
   const cli = (args: string[], o: { input?: string; timeoutMs?: number } = {}) => strata(args, { env, timeoutMs: o.timeoutMs ?? 120_000, ...(o.input !== undefined ? { input: o.input } : {}) })
   const okCli = (args: string[], timeoutMs = 120_000) => ok(t, args, { env, timeoutMs })
   let proc: SandboxProc | undefined
-  // registered after tempDir's, so it runs first (teardowns run last-registered first)
   t.teardown(async () => {
     if (fs.existsSync(path.join(dir, 'cluster.json'))) {
       const down = await strata(['cluster', 'down', '--dir', dir], { env, timeoutMs: 180_000 })
       if (down.code !== 0) t.log(`teardown: cluster down exited ${down.code}: ${down.stderr}`)
     }
-    // whatever a failed run left: sandboxes (runc, rootfs and layer mounts), then the FUSE mount
     if (proc) await reclaimOffline(proc.stateDir).catch((e) => t.log(`teardown: reclaimOffline: ${(e as Error).message}`))
     for (const m of mountsUnder([dir, ...(proc ? [proc.stateDir] : [])]).reverse()) await forceUnmount(m).catch(() => undefined)
     if (proc && !proc.stateDir.startsWith(dir + '/')) fs.rmSync(proc.stateDir, { recursive: true, force: true })
   })
+  const up = async (args: string[]): Promise<SandboxProc> => {
+    await okCli(['cluster', 'up', '--dir', dir, ...args, '-q'], 300_000)
+    return (proc = sandboxProc(dir))
+  }
+  return { base, dir, env, cli, okCli, up }
+}
+
+run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kill/rm, errors, --help, cluster down leaves nothing', async (t) => {
+  t.timeout(15 * 60_000)
+  const { base, dir, env, cli, okCli, up } = cliCluster(t, 'strata-sbcli-')
 
   // --- cluster up: one storage node, one replica; the sandbox daemon and its token come with it
   // with a warm pool of an image that does not exist yet: the daemon keeps retrying until it is imported
-  await okCli(['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '--warm-pool', 'bb:1=1', '-q'], 300_000)
-  proc = sandboxProc(dir)
+  const proc = await up(['--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '--warm-pool', 'bb:1=1'])
   // the node name (cgroup parent /strata/<name>) carries a hash of the cluster dir, so local clusters do not share one
   t.is(proc.nodeId, `node-40001-${crypto.createHash('sha256').update(path.resolve(dir)).digest('hex').slice(0, 8)}`)
   const tokenFile = path.join(dir, 'sandbox.token')
@@ -319,23 +331,8 @@ function noCrash(t: ExecutionContext, r: Run, what: string): void {
 
 run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special files and modes; local usage errors', async (t) => {
   t.timeout(15 * 60_000)
-  const base = tempDir(t, 'strata-sbcli2-')
-  const dir = path.join(base, 'c')
-  const env = { STRATA_CLUSTER: dir, STRATA_LOG_LEVEL: 'error' }
-  const cli = (args: string[], o: { timeoutMs?: number } = {}) => strata(args, { env, timeoutMs: o.timeoutMs ?? 120_000 })
-  const okCli = (args: string[], timeoutMs = 120_000) => ok(t, args, { env, timeoutMs })
-  let proc: SandboxProc | undefined
-  t.teardown(async () => {
-    if (fs.existsSync(path.join(dir, 'cluster.json'))) {
-      const down = await strata(['cluster', 'down', '--dir', dir], { env, timeoutMs: 180_000 })
-      if (down.code !== 0) t.log(`teardown: cluster down exited ${down.code}: ${down.stderr}`)
-    }
-    if (proc) await reclaimOffline(proc.stateDir).catch((e) => t.log(`teardown: reclaimOffline: ${(e as Error).message}`))
-    for (const m of mountsUnder([dir, ...(proc ? [proc.stateDir] : [])]).reverse()) await forceUnmount(m).catch(() => undefined)
-    if (proc && !proc.stateDir.startsWith(dir + '/')) fs.rmSync(proc.stateDir, { recursive: true, force: true })
-  })
-  await okCli(['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '-q'], 300_000)
-  proc = sandboxProc(dir)
+  const { base, env, cli, okCli, up } = cliCluster(t, 'strata-sbcli2-')
+  await up(['--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1'])
 
   // an image whose tree holds what a download must never bring onto the host as it is
   const rootfs = busyboxRootfs(t)

@@ -359,3 +359,25 @@ export async function startSilentServer(t: ExecutionContext): Promise<SilentServ
   })
   return { port: (server.address() as net.AddressInfo).port, connections: () => accepted }
 }
+
+/** An http server on 127.0.0.1 handled by `handle`; closed at teardown. */
+export async function serveHttp(t: ExecutionContext, handle: (req: http.IncomingMessage, res: http.ServerResponse) => void): Promise<string> {
+  const server = http.createServer(handle)
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(async () => {
+    server.closeAllConnections()
+    await new Promise<void>((r) => server.close(() => r()))
+  })
+  return `127.0.0.1:${(server.address() as { port: number }).port}`
+}
+
+/** How long `p` took to fail; a success is itself a failure of the test. */
+export async function timedFailure<T>(p: Promise<T>): Promise<{ error: unknown; ms: number }> {
+  const t0 = Date.now()
+  try {
+    await p
+  } catch (error) {
+    return { error, ms: Date.now() - t0 }
+  }
+  throw new Error('expected a failure')
+}

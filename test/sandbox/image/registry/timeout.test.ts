@@ -5,44 +5,22 @@
 // servers.
 import crypto from 'node:crypto'
 import fs from 'node:fs'
-import http from 'node:http'
 import path from 'node:path'
-import test, { type ExecutionContext } from 'ava'
+import test from 'ava'
 import { RegistryClient } from '../../../../sandbox/image/registry/client.js'
 import { pullRegistry, pushRegistry } from '../../../../sandbox/image/registry/index.js'
 import type { ImageStore } from '../../../../sandbox/image/store.js'
 import { emptyConfig, MANIFEST_MEDIA_TYPE } from '../../../../sandbox/image/types.js'
 import { tmpDir } from '../../../helpers/procs.js'
-import { startSilentServer } from '../../../helpers/registry.js'
+import { serveHttp, startSilentServer, timedFailure } from '../../../helpers/registry.js'
 
 const TIMEOUT = 400
-
-/** An http server on 127.0.0.1 handled by `handle`; closed at teardown. */
-async function serve(t: ExecutionContext, handle: (req: http.IncomingMessage, res: http.ServerResponse) => void): Promise<string> {
-  const server = http.createServer(handle)
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  t.teardown(async () => {
-    server.closeAllConnections()
-    await new Promise<void>((r) => server.close(() => r()))
-  })
-  return `127.0.0.1:${(server.address() as { port: number }).port}`
-}
-
-async function timed<T>(p: Promise<T>): Promise<{ error: unknown; ms: number }> {
-  const t0 = Date.now()
-  try {
-    await p
-  } catch (error) {
-    return { error, ms: Date.now() - t0 }
-  }
-  throw new Error('expected a failure')
-}
 
 test('a registry that never answers: ping times out once, not retried, naming the URL', async (t) => {
   const silent = await startSilentServer(t)
   const host = `127.0.0.1:${silent.port}`
   const c = new RegistryClient(host, 'x/y', { timeoutMs: TIMEOUT })
-  const { error, ms } = await timed(c.ping())
+  const { error, ms } = await timedFailure(c.ping())
   t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
   t.regex((error as Error).message, new RegExp(`GET http://${host}/v2/: timed out: no answer for 0.4 s`))
   // not at least TIMEOUT: a timer counts from the event loop's last tick, which can be a little earlier
@@ -56,11 +34,11 @@ test('push and pull against a registry that never answers fail within the timeou
   const manifest = { schemaVersion: 1, mediaType: MANIFEST_MEDIA_TYPE, layers: [], config: emptyConfig(), source: { type: 'rootfs', ref: '/x' }, created: '2026-01-01T00:00:00.000Z' }
   // push reads nothing from the store before it has reached the registry
   const store = { resolve: async () => ({ manifest }) } as unknown as ImageStore
-  const push = await timed(pushRegistry(store, 'a:1', url, { timeoutMs: TIMEOUT, layerCache: false }))
+  const push = await timedFailure(pushRegistry(store, 'a:1', url, { timeoutMs: TIMEOUT, layerCache: false }))
   t.like(push.error, { code: 'IMAGE_REMOTE_ERROR' })
   t.regex((push.error as Error).message, /timed out/)
   t.true(push.ms < TIMEOUT * 3, `${push.ms} ms`)
-  const pull = await timed(pullRegistry({} as ImageStore, url, { timeoutMs: TIMEOUT }))
+  const pull = await timedFailure(pullRegistry({} as ImageStore, url, { timeoutMs: TIMEOUT }))
   t.like(pull.error, { code: 'IMAGE_REMOTE_ERROR' })
   t.regex((pull.error as Error).message, new RegExp(`http://127.0.0.1:${silent.port}/v2/.*timed out`))
   t.true(pull.ms < TIMEOUT * 3, `${pull.ms} ms`)
@@ -70,7 +48,7 @@ test('a blob body that stops: timed out, the file removed; a slow body that keep
   const blob = crypto.randomBytes(4000)
   const digest = 'sha256:' + crypto.createHash('sha256').update(blob).digest('hex')
   let requests = 0
-  const host = await serve(t, (req, res) => {
+  const host = await serveHttp(t, (req, res) => {
     if (req.url === '/v2/') {
       res.end('{}')
       return
@@ -93,7 +71,7 @@ test('a blob body that stops: timed out, the file removed; a slow body that keep
   const dir = tmpDir(t, 'strata-reg-timeout-')
   const stalled = new RegistryClient(host, 'stall/x', { timeoutMs: TIMEOUT })
   const file = path.join(dir, 'blob')
-  const { error } = await timed(stalled.getBlobToFile(digest, blob.length, file))
+  const { error } = await timedFailure(stalled.getBlobToFile(digest, blob.length, file))
   t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
   t.regex((error as Error).message, new RegExp(`GET http://${host}/v2/stall/x/blobs/${digest}: timed out: no bytes of the body for 0.4 s`))
   t.false(fs.existsSync(file))
@@ -109,7 +87,7 @@ test('an upload whose PATCH (a body sent in slices) is never answered times out,
   const data = crypto.randomBytes(3 << 20)
   const digest = 'sha256:' + crypto.createHash('sha256').update(data).digest('hex')
   let patches = 0
-  const host = await serve(t, (req, res) => {
+  const host = await serveHttp(t, (req, res) => {
     if (req.url === '/v2/') {
       res.end('{}')
       return
@@ -137,7 +115,7 @@ test('an upload whose PATCH (a body sent in slices) is never answered times out,
   const file = path.join(dir, 'blob')
   fs.writeFileSync(file, data)
   const c = new RegistryClient(host, 'x/y', { timeoutMs: TIMEOUT, chunkSize: data.length, actions: 'pull,push' })
-  const { error } = await timed(c.uploadBlob(file, digest, data.length))
+  const { error } = await timedFailure(c.uploadBlob(file, digest, data.length))
   t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
   t.regex((error as Error).message, /PATCH http:\/\/.*\/v2\/x\/y\/blobs\/uploads\/1: timed out: no answer for 0.4 s/)
   t.is(patches, 1, 'the upload is not restarted after a timeout')
@@ -145,12 +123,12 @@ test('an upload whose PATCH (a body sent in slices) is never answered times out,
 
 test('https to a registry that speaks plain http: IMAGE_REMOTE_ERROR hinting at --insecure, at once', async (t) => {
   let hits = 0
-  const host = await serve(t, (_req, res) => {
+  const host = await serveHttp(t, (_req, res) => {
     hits++
     res.end('{}')
   })
   const c = new RegistryClient(host, 'x/y', { insecure: false, timeoutMs: TIMEOUT })
-  const { error } = await timed(c.ping())
+  const { error } = await timedFailure(c.ping())
   t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
   t.regex((error as Error).message, new RegExp(`GET https://${host}/v2/: ERR_SSL_WRONG_VERSION_NUMBER: the TLS handshake failed; if ${host} serves plain http, use --insecure`))
   t.is(hits, 0)

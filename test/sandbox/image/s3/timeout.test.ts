@@ -3,12 +3,11 @@
 // naming the object and the endpoint after one timeout, without the SDK's
 // or push's own retries. No S3 server needed: plain local servers and a
 // store that is only asked for the image.
-import http from 'node:http'
-import test, { type ExecutionContext } from 'ava'
+import test from 'ava'
 import { pullS3, pushS3, type S3TransferOptions, type TransferStore } from '../../../../sandbox/image/s3/index.js'
 import { MANIFEST_MEDIA_TYPE, emptyConfig, encodeManifest, sha256Digest, type ImageManifest } from '../../../../sandbox/image/types.js'
 import { S3RVER_CREDENTIALS } from '../../../helpers/s3rver.js'
-import { startSilentServer } from '../../../helpers/registry.js'
+import { serveHttp, startSilentServer, timedFailure } from '../../../helpers/registry.js'
 
 const TIMEOUT = 500
 
@@ -30,35 +29,15 @@ function oneImageStore(): TransferStore {
   return { resolve: async () => ({ ref: { name: 'a', tag: '1' }, digest: sha256Digest(bytes), bytes, manifest }) } as unknown as TransferStore
 }
 
-async function timed<T>(p: Promise<T>): Promise<{ error: unknown; ms: number }> {
-  const t0 = Date.now()
-  try {
-    await p
-  } catch (error) {
-    return { error, ms: Date.now() - t0 }
-  }
-  throw new Error('expected a failure')
-}
-
-async function serve(t: ExecutionContext, handle: (req: http.IncomingMessage, res: http.ServerResponse) => void): Promise<string> {
-  const server = http.createServer(handle)
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  t.teardown(async () => {
-    server.closeAllConnections()
-    await new Promise<void>((r) => server.close(() => r()))
-  })
-  return `http://127.0.0.1:${(server.address() as { port: number }).port}`
-}
-
 test('push and pull against an endpoint that never answers: timed out once, naming the object and the endpoint, no retries', async (t) => {
   const silent = await startSilentServer(t)
   const endpoint = `http://127.0.0.1:${silent.port}`
-  const push = await timed(pushS3(oneImageStore(), 'a:1', 's3://bkt/p', opts(endpoint)))
+  const push = await timedFailure(pushS3(oneImageStore(), 'a:1', 's3://bkt/p', opts(endpoint)))
   t.like(push.error, { code: 'IMAGE_REMOTE_ERROR' })
   t.regex((push.error as Error).message, new RegExp(`HEAD s3://bkt/p/blobs/sha256/a{64}: timed out: .* for 0.5 s \\(endpoint ${endpoint}\\)`))
   t.true(push.ms < TIMEOUT * 3, `${push.ms} ms`)
   t.is(silent.connections(), 1, 'the SDK does not send a timed-out request again')
-  const pull = await timed(pullS3(oneImageStore(), 's3://bkt/p/a:1', opts(endpoint)))
+  const pull = await timedFailure(pullS3(oneImageStore(), 's3://bkt/p/a:1', opts(endpoint)))
   t.like(pull.error, { code: 'IMAGE_REMOTE_ERROR' })
   t.regex((pull.error as Error).message, new RegExp(`GET s3://bkt/p/tags/a/1: timed out: .*\\(endpoint ${endpoint}\\)`))
   t.true(pull.ms < TIMEOUT * 3, `${pull.ms} ms`)
@@ -66,12 +45,12 @@ test('push and pull against an endpoint that never answers: timed out once, nami
 
 test('a body that stops in the middle: timed out', async (t) => {
   let gets = 0
-  const endpoint = await serve(t, (_req, res) => {
+  const host = await serveHttp(t, (_req, res) => {
     gets++
     res.writeHead(200, { 'content-length': '100', 'content-type': 'text/plain' })
     res.write('sha256:')
   })
-  const { error, ms } = await timed(pullS3(oneImageStore(), 's3://bkt/p/a:1', opts(endpoint)))
+  const { error, ms } = await timedFailure(pullS3(oneImageStore(), 's3://bkt/p/a:1', opts(`http://${host}`)))
   t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
   t.regex((error as Error).message, /GET s3:\/\/bkt\/p\/tags\/a\/1: timed out/)
   t.true(ms < TIMEOUT * 3, `${ms} ms`)
