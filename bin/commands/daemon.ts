@@ -6,14 +6,20 @@ import type { Command } from 'commander'
 import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError } from '../../fs/common/errors.js'
-import { startMgmtd, type MgmtdConfig } from '../../fs/mgmtd/index.js'
-import { startStorage, type StorageConfig } from '../../fs/storage/index.js'
 
 type Starter = (config: any, log: ReturnType<typeof createLogger>) => Promise<{ close(): Promise<void> }>
 
+// Each role's code is loaded only when that role runs: a command that starts
+// no daemon should not pay for loading them (lmdb and every service).
 const roles: Record<string, () => Promise<Starter>> = {
-  mgmtd: async () => (c: MgmtdConfig, log) => startMgmtd(c, log),
-  storage: async () => (c: StorageConfig, log) => startStorage(c, log),
+  mgmtd: async () => {
+    const { startMgmtd } = await import('../../fs/mgmtd/index.js')
+    return (c: import('../../fs/mgmtd/index.js').MgmtdConfig, log) => startMgmtd(c, log)
+  },
+  storage: async () => {
+    const { startStorage } = await import('../../fs/storage/index.js')
+    return (c: import('../../fs/storage/index.js').StorageConfig, log) => startStorage(c, log)
+  },
   meta: async () => {
     const { startMeta } = await import('../../fs/meta/index.js')
     return (c: import('../../fs/meta/index.js').MetaConfig, log) => startMeta(c, log)
