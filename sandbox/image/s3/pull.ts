@@ -17,7 +17,7 @@ const MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 /** Bytes handed to the store per append. */
 const APPEND_STEP = 4 * 1024 * 1024
 /** Appends of one blob in flight at once. */
-const APPEND_WINDOW = 4
+const APPEND_WINDOW = 8
 /** Append buffers, reused across appends and blobs (APPEND_WINDOW in flight plus the one being gathered). */
 const appendPieces = new BufferPool(((APPEND_WINDOW + 2) * APPEND_STEP * 5) / 4)
 /** Times one blob's body is re-requested after the connection broke mid-stream. */
@@ -263,20 +263,32 @@ async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: nu
   let opened = false
   let failed: unknown = null
   let pos = offset
-  const flush = async () => {
-    if (pendingBytes === 0) return
+  // Appends of exactly APPEND_STEP bytes (but the last) land on the DFS's chunk
+  // boundaries when the step is a multiple of the chunk size, so that every
+  // chunk is written whole, once, instead of in two appends split by
+  // node:http's pieces.
+  const flush = async (max = Infinity) => {
+    const n = Math.min(pendingBytes, max)
+    if (n === 0) return
     // gathered into a reused buffer: a fresh 4 MiB allocation per append cost more (page faults, GC) than the copy
     let pooled = false
     let chunk: Buffer
-    if (pending.length === 1) chunk = pending[0]!
-    else {
-      chunk = appendPieces.take(pendingBytes)
+    if (pending.length === 1 && pending[0]!.length === n) {
+      chunk = pending[0]!
+      pending = []
+    } else {
+      chunk = appendPieces.take(n)
       pooled = true
       let off = 0
-      for (const b of pending) off += b.copy(chunk, off)
+      while (off < n) {
+        const b = pending[0]!
+        const k = b.copy(chunk, off, 0, Math.min(b.length, n - off))
+        off += k
+        if (k === b.length) pending.shift()
+        else pending[0] = b.subarray(k)
+      }
     }
-    pending = []
-    pendingBytes = 0
+    pendingBytes -= n
     while (writes.length >= (opened ? APPEND_WINDOW : 1)) await writes.shift()
     if (failed) throw failed
     signal.throwIfAborted()
@@ -315,7 +327,7 @@ async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: nu
       // each chunk is its own allocation (node:http), kept without a copy
       pending.push(c)
       pendingBytes += c.length
-      if (pendingBytes >= APPEND_STEP) await flush()
+      while (pendingBytes >= APPEND_STEP) await flush(APPEND_STEP)
       signal.throwIfAborted()
     }
     await flush()
