@@ -11,7 +11,7 @@
 
 import type { BenchContext, Metric } from './lib/types.js'
 import { warmChunkFiles } from './lib/page-cache.js'
-import { fmtBytes, fmtMs, fmtRate, runConcurrent, summarize } from './lib/stats.js'
+import { chunkVariant, fmtBytes, fmtMs, fmtRate, runConcurrent, summarize } from './lib/stats.js'
 import { logThreadCpu } from './lib/fixtures.js'
 
 /** STRATA_BENCH_THREADS=1: log each measurement's CPU by process and thread. */
@@ -20,8 +20,11 @@ const THREADS = process.env.STRATA_BENCH_THREADS === '1'
 const MiB = 1024 * 1024
 
 /** Replicated write throughput: each chunk written once, whole, to a fresh chunk. */
-export async function dfsWrite(ctx: BenchContext, fsync: boolean): Promise<Metric> {
-  const { chunkBytes, writeChunks, writeConcurrency, warmupChunks } = ctx.sizes
+export async function dfsWrite(ctx: BenchContext, fsync: boolean, chunkBytes = ctx.sizes.chunkBytes): Promise<Metric> {
+  const { writeBytes, writeConcurrency, warmupBytes } = ctx.sizes
+  const writeChunks = writeBytes / chunkBytes
+  const warmupChunks = warmupBytes / chunkBytes
+  const v = chunkVariant(ctx.sizes, chunkBytes)
   const c = await ctx.fixtures.getCluster(fsync)
   const pool = ctx.fixtures.pool(chunkBytes)
   const write = (inode: bigint, i: number) => c.client.write(c.chains[i % c.chains.length]!, ctx.fixtures.chunkId(inode, i), 0, pool[i % pool.length]!, chunkBytes)
@@ -38,12 +41,12 @@ export async function dfsWrite(ctx: BenchContext, fsync: boolean): Promise<Metri
   if (threads0) logThreadCpu(ctx.log, threads0, ctx.fixtures.threadCpu(), (writeChunks * chunkBytes) / MiB)
   const cpuMsPerMiB = ((ctx.fixtures.cpuSeconds() - cpu0) * 1000) / ((writeChunks * chunkBytes) / MiB)
   const bytes = writeChunks * chunkBytes
-  ctx.fixtures.dataset = { inode, chunks: writeChunks, chunkBytes }
+  ctx.fixtures.datasets.set(chunkBytes, { inode, chunks: writeChunks })
   const l = summarize(lat)
-  ctx.log(`dfs write, storage fsync ${fsync ? 'on' : 'off'}: ${fmtRate(bytes / secs)} (p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(1)} ms CPU/MiB)`)
+  ctx.log(`dfs write, ${fmtBytes(chunkBytes)} chunks, storage fsync ${fsync ? 'on' : 'off'}: ${fmtRate(bytes / secs)} (p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(1)} ms CPU/MiB)`)
   return {
-    key: `dfs.write.${fsync ? 'fsync' : 'nosync'}`,
-    label: `replicated ×3 chunk write, storage fsync ${fsync ? 'on (default)' : 'off'}`,
+    key: `dfs.write.${fsync ? 'fsync' : 'nosync'}${v.suffix}`,
+    label: `replicated ×3 chunk write (${v.label}), storage fsync ${fsync ? 'on (default)' : 'off'}`,
     value: bytes / secs,
     unit: 'B/s',
     detail: `${writeChunks} chunks × ${fmtBytes(chunkBytes)} over ${c.chains.length} chains, ${writeConcurrency} in flight (after ${warmupChunks} warm-up); per write p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(1)} ms CPU per MiB (all processes)`,
@@ -58,16 +61,19 @@ export async function dfsWrite(ctx: BenchContext, fsync: boolean): Promise<Metri
  * USRBIO client reads into its registered iov; otherwise every read returns
  * a fresh buffer.
  */
-export async function dfsRead(ctx: BenchContext, into = true): Promise<Metric> {
-  const { chunkBytes, writeChunks, readPasses, readConcurrency, writeConcurrency } = ctx.sizes
+export async function dfsRead(ctx: BenchContext, into = true, chunkBytes = ctx.sizes.chunkBytes): Promise<Metric> {
+  const { writeBytes, readPasses, readConcurrency, writeConcurrency } = ctx.sizes
+  const writeChunks = writeBytes / chunkBytes
+  const v = chunkVariant(ctx.sizes, chunkBytes)
   const c = await ctx.fixtures.getCluster(ctx.fixtures.runningFsync ?? true)
-  let ds = ctx.fixtures.dataset
+  let ds = ctx.fixtures.datasets.get(chunkBytes)
   const pool = ctx.fixtures.pool(chunkBytes)
-  if (!ds || ds.chunkBytes !== chunkBytes) {
-    ctx.log('writing the read data set first (not measured)')
+  if (!ds) {
+    ctx.log(`writing the read data set of ${fmtBytes(chunkBytes)} chunks first (not measured)`)
     const inode = ctx.fixtures.inode()
     await runConcurrent(writeChunks, writeConcurrency, (i) => c.client.write(c.chains[i % c.chains.length]!, ctx.fixtures.chunkId(inode, i), 0, pool[i % pool.length]!, chunkBytes))
-    ds = ctx.fixtures.dataset = { inode, chunks: writeChunks, chunkBytes }
+    ds = { inode, chunks: writeChunks }
+    ctx.fixtures.datasets.set(chunkBytes, ds)
   }
   const { inode, chunks } = ds
   const ids = Array.from({ length: chunks }, (_, i) => ctx.fixtures.chunkId(inode, i))
@@ -97,10 +103,10 @@ export async function dfsRead(ctx: BenchContext, into = true): Promise<Metric> {
   if (threads0) logThreadCpu(ctx.log, threads0, ctx.fixtures.threadCpu(), bytes / MiB)
   const cpuMsPerMiB = ((ctx.fixtures.cpuSeconds() - cpu0) * 1000) / (bytes / MiB)
   const l = summarize(lat)
-  ctx.log(`dfs read${into ? '' : ' (fresh buffers)'}: ${fmtRate(bytes / secs)} (p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(2)} ms CPU/MiB)`)
+  ctx.log(`dfs read, ${fmtBytes(chunkBytes)} chunks${into ? '' : ' (fresh buffers)'}: ${fmtRate(bytes / secs)} (p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(2)} ms CPU/MiB)`)
   return {
-    key: into ? 'dfs.read' : 'dfs.read.fresh',
-    label: into ? 'replicated chunk read (any replica, CRC32C verified)' : 'the same reads, each into a fresh buffer (no `into`)',
+    key: (into ? 'dfs.read' : 'dfs.read.fresh') + v.suffix,
+    label: into ? `replicated chunk read (${v.label}; any replica, CRC32C verified)` : `the same reads (${v.label}), each into a fresh buffer (no \`into\`)`,
     value: bytes / secs,
     unit: 'B/s',
     detail: `${total} reads × ${fmtBytes(chunkBytes)} (${readPasses} passes over ${chunks} chunks, page cache warm), ${readConcurrency} in flight, ${into ? "each received into its reader's reused buffer" : 'each returning a new buffer'}; per read p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}; ${cpuMsPerMiB.toFixed(2)} ms CPU per MiB (all processes)`,

@@ -66,8 +66,8 @@ export class Fixtures {
   private nsDir: string
   private pools = new Map<number, Buffer[]>()
   private nextInode = 1n
-  /** chunks of `chunkBytes` already written (and committed) on the running cluster, for reads */
-  dataset: { inode: bigint; chunks: number; chunkBytes: number } | null = null
+  /** chunks already written (and committed) on the running cluster, for reads, by chunk size */
+  datasets = new Map<number, { inode: bigint; chunks: number }>()
 
   constructor(
     readonly root: string,
@@ -149,7 +149,6 @@ export class Fixtures {
         storageNodes: STORAGE_NODES,
         targetsPerNode: TARGETS_PER_NODE,
         replicas: REPLICAS,
-        chunkSize: 1024 * 1024,
         mount: false,
         sandbox: false,
         timers: 'local',
@@ -182,7 +181,7 @@ export class Fixtures {
     if (fs.existsSync(path.join(this.clusterDir, 'cluster.json'))) {
       this.log('destroying the DFS core cluster (the namespace benchmarks run a cluster of their own)')
       this.closeClients()
-      this.dataset = null
+      this.datasets.clear()
       await clusterDestroy({ dir: this.clusterDir, force: true })
     }
     this.log(`starting the namespace cluster (cluster up defaults: meta servers and FUSE mount) in ${this.nsDir}`)

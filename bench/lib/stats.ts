@@ -52,6 +52,16 @@ export function fmtBytes(n: number): string {
 }
 
 /**
+ * How a throughput run at `chunkBytes` is keyed and named: the runs at the
+ * chunk size `cluster up` gives files keep the plain keys (the judged ones),
+ * others carry the size (`dfs.write.fsync.c1m`).
+ */
+export function chunkVariant(sizes: { chunkBytes: number }, chunkBytes: number): { suffix: string; label: string } {
+  const label = `${fmtBytes(chunkBytes)} chunks${chunkBytes === sizes.chunkBytes ? ', the cluster default' : ''}`
+  return { suffix: chunkBytes === sizes.chunkBytes ? '' : `.c${Math.round(chunkBytes / 1024)}k`, label }
+}
+
+/**
  * Runs `total` jobs with at most `concurrency` in flight, in index order.
  * Returns per-job latency in ms (index-aligned). The first error stops new
  * jobs and is rethrown once the in-flight ones settle.
