@@ -70,7 +70,8 @@ async function imageInputs(ctx: BenchContext): Promise<ImageInputs> {
 
 async function strata(clusterDir: string, args: string[], env: Record<string, string> = {}): Promise<{ ms: number; stdout: string }> {
   const t0 = performance.now()
-  const { stdout } = await exec(process.execPath, [CLI, 'image', '--cluster', clusterDir, ...args], {
+  // under --profile, STRATA_BIN is the profiled entry point: each command writes its own .cpuprofile
+  const { stdout } = await exec(process.execPath, [process.env.STRATA_BIN ?? CLI, 'image', '--cluster', clusterDir, ...args], {
     env: { ...process.env, ...env },
     maxBuffer: 64 * MiB,
   })

@@ -16,6 +16,7 @@ import {
   EINVAL,
   EBADF,
   EACCES,
+  EIO,
   type ChunkPiece,
   type FileHandle,
 } from '../../../../fs/client/index.js'
@@ -172,4 +173,71 @@ test('prepIo: ring full → -EAGAIN until completions are reaped; argument and a
   const cq = await waitForIos(ior, 4, 2, 1000)
   t.deepEqual(Object.fromEntries(cq.map((c) => [c.userdata, c.result])), { eof: 5, past: 0 })
   t.throws(() => createIor({ entries: 4, forRead: true, ioDepth: 8 }))
+})
+
+/** A fake writable file with 4 KiB chunks: records every writePieces call; chunks in `failChunks` fail with EIO. */
+function fakeWriteHandle(failChunks: number[] = []) {
+  const CHUNK = 4096
+  const calls: Array<Array<{ chunkIndex: number; offsetInChunk: number; data: Buffer }>> = []
+  const notes: Array<[number, number]> = []
+  const fs = {
+    counters: { bytesRead: 0, bytesWritten: 0 },
+    io: {
+      plan: async (_inode: unknown, off: number, len: number): Promise<ChunkPiece[]> => {
+        const out: ChunkPiece[] = []
+        for (let o = off; o < off + len; ) {
+          const n = Math.min(off + len, (Math.floor(o / CHUNK) + 1) * CHUNK) - o
+          out.push({ chunkIndex: Math.floor(o / CHUNK), chainId: 1, chunkId: Buffer.alloc(16), offsetInChunk: o % CHUNK, length: n, fileOffset: o, bufOffset: o - off })
+          o += n
+        }
+        return out
+      },
+      writePieces: async (pieces: ChunkPiece[], sources: Buffer[]) => {
+        calls.push(pieces.map((p, i) => ({ chunkIndex: p.chunkIndex, offsetInChunk: p.offsetInChunk, data: Buffer.from(sources[i]!) })))
+        return pieces.map((p) => (failChunks.includes(p.chunkIndex) ? Object.assign(new Error('disk'), { code: 'IO_ERROR' }) : undefined))
+      },
+    },
+    noteWrite: (_st: unknown, _tv: number, off: number, bytes: number) => void notes.push([off, bytes]),
+  }
+  const handle = {
+    fs,
+    state: { inode: { type: 'File', file: { layout: { chunkSize: CHUNK } } }, beginWrite: () => 1 },
+    readable: false,
+    writable: true,
+    closed: false,
+    close: async () => undefined,
+  } as unknown as FileHandle
+  return { handle, calls, notes }
+}
+
+test('writes: contiguous requests of one batch go as whole-chunk pieces in file order, each request keeps its own result', async (t) => {
+  const { handle, calls, notes } = fakeWriteHandle([1])
+  const fd = regFd(handle)
+  const iov = createIov(1 << 16)
+  for (let i = 0; i < iov.buf.length; i++) iov.buf[i] = (i * 7) % 256
+  const ior = createIor({ entries: 16, forRead: false, ioDepth: 9 })
+  // eight 1 KiB requests covering file [0, 8 KiB), prepared last to first, from scattered iov places;
+  // and one more that leaves a gap (file 9 KiB), which must stay a write of its own
+  const bufOf = (k: number) => (7 - k) * 2048
+  for (let k = 7; k >= 0; k--) t.true(prepIo(ior, iov, false, bufOf(k), fd, k * 1024, 1024, k) >= 0)
+  t.true(prepIo(ior, iov, false, 30000, fd, 9 * 1024, 512, 'gap') >= 0)
+  submitIos(ior)
+  const cqes = await waitForIos(ior, 16, 9, 2000)
+  const res = Object.fromEntries(cqes.map((c) => [String(c.userdata), c.result]))
+  // chunk 1 (file 4–8 KiB) failed: exactly the requests inside it report EIO
+  for (let k = 0; k < 4; k++) t.is(res[String(k)], 1024)
+  for (let k = 4; k < 8; k++) t.is(res[String(k)], -EIO)
+  t.is(res.gap, 512)
+  const runs = calls.map((c) => c.map((p) => [p.chunkIndex, p.offsetInChunk, p.data.length])).sort((a, b) => a.length - b.length)
+  t.deepEqual(runs, [[[2, 1024, 512]], [[0, 0, 4096], [1, 0, 4096]]])
+  // the merged pieces carry each request's bytes at its file offset
+  const merged = calls.find((c) => c.length === 2)!
+  for (let k = 0; k < 8; k++) {
+    const piece = merged[Math.floor(k / 4)]!.data
+    t.deepEqual(piece.subarray((k % 4) * 1024, (k % 4 + 1) * 1024), iov.buf.subarray(bufOf(k), bufOf(k) + 1024))
+  }
+  // length hints per request: written ones with their size, failed ones as -1
+  t.is(notes.length, 9)
+  t.deepEqual(notes.filter(([, n]) => n === -1).map(([o]) => o).sort((a, b) => a - b), [4096, 5120, 6144, 7168])
+  await deregFd(fd)
 })
