@@ -61,6 +61,10 @@ export interface FuseDaemonConfig {
   chunkReadAheadBudget?: number
   /** chunks a streaming reader may have fetched ahead of the one it reads; default 4 */
   chunkReadAheadWindow?: number
+  /** how long a fetched chunk may be served, ms (another client's writes show after at most this long); default 1000 */
+  chunkReadAheadMaxAgeMs?: number
+  /** READs that a fetched read-ahead chunk wholly covers are answered by libfuse's threads, without the event loop (fs/fuse/fast-reads.ts); default true */
+  nativeReads?: boolean
   /** how long a stop waits for files still open before a lazy unmount, ms */
   unmountGraceMs?: number
   storageRetry?: Partial<RetryPolicy>
@@ -101,6 +105,8 @@ export const FUSE_DEFAULTS = {
   chunkReadAhead: true,
   chunkReadAheadBudget: 64 * 1024 * 1024,
   chunkReadAheadWindow: 4,
+  chunkReadAheadMaxAgeMs: 1000,
+  nativeReads: true,
   unmountGraceMs: 3000,
   debug: false,
 } as const
@@ -161,6 +167,8 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
     chunkReadAhead: bool(c.chunkReadAhead, 'chunkReadAhead', FUSE_DEFAULTS.chunkReadAhead),
     chunkReadAheadBudget: num(c.chunkReadAheadBudget, 'chunkReadAheadBudget', FUSE_DEFAULTS.chunkReadAheadBudget, { integer: true }),
     chunkReadAheadWindow: num(c.chunkReadAheadWindow, 'chunkReadAheadWindow', FUSE_DEFAULTS.chunkReadAheadWindow, { integer: true, min: 1 }),
+    chunkReadAheadMaxAgeMs: num(c.chunkReadAheadMaxAgeMs, 'chunkReadAheadMaxAgeMs', FUSE_DEFAULTS.chunkReadAheadMaxAgeMs, { integer: true, min: 1 }),
+    nativeReads: bool(c.nativeReads, 'nativeReads', FUSE_DEFAULTS.nativeReads),
     unmountGraceMs: num(c.unmountGraceMs, 'unmountGraceMs', FUSE_DEFAULTS.unmountGraceMs, { integer: true }),
     debug: bool(c.debug, 'debug', FUSE_DEFAULTS.debug),
   }

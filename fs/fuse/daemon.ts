@@ -27,6 +27,7 @@ import { MetaClient } from '../client/file/meta-client.js'
 import { readClusterFile } from '../admin/cluster-file.js'
 import { extraFuseOptions, fuseTimeout, resolveFuseConfig, type FuseDaemonConfig, type ResolvedFuseConfig } from './config.js'
 import { loadFuse, type FuseInstance } from './native.js'
+import { FastReads } from './fast-reads.js'
 import {
   FUSE_FSTYPE,
   FUSE_SUBTYPE,
@@ -132,6 +133,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
   let address: string | undefined
   let mounted: MountEntry | null = null
   let fuseRef: FuseInstance | null = null
+  let fastReads: FastReads | null = null
   let cleanlyUnmounted = false
   const ops = new StrataFuseOps({
     fs: filesystem,
@@ -142,7 +144,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     gid: cfg.gid,
     groups: cfg.groups,
     log: log.child('ops'),
-    readAhead: cfg.chunkReadAhead ? { budgetBytes: cfg.chunkReadAheadBudget, windowChunks: cfg.chunkReadAheadWindow } : false,
+    readAhead: cfg.chunkReadAhead ? { budgetBytes: cfg.chunkReadAheadBudget, windowChunks: cfg.chunkReadAheadWindow, maxAgeMs: cfg.chunkReadAheadMaxAgeMs } : false,
   })
 
   // Last resort: whatever ends this process, the mount must not outlive it.
@@ -192,7 +194,12 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     await fs.promises.statfs(mnt).catch(() => undefined)
     const readahead = setKernelReadahead(m, cfg.maxReadahead)
     if (readahead === null) log.warn('cannot set the kernel readahead (needs root); the kernel keeps its default', { maxReadahead: cfg.maxReadahead })
-    log.info('mounted', { mountpoint: mnt, connection: connectionId(m), attrTimeout: cfg.attrTimeout, entryTimeout: cfg.entryTimeout, periodicSyncMs: cfg.periodicSyncMs, readahead })
+    if (cfg.nativeReads && ops.readAheadEnabled) {
+      fastReads = FastReads.open(fuse)
+      if (!fastReads) log.warn('this addon build cannot serve reads natively; every READ goes through JavaScript')
+      ops.attachFastReads(fastReads)
+    }
+    log.info('mounted', { mountpoint: mnt, connection: connectionId(m), attrTimeout: cfg.attrTimeout, entryTimeout: cfg.entryTimeout, periodicSyncMs: cfg.periodicSyncMs, readahead, nativeReads: fastReads !== null })
 
     if (cfg.listen) {
       server = new RpcServer({
@@ -212,6 +219,8 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     registerDaemon({ pid: process.pid, mountpoint: mnt })
     if (cfg.stateFile) writeFuseState(cfg.stateFile, { pid: process.pid, mountpoint: mnt, connection: connectionId(m), mountedAt: new Date().toISOString(), clientId })
   } catch (e) {
+    ops.attachFastReads(null)
+    fastReads?.close()
     if (mounted || findMount(mnt)?.fstype === FUSE_FSTYPE) await forceUnmount(mnt).catch(() => false)
     mounted = null
     await server?.close().catch(() => {})
@@ -226,6 +235,9 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
   const close = (): Promise<void> =>
     (closing ??= (async () => {
       log.info('unmounting', { mountpoint: mnt, ops: ops.stats().ops, errors: ops.stats().errors, cache: ops.stats().cache, threadBlocks: fuseRef?._threads?.size })
+      // READs during the unmount go through JavaScript: the table lets go of every chunk first
+      ops.attachFastReads(null)
+      fastReads?.close()
       await unmount(mnt, mounted!, cfg.unmountGraceMs, log)
       cleanlyUnmounted = true
       // handles the kernel never released (lazy unmount): flush and close them

@@ -118,6 +118,8 @@ export interface FuseInstance {
   mount(cb: (err: Error | null) => void): void
   /** fuse-native internal: one thread-locals block per libfuse worker thread it was handed (each holds a uv_async handle) */
   readonly _threads?: Set<Buffer>
+  /** fuse-native internal: the mount's native state (fuse_thread_t), once mounted */
+  readonly _thread?: Buffer | null
 }
 
 export interface FuseConstructor {
@@ -127,6 +129,12 @@ export interface FuseConstructor {
 
 let loaded: FuseConstructor | null = null
 let loadError: Error | null = null
+let binding: unknown = null
+
+/** Strata's build of the addon (its strata_* functions), once loadFuse() succeeded; null before. */
+export function fuseBinding(): unknown {
+  return binding
+}
 
 /** fuse-native's Fuse class; throws NOT_IMPLEMENTED when the addon or libfuse.so.2 is missing. */
 export function loadFuse(): FuseConstructor {
@@ -152,16 +160,18 @@ function requireWithOwnAddon(): FuseConstructor {
   const req = createRequire(import.meta.url)
   // dist/fs/fuse/native.js → repo root is three levels up
   const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
-  const binding = req(path.join(root, 'build/Release/fuse_native.node')) as unknown
+  const addon = req(path.join(root, 'build/Release/fuse_native.node')) as unknown
   const fuseDir = path.dirname(req.resolve('fuse-native/package.json'))
   const ngbPath = req.resolve('node-gyp-build', { paths: [fuseDir] })
   req(ngbPath)
   const cached = req.cache[ngbPath]
   if (!cached) throw new Error(`node-gyp-build is not in the module cache after loading ${ngbPath}`)
   const real = cached.exports as (dir: string) => unknown
-  cached.exports = Object.assign((dir: string) => (path.resolve(dir) === fuseDir ? binding : real(dir)), real)
+  cached.exports = Object.assign((dir: string) => (path.resolve(dir) === fuseDir ? addon : real(dir)), real)
   try {
-    return req('fuse-native') as FuseConstructor
+    const Fuse = req('fuse-native') as FuseConstructor
+    binding = addon
+    return Fuse
   } finally {
     cached.exports = real
   }

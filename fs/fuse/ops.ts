@@ -29,6 +29,7 @@ import { E, toFuseErrno } from './errno.js'
 import type { FuseOperations, FuseStat, FuseStatfs } from './native.js'
 import { PathCache, childOf, parentOf } from './path-cache.js'
 import { READ_AHEAD_DEFAULTS, ReadAhead, ReadAheadBudget, type ReadAheadOptions, type ReadAheadStats } from './read-ahead.js'
+import type { FastReadStats, FastReads } from './fast-reads.js'
 
 export const VIRT_DIR = '3fs-virt'
 export const VIRT_ROOT = `/${VIRT_DIR}`
@@ -81,7 +82,7 @@ export interface FuseOpsStats {
   rmrf: number
   cache: ReturnType<PathCache['stats']>
   slowestMs: number
-  readAhead: ReadAheadStats & { bytesHeld: number; buffers: { hits: number; misses: number; freeBytes: number } }
+  readAhead: ReadAheadStats & { bytesHeld: number; buffers: { hits: number; misses: number; freeBytes: number }; native: FastReadStats | null }
 }
 
 /** The attributes FUSE reports for an inode. */
@@ -155,6 +156,8 @@ export class StrataFuseOps {
   /** read-ahead chunk buffers, recycled: a fresh 1 MiB buffer per chunk kept V8's GC threads busy (~1.4 s of CPU per GiB read) */
   private readonly raBuffers: BufferPool
   private readonly raStats: ReadAheadStats = { hits: 0, fetches: 0, direct: 0 }
+  /** the mount's native chunk table (READs libfuse threads answer from read-ahead), once attached */
+  private fastReads: FastReads | null = null
 
   constructor(readonly opts: FuseOpsOptions) {
     this.fs = opts.fs
@@ -181,8 +184,23 @@ export class StrataFuseOps {
       rmrf: this.counters.rmrf,
       cache: this.cache.stats(),
       slowestMs: this.counters.slowestMs,
-      readAhead: { ...this.raStats, bytesHeld: this.raBudget.used, buffers: this.raBuffers.stats() },
+      readAhead: { ...this.raStats, bytesHeld: this.raBudget.used, buffers: this.raBuffers.stats(), native: this.fastReads?.stats() ?? null },
     }
+  }
+
+  /** Whether handles get whole-chunk read-ahead at all. */
+  get readAheadEnabled(): boolean {
+    return this.readAhead !== null
+  }
+
+  /**
+   * Files opened from now on register their read-ahead chunks in `table`
+   * (libfuse threads then answer the READs those chunks cover); null stops
+   * it for new handles (the daemon closes the table itself, which lets go of
+   * every chunk registered).
+   */
+  attachFastReads(table: FastReads | null): void {
+    this.fastReads = table
   }
 
   /** Open file handles (for shutdown and tests). */
@@ -258,6 +276,7 @@ export class StrataFuseOps {
         this.raStats,
         () => fh.state.knownLength(),
         (b) => this.raBuffers.release(b),
+        this.fastReads ? { table: this.fastReads, fh: id } : null,
       )
     }
     return id

@@ -20,8 +20,15 @@
 // truncates it (handles whose inode has a writer here bypass read-ahead).
 // Memory is bounded by one budget for the whole mount; without room a read
 // goes straight to storage.
+//
+// A fetched chunk is also registered in the mount's native table when there
+// is one (fast-reads.ts): READs it wholly covers are then answered by
+// libfuse's threads without reaching this code, and what they served counts
+// toward the chunk being done; their progress (a chunk's first and last
+// bytes served) opens the window further as a request here would.
 
 import { isStrataError } from '../common/errors.js'
+import type { NativeChunkTable } from './fast-reads.js'
 
 /** Reads [pos, pos + len) of the file into a Buffer (handed to `release` once its entry is gone); shorter at the end of the file. */
 export type ChunkFetch = (pos: number, len: number) => Promise<Buffer>
@@ -60,8 +67,12 @@ interface Entry {
   at: number
   /** bytes taken from the budget */
   reserved: number
-  /** bytes handed out; the kernel asks for each page once, so a wholly served entry is done */
+  /** bytes handed out here; the kernel asks for each page once, so a wholly served entry is done */
   served: number
+  /** the data's length once fetched */
+  length: number
+  /** its slot in the native table, or -1 */
+  slot: number
 }
 
 /** Chunks a handle keeps besides its window: the one being served and one behind it that may still be asked for. */
@@ -120,6 +131,8 @@ export class ReadAhead {
      * later task.
      */
     readonly release: (b: Buffer) => void = () => undefined,
+    /** the mount's native table and this handle's FUSE file handle, when libfuse threads may serve fetched chunks */
+    readonly native: { table: NativeChunkTable; fh: number } | null = null,
   ) {}
 
   /**
@@ -164,7 +177,8 @@ export class ReadAhead {
       data.copy(dst, done, from, from + n)
       done += n
       e.served += n
-      if (e.served >= data.length) this.#drop(c, e)
+      if (this.#servedOf(e) >= data.length) this.#drop(c, e)
+      else if (e.slot >= 0) this.native?.table.setNeed(e.slot, data.length - e.served)
       // short data is the end of the file as it was when fetched: the caller
       // asks storage for anything beyond, so a file that grew since is read whole
       if (n === 0 || e.start + data.length < (c + 1) * cs) break
@@ -172,10 +186,18 @@ export class ReadAhead {
     if (done === 0) return this.#direct()
     if (done < dst.length) this.stats.direct++
     this.stats.hits++
-    // a reader that consumed a whole chunk's worth gets the chunks after this one fetched
-    // while it reads it: one per chunk streamed, up to the window
+    this.#extend(Math.floor((end - 1) / cs), run)
+    return done
+  }
+
+  /**
+   * A reader that consumed a whole chunk's worth gets the chunks after `cur`
+   * (the chunk it reads) fetched while it reads it: one per chunk streamed,
+   * up to the window.
+   */
+  #extend(cur: number, run: number): void {
+    const cs = this.chunkSize
     const ahead = Math.min(Math.max(1, this.opts.windowChunks), Math.floor(run / cs))
-    const cur = Math.floor((end - 1) / cs)
     const last = Math.min(cur + ahead, Math.ceil(this.knownLength() / cs) - 1)
     // (a reader that moved elsewhere starts a window of its own)
     const from = this.#ahead >= cur && this.#ahead <= last ? this.#ahead : cur
@@ -187,7 +209,25 @@ export class ReadAhead {
       }
       this.#ahead = next
     }
-    return done
+  }
+
+  /** Bytes of an entry served, here and by libfuse threads. */
+  #servedOf(e: Entry): number {
+    return e.served + (e.slot >= 0 && this.native ? this.native.table.served(e.slot) : 0)
+  }
+
+  /**
+   * libfuse threads served bytes of chunk c's entry: the reader's run covers
+   * them (the kernel asked for them, in whatever order), a wholly served
+   * entry goes, and the window opens past c as a request here would open it.
+   */
+  #nativeProgress(c: number, e: Entry): void {
+    if (this.#closed || this.#chunks.get(c) !== e || e.slot < 0 || !this.native) return
+    const byThreads = this.native.table.served(e.slot)
+    if (byThreads === 0) return
+    const [runStart, runEnd] = this.#cover(e.start, e.start + Math.min(e.length, byThreads + e.served))
+    if (e.served + byThreads >= e.length) this.#drop(c, e)
+    this.#extend(c, runEnd - runStart)
   }
 
   /** Records [pos, end) among the recent requests; returns the contiguous range now containing it. */
@@ -243,8 +283,12 @@ export class ReadAhead {
     this.#let(e)
   }
 
-  /** An entry is gone: its budget back now, its buffer once the fetch has settled. */
+  /** An entry is gone: out of the native table at once, its budget back now, its buffer once the fetch has settled. */
   #let(e: Entry): void {
+    if (e.slot >= 0) {
+      this.native?.table.take(e.slot)
+      e.slot = -1
+    }
     this.budget.give(e.reserved)
     e.data.then(this.release, () => undefined)
   }
@@ -262,15 +306,22 @@ export class ReadAhead {
     }
     const len = (c + 1) * this.chunkSize - from
     if (!this.budget.take(len)) return undefined
-    const entry: Entry = { start: from, data: this.fetch(from, len), at: performance.now(), reserved: len, served: 0 }
+    const entry: Entry = { start: from, data: this.fetch(from, len), at: performance.now(), reserved: len, served: 0, length: 0, slot: -1 }
     this.stats.fetches++
     this.#chunks.set(c, entry)
     entry.data.then(
       (b) => {
+        entry.length = b.length
+        if (this.#chunks.get(c) !== entry) return
         // the budget holds what the data really is (short at the end of the file)
-        if (this.#chunks.get(c) === entry && b.length < entry.reserved) {
+        if (b.length < entry.reserved) {
           this.budget.give(entry.reserved - b.length)
           entry.reserved = b.length
+        }
+        // libfuse threads may serve it for what is left of its freshness
+        const ttl = this.opts.maxAgeMs - (performance.now() - entry.at)
+        if (this.native && !this.#closed && b.length > 0 && ttl > 0 && entry.served < b.length) {
+          entry.slot = this.native.table.put(this.native.fh, entry.start, b, ttl, b.length - entry.served, () => this.#nativeProgress(c, entry))
         }
       },
       () => this.#drop(c, entry),

@@ -1,8 +1,8 @@
 // Strata's build of fuse-native's addon: fuse-native 2.2.6 (MIT License,
-// https://github.com/fuse-friends/fuse-native) with one change, marked
+// https://github.com/fuse-friends/fuse-native) with two changes, marked
 // "Strata:" below.
 //
-// libfuse's multithreaded loop starts a worker thread whenever none is idle
+// 1. libfuse's multithreaded loop starts a worker thread whenever none is idle
 // and ends workers while more than 10 are idle, so a mount under parallel
 // load creates and ends threads all the time (~770 for one 1 GiB sequential
 // read with 12 READs in flight). fuse-native gave every new thread its own
@@ -12,6 +12,21 @@
 // reads, growing with every thread ever started. Here a thread's block goes
 // back to its mount's free list when the thread ends and the next new thread
 // takes it, so the handles stay as many as the threads alive at once.
+//
+// 2. Reads served by libfuse's own threads. Every READ used to be a round
+// trip into the event loop and back (uv_async_send, the JavaScript callback,
+// a semaphore), even when the daemon's read-ahead already held the bytes: on
+// this 2-CPU VM that hop, not the copy, bounded a sequential reader. The
+// daemon now registers each read-ahead chunk it holds (file handle, file
+// offset, its Buffer, how long it may be served) in a per-mount table; a READ
+// that one registered chunk wholly covers is copied out of it by the libfuse
+// thread that received it and answered at once. Everything else goes to
+// JavaScript as before. The table is read under a shared lock, so a chunk
+// the daemon takes back (strata_ra_take, under the exclusive lock) is never
+// being copied from once that call returns; the daemon learns how much each
+// chunk served (to let it go and to read further ahead) from a coalesced
+// async notification sent when a chunk serves its first bytes here and when
+// what was served here completes it.
 
 #define FUSE_USE_VERSION 29
 
@@ -32,6 +47,8 @@
 #include <unistd.h>
 #include <sys/wait.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <time.h>
 
 static int IS_ARRAY_BUFFER_DETACH_SUPPORTED = 0;
 
@@ -130,6 +147,18 @@ static const uint32_t op_rmdir = 33;
 
 // Data structures
 
+// Strata: one registered read-ahead chunk
+#define STRATA_RA_SLOTS 256
+typedef struct {
+  const char *data;      // NULL: the slot is free
+  uint64_t fh;
+  uint64_t start;        // file offset of data[0]
+  uint64_t len;
+  uint64_t expires_ns;   // CLOCK_MONOTONIC; not served from then on
+  uint64_t served;       // bytes copied out by libfuse threads (atomic)
+  uint64_t need;         // served bytes that complete the chunk (the rest went through JavaScript; atomic)
+} strata_ra_slot_t;
+
 typedef struct {
   napi_env env;
   pthread_t thread;
@@ -153,6 +182,16 @@ typedef struct {
   // Strata: thread-locals blocks of ended threads, reused by new ones (guarded by free_mut)
   void *free_locals;
   uv_mutex_t free_mut;
+
+  // Strata: read-ahead chunks libfuse threads serve themselves (change 2 above)
+  pthread_rwlock_t ra_lock;
+  int ra_on;             // set by strata_ra_listen, cleared by strata_ra_stop (under ra_lock)
+  uint32_t ra_live;      // slots in use (atomic; lets a READ skip the lock when there are none)
+  uint64_t ra_hits;      // READs served here (atomic)
+  uint64_t ra_bytes;     // bytes served here (atomic)
+  napi_ref ra_cb;
+  uv_async_t ra_async;
+  strata_ra_slot_t ra[STRATA_RA_SLOTS];
 } fuse_thread_t;
 
 typedef struct {
@@ -733,6 +772,207 @@ static void * fuse_native_init (struct fuse_conn_info *conn) {
   return l->fuse;
 }
 
+
+// Strata: read-ahead chunks served by libfuse threads (change 2 at the top)
+
+static uint64_t strata_mono_ns (void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+// Bytes served into buf from a registered chunk that wholly covers the
+// request, or -1 (the request goes to JavaScript).
+static int strata_ra_serve (fuse_thread_t *ft, char *buf, size_t len, off_t offset, uint64_t fh) {
+  if (len == 0 || offset < 0 || __atomic_load_n(&(ft->ra_live), __ATOMIC_ACQUIRE) == 0) return -1;
+  int n = -1;
+  int notify = 0;
+  uint64_t off = (uint64_t) offset;
+  pthread_rwlock_rdlock(&(ft->ra_lock));
+  if (ft->ra_on) {
+    for (int i = 0; i < STRATA_RA_SLOTS; i++) {
+      strata_ra_slot_t *s = &(ft->ra[i]);
+      if (s->data == NULL || s->fh != fh || off < s->start || off + len > s->start + s->len) continue;
+      if (strata_mono_ns() >= s->expires_ns) break;
+      memcpy(buf, s->data + (off - s->start), len);
+      uint64_t before = __atomic_fetch_add(&(s->served), (uint64_t) len, __ATOMIC_RELAXED);
+      uint64_t need = __atomic_load_n(&(s->need), __ATOMIC_RELAXED);
+      notify = before == 0 || (before < need && before + len >= need);
+      n = (int) len;
+      break;
+    }
+    if (n >= 0) {
+      __atomic_fetch_add(&(ft->ra_hits), 1, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&(ft->ra_bytes), (uint64_t) len, __ATOMIC_RELAXED);
+      // under the lock: strata_ra_stop closes the handle only after clearing ra_on
+      if (notify) uv_async_send(&(ft->ra_async));
+    }
+  }
+  pthread_rwlock_unlock(&(ft->ra_lock));
+  return n;
+}
+
+static void strata_ra_notify (uv_async_t *handle) {
+  fuse_thread_t *ft = (fuse_thread_t *) handle->data;
+  napi_env env = ft->env;
+  napi_handle_scope scope;
+  napi_open_handle_scope(env, &scope);
+  napi_value cb;
+  napi_value global;
+  napi_get_reference_value(env, ft->ra_cb, &cb);
+  napi_get_global(env, &global);
+  if (cb != NULL) NAPI_MAKE_CALLBACK(env, NULL, global, cb, 0, NULL, NULL)
+  napi_close_handle_scope(env, scope);
+}
+
+// strata_ra_listen(ft, callback) → number of slots. Turns the table on; the
+// callback runs (coalesced) after a chunk served its first or last bytes.
+NAPI_METHOD(strata_ra_listen) {
+  NAPI_ARGV(2)
+  NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
+  if (ft->ra_on) {
+    NAPI_RETURN_UINT32(STRATA_RA_SLOTS)
+  }
+  napi_create_reference(env, argv[1], 1, &(ft->ra_cb));
+  int err = uv_async_init(uv_default_loop(), &(ft->ra_async), (uv_async_cb) strata_ra_notify);
+  if (err < 0) {
+    napi_throw_error(env, NULL, "uv_async_init failed");
+    return NULL;
+  }
+  ft->ra_async.data = ft;
+  uv_unref((uv_handle_t *) &(ft->ra_async));
+  pthread_rwlock_wrlock(&(ft->ra_lock));
+  ft->ra_on = 1;
+  pthread_rwlock_unlock(&(ft->ra_lock));
+  NAPI_RETURN_UINT32(STRATA_RA_SLOTS)
+}
+
+// strata_ra_stop(ft): every slot let go, nothing served natively any more.
+NAPI_METHOD(strata_ra_stop) {
+  NAPI_ARGV(1)
+  NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
+  pthread_rwlock_wrlock(&(ft->ra_lock));
+  int was = ft->ra_on;
+  ft->ra_on = 0;
+  for (int i = 0; i < STRATA_RA_SLOTS; i++) ft->ra[i].data = NULL;
+  __atomic_store_n(&(ft->ra_live), 0, __ATOMIC_RELEASE);
+  pthread_rwlock_unlock(&(ft->ra_lock));
+  if (was) {
+    uv_close((uv_handle_t *) &(ft->ra_async), NULL);
+    napi_delete_reference(env, ft->ra_cb);
+    ft->ra_cb = NULL;
+  }
+  return NULL;
+}
+
+// strata_ra_put(ft, slot, fh, start, buffer, ttlMs, need) → true when
+// registered; `need` is how many bytes served here complete the chunk (what
+// JavaScript has not served of it). The caller keeps the buffer alive and
+// unchanged until strata_ra_take.
+NAPI_METHOD(strata_ra_put) {
+  NAPI_ARGV(7)
+  NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
+  NAPI_ARGV_UINT32(slot, 1);
+  NAPI_ARGV_UINT32(fh, 2);
+  double start = 0;
+  double ttl = 0;
+  napi_get_value_double(env, argv[3], &start);
+  napi_get_value_double(env, argv[5], &ttl);
+  double need = 0;
+  napi_get_value_double(env, argv[6], &need);
+  char *data = NULL;
+  size_t len = 0;
+  napi_get_buffer_info(env, argv[4], (void **) &data, &len);
+  bool ok = false;
+  if (slot < STRATA_RA_SLOTS && start >= 0 && ttl > 0 && data != NULL && len > 0) {
+    pthread_rwlock_wrlock(&(ft->ra_lock));
+    if (ft->ra_on) {
+      strata_ra_slot_t *s = &(ft->ra[slot]);
+      if (s->data == NULL) __atomic_fetch_add(&(ft->ra_live), 1, __ATOMIC_RELEASE);
+      s->data = data;
+      s->fh = fh;
+      s->start = (uint64_t) start;
+      s->len = len;
+      s->served = 0;
+      s->need = need > 0 ? (uint64_t) need : 0;
+      s->expires_ns = strata_mono_ns() + (uint64_t) (ttl * 1e6);
+      ok = true;
+    }
+    pthread_rwlock_unlock(&(ft->ra_lock));
+  }
+  napi_value r;
+  napi_get_boolean(env, ok, &r);
+  return r;
+}
+
+// strata_ra_take(ft, slot) → bytes the slot served; once this returns, no
+// libfuse thread reads the slot's buffer.
+NAPI_METHOD(strata_ra_take) {
+  NAPI_ARGV(2)
+  NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
+  NAPI_ARGV_UINT32(slot, 1);
+  uint64_t served = 0;
+  if (slot < STRATA_RA_SLOTS) {
+    pthread_rwlock_wrlock(&(ft->ra_lock));
+    strata_ra_slot_t *s = &(ft->ra[slot]);
+    if (s->data != NULL) {
+      served = s->served;
+      s->data = NULL;
+      __atomic_fetch_sub(&(ft->ra_live), 1, __ATOMIC_RELEASE);
+    }
+    pthread_rwlock_unlock(&(ft->ra_lock));
+  }
+  napi_value r;
+  napi_create_double(env, (double) served, &r);
+  return r;
+}
+
+// strata_ra_need(ft, slot, need): JavaScript served more of the chunk; the
+// completion notice comes when this many bytes were served here.
+NAPI_METHOD(strata_ra_need) {
+  NAPI_ARGV(3)
+  NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
+  NAPI_ARGV_UINT32(slot, 1);
+  double need = 0;
+  napi_get_value_double(env, argv[2], &need);
+  if (slot < STRATA_RA_SLOTS) __atomic_store_n(&(ft->ra[slot].need), need > 0 ? (uint64_t) need : 0, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+// strata_ra_served(ft, slot) → bytes served so far (0 for a free slot).
+NAPI_METHOD(strata_ra_served) {
+  NAPI_ARGV(2)
+  NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
+  NAPI_ARGV_UINT32(slot, 1);
+  uint64_t served = slot < STRATA_RA_SLOTS ? __atomic_load_n(&(ft->ra[slot].served), __ATOMIC_RELAXED) : 0;
+  napi_value r;
+  napi_create_double(env, (double) served, &r);
+  return r;
+}
+
+// strata_ra_stats(ft) → [READs served natively, bytes].
+NAPI_METHOD(strata_ra_stats) {
+  NAPI_ARGV(1)
+  NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
+  napi_value arr;
+  napi_value v;
+  napi_create_array_with_length(env, 2, &arr);
+  napi_create_double(env, (double) __atomic_load_n(&(ft->ra_hits), __ATOMIC_RELAXED), &v);
+  napi_set_element(env, arr, 0, v);
+  napi_create_double(env, (double) __atomic_load_n(&(ft->ra_bytes), __ATOMIC_RELAXED), &v);
+  napi_set_element(env, arr, 1, v);
+  return arr;
+}
+
+static int strata_read (const char *path, char *buf, size_t len, off_t offset, struct fuse_file_info *info) {
+  fuse_thread_t *ft = (fuse_thread_t *) fuse_get_context()->private_data;
+  if (ft != NULL && info != NULL) {
+    int n = strata_ra_serve(ft, buf, len, offset, info->fh);
+    if (n >= 0) return n;
+  }
+  return fuse_native_read(path, buf, len, offset, info);
+}
+
 // Top-level dispatcher
 
 static void fuse_native_dispatch (uv_async_t* handle) {
@@ -874,7 +1114,7 @@ NAPI_METHOD(fuse_native_mount) {
   if (implemented[op_statfs]) ops.statfs = fuse_native_statfs;
   if (implemented[op_open]) ops.open = fuse_native_open;
   if (implemented[op_opendir]) ops.opendir = fuse_native_opendir;
-  if (implemented[op_read]) ops.read = fuse_native_read;
+  if (implemented[op_read]) ops.read = strata_read; // Strata: chunks held by read-ahead first
   if (implemented[op_write]) ops.write = fuse_native_write;
   if (implemented[op_release]) ops.release = fuse_native_release;
   if (implemented[op_releasedir]) ops.releasedir = fuse_native_releasedir;
@@ -908,6 +1148,9 @@ NAPI_METHOD(fuse_native_mount) {
   uv_sem_init(&(ft->sem), 0);
   uv_mutex_init(&(ft->free_mut)); // Strata
   ft->free_locals = NULL;
+  pthread_rwlock_init(&(ft->ra_lock), NULL); // Strata
+  ft->ra_on = 0;
+  ft->ra_live = 0;
 
   strncpy(ft->mnt, mnt, 1024);
   strncpy(ft->mntopts, mntopts, 1024);
@@ -958,6 +1201,13 @@ NAPI_INIT() {
   NAPI_EXPORT_SIZEOF(fuse_thread_t)
 
   NAPI_EXPORT_FUNCTION(fuse_native_mount)
+  NAPI_EXPORT_FUNCTION(strata_ra_listen)
+  NAPI_EXPORT_FUNCTION(strata_ra_stop)
+  NAPI_EXPORT_FUNCTION(strata_ra_put)
+  NAPI_EXPORT_FUNCTION(strata_ra_take)
+  NAPI_EXPORT_FUNCTION(strata_ra_served)
+  NAPI_EXPORT_FUNCTION(strata_ra_need)
+  NAPI_EXPORT_FUNCTION(strata_ra_stats)
   NAPI_EXPORT_FUNCTION(fuse_native_unmount)
 
   NAPI_EXPORT_FUNCTION(fuse_native_signal_getattr)

@@ -6,6 +6,7 @@ import test from 'ava'
 import crypto from 'node:crypto'
 import { StrataError } from '../../../fs/common/errors.js'
 import { READ_AHEAD_DEFAULTS, ReadAhead, ReadAheadBudget, type ReadAheadOptions, type ReadAheadStats } from '../../../fs/fuse/read-ahead.js'
+import type { NativeChunkTable } from '../../../fs/fuse/fast-reads.js'
 
 const KiB = 1024
 const MiB = 1024 * KiB
@@ -213,4 +214,161 @@ test('a fetch the storage client gave up on (a retryable code after its whole bu
   const again = await read(f, 2 * REQ, REQ)
   t.true(again.fromRa)
   t.true(again.bytes.equals(f.file.data.subarray(2 * REQ, 3 * REQ)))
+})
+
+/**
+ * A model of the addon's chunk table (native/fuse/fuse-native.c, change 2):
+ * `serve` is what a libfuse thread does with a READ before it asks
+ * JavaScript; progress is announced after a chunk's first and last bytes,
+ * later (coalesced), as the addon's async notification is.
+ */
+class FakeTable implements NativeChunkTable {
+  readonly slots = new Map<number, { fh: number; start: number; data: Buffer; expires: number; served: number; need: number; onProgress: () => void }>()
+  readonly ttls: number[] = []
+  taken = 0
+  #next = 0
+  constructor(readonly capacity = 256) {}
+  put(fh: number, start: number, data: Buffer, ttlMs: number, need: number, onProgress: () => void): number {
+    if (this.slots.size >= this.capacity) return -1
+    const slot = this.#next++
+    this.ttls.push(ttlMs)
+    this.slots.set(slot, { fh, start, data, expires: performance.now() + ttlMs, served: 0, need, onProgress })
+    return slot
+  }
+  take(slot: number): number {
+    const s = this.slots.get(slot)
+    if (!s) return 0
+    this.slots.delete(slot)
+    this.taken++
+    return s.served
+  }
+  setNeed(slot: number, need: number): void {
+    const s = this.slots.get(slot)
+    if (s) s.need = need
+  }
+  served(slot: number): number {
+    return this.slots.get(slot)?.served ?? 0
+  }
+  /** A libfuse thread: bytes served into dst from a slot wholly covering the request, or -1. */
+  serve(fh: number, pos: number, dst: Buffer): number {
+    for (const s of this.slots.values()) {
+      if (s.fh !== fh || pos < s.start || pos + dst.length > s.start + s.data.length) continue
+      if (performance.now() >= s.expires) return -1
+      s.data.copy(dst, 0, pos - s.start, pos - s.start + dst.length)
+      const before = s.served
+      s.served += dst.length
+      if (before === 0 || (before < s.need && s.served >= s.need)) setImmediate(s.onProgress)
+      return dst.length
+    }
+    return -1
+  }
+}
+
+function nativeFixture(size: number, table: FakeTable, opts: Partial<ReadAheadOptions> = {}, chunkSize = MiB) {
+  const file = { data: crypto.randomBytes(size) }
+  const fetched: Array<[number, number]> = []
+  const released: Buffer[] = []
+  const stats: ReadAheadStats = { hits: 0, fetches: 0, direct: 0 }
+  const o = { ...READ_AHEAD_DEFAULTS, ...opts }
+  const budget = new ReadAheadBudget(o.budgetBytes)
+  const ra = new ReadAhead(
+    chunkSize,
+    async (pos, len) => {
+      fetched.push([pos, len])
+      await new Promise((r) => setImmediate(r))
+      return Buffer.from(file.data.subarray(pos, Math.min(pos + len, file.data.length)))
+    },
+    budget,
+    o,
+    stats,
+    () => file.data.length,
+    (b) => {
+      // a buffer goes back to its pool only once no thread can copy from it
+      for (const s of table.slots.values()) if (s.data === b) throw new Error('released while still in the native table')
+      released.push(b)
+    },
+    { table, fh: 7 },
+  )
+  let native = 0
+  const readOne = async (pos: number, len: number): Promise<Buffer> => {
+    const dst = Buffer.alloc(len)
+    if (table.serve(7, pos, dst) === len) {
+      native++
+      return dst
+    }
+    const served = await ra.read(pos, dst)
+    Buffer.from(file.data.subarray(pos + served, Math.min(pos + len, file.data.length))).copy(dst, served)
+    return dst.subarray(0, Math.min(len, file.data.length - pos))
+  }
+  return { file, ra, budget, stats, fetched, released, readOne, native: () => native }
+}
+
+test('chunks in the native table: libfuse threads serve most of a stream, its progress opens the window, every slot is taken back before its buffer is reused', async (t) => {
+  const table = new FakeTable()
+  const size = 12 * MiB + 4321
+  const f = nativeFixture(size, table)
+  const out: Buffer[] = []
+  for (let pos = 0; pos < size; pos += REQ) {
+    out.push(await f.readOne(pos, REQ))
+    // the addon's notifications run between READs, as on the event loop
+    await new Promise((r) => setImmediate(r))
+  }
+  t.true(Buffer.concat(out).equals(f.file.data))
+  const reqs = Math.ceil(size / REQ)
+  // all but the first requests of the stream and each chunk's first (before its fetch was registered) are native
+  t.true(f.native() >= reqs - 20, `${f.native()} of ${reqs} served natively; stats ${JSON.stringify(f.stats)}`)
+  // each chunk fetched once, whole after the first, although JavaScript saw few requests
+  const starts = f.fetched.map(([p]) => p)
+  t.deepEqual(starts, [...new Set(starts)].sort((a, b) => a - b))
+  t.true(f.fetched.length <= 13, JSON.stringify(f.fetched))
+  // wholly served chunks were let go as the stream went on: only the tail's may still be held
+  t.true(table.slots.size <= 2, `${table.slots.size} slots still held`)
+  // the table is told how long each chunk may be served: never longer than maxAgeMs
+  t.true(table.ttls.length > 0 && table.ttls.every((ms) => ms > 0 && ms <= READ_AHEAD_DEFAULTS.maxAgeMs), JSON.stringify(table.ttls))
+  f.ra.close()
+  t.is(table.slots.size, 0)
+  t.is(f.budget.used, 0)
+  await new Promise((r) => setImmediate(r))
+  t.true(f.released.length >= f.fetched.length - 1)
+})
+
+test('clear() takes every chunk out of the native table at once: the next READ reaches JavaScript and sees the new bytes', async (t) => {
+  const table = new FakeTable()
+  const f = nativeFixture(8 * MiB, table)
+  for (let pos = 0; pos < 2 * MiB; pos += REQ) {
+    await f.readOne(pos, REQ)
+    await new Promise((r) => setImmediate(r))
+  }
+  t.true(table.slots.size > 0, 'chunks ahead were registered')
+  f.file.data = crypto.randomBytes(8 * MiB)
+  f.ra.clear()
+  t.is(table.slots.size, 0)
+  const dst = Buffer.alloc(REQ)
+  t.is(table.serve(7, 3 * MiB, dst), -1, 'nothing is served natively after clear')
+  t.true((await f.readOne(3 * MiB, REQ)).equals(f.file.data.subarray(3 * MiB, 3 * MiB + REQ)))
+  f.ra.close()
+})
+
+test('a full native table leaves chunks to JavaScript; an expired registration is not served', async (t) => {
+  const full = new FakeTable(0)
+  const f = nativeFixture(6 * MiB, full)
+  const out: Buffer[] = []
+  for (let pos = 0; pos < 6 * MiB; pos += REQ) out.push(await f.readOne(pos, REQ))
+  t.true(Buffer.concat(out).equals(f.file.data))
+  t.is(f.native(), 0)
+  t.true(f.stats.hits > 30, 'JavaScript served the stream from read-ahead')
+  f.ra.close()
+
+  const table = new FakeTable()
+  const g = nativeFixture(6 * MiB, table, { maxAgeMs: 30 })
+  for (let pos = 0; pos < 2 * MiB; pos += REQ) {
+    await g.readOne(pos, REQ)
+    await new Promise((r) => setImmediate(r))
+  }
+  await new Promise((r) => setTimeout(r, 50))
+  const dst = Buffer.alloc(REQ)
+  t.is(table.serve(7, 3 * MiB, dst), -1, 'past its freshness a chunk is not served natively')
+  t.true((await g.readOne(3 * MiB, REQ)).equals(g.file.data.subarray(3 * MiB, 3 * MiB + REQ)))
+  g.ra.close()
+  t.is(table.slots.size, 0)
 })

@@ -1,0 +1,128 @@
+// READs answered by libfuse's threads from read-ahead chunks (fs/fuse/
+// fast-reads.ts, native/fuse/fuse-native.c change 2), through a real mount:
+// the bytes are the file's, most READs of a stream never reach JavaScript,
+// nothing stays registered once the file is closed, a writer opening the file
+// takes the registered chunks back at once (a reader that opened it before
+// sees the new bytes), and `nativeReads: false` sends every READ to JavaScript.
+import test from 'ava'
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { fuseSkipReason, ok, py, sh, startFuseCluster, type FuseCluster } from './helpers.js'
+import { freePort } from '../../helpers/procs.js'
+
+const skip = fuseSkipReason()
+const t = skip ? test.skip : test.serial
+if (skip) console.log(`FUSE tests skipped: ${skip}`)
+
+const MiB = 1024 * 1024
+
+interface RaStats {
+  hits: number
+  fetches: number
+  direct: number
+  native: { hits: number; bytes: number; slots: number } | null
+}
+
+async function raStats(c: FuseCluster, address: string): Promise<{ ra: RaStats; reads: number }> {
+  const st = (await c.m.rpc.stats(address)) as { fuse: { readAhead: RaStats; ops: Record<string, number> } }
+  return { ra: st.fuse.readAhead, reads: st.fuse.ops.read ?? 0 }
+}
+
+async function until(what: string, fn: () => Promise<boolean>, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!(await fn())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+t('a sequential reader is served by libfuse threads from read-ahead chunks, byte for byte; nothing stays registered after close', async (tt) => {
+  const c = await startFuseCluster(tt, { chunkSize: MiB })
+  const address = `127.0.0.1:${await freePort()}`
+  const mnt = await c.mount({ listen: address })
+  const gen = await py(`import sys, os, hashlib\ndata = os.urandom(24 * 1024 * 1024 + 12345)\nopen(sys.argv[1], 'wb').write(data)\nprint(hashlib.sha256(data).hexdigest())`, [`${mnt.mnt}/big`])
+  ok(tt, gen, 'write')
+  const want = gen.stdout.trim()
+  const before = await raStats(c, address)
+  const r = await sh(`dd if=${mnt.mnt}/big bs=1M 2>/dev/null | sha256sum`)
+  ok(tt, r, 'read')
+  tt.is(r.stdout.split(' ')[0], want)
+  const after = await raStats(c, address)
+  tt.truthy(after.ra.native, 'the table is on by default')
+  const reads = after.reads - before.reads
+  const native = after.ra.native!.hits - (before.ra.native?.hits ?? 0)
+  const kernelReads = native + reads
+  // the kernel sends 128 KiB READs: ~194 for this file; most never reached JavaScript
+  tt.true(kernelReads >= 190, `${kernelReads} READs`)
+  tt.true(native >= kernelReads * 0.7, `${native} of ${kernelReads} READs served natively (${JSON.stringify(after.ra)})`)
+  // dd closed the file: its handle's chunks leave the table when the kernel's RELEASE arrives
+  await until('the table to be empty', async () => (await raStats(c, address)).ra.native!.slots === 0)
+
+  // a second read, with the file reopened: the same bytes
+  const again = await sh(`cat ${mnt.mnt}/big | sha256sum`)
+  tt.is(again.stdout.split(' ')[0], want)
+  await mnt.stop()
+})
+
+t('a writer opening the file takes its registered chunks back: a reader that opened it before reads the new bytes', async (tt) => {
+  const c = await startFuseCluster(tt, { chunkSize: MiB })
+  const address = `127.0.0.1:${await freePort()}`
+  // fetched chunks stay servable for 60 s: only the writer's open may take them back
+  const mnt = await c.mount({ listen: address, chunkReadAheadMaxAgeMs: 60_000 })
+  const f = `${mnt.mnt}/f`
+  ok(tt, await py(`import sys, os\nopen(sys.argv[1], 'wb').write(bytes(range(256)) * (16 * 4096))`, [f]), 'create 16 MiB')
+  // the reader streams 6 MiB (read-ahead then holds chunks up to ~10 MiB) and stops; once told, it
+  // writes 1 MiB at 8 MiB through a second handle and reads on
+  const reader = spawn('python3', [
+    '-c',
+    String.raw`
+import sys, os, mmap
+r = open(sys.argv[1], 'rb', buffering=0)
+got = b''
+while len(got) < 6 * 1024 * 1024:
+    got += r.read(1024 * 1024)
+print('READY', flush=True)
+sys.stdin.readline()
+# a writer (another handle) puts 1 MiB of X at 8 MiB; O_DIRECT, so the kernel drops its cached
+# pages of that range instead of keeping the written ones, and the reader's READs reach the daemon
+w = os.open(sys.argv[1], os.O_RDWR | os.O_DIRECT)
+buf = mmap.mmap(-1, 1024 * 1024)
+buf.write(b'X' * (1024 * 1024))
+assert os.pwrite(w, buf, 8 * 1024 * 1024) == 1024 * 1024
+os.close(w)
+rest = b''
+while True:
+    b = r.read(1024 * 1024)
+    if not b: break
+    rest += b
+off = 8 * 1024 * 1024 - len(got)
+print('X' if rest[off:off + 1024 * 1024] == b'X' * (1024 * 1024) else 'OLD', len(got) + len(rest), flush=True)
+`,
+    f,
+  ])
+  tt.teardown(() => void reader.kill('SIGKILL'))
+  let out = ''
+  reader.stdout.setEncoding('utf8').on('data', (s: string) => (out += s))
+  await until('the reader to stream 6 MiB', async () => out.includes('READY'), 30_000)
+  const held = await raStats(c, address)
+  tt.true((held.ra.native?.slots ?? 0) > 0, `chunks ahead of the reader are registered: ${JSON.stringify(held.ra)}`)
+  reader.stdin.write('go\n')
+  const [code] = (await once(reader, 'exit')) as [number | null]
+  tt.is(code, 0, out)
+  tt.regex(out, /\nX 16777216\n/)
+  await mnt.stop()
+})
+
+t('nativeReads: false: every READ reaches JavaScript, the same bytes', async (tt) => {
+  const c = await startFuseCluster(tt, { chunkSize: MiB })
+  const address = `127.0.0.1:${await freePort()}`
+  const mnt = await c.mount({ listen: address, nativeReads: false })
+  const gen = await py(`import sys, os\ndata = os.urandom(9 * 1024 * 1024)\nopen(sys.argv[1], 'wb').write(data)\nimport hashlib\nprint(hashlib.sha256(data).hexdigest())`, [`${mnt.mnt}/g`])
+  ok(tt, gen, 'create')
+  const r = await sh(`dd if=${mnt.mnt}/g bs=1M 2>/dev/null | sha256sum`)
+  tt.is(r.stdout.split(' ')[0], gen.stdout.trim())
+  const st = await raStats(c, address)
+  tt.is(st.ra.native, null)
+  tt.true(st.ra.hits > 30, `JavaScript served the stream from read-ahead: ${JSON.stringify(st.ra)}`)
+  await mnt.stop()
+})
