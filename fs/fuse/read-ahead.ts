@@ -113,6 +113,8 @@ export class ReadAhead {
   #ranges: Array<[number, number]> = []
   /** the furthest chunk fetched ahead: chunks up to it are not fetched ahead again once served */
   #ahead = -1
+  /** consecutive chunks libfuse threads were seen serving: [last chunk, how many in a row] */
+  #nativeRun: [number, number] = [-1, 0]
   #closed = false
 
   constructor(
@@ -220,14 +222,22 @@ export class ReadAhead {
    * libfuse threads served bytes of chunk c's entry: the reader's run covers
    * them (the kernel asked for them, in whatever order), a wholly served
    * entry goes, and the window opens past c as a request here would open it.
+   * The run this code sees has gaps where threads served bytes it never
+   * learned the position of (a chunk reports only its count, and a kernel
+   * whose READs are not chunk-aligned leaves every chunk's last piece to
+   * this code), so chunks served natively one after another count as
+   * streamed too: without that the window stopped opening and the next
+   * chunks were read piecemeal from storage.
    */
   #nativeProgress(c: number, e: Entry): void {
     if (this.#closed || this.#chunks.get(c) !== e || e.slot < 0 || !this.native) return
     const byThreads = this.native.table.served(e.slot)
     if (byThreads === 0) return
     const [runStart, runEnd] = this.#cover(e.start, e.start + Math.min(e.length, byThreads + e.served))
+    const [last, count] = this.#nativeRun
+    this.#nativeRun = c === last ? this.#nativeRun : [c, c === last + 1 ? count + 1 : 1]
     if (e.served + byThreads >= e.length) this.#drop(c, e)
-    this.#extend(c, runEnd - runStart)
+    this.#extend(c, Math.max(runEnd - runStart, this.#nativeRun[1] * this.chunkSize))
   }
 
   /** Records [pos, end) among the recent requests; returns the contiguous range now containing it. */
@@ -258,6 +268,7 @@ export class ReadAhead {
     for (const e of this.#chunks.values()) this.#let(e)
     this.#chunks.clear()
     this.#ahead = -1
+    this.#nativeRun = [-1, 0]
   }
 
   close(): void {

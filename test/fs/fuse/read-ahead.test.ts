@@ -372,3 +372,22 @@ test('a full native table leaves chunks to JavaScript; an expired registration i
   g.ra.close()
   t.is(table.slots.size, 0)
 })
+
+test('READs not aligned to chunks (every chunk ends in a request that spans two): the window keeps opening on native progress, nothing is read piecemeal', async (t) => {
+  const table = new FakeTable()
+  const size = 16 * MiB
+  const f = nativeFixture(size, table, {}, 4 * MiB)
+  const out: Buffer[] = []
+  // a kernel whose cached pages shifted its READs by 16 KiB
+  out.push(await f.readOne(0, 16 * KiB))
+  for (let pos = 16 * KiB; pos < size; pos += REQ) {
+    out.push(await f.readOne(pos, Math.min(REQ, size - pos)))
+    await new Promise((r) => setImmediate(r))
+  }
+  t.true(Buffer.concat(out).equals(f.file.data))
+  // the run's first requests and the spanning ones reach JavaScript; none of them goes to storage piece by piece
+  t.true(f.stats.direct <= 3, JSON.stringify(f.stats))
+  t.true(f.fetched.length <= 5, JSON.stringify(f.fetched))
+  f.ra.close()
+  t.is(table.slots.size, 0)
+})
