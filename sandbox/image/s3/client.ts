@@ -84,8 +84,9 @@ export async function createS3Client(init: S3ClientInit = {}): Promise<S3Client>
     ...(init.credentials ? { credentials: init.credentials } : {}),
     maxAttempts: init.maxAttempts ?? 3,
     retryStrategy: retryStrategy(init.maxAttempts ?? 3),
-    // Integrity: every PutObject/UploadPart carries a Content-MD5 computed
-    // here (natively), which S3 checks on receipt, and pulls verify sha256
+    // Integrity: PutObject/UploadPart carry a Content-MD5 computed here
+    // (natively) or, for one-PUT blobs, their known SHA-256 with the MD5
+    // checked against the ETag (push.ts putStreamed), and pulls verify sha256
     // digests end to end; the SDK's own CRC32 (computed in JS over every
     // body) would only add CPU on the data path.
     requestChecksumCalculation: 'WHEN_REQUIRED',

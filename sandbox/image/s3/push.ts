@@ -7,13 +7,16 @@ import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
   CreateMultipartUploadCommand,
+  DeleteObjectCommand,
   HeadObjectCommand,
   ListMultipartUploadsCommand,
   ListPartsCommand,
   PutObjectCommand,
   UploadPartCommand,
+  type PutObjectCommandOutput,
   type S3Client,
 } from '@aws-sdk/client-s3'
+import { Transform, pipeline } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { formatImageRef, type LayerRef } from '../types.js'
 import { atEndpoint, createS3Client, errorName, isNotFound, isNotImplemented, isTimeout, s3Error, statusOf } from './client.js'
@@ -215,12 +218,65 @@ async function pushBlob(ctx: PushCtx, key: string, layer: LayerRef, signal: Abor
 
 /**
  * One PutObject of a whole blob, its body streamed from the DFS instead of
- * held in memory (a blob may be up to 5 GiB). S3 takes Content-MD5 only up
- * front, so a first pass over the blob computes it; a body that arrives
- * different from those bytes is refused by the server, never stored under
- * the blob's content address.
+ * held in memory (a blob may be up to 5 GiB), in one pass over the blob.
+ * S3 takes Content-MD5 only up front, which would mean reading the blob
+ * twice. The request carries the blob's SHA-256 instead (its digest, known
+ * without reading; S3 refuses a body that does not match it), and the MD5
+ * of the bytes sent is computed on the way and compared with the ETag of
+ * the answer (for a single PUT, the MD5 of what the server stored: what
+ * s3rver and servers that ignore the checksum give). A server that confirms
+ * neither gets its object deleted and the blob sent again the strict way
+ * (putWithMd5), so unverified bytes never stay under the blob's content
+ * address, where a later push would take them as present.
  */
 async function putStreamed(ctx: PushCtx, key: string, layer: LayerRef, signal: AbortSignal): Promise<void> {
+  const sha256 = Buffer.from(layer.digest.slice('sha256:'.length), 'hex').toString('base64')
+  for (let attempt = 1; ; attempt++) {
+    const md5 = crypto.createHash('md5')
+    let sent = 0
+    const src = ctx.store.readBlob(layer.digest)
+    const body = new Transform({
+      transform(chunk: Buffer, _enc, cb) {
+        md5.update(chunk)
+        sent += chunk.length
+        cb(null, chunk)
+      },
+    })
+    pipeline(src, body, () => undefined)
+    let r: PutObjectCommandOutput
+    try {
+      r = await ctx.limiter.run(() =>
+        ctx.client.send(
+          new PutObjectCommand({ Bucket: ctx.bucket, Key: key, Body: body, ContentLength: layer.size, ContentType: 'application/octet-stream', ChecksumSHA256: sha256 }),
+          { abortSignal: signal },
+        ),
+      )
+    } catch (e) {
+      if (signal.aborted || attempt >= STREAMED_PUT_ATTEMPTS || !isTransient(e)) throw s3Error(e, `PUT ${formatS3(ctx.bucket, key)}`)
+      continue
+    } finally {
+      src.destroy()
+      body.destroy()
+    }
+    if (sent !== layer.size) throw new StrataError('IMAGE_SIZE_MISMATCH', `blob ${layer.digest} holds ${sent} bytes, the manifest says ${layer.size}`)
+    if (r.ChecksumSHA256 === sha256 || unquote(r.ETag) === md5.digest('hex')) {
+      ctx.stats.bytesSent += layer.size
+      return
+    }
+    // nothing the server said confirms the bytes it stored
+    await ctx.client.send(new DeleteObjectCommand({ Bucket: ctx.bucket, Key: key }), { abortSignal: signal }).catch((e: unknown) => {
+      throw s3Error(e, `DELETE ${formatS3(ctx.bucket, key)} (stored unverified)`)
+    })
+    return putWithMd5(ctx, key, layer, signal)
+  }
+}
+
+/**
+ * The strict one-PUT of a blob: a first pass computes the Content-MD5 that
+ * S3 takes only up front, then the blob is streamed; a body that arrives
+ * different from those bytes is refused by the server.
+ */
+async function putWithMd5(ctx: PushCtx, key: string, layer: LayerRef, signal: AbortSignal): Promise<void> {
   const md5 = crypto.createHash('md5')
   let n = 0
   for await (const c of ctx.store.readBlob(layer.digest) as AsyncIterable<Buffer>) {

@@ -345,3 +345,66 @@ test.serial('missing tag or bucket: IMAGE_NOT_FOUND; refused credentials: IMAGE_
   process.off('warning', onWarning)
   t.false(warnings.some((w) => w.includes('NodeVersionSupportWarning')))
 })
+
+/** The store with its readBlob calls counted per digest. */
+function counting(store: Fixture['store']): { store: Fixture['store']; reads: Map<string, number> } {
+  const reads = new Map<string, number>()
+  const wrapped = new Proxy(store, {
+    get(target, prop, recv) {
+      const v = Reflect.get(target, prop, recv) as unknown
+      if (prop !== 'readBlob' || typeof v !== 'function') return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v
+      return (digest: string, ...rest: unknown[]) => {
+        reads.set(digest, (reads.get(digest) ?? 0) + 1)
+        return (v as (...a: unknown[]) => unknown).call(target, digest, ...rest)
+      }
+    },
+  })
+  return { store: wrapped, reads }
+}
+
+test.serial('a blob up to the part size goes up in one PUT and one pass over the DFS, its SHA-256 sent and its MD5 checked against the ETag', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'onepass', 'v1')
+  const small = [...f.layers.entries()].filter(([, b]) => b.length <= PART)
+  t.true(small.length > 0, 'the fixture has a layer sent in one PUT')
+  const c = counting(f.store)
+  await pushS3(c.store, 'onepass:v1', `s3://${s3.bucket}/p`, s3opts(s3))
+  for (const [d, bytes] of small) {
+    t.is(c.reads.get(d), 1, `${d} read once`)
+    t.true(fs.readFileSync(s3.objectPath(blobKey('p', d))).equals(bytes))
+  }
+})
+
+test.serial('a server whose answer confirms neither the SHA-256 nor the MD5: the object is deleted and the blob sent again with Content-MD5', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'unverified', 'v1')
+  const [d, bytes] = [...f.layers.entries()].find(([, b]) => b.length <= PART)!
+  const client = await createS3Client(s3opts(s3))
+  t.teardown(() => client.destroy())
+  let rewritten = 0
+  // answers to one-pass PUTs (no Content-MD5) lose what would confirm the bytes, as from a server that ignores checksums and whose ETag is not an MD5
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const r = await next(args)
+      const input = args.input as { ContentMD5?: string; Key?: string }
+      if (context.commandName === 'PutObjectCommand' && !input.ContentMD5 && input.Key === blobKey('u', d)) {
+        const out = r.output as { ETag?: string; ChecksumSHA256?: string }
+        out.ETag = '"0123456789abcdef0123456789abcdef"'
+        delete out.ChecksumSHA256
+        rewritten++
+      }
+      return r
+    },
+    { step: 'initialize', name: 'unverifiedAnswer' },
+  )
+  const c = counting(f.store)
+  const before = s3.requests.length
+  await pushS3(c.store, 'unverified:v1', `s3://${s3.bucket}/u`, s3opts(s3, { client }))
+  t.is(rewritten, 1)
+  const key = blobKey('u', d)
+  const mine = s3.requests.slice(before).filter((r) => r.includes(key) && !r.startsWith('HEAD'))
+  t.deepEqual(mine.map((r) => r.split(' ')[0]), ['PUT', 'DELETE', 'PUT'], mine.join(' | '))
+  // the one-pass PUT, then the strict one (its MD5 pass and its body)
+  t.is(c.reads.get(d), 3)
+  t.true(fs.readFileSync(s3.objectPath(key)).equals(bytes))
+})
