@@ -226,8 +226,10 @@ export class ReadAhead {
    * learned the position of (a chunk reports only its count, and a kernel
    * whose READs are not chunk-aligned leaves every chunk's last piece to
    * this code), so chunks served natively one after another count as
-   * streamed too: without that the window stopped opening and the next
-   * chunks were read piecemeal from storage.
+   * streamed too, from the second in a row (without that the window stopped
+   * opening and the next chunks were read piecemeal from storage; counting
+   * the first as well made a cold sandbox start, which reads its layer in
+   * short runs, fetch a chunk past each one: 16% of the layer instead of 7%).
    */
   #nativeProgress(c: number, e: Entry): void {
     if (this.#closed || this.#chunks.get(c) !== e || e.slot < 0 || !this.native) return
@@ -237,7 +239,7 @@ export class ReadAhead {
     const [last, count] = this.#nativeRun
     this.#nativeRun = c === last ? this.#nativeRun : [c, c === last + 1 ? count + 1 : 1]
     if (e.served + byThreads >= e.length) this.#drop(c, e)
-    this.#extend(c, Math.max(runEnd - runStart, this.#nativeRun[1] * this.chunkSize))
+    this.#extend(c, Math.max(runEnd - runStart, (this.#nativeRun[1] - 1) * this.chunkSize))
   }
 
   /** Records [pos, end) among the recent requests; returns the contiguous range now containing it. */

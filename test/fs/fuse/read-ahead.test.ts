@@ -391,3 +391,15 @@ test('READs not aligned to chunks (every chunk ends in a request that spans two)
   f.ra.close()
   t.is(table.slots.size, 0)
 })
+
+test('one chunk served natively is not a stream yet: nothing past it is fetched (a cold sandbox start reads its layer in such short runs)', async (t) => {
+  const table = new FakeTable()
+  const f = nativeFixture(16 * MiB, table, {}, 4 * MiB)
+  for (let pos = 0; pos < 768 * KiB; pos += REQ) {
+    await f.readOne(pos, REQ)
+    await new Promise((r) => setImmediate(r))
+  }
+  t.true(f.native() > 0, 'some READs were served natively')
+  t.deepEqual(f.fetched.map(([p]) => p), [REQ], 'only the rest of the chunk being read was fetched')
+  f.ra.close()
+})
