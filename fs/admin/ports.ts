@@ -50,7 +50,10 @@ function reserve(dir: string, port: number): boolean {
     try {
       const st = fs.statSync(file)
       const pid = Number(fs.readFileSync(file, 'utf8'))
-      if (Date.now() - st.mtimeMs < RESERVATION_MS && pid > 0 && pidAlive(pid)) return false
+      // no pid yet: its owner created the file and has not written it (writeFileSync 'wx' is
+      // create, then write); taking that as stale handed one port to two processes
+      const dead = pid > 0 && !pidAlive(pid)
+      if (Date.now() - st.mtimeMs < RESERVATION_MS && !dead) return false
       fs.unlinkSync(file) // stale: its owner is gone or had all the time it needed
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code
