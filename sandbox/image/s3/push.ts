@@ -16,7 +16,7 @@ import {
   type PutObjectCommandOutput,
   type S3Client,
 } from '@aws-sdk/client-s3'
-import { Transform, pipeline } from 'node:stream'
+import { Transform, pipeline, type Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { formatImageRef, type LayerRef } from '../types.js'
 import { atEndpoint, createS3Client, errorName, isNotFound, isNotImplemented, isTimeout, s3Error, statusOf } from './client.js'
@@ -231,10 +231,12 @@ async function pushBlob(ctx: PushCtx, key: string, layer: LayerRef, signal: Abor
  */
 async function putStreamed(ctx: PushCtx, key: string, layer: LayerRef, signal: AbortSignal): Promise<void> {
   const sha256 = Buffer.from(layer.digest.slice('sha256:'.length), 'hex').toString('base64')
-  for (let attempt = 1; ; attempt++) {
-    const md5 = crypto.createHash('md5')
-    let sent = 0
-    const src = ctx.store.readBlob(layer.digest)
+  let md5 = crypto.createHash('md5')
+  let sent = 0
+  const r = await putBody(ctx, key, layer, signal, { ChecksumSHA256: sha256 }, (src) => {
+    // a fresh count per attempt: each sends the blob from its start
+    md5 = crypto.createHash('md5')
+    sent = 0
     const body = new Transform({
       transform(chunk: Buffer, _enc, cb) {
         md5.update(chunk)
@@ -243,31 +245,49 @@ async function putStreamed(ctx: PushCtx, key: string, layer: LayerRef, signal: A
       },
     })
     pipeline(src, body, () => undefined)
-    let r: PutObjectCommandOutput
+    return body
+  })
+  if (sent !== layer.size) throw new StrataError('IMAGE_SIZE_MISMATCH', `blob ${layer.digest} holds ${sent} bytes, the manifest says ${layer.size}`)
+  if (r.ChecksumSHA256 === sha256 || unquote(r.ETag) === md5.digest('hex')) {
+    ctx.stats.bytesSent += layer.size
+    return
+  }
+  // nothing the server said confirms the bytes it stored
+  await ctx.client.send(new DeleteObjectCommand({ Bucket: ctx.bucket, Key: key }), { abortSignal: signal }).catch((e: unknown) => {
+    throw s3Error(e, `DELETE ${formatS3(ctx.bucket, key)} (stored unverified)`)
+  })
+  return putWithMd5(ctx, key, layer, signal)
+}
+
+/**
+ * One PutObject of the blob streamed from the DFS, sent again on a transient
+ * failure up to STREAMED_PUT_ATTEMPTS times (the SDK cannot resend a stream);
+ * `body` makes each attempt's body from a fresh read of the blob.
+ */
+async function putBody(
+  ctx: PushCtx,
+  key: string,
+  layer: LayerRef,
+  signal: AbortSignal,
+  check: { ChecksumSHA256: string } | { ContentMD5: string },
+  body: (src: Readable) => Readable,
+): Promise<PutObjectCommandOutput> {
+  for (let attempt = 1; ; attempt++) {
+    const src = ctx.store.readBlob(layer.digest)
+    const b = body(src)
     try {
-      r = await ctx.limiter.run(() =>
+      return await ctx.limiter.run(() =>
         ctx.client.send(
-          new PutObjectCommand({ Bucket: ctx.bucket, Key: key, Body: body, ContentLength: layer.size, ContentType: 'application/octet-stream', ChecksumSHA256: sha256 }),
+          new PutObjectCommand({ Bucket: ctx.bucket, Key: key, Body: b, ContentLength: layer.size, ContentType: 'application/octet-stream', ...check }),
           { abortSignal: signal },
         ),
       )
     } catch (e) {
       if (signal.aborted || attempt >= STREAMED_PUT_ATTEMPTS || !isTransient(e)) throw s3Error(e, `PUT ${formatS3(ctx.bucket, key)}`)
-      continue
     } finally {
       src.destroy()
-      body.destroy()
+      b.destroy()
     }
-    if (sent !== layer.size) throw new StrataError('IMAGE_SIZE_MISMATCH', `blob ${layer.digest} holds ${sent} bytes, the manifest says ${layer.size}`)
-    if (r.ChecksumSHA256 === sha256 || unquote(r.ETag) === md5.digest('hex')) {
-      ctx.stats.bytesSent += layer.size
-      return
-    }
-    // nothing the server said confirms the bytes it stored
-    await ctx.client.send(new DeleteObjectCommand({ Bucket: ctx.bucket, Key: key }), { abortSignal: signal }).catch((e: unknown) => {
-      throw s3Error(e, `DELETE ${formatS3(ctx.bucket, key)} (stored unverified)`)
-    })
-    return putWithMd5(ctx, key, layer, signal)
   }
 }
 
@@ -285,24 +305,8 @@ async function putWithMd5(ctx: PushCtx, key: string, layer: LayerRef, signal: Ab
     signal.throwIfAborted()
   }
   if (n !== layer.size) throw new StrataError('IMAGE_SIZE_MISMATCH', `blob ${layer.digest} holds ${n} bytes, the manifest says ${layer.size}`)
-  const contentMd5 = md5.digest('base64')
-  for (let attempt = 1; ; attempt++) {
-    const body = ctx.store.readBlob(layer.digest)
-    try {
-      await ctx.limiter.run(() =>
-        ctx.client.send(
-          new PutObjectCommand({ Bucket: ctx.bucket, Key: key, Body: body, ContentLength: layer.size, ContentType: 'application/octet-stream', ContentMD5: contentMd5 }),
-          { abortSignal: signal },
-        ),
-      )
-      ctx.stats.bytesSent += layer.size
-      return
-    } catch (e) {
-      if (signal.aborted || attempt >= STREAMED_PUT_ATTEMPTS || !isTransient(e)) throw s3Error(e, `PUT ${formatS3(ctx.bucket, key)}`)
-    } finally {
-      body.destroy()
-    }
-  }
+  await putBody(ctx, key, layer, signal, { ContentMD5: md5.digest('base64') }, (src) => src)
+  ctx.stats.bytesSent += layer.size
 }
 
 interface Resumed {
