@@ -1,4 +1,4 @@
-// Whole-chunk read-ahead for sequential readers of the FUSE mount.
+// Chunk read-ahead for sequential readers of the FUSE mount.
 //
 // A libfuse 2 daemon gets at most 128 KiB per READ, so a 1 MiB chunk read
 // sequentially arrives as 8 requests, and each used to become its own
@@ -6,6 +6,11 @@
 // CRC32C pass, the client another). For a handle read sequentially, the
 // whole chunk is read once instead (a whole-chunk read returns the checksum
 // stored at write time) and the following requests are served from it.
+// Where a run begins, the reader's chunk is fetched in pieces that double
+// with the run (twice the run so far, at least 512 KiB) up to the chunk's
+// end: a file-backed EROFS layer (a sandbox's rootfs) is read in runs of a
+// few hundred KiB to a few MiB, and fetching the whole rest of a 4 MiB
+// chunk for each made a cold sandbox start read twice the bytes it used.
 // Chunks ahead of the reader are fetched while it reads, up to `windowChunks`
 // of them; the window opens one chunk per chunk streamed, as the kernel's own
 // readahead does, so a short sequential run does not pull in megabytes. One
@@ -61,8 +66,12 @@ export class ReadAheadBudget {
 }
 
 interface Entry {
-  /** file offset of data[0]: a chunk is fetched from where the reader was, to its end */
+  /** the chunk it is a piece of */
+  chunk: number
+  /** file offset of data[0] */
   start: number
+  /** bytes asked for: data shorter than this is the end of the file */
+  want: number
   data: Promise<Buffer>
   at: number
   /** bytes taken from the budget */
@@ -86,6 +95,10 @@ const KEEP_BEHIND = 2
  */
 const MIN_RUN = 256 * 1024
 
+/** The smallest piece of a chunk fetched where a run begins; pieces are multiples of a FUSE READ (128 KiB). */
+const MIN_PIECE = 512 * 1024
+const PIECE_ALIGN = 128 * 1024
+
 /**
  * Recent request ranges a handle remembers. The kernel has up to
  * max_background (12 by default) async READs of one reader in flight, handed
@@ -100,7 +113,7 @@ const KERNEL_SPAN = 2 * 1024 * 1024
 export interface ReadAheadStats {
   /** requests served from fetched chunks (wholly or their first part) */
   hits: number
-  /** chunk pieces fetched (from the reader's position to the end of a chunk) */
+  /** chunk pieces fetched (whole chunks, or pieces of one where a run begins) */
   fetches: number
   /** requests (or their remainders) passed to storage (random, short runs, over budget, end of fetched data) */
   direct: number
@@ -108,13 +121,14 @@ export interface ReadAheadStats {
 
 /** Read-ahead state of one open file handle. */
 export class ReadAhead {
+  /** fetched pieces by their start offset (a chunk has one, or a few where a run began in it) */
   readonly #chunks = new Map<number, Entry>()
   /** disjoint ranges recently requested; a streaming reader's merge into one growing range */
   #ranges: Array<[number, number]> = []
   /** the furthest chunk fetched ahead: chunks up to it are not fetched ahead again once served */
   #ahead = -1
-  /** consecutive chunks libfuse threads were seen serving: [last chunk, how many in a row] */
-  #nativeRun: [number, number] = [-1, 0]
+  /** bytes asked for by the pieces held */
+  #held = 0
   #closed = false
 
   constructor(
@@ -147,20 +161,18 @@ export class ReadAhead {
     const end = pos + dst.length
     const cs = this.chunkSize
     // the run this request belongs to: [runStart, runEnd) requested contiguously
-    const [runStart, runEnd] = this.#cover(pos, end)
-    const run = runEnd - runStart
+    let [runStart, runEnd] = this.#cover(pos, end)
+    let run = runEnd - runStart
     if (this.#closed || dst.length === 0 || cs > this.opts.maxChunkSize) return this.#direct()
     let done = 0
     while (pos + done < end) {
       const at = pos + done
       const c = Math.floor(at / cs)
-      let e = this.#fresh(c)
-      if (e && at < e.start) break // behind the fetched piece: storage serves it
+      let e = this.#covering(at)
       if (!e) {
         // not fetched yet: only for a reader that streams
         if (run < MIN_RUN) break
-        // the run's first chunk from the reader's position (what came before went to storage), later ones whole
-        e = this.#start(c, c * cs <= runStart ? at : c * cs)
+        e = this.#startPiece(c, at, run)
         if (!e) break
       }
       let data: Buffer
@@ -179,11 +191,13 @@ export class ReadAhead {
       data.copy(dst, done, from, from + n)
       done += n
       e.served += n
-      if (this.#servedOf(e) >= data.length) this.#drop(c, e)
-      else if (e.slot >= 0) this.native?.table.setNeed(e.slot, data.length - e.served)
+      if (this.#servedOf(e) >= data.length) {
+        ;[runStart, runEnd] = this.#done(e)
+        run = runEnd - runStart
+      } else if (e.slot >= 0) this.native?.table.setNeed(e.slot, data.length - e.served)
       // short data is the end of the file as it was when fetched: the caller
       // asks storage for anything beyond, so a file that grew since is read whole
-      if (n === 0 || e.start + data.length < (c + 1) * cs) break
+      if (n === 0 || data.length < e.want) break
     }
     if (done === 0) return this.#direct()
     if (done < dst.length) this.stats.direct++
@@ -204,8 +218,8 @@ export class ReadAhead {
     // (a reader that moved elsewhere starts a window of its own)
     const from = this.#ahead >= cur && this.#ahead <= last ? this.#ahead : cur
     for (let next = from + 1; next <= last; next++) {
-      if (!this.#chunks.has(next)) {
-        const e = this.#start(next, next * cs)
+      if (!this.#hasChunk(next)) {
+        const e = this.#start(next, next * cs, cs)
         if (!e) break
         void e.data.catch(() => undefined)
       }
@@ -219,27 +233,24 @@ export class ReadAhead {
   }
 
   /**
-   * libfuse threads served bytes of chunk c's entry: the reader's run covers
-   * them (the kernel asked for them, in whatever order), a wholly served
-   * entry goes, and the window opens past c as a request here would open it.
-   * The run this code sees has gaps where threads served bytes it never
-   * learned the position of (a chunk reports only its count, and a kernel
-   * whose READs are not chunk-aligned leaves every chunk's last piece to
-   * this code), so chunks served natively one after another count as
-   * streamed too, from the second in a row (without that the window stopped
-   * opening and the next chunks were read piecemeal from storage; counting
-   * the first as well made a cold sandbox start, which reads its layer in
-   * short runs, fetch a chunk past each one: 16% of the layer instead of 7%).
+   * libfuse threads served bytes of a piece: the reader's run covers them
+   * (the kernel asked for them, in whatever order), a wholly served piece
+   * goes and its whole range joins the run, and the window opens past its
+   * chunk as a request here would open it. The run this code sees has gaps
+   * where threads served bytes it never learned the position of (a piece
+   * reports only its count) until the piece is wholly served: a stream that
+   * threads serve opens the window one piece later than one served here.
+   * (Counting chunks that threads served one after another as streamed,
+   * whether or not they were read through, made a cold sandbox start fetch
+   * whole chunks past its short runs.)
    */
-  #nativeProgress(c: number, e: Entry): void {
-    if (this.#closed || this.#chunks.get(c) !== e || e.slot < 0 || !this.native) return
+  #nativeProgress(e: Entry): void {
+    if (this.#closed || this.#chunks.get(e.start) !== e || e.slot < 0 || !this.native) return
     const byThreads = this.native.table.served(e.slot)
     if (byThreads === 0) return
-    const [runStart, runEnd] = this.#cover(e.start, e.start + Math.min(e.length, byThreads + e.served))
-    const [last, count] = this.#nativeRun
-    this.#nativeRun = c === last ? this.#nativeRun : [c, c === last + 1 ? count + 1 : 1]
-    if (e.served + byThreads >= e.length) this.#drop(c, e)
-    this.#extend(c, Math.max(runEnd - runStart, (this.#nativeRun[1] - 1) * this.chunkSize))
+    let [runStart, runEnd] = this.#cover(e.start, e.start + Math.min(e.length, byThreads + e.served))
+    if (e.served + byThreads >= e.length) [runStart, runEnd] = this.#done(e)
+    this.#extend(e.chunk, runEnd - runStart)
   }
 
   /** Records [pos, end) among the recent requests; returns the contiguous range now containing it. */
@@ -269,8 +280,8 @@ export class ReadAhead {
   clear(): void {
     for (const e of this.#chunks.values()) this.#let(e)
     this.#chunks.clear()
+    this.#held = 0
     this.#ahead = -1
-    this.#nativeRun = [-1, 0]
   }
 
   close(): void {
@@ -283,16 +294,54 @@ export class ReadAhead {
     return 0
   }
 
-  #fresh(c: number): Entry | undefined {
-    const e = this.#chunks.get(c)
-    if (e && performance.now() - e.at > this.opts.maxAgeMs) this.#drop(c, e)
-    else return e
+  /** The fresh piece whose asked-for range holds `at` (a stale one is dropped on the way). */
+  #covering(at: number): Entry | undefined {
+    for (const e of this.#chunks.values()) {
+      if (at < e.start || at >= e.start + e.want) continue
+      if (performance.now() - e.at > this.opts.maxAgeMs) this.#drop(e)
+      else return e
+    }
     return undefined
   }
 
-  #drop(c: number, e: Entry): void {
-    if (this.#chunks.get(c) !== e) return
-    this.#chunks.delete(c)
+  #hasChunk(c: number): boolean {
+    for (const e of this.#chunks.values()) if (e.chunk === c) return true
+    return false
+  }
+
+  /**
+   * Starts the piece of chunk c that `at` needs, for a run of `run` bytes:
+   * from the reader's position (what the run asked for before it was asked
+   * already, and the kernel asks for each page once), twice the run long, to
+   * the chunk's end once the run is a chunk long (or the rest would be
+   * shorter than the piece), never into a piece fetched already.
+   */
+  #startPiece(c: number, at: number, run: number): Entry | undefined {
+    const cs = this.chunkSize
+    const chunkEnd = (c + 1) * cs
+    let to = chunkEnd
+    if (run < cs) {
+      const piece = Math.ceil(Math.max(MIN_PIECE, 2 * run) / PIECE_ALIGN) * PIECE_ALIGN
+      if (chunkEnd - (at + piece) >= piece) to = at + piece
+    }
+    for (const e of this.#chunks.values()) if (e.start > at) to = Math.min(to, e.start)
+    return this.#start(c, at, to - at)
+  }
+
+  /**
+   * A piece wholly served goes; all of it was asked for, so the run it is in
+   * covers it whole (its middle may have been served by libfuse threads this
+   * code never saw the positions of). Returns that run.
+   */
+  #done(e: Entry): [number, number] {
+    this.#drop(e)
+    return this.#cover(e.start, e.start + e.length)
+  }
+
+  #drop(e: Entry): void {
+    if (this.#chunks.get(e.start) !== e) return
+    this.#chunks.delete(e.start)
+    this.#held -= e.want
     this.#let(e)
   }
 
@@ -306,26 +355,23 @@ export class ReadAhead {
     e.data.then(this.release, () => undefined)
   }
 
-  /** Starts fetching chunk `c` from `from` to its end; undefined when the budget has no room. */
-  #start(c: number, from: number): Entry | undefined {
+  /** Starts fetching [from, from + len) of chunk `c`; undefined when the budget has no room. */
+  #start(c: number, from: number, len: number): Entry | undefined {
     if (this.#closed) return undefined
-    const old = this.#chunks.get(c)
-    if (old) this.#drop(c, old)
-    // past the cap, the chunk furthest behind goes first
-    const cap = Math.max(1, this.opts.windowChunks) + KEEP_BEHIND + Math.ceil(KERNEL_SPAN / this.chunkSize)
-    while (this.#chunks.size >= cap) {
-      const oc = Math.min(...this.#chunks.keys())
-      this.#drop(oc, this.#chunks.get(oc)!)
-    }
-    const len = (c + 1) * this.chunkSize - from
+    const old = this.#chunks.get(from)
+    if (old) this.#drop(old)
+    // past the handle's cap (in bytes: pieces are small), the piece furthest behind goes first
+    const cap = (Math.max(1, this.opts.windowChunks) + KEEP_BEHIND + Math.ceil(KERNEL_SPAN / this.chunkSize)) * this.chunkSize
+    while (this.#chunks.size > 0 && this.#held + len > cap) this.#drop(this.#chunks.get(Math.min(...this.#chunks.keys()))!)
     if (!this.budget.take(len)) return undefined
-    const entry: Entry = { start: from, data: this.fetch(from, len), at: performance.now(), reserved: len, served: 0, length: 0, slot: -1 }
+    const entry: Entry = { chunk: c, start: from, want: len, data: this.fetch(from, len), at: performance.now(), reserved: len, served: 0, length: 0, slot: -1 }
     this.stats.fetches++
-    this.#chunks.set(c, entry)
+    this.#chunks.set(from, entry)
+    this.#held += len
     entry.data.then(
       (b) => {
         entry.length = b.length
-        if (this.#chunks.get(c) !== entry) return
+        if (this.#chunks.get(from) !== entry) return
         // the budget holds what the data really is (short at the end of the file)
         if (b.length < entry.reserved) {
           this.budget.give(entry.reserved - b.length)
@@ -334,10 +380,10 @@ export class ReadAhead {
         // libfuse threads may serve it for what is left of its freshness
         const ttl = this.opts.maxAgeMs - (performance.now() - entry.at)
         if (this.native && !this.#closed && b.length > 0 && ttl > 0 && entry.served < b.length) {
-          entry.slot = this.native.table.put(this.native.fh, entry.start, b, ttl, b.length - entry.served, () => this.#nativeProgress(c, entry))
+          entry.slot = this.native.table.put(this.native.fh, entry.start, b, ttl, b.length - entry.served, () => this.#nativeProgress(entry))
         }
       },
-      () => this.#drop(c, entry),
+      () => this.#drop(entry),
     )
     return entry
   }
