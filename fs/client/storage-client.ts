@@ -110,15 +110,23 @@ export interface ReadRequest {
    * after a failed read. Replies that cannot be placed (a short chunk, a
    * server's copy) still arrive in a fresh buffer, so compare `data.buffer`
    * before assuming where the bytes are.
+   *
+   * A scatter list (Buffers adding up to at least `length`) puts the data
+   * across them in order: the reply is received there in place when it can
+   * be, else copied there, and the result's `data` is then empty and
+   * `placed` tells how many bytes landed (a batch API read of several slots
+   * from one chunk is one IO this way).
    */
-  into?: Buffer
+  into?: Buffer | readonly Buffer[]
 }
 
 export type ChunkReadResult =
   | {
       ok: true
-      /** may be shorter than asked (short chunk); empty when the chunk does not exist */
+      /** may be shorter than asked (short chunk); empty when the chunk does not exist or `into` was a scatter list */
       data: Buffer
+      /** with a scatter list as `into`: the bytes of the chunk that are now in it */
+      placed?: number
       /** false: CHUNK_NOT_FOUND, a hole for the file layer */
       found: boolean
       commitVer: number
@@ -355,8 +363,8 @@ export class StorageClient {
         checkUint('offset', io.offset)
         checkUint('length', io.length)
         if (!Number.isInteger(io.chainId)) throw new StrataError('INVALID_ARGUMENT', 'chainId must be an integer')
-        if (io.into !== undefined && (!Buffer.isBuffer(io.into) || io.into.length < io.length)) {
-          throw new StrataError('INVALID_ARGUMENT', `into must be a Buffer of at least ${io.length} bytes`)
+        if (io.into !== undefined && !(placeCapacity(io.into) >= io.length)) {
+          throw new StrataError('INVALID_ARGUMENT', `into must be a Buffer or a list of Buffers of at least ${io.length} bytes`)
         }
         pending.push({ idx, io, exclude: new Set(), checksumFailures: new Map() })
       } catch (e) {
@@ -490,7 +498,7 @@ export class StorageClient {
             bump(this.counters.errors, err.code)
             if (err.code === 'CHUNK_NOT_FOUND' && !opts.strict) {
               this.counters.holes++
-              results[st.idx] = { ok: true, data: EMPTY, found: false, commitVer: 0, updateVer: 0, commitChainVer: 0, targetId: 0 }
+              results[st.idx] = { ok: true, data: EMPTY, ...(Array.isArray(st.io.into) ? { placed: 0 } : {}), found: false, commitVer: 0, updateVer: 0, commitChainVer: 0, targetId: 0 }
               return
             }
             if (err.code === 'CHECKSUM_MISMATCH') this.noteBadCopy(st, target, mode)
@@ -499,23 +507,38 @@ export class StorageClient {
             return
           }
           let data: Buffer
+          let placed: readonly Buffer[] | undefined
           try {
-            data = asBuffer(r.data)
+            if (Array.isArray(r.data)) {
+              // received in place across the request's scatter list
+              if (!Array.isArray(st.io.into)) throw new StrataError('INTERNAL', 'a read reply was scattered without a scatter list')
+              placed = r.data as readonly Buffer[]
+              data = EMPTY
+            } else {
+              data = asBuffer(r.data)
+              if (Array.isArray(st.io.into)) {
+                if (data.length > placeCapacity(st.io.into)) throw new StrataError('INTERNAL', `read reply of ${data.length} bytes does not fit its scatter list`)
+                placed = scatterCopy(data, st.io.into)
+                data = EMPTY
+              }
+            }
           } catch (e) {
             st.err = toStrataError(e)
             return
           }
-          if (verify && typeof r.checksum === 'number' && (crc32c(data) >>> 0) !== r.checksum >>> 0) {
+          const got = placed ? crc32cOfList(placed) : undefined
+          if (verify && typeof r.checksum === 'number' && ((got ? got.crc : crc32c(data)) >>> 0) !== r.checksum >>> 0) {
             this.counters.checksumMismatches++
             bump(this.counters.errors, 'CHECKSUM_MISMATCH')
             this.noteBadCopy(st, target, mode)
             st.err = new StrataError('CHECKSUM_MISMATCH', `data from target ${target.targetId} does not match its checksum`)
             return
           }
-          this.counters.bytesRead += data.length
+          this.counters.bytesRead += got ? got.bytes : data.length
           results[st.idx] = {
             ok: true,
             data,
+            ...(got ? { placed: got.bytes } : {}),
             found: true,
             commitVer: r.commitVer,
             updateVer: r.updateVer,
@@ -790,19 +813,65 @@ function checkUint(name: string, v: number): void {
 }
 
 /** Sends each result's data into the memory its request named (ReadRequest.into). */
-function placeReadData(into: ReadonlyArray<Buffer | undefined>): AttachmentSink {
+function placeReadData(into: ReadonlyArray<Buffer | readonly Buffer[] | undefined>): AttachmentSink {
   return (payload, placeholders, lengths) => {
     const results = (payload as Partial<BatchReadRsp> | null)?.results
     if (!Array.isArray(results)) return null
-    const out: Array<Buffer | undefined> = new Array(placeholders.length)
+    const out: Array<Buffer | readonly Buffer[] | undefined> = new Array(placeholders.length)
     results.forEach((r, i) => {
       const dest = into[i]
       if (!dest || !r?.ok) return
       const k = placeholders.indexOf(r.data as Buffer)
-      if (k >= 0 && lengths[k]! <= dest.length) out[k] = dest.subarray(0, lengths[k])
+      if (k < 0 || lengths[k]! > placeCapacity(dest)) return
+      if (Buffer.isBuffer(dest)) out[k] = dest.subarray(0, lengths[k])
+      else if (lengths[k]! > 0) out[k] = clipList(dest, lengths[k]!)
     })
     return out
   }
+}
+
+/** Bytes a ReadRequest.into can hold (NaN when it is neither a Buffer nor a list of them). */
+function placeCapacity(into: unknown): number {
+  if (Buffer.isBuffer(into)) return into.length
+  if (!Array.isArray(into) || into.length === 0) return NaN
+  let n = 0
+  for (const b of into) {
+    if (!Buffer.isBuffer(b)) return NaN
+    n += b.length
+  }
+  return n
+}
+
+/** The first n bytes of a scatter list, as a list (the last Buffer cut short). */
+function clipList(list: readonly Buffer[], n: number): Buffer[] {
+  const out: Buffer[] = []
+  for (const b of list) {
+    if (n <= 0) break
+    out.push(b.length <= n ? b : b.subarray(0, n))
+    n -= b.length
+  }
+  return out
+}
+
+/** Copies data over a scatter list; returns the parts of the list that now hold it. */
+function scatterCopy(data: Buffer, list: readonly Buffer[]): Buffer[] {
+  const parts = clipList(list, data.length)
+  let off = 0
+  for (const b of parts) {
+    data.copy(b, 0, off, off + b.length)
+    off += b.length
+  }
+  return parts
+}
+
+function crc32cOfList(list: readonly Buffer[]): { crc: number; bytes: number } {
+  let crc = 0
+  let bytes = 0
+  for (const b of list) {
+    crc = crc32c(b, crc)
+    bytes += b.length
+  }
+  return { crc, bytes }
 }
 
 /** msgpack may hand binary back as a plain Uint8Array. */

@@ -6,7 +6,7 @@ import type { Socket } from 'node:net'
 import type { BufferPool } from '../common/buffer-pool.js'
 import { StrataError, toStrataError } from '../common/errors.js'
 import { native } from '../common/native.js'
-import { decodeEnvelope, encodeFrameParts, FileSlice, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type AttachmentPlacer, type DecodedFrame, type EncodedFrame, type Envelope } from './frame.js'
+import { decodeEnvelope, encodeFrameParts, FileSlice, FLAG_CANCEL, FLAG_REQUEST, FLAG_RESPONSE, FrameDecoder, type AttachmentPlacer, type Placed, type DecodedFrame, type EncodedFrame, type Envelope } from './frame.js'
 
 /**
  * How long a sendfile may wait for room in the socket buffer before the
@@ -42,10 +42,13 @@ interface QueuedFrame {
  * (each attachment a zero-length placeholder, `placeholders[k]` the k-th)
  * and the attachments' lengths, a Buffer of exactly that length per
  * attachment (the caller's memory, written by the socket read itself) or
- * undefined for a fresh one. Only replies on connections this side opened
- * (RpcClient) are placed; elsewhere the sink is not consulted.
+ * undefined for a fresh one, or a scatter list of Buffers whose lengths add
+ * up to the attachment's (the payload then holds that list in its place).
+ * Only replies on connections this side opened (RpcClient) are placed;
+ * elsewhere the sink is not consulted, so a caller that scatters must also
+ * handle the attachment arriving as one Buffer.
  */
-export type AttachmentSink = (payload: unknown, placeholders: readonly Buffer[], lengths: readonly number[]) => ReadonlyArray<Buffer | undefined> | null
+export type AttachmentSink = (payload: unknown, placeholders: readonly Buffer[], lengths: readonly number[]) => ReadonlyArray<Placed> | null
 
 interface Pending {
   resolve: (v: unknown) => void

@@ -273,9 +273,27 @@ function unpackEnvelope(bytes: Buffer, resolve: ((off: number, len: number) => B
  * zero-length placeholder (`placeholders[k]` is the k-th in decode order)
  * and their lengths; returns, per attachment, a Buffer of exactly that
  * length to receive it (the caller's own memory), or undefined to let the
- * decoder allocate. Null: no placement for this frame.
+ * decoder allocate. An array of Buffers whose lengths add up to exactly the
+ * attachment's scatters it over them in order, and the envelope then holds
+ * that array where the attachment was. Null: no placement for this frame.
  */
-export type AttachmentPlacer = (env: Envelope, placeholders: readonly Buffer[], lengths: readonly number[]) => { into: ReadonlyArray<Buffer | undefined>; live: () => boolean } | null
+export type AttachmentPlacer = (env: Envelope, placeholders: readonly Buffer[], lengths: readonly number[]) => { into: ReadonlyArray<Placed>; live: () => boolean } | null
+
+/** Where one attachment is received: one Buffer of its length, a scatter list of Buffers adding up to it, or anywhere (undefined). */
+export type Placed = Buffer | readonly Buffer[] | undefined
+
+/** The placement of an attachment of `len` bytes as segments to fill in order, or null when `b` does not fit it exactly. */
+function placedSegments(b: Placed, len: number): readonly Buffer[] | null {
+  if (b === undefined) return null
+  if (Buffer.isBuffer(b)) return b.length === len ? [b] : null
+  if (!Array.isArray(b) || b.length === 0) return null
+  let total = 0
+  for (const x of b) {
+    if (!Buffer.isBuffer(x)) return null
+    total += x.length
+  }
+  return total === len ? b : null
+}
 
 /** A frame whose envelope was decoded before its attachments arrived (placed reception). */
 export interface DecodedFrame {
@@ -499,24 +517,25 @@ export class FrameDecoder {
       choice = null
     }
     if (!choice) return false
-    const into = refs.map((r, k) => {
-      const b = choice.into[k]
-      return b && b.length === r.len ? b : undefined
-    })
+    const into = refs.map((r, k) => placedSegments(choice.into[k], r.len))
     const own = refs.reduce((n, r, k) => n + (into[k] ? 0 : r.len), 0)
     const rest = own > 0 ? Buffer.allocUnsafe(own) : null
     let restPos = 0
-    const segments = refs.map((r, k) => {
+    const placed = refs.map((r, k): readonly Buffer[] => {
       const b = into[k]
       if (b) return b
       const s = rest!.subarray(restPos, restPos + r.len)
       restPos += r.len
-      return s
+      return [s]
     })
-    // second pass: the envelope that is delivered, referring to the segments
+    // second pass: the envelope that is delivered, referring to where each attachment went
     let k = 0
-    const env = unpackEnvelope(envBytes, () => segments[k++]!)
-    const pl: Placement = { env, segments: segments.filter((x) => x.length > 0), index: 0, filled: 0, live: choice.live }
+    const env = unpackEnvelope(envBytes, () => {
+      const segs = placed[k]!
+      const asked = choice.into[k++]
+      return (Array.isArray(asked) && segs === asked ? segs : segs[0]!) as Buffer
+    })
+    const pl: Placement = { env, segments: placed.flat().filter((x) => x.length > 0), index: 0, filled: 0, live: choice.live }
     // bytes past the envelope that came with the header's read
     const extra = prefix.subarray(envEnd)
     const single = this.chunks.length === 1

@@ -93,7 +93,7 @@ export class FileIo {
   // --- reads
 
   /** One batchRead for all pieces (any files); results line up with pieces. */
-  readPieces(pieces: readonly ChunkPiece[], opts: FileReadOptions = {}, into?: ReadonlyArray<Buffer | undefined>): Promise<ChunkReadResult[]> {
+  readPieces(pieces: readonly ChunkPiece[], opts: FileReadOptions = {}, into?: ReadonlyArray<Buffer | readonly Buffer[] | undefined>): Promise<ChunkReadResult[]> {
     if (pieces.length === 0) return Promise.resolve([])
     return this.storage.batchRead(
       pieces.map((p, i) => {

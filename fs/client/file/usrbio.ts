@@ -39,7 +39,7 @@ import os from 'node:os'
 import { randomUUID } from 'node:crypto'
 import { StrataError, toStrataError } from '../../common/errors.js'
 import type { ChunkReadResult } from '../storage-client.js'
-import { assembleRead, fileLayout, placesIn } from './file-io.js'
+import { assembleRead, fileLayout } from './file-io.js'
 import type { FileHandle, FileSystem } from './file-system.js'
 import type { OpenFlagsInput } from './flags.js'
 import type { ChunkPiece } from './pieces.js'
@@ -414,62 +414,162 @@ export function waitForIos(ior: Ior, maxResults: number, minResults = 1, timeout
 
 // --- batch execution
 
+/**
+ * Reads one batch. Requests of one handle that are contiguous in the file
+ * (in any order of the batch) are planned as one range, so 1 MiB requests
+ * into 4 MiB chunks become whole-chunk IOs, each received in place across
+ * the requests' iov slots (a scatter list): storage then sends a whole
+ * chunk from the page cache with its stored checksum instead of reading and
+ * checksumming four pieces. All IOs of the batch go out in one batchRead per
+ * file system; each request still gets the result pread(2) of its own range
+ * would give.
+ */
 async function readBatch(items: Args[], flags: number): Promise<number[]> {
   const results = new Array<number>(items.length).fill(0)
-  // plan every request, then one batchRead per file system for all of them
-  const groups = new Map<FileSystem, Array<{ i: number; pieces: ChunkPiece[] }>>()
+  const allowHoles = (flags & IOR_FORBID_READ_HOLES) === 0
+  type Run = { idx: number[]; pieces: ChunkPiece[]; into: Array<Buffer | Buffer[]> }
+  const groups = new Map<FileSystem, Run[]>()
   await Promise.all(
-    items.map(async (a, i) => {
-      const h = a.reg.handle
-      if (h.closed) return void (results[i] = -EBADF)
+    [...contiguousRuns(items, results)].map(async ([h, runs]) => {
       try {
         const st = h.state
         if (!st.wb.empty || st.behind.size > 0) await st.lock.run(() => h.fs.flushLocked(st, false))
-        const pieces = await h.fs.io.plan(st.inode, a.fileOff, a.len)
         let g = groups.get(h.fs)
         if (!g) groups.set(h.fs, (g = []))
-        g.push({ i, pieces })
+        for (const idx of runs) {
+          const first = items[idx[0]!]!
+          const last = items[idx[idx.length - 1]!]!
+          const pieces = await h.fs.io.plan(st.inode, first.fileOff, last.fileOff + last.len - first.fileOff)
+          g.push({ idx, pieces, into: pieces.map((p) => slotsOf(items, idx, p.fileOffset, p.length)) })
+        }
       } catch (e) {
-        results[i] = -errnoOf(e)
+        for (const idx of runs) for (const i of idx) results[i] = -errnoOf(e)
       }
     }),
   )
   await Promise.all(
-    [...groups].map(async ([fs, reqs]) => {
-      const all = reqs.flatMap((r) => r.pieces)
-      // the data is received straight into the iov
-      const into = reqs.flatMap((r) => placesIn(r.pieces, items[r.i]!.iov.buf, items[r.i]!.bufOff))
+    [...groups].map(async ([fs, runs]) => {
       let rs: ChunkReadResult[]
       try {
-        rs = await fs.io.readPieces(all, { allowReadUncommitted: (flags & IOR_ALLOW_READ_UNCOMMITTED) !== 0 }, into)
+        rs = await fs.io.readPieces(
+          runs.flatMap((r) => r.pieces),
+          { allowReadUncommitted: (flags & IOR_ALLOW_READ_UNCOMMITTED) !== 0 },
+          runs.flatMap((r) => r.into),
+        )
       } catch (e) {
-        const err = -errnoOf(e)
-        for (const r of reqs) results[r.i] = err
+        for (const r of runs) for (const i of r.idx) results[i] = -errnoOf(e)
         return
       }
       let k = 0
-      for (const r of reqs) {
-        const a = items[r.i]!
-        const mine = rs.slice(k, k + r.pieces.length)
-        k += r.pieces.length
-        let n = assembleRead(r.pieces, mine, a.iov.buf, a.bufOff, (flags & IOR_FORBID_READ_HOLES) === 0)
-        if (typeof n === 'number') {
-          // within the length the file is known to have, a trailing hole still reads as zeros
-          const min = Math.min(a.len, Math.max(0, a.reg.handle.state.knownLength() - a.fileOff))
-          if (min > n) {
-            if ((flags & IOR_FORBID_READ_HOLES) !== 0) n = new StrataError('IO_ERROR', 'the read range ends in a hole (FORBID_READ_HOLES)')
-            else {
-              a.iov.buf.fill(0, a.bufOff + n, a.bufOff + min)
-              n = min
+      for (const run of runs) {
+        const mine = rs.slice(k, k + run.pieces.length)
+        k += run.pieces.length
+        for (const i of run.idx) {
+          const a = items[i]!
+          const [pieces, got] = requestShare(a, run.pieces, mine)
+          let n = assembleRead(pieces, got, a.iov.buf, a.bufOff, allowHoles)
+          if (typeof n === 'number') {
+            // within the length the file is known to have, a trailing hole still reads as zeros
+            const min = Math.min(a.len, Math.max(0, a.reg.handle.state.knownLength() - a.fileOff))
+            if (min > n) {
+              if (!allowHoles) n = new StrataError('IO_ERROR', 'the read range ends in a hole (FORBID_READ_HOLES)')
+              else {
+                a.iov.buf.fill(0, a.bufOff + n, a.bufOff + min)
+                n = min
+              }
             }
           }
+          results[i] = typeof n === 'number' ? n : -errnoOf(n)
+          if (typeof n === 'number') fs.counters.bytesRead += n
         }
-        results[r.i] = typeof n === 'number' ? n : -errnoOf(n)
-        if (typeof n === 'number') fs.counters.bytesRead += n
       }
     }),
   )
   return results
+}
+
+/**
+ * The batch's requests by handle, each handle's as runs of requests that are
+ * contiguous in the file, sorted by offset. A closed handle's requests get
+ * -EBADF in results and are left out; an empty request is a run of its own.
+ */
+function contiguousRuns(items: readonly Args[], results: number[]): Map<FileHandle, number[][]> {
+  const byHandle = new Map<FileHandle, number[]>()
+  items.forEach((a, i) => {
+    const h = a.reg.handle
+    if (h.closed) return void (results[i] = -EBADF)
+    let g = byHandle.get(h)
+    if (!g) byHandle.set(h, (g = []))
+    g.push(i)
+  })
+  const out = new Map<FileHandle, number[][]>()
+  for (const [h, idx] of byHandle) {
+    const runs: number[][] = []
+    idx.sort((x, y) => items[x]!.fileOff - items[y]!.fileOff)
+    let run: number[] = []
+    let end = -1
+    for (const i of idx) {
+      const a = items[i]!
+      if (run.length > 0 && (a.fileOff !== end || a.len === 0 || items[run[run.length - 1]!]!.len === 0)) {
+        runs.push(run)
+        run = []
+      }
+      run.push(i)
+      end = a.fileOff + a.len
+    }
+    if (run.length > 0) runs.push(run)
+    out.set(h, runs)
+  }
+  return out
+}
+
+/**
+ * The iov memory that receives file range [off, off+len) of a run: one
+ * Buffer when the requests' slots there are adjacent in memory, else the
+ * list of slot pieces in file order.
+ */
+function slotsOf(items: readonly Args[], run: readonly number[], off: number, len: number): Buffer | Buffer[] {
+  const parts: Buffer[] = []
+  for (const i of run) {
+    const a = items[i]!
+    const from = Math.max(off, a.fileOff)
+    const to = Math.min(off + len, a.fileOff + a.len)
+    if (from >= to) continue
+    const b = a.iov.buf.subarray(a.bufOff + from - a.fileOff, a.bufOff + to - a.fileOff)
+    const prev = parts[parts.length - 1]
+    if (prev && prev.buffer === b.buffer && prev.byteOffset + prev.length === b.byteOffset) {
+      parts[parts.length - 1] = Buffer.from(prev.buffer, prev.byteOffset, prev.length + b.length)
+    } else parts.push(b)
+  }
+  return parts.length === 1 ? parts[0]! : parts
+}
+
+/**
+ * One request's part of its run's chunk IOs: the pieces of its own range and
+ * what each returned, as if the request had been read alone (the data views
+ * where its bytes are: in its slot when received in place, else in the
+ * reply), ready for assembleRead.
+ */
+function requestShare(a: Args, runPieces: readonly ChunkPiece[], runResults: readonly ChunkReadResult[]): [ChunkPiece[], ChunkReadResult[]] {
+  const pieces: ChunkPiece[] = []
+  const got: ChunkReadResult[] = []
+  const end = a.fileOff + a.len
+  runPieces.forEach((p, k) => {
+    const from = Math.max(p.fileOffset, a.fileOff)
+    const to = Math.min(p.fileOffset + p.length, end)
+    if (from >= to) return
+    const skip = from - p.fileOffset
+    pieces.push({ ...p, offsetInChunk: p.offsetInChunk + skip, length: to - from, fileOffset: from, bufOffset: from - a.fileOff })
+    const r = runResults[k]!
+    if (!r.ok) return void got.push(r)
+    const have = Math.max(0, Math.min(to - from, (r.placed ?? r.data.length) - skip))
+    const data =
+      r.placed !== undefined
+        ? a.iov.buf.subarray(a.bufOff + from - a.fileOff, a.bufOff + from - a.fileOff + have)
+        : r.data.subarray(skip, skip + have)
+    got.push({ ...r, data })
+  })
+  return [pieces, got]
 }
 
 /**
@@ -483,30 +583,7 @@ async function readBatch(items: Args[], flags: number): Promise<number[]> {
  */
 async function writeBatch(items: Args[]): Promise<number[]> {
   const results = new Array<number>(items.length).fill(0)
-  const byHandle = new Map<FileHandle, number[]>()
-  items.forEach((a, i) => {
-    const h = a.reg.handle
-    if (h.closed) return void (results[i] = -EBADF)
-    let g = byHandle.get(h)
-    if (!g) byHandle.set(h, (g = []))
-    g.push(i)
-  })
-  const runs: number[][] = []
-  for (const idx of byHandle.values()) {
-    idx.sort((x, y) => items[x]!.fileOff - items[y]!.fileOff)
-    let run: number[] = []
-    let end = -1
-    for (const i of idx) {
-      const a = items[i]!
-      if (run.length > 0 && (a.fileOff !== end || a.len === 0)) {
-        runs.push(run)
-        run = []
-      }
-      run.push(i)
-      end = a.fileOff + a.len
-    }
-    if (run.length > 0) runs.push(run)
-  }
+  const runs = [...contiguousRuns(items, results).values()].flat()
   await Promise.all(runs.map((run) => writeRun(items, run, results)))
   return results
 }

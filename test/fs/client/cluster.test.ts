@@ -88,6 +88,50 @@ test.serial('reads into the caller\'s buffers: received in place, short chunks a
   t.true((await sc.read(1, a, 0, CHUNK_SIZE, { into: Buffer.alloc(CHUNK_SIZE) })).equals(big))
 })
 
+test.serial('reads into a scatter list: whole and partial chunks land across the list in order (received in place, checksums verified), short chunks fill a prefix', async (t) => {
+  // chunks large enough that every piece of the list is an attachment
+  const CS = 1024 * 1024
+  const big = randomBytes(CS)
+  const short = randomBytes(CS - 70_000)
+  const a = chunkIdOf(1077n, 0)
+  const b = chunkIdOf(1077n, 1)
+  await sc.write(1, a, 0, big, CS)
+  await sc.write(2, b, 0, short, CS)
+  // quarters of a chunk in reverse order of one region, 0xee around and between them
+  const q = CS / 4
+  const region = Buffer.alloc(CS + 5 * 64, 0xee)
+  const list = (base: Buffer) => [3, 2, 1, 0].map((k) => base.subarray(64 + k * (q + 64), 64 + k * (q + 64) + q))
+  const gaps = (base: Buffer) => [0, 1, 2, 3, 4].every((k) => base.subarray(k * (q + 64), k * (q + 64) + 64).every((x) => x === 0xee))
+  const whole = list(region)
+  const region2 = Buffer.alloc(CS + 5 * 64, 0xee)
+  const shortList = list(region2)
+  const partial = [Buffer.alloc(100_000, 0xee), Buffer.alloc(150_000, 0xee)]
+  const before = sc.stats().checksumMismatches
+  const rs = await sc.batchRead(
+    [
+      { chainId: 1, chunkId: a, offset: 0, length: CS, into: whole },
+      { chainId: 2, chunkId: b, offset: 0, length: CS, into: shortList },
+      { chainId: 1, chunkId: a, offset: 12_345, length: 250_000, into: partial },
+      { chainId: 1, chunkId: chunkIdOf(1077n, 9), offset: 0, length: CS, into: [Buffer.alloc(CS)] },
+    ],
+    { verifyChecksum: true },
+  )
+  t.true(rs.every((r) => r.ok))
+  const ok = rs.map((r) => (r.ok ? r : null)!)
+  t.deepEqual(ok.map((r) => r.placed), [CS, short.length, 250_000, 0])
+  t.deepEqual(ok.map((r) => r.data.length), [0, 0, 0, 0], 'a scattered result has no data of its own')
+  t.true(Buffer.concat(whole).equals(big), 'a whole chunk across the list')
+  t.true(gaps(region), 'nothing written between the pieces')
+  t.true(Buffer.concat(shortList).subarray(0, short.length).equals(short), 'a short chunk fills a prefix of the list')
+  t.true(Buffer.concat(shortList).subarray(short.length).every((x) => x === 0xee), 'and nothing past it')
+  t.true(Buffer.concat(partial).equals(big.subarray(12_345, 12_345 + 250_000)), 'a partial range across the list')
+  t.false(ok[3]!.found, 'a hole')
+  t.is(sc.stats().checksumMismatches, before)
+  // a list that cannot hold the range is refused before anything is sent
+  const [bad] = await sc.batchRead([{ chainId: 1, chunkId: a, offset: 0, length: CS, into: [Buffer.alloc(q), Buffer.alloc(q)] }])
+  t.true(!bad!.ok && isStrataError(bad!.error, 'INVALID_ARGUMENT'))
+})
+
 test.serial('an acknowledged write is on every replica: all read modes return the same bytes', async (t) => {
   const id = chunkIdOf(1002n, 3)
   const data = randomBytes(CHUNK_SIZE)

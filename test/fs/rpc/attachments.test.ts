@@ -92,6 +92,39 @@ test('a sink receives reply attachments straight into the caller\'s buffers; the
   t.true(plain.equals(a))
 })
 
+test('a sink can scatter one attachment over a list of buffers: the payload holds that list, a list that does not add up is ignored', async (t) => {
+  const { server, address, client } = await serverAndClient(t)
+  server.addService(42, { 1: (p: unknown) => p })
+  const a = randomBytes(4 * ATTACHMENT_MIN_BYTES + 3)
+  const b = randomBytes(2 * ATTACHMENT_MIN_BYTES)
+  // three pieces of one region in reverse memory order, guarded on both sides
+  const region = Buffer.alloc(a.length + 300, 0xaa)
+  const cut = [ATTACHMENT_MIN_BYTES + 1, 2 * ATTACHMENT_MIN_BYTES]
+  const parts = [
+    region.subarray(200 + a.length - cut[0]!, 200 + a.length),
+    region.subarray(200 + a.length - cut[0]! - cut[1]!, 200 + a.length - cut[0]!),
+    region.subarray(100, 100 + a.length - cut[0]! - cut[1]!),
+  ]
+  const tooShort = [Buffer.alloc(b.length - 1)]
+  const r = await client.call<{ a: unknown; b: unknown }>(address, 42, 1, { a, b }, {
+    sink: (payload, placeholders) => {
+      const p = payload as { a: Buffer; b: Buffer }
+      const out: Array<Buffer | Buffer[] | undefined> = []
+      out[placeholders.indexOf(p.a)] = parts
+      out[placeholders.indexOf(p.b)] = tooShort
+      return out
+    },
+  })
+  t.true(Array.isArray(r.a), 'the scattered attachment is delivered as its list')
+  const list = r.a as Buffer[]
+  t.is(list.length, 3)
+  list.forEach((x, k) => t.is(x, parts[k]))
+  t.true(Buffer.concat(list).equals(a), 'the bytes are across the list in order')
+  t.true(Buffer.isBuffer(r.b) && (r.b as Buffer).equals(b), 'a list of the wrong size leaves that attachment to arrive as usual')
+  t.true(region.subarray(0, 100).every((x) => x === 0xaa) && region.subarray(200 + a.length).every((x) => x === 0xaa), 'nothing written outside the list')
+  t.true(region.subarray(100 + a.length - cut[0]! - cut[1]!, 200 + a.length - cut[0]! - cut[1]!).every((x) => x === 0xaa), 'nor between its pieces')
+})
+
 test('a placed reply whose call is given up mid-frame writes nothing more into the caller\'s buffer', async (t) => {
   const { server, address, client } = await serverAndClient(t)
   const big = Buffer.alloc(64 * 1024 * 1024, 0x55)
