@@ -91,6 +91,12 @@ export interface ReadOptions extends CallOptions {
   verifyChecksum?: boolean
   /** ask the server to check the stored chunk checksum before replying */
   serverVerifyChecksum?: boolean
+  /**
+   * batchRead calls it once per IO as soon as that IO's result is final
+   * (with its index in `ios`), before the whole call resolves: a caller
+   * whose requests complete one by one need not wait for the slowest node.
+   */
+  onResult?: (index: number, result: ChunkReadResult) => void
 }
 
 export interface QueryOptions extends CallOptions {
@@ -353,6 +359,11 @@ export class StorageClient {
     const verify = opts.verifyChecksum ?? this.verifyReadChecksum
     const deadline = this.deadlineOf(opts, this.policy.readDeadlineMs)
     const results: Array<ChunkReadResult | undefined> = new Array(ios.length)
+    const settle = (idx: number, r: ChunkReadResult): void => {
+      if (results[idx]) return
+      results[idx] = r
+      opts.onResult?.(idx, r)
+    }
     this.counters.batchReadCalls++
     bump(this.counters.ops, 'read', ios.length)
 
@@ -368,7 +379,7 @@ export class StorageClient {
         }
         pending.push({ idx, io, exclude: new Set(), checksumFailures: new Map() })
       } catch (e) {
-        results[idx] = this.fail(toStrataError(e, 'INVALID_ARGUMENT'))
+        settle(idx, this.fail(toStrataError(e, 'INVALID_ARGUMENT')))
       }
     })
 
@@ -378,10 +389,10 @@ export class StorageClient {
       for (const st of pending) st.err = undefined
       const stop = this.stopReason(opts.signal)
       if (stop) {
-        for (const st of pending) results[st.idx] = this.fail(stop)
+        for (const st of pending) settle(st.idx, this.fail(stop))
         break
       }
-      await this.readRound(pending, results, mode, verify, avoid, deadline, opts)
+      await this.readRound(pending, results, settle, mode, verify, avoid, deadline, opts)
 
       const next: ReadState[] = []
       let delay = Infinity
@@ -392,7 +403,7 @@ export class StorageClient {
         // a bad copy is retried on another replica; which ones are left is decided at selection
         const retry = err.code === 'CHECKSUM_MISMATCH' || isRetryableCode(err.code)
         if (!retry || this.closed) {
-          results[st.idx] = this.fail(err)
+          settle(st.idx, this.fail(err))
           continue
         }
         next.push(st)
@@ -401,19 +412,21 @@ export class StorageClient {
       }
       if (next.length === 0) break
       if (performance.now() + delay >= deadline) {
-        for (const st of next) results[st.idx] = this.fail(gaveUp(st.err!, round, deadline))
+        for (const st of next) settle(st.idx, this.fail(gaveUp(st.err!, round, deadline)))
         break
       }
       for (const st of next) bump(this.counters.retries, st.err!.code)
       await Promise.all([refresh ? this.refreshRouting() : undefined, this.sleep(delay, opts.signal)])
       pending = next
     }
-    return results.map((r) => r ?? this.fail(new StrataError('INTERNAL', 'read IO without result')))
+    ios.forEach((_, idx) => settle(idx, this.fail(new StrataError('INTERNAL', 'read IO without result'))))
+    return results as ChunkReadResult[]
   }
 
   private async readRound(
     pending: ReadState[],
-    results: Array<ChunkReadResult | undefined>,
+    results: ReadonlyArray<ChunkReadResult | undefined>,
+    settle: (idx: number, r: ChunkReadResult) => void,
     mode: ReadMode,
     verify: boolean,
     avoid: Set<TargetId>,
@@ -454,7 +467,7 @@ export class StorageClient {
       if (!target) {
         if (chain.serving.length > 0 && st.exclude.size > 0) {
           // every replica we could use returned bad data: that is the answer
-          results[st.idx] = this.fail(new StrataError('CHECKSUM_MISMATCH', `chunk data failed checksum verification on ${[...st.exclude].join(', ')}`))
+          settle(st.idx, this.fail(new StrataError('CHECKSUM_MISMATCH', `chunk data failed checksum verification on ${[...st.exclude].join(', ')}`)))
         } else {
           st.err = new StrataError('CHAIN_UNAVAILABLE', `chain ${chain.chainId}@${chain.chainVersion} has no serving target`)
         }
@@ -498,7 +511,7 @@ export class StorageClient {
             bump(this.counters.errors, err.code)
             if (err.code === 'CHUNK_NOT_FOUND' && !opts.strict) {
               this.counters.holes++
-              results[st.idx] = { ok: true, data: EMPTY, ...(Array.isArray(st.io.into) ? { placed: 0 } : {}), found: false, commitVer: 0, updateVer: 0, commitChainVer: 0, targetId: 0 }
+              settle(st.idx, { ok: true, data: EMPTY, ...(Array.isArray(st.io.into) ? { placed: 0 } : {}), found: false, commitVer: 0, updateVer: 0, commitChainVer: 0, targetId: 0 })
               return
             }
             if (err.code === 'CHECKSUM_MISMATCH') this.noteBadCopy(st, target, mode)
@@ -535,7 +548,7 @@ export class StorageClient {
             return
           }
           this.counters.bytesRead += got ? got.bytes : data.length
-          results[st.idx] = {
+          settle(st.idx, {
             ok: true,
             data,
             ...(got ? { placed: got.bytes } : {}),
@@ -544,7 +557,7 @@ export class StorageClient {
             updateVer: r.updateVer,
             commitChainVer: r.commitChainVer,
             targetId: target.targetId,
-          }
+          })
         })
       }),
     )

@@ -23,6 +23,8 @@ export interface FileReadOptions {
   /** the read yields at least this many bytes (zeros past the data), e.g. up to a known file length */
   minBytes?: number
   signal?: AbortSignal
+  /** readPieces: called with each piece's index and result as soon as it is final (StorageClient ReadOptions.onResult) */
+  onResult?: (index: number, result: ChunkReadResult) => void
 }
 
 export interface WriteOptions {
@@ -104,6 +106,7 @@ export class FileIo {
         ...(opts.mode ? { mode: opts.mode } : {}),
         ...(opts.allowReadUncommitted ? { allowReadUncommitted: true } : {}),
         ...(opts.signal ? { signal: opts.signal } : {}),
+        ...(opts.onResult ? { onResult: opts.onResult } : {}),
       },
     )
   }

@@ -17,10 +17,14 @@
 //    smaller batch waits up to timeoutMs for more before it goes;
 //  - batches run concurrently (up to maxJobs per ring, 3FS max_jobs_per_ioring);
 //    each batch becomes one StorageClient.batchRead (one RPC per storage node)
-//    or parallel chunk writes on every chain it touches (contiguous writes
-//    of one file in a batch are merged into chunk-sized pieces);
-//  - reads land directly in the iov (the socket read writes there); write
-//    data is sent straight from the iov;
+//    or parallel chunk writes on every chain it touches (contiguous requests
+//    of one file in a batch are merged into chunk-sized pieces, reads and
+//    writes alike);
+//  - reads land directly in the iov (the socket read writes there, across
+//    the slots of merged requests); write data is sent straight from the iov;
+//  - a read completes as soon as the chunk IOs it overlaps are in (3FS posts
+//    a batch's completions together), so one slow node does not hold back
+//    the rest of its batch and a consumer can refill the ring at once;
 //  - flags: ALLOW_READ_UNCOMMITTED (relaxed read of pending updates),
 //    FORBID_READ_HOLES (a hole in the range fails the read);
 //  - holes read as zeros and a read is short only at the end of the file;
@@ -307,19 +311,31 @@ export class Ior {
 
   private async runBatch(slots: number[]): Promise<void> {
     const items = slots.map((i) => this.args[i]!)
+    const posted = new Array<boolean>(slots.length).fill(false)
+    let wake = false
+    // a read completes as soon as its data is in; completions of one moment reach waiters together
+    const post = (i: number, result: number) => {
+      if (posted[i]) return
+      posted[i] = true
+      this.processing--
+      this.done.push({ index: slots[i]!, result, userdata: items[i]!.userdata })
+      this.stats.completed++
+      if (wake) return
+      wake = true
+      queueMicrotask(() => {
+        wake = false
+        for (const w of [...this.waiters]) w()
+      })
+    }
     let results: number[]
     try {
-      results = this.forRead ? await readBatch(items, this.flags) : await writeBatch(items)
+      results = this.forRead ? await readBatch(items, this.flags, post) : await writeBatch(items)
     } catch (e) {
       const err = -errnoOf(e)
       results = items.map(() => err)
     }
     this.running--
-    this.processing -= slots.length
-    slots.forEach((idx, i) => {
-      this.done.push({ index: idx, result: results[i]!, userdata: items[i]!.userdata })
-    })
-    this.stats.completed += slots.length
+    results.forEach((r, i) => post(i, r))
     for (const w of [...this.waiters]) w()
     this.schedule(false)
   }
@@ -424,13 +440,22 @@ export function waitForIos(ior: Ior, maxResults: number, minResults = 1, timeout
  * file system; each request still gets the result pread(2) of its own range
  * would give.
  */
-async function readBatch(items: Args[], flags: number): Promise<number[]> {
+async function readBatch(items: Args[], flags: number, post: (i: number, result: number) => void = () => {}): Promise<number[]> {
   const results = new Array<number>(items.length).fill(0)
+  const posted = new Array<boolean>(items.length).fill(false)
+  const finish = (i: number, n: number) => {
+    if (posted[i]) return
+    posted[i] = true
+    results[i] = n
+    post(i, n)
+  }
   const allowHoles = (flags & IOR_FORBID_READ_HOLES) === 0
   type Run = { idx: number[]; pieces: ChunkPiece[]; into: Array<Buffer | Buffer[]> }
   const groups = new Map<FileSystem, Run[]>()
+  const runsByHandle = contiguousRuns(items, results)
+  results.forEach((n, i) => n !== 0 && finish(i, n))
   await Promise.all(
-    [...contiguousRuns(items, results)].map(async ([h, runs]) => {
+    [...runsByHandle].map(async ([h, runs]) => {
       try {
         const st = h.state
         if (!st.wb.empty || st.behind.size > 0) await st.lock.run(() => h.fs.flushLocked(st, false))
@@ -443,45 +468,81 @@ async function readBatch(items: Args[], flags: number): Promise<number[]> {
           g.push({ idx, pieces, into: pieces.map((p) => slotsOf(items, idx, p.fileOffset, p.length)) })
         }
       } catch (e) {
-        for (const idx of runs) for (const i of idx) results[i] = -errnoOf(e)
+        for (const idx of runs) for (const i of idx) finish(i, -errnoOf(e))
       }
     }),
   )
   await Promise.all(
     [...groups].map(async ([fs, runs]) => {
-      let rs: ChunkReadResult[]
-      try {
-        rs = await fs.io.readPieces(
-          runs.flatMap((r) => r.pieces),
-          { allowReadUncommitted: (flags & IOR_ALLOW_READ_UNCOMMITTED) !== 0 },
-          runs.flatMap((r) => r.into),
-        )
-      } catch (e) {
-        for (const r of runs) for (const i of r.idx) results[i] = -errnoOf(e)
-        return
-      }
-      let k = 0
+      // a request completes as soon as the chunk IOs it overlaps are in
+      const rs: Array<ChunkReadResult | undefined> = []
+      const waiting: number[] = []
+      const readers: number[][] = []
+      let base = 0
       for (const run of runs) {
-        const mine = rs.slice(k, k + run.pieces.length)
-        k += run.pieces.length
         for (const i of run.idx) {
           const a = items[i]!
-          const [pieces, got] = requestShare(a, run.pieces, mine)
-          let n = assembleRead(pieces, got, a.iov.buf, a.bufOff, allowHoles)
-          if (typeof n === 'number') {
-            // within the length the file is known to have, a trailing hole still reads as zeros
-            const min = Math.min(a.len, Math.max(0, a.reg.handle.state.knownLength() - a.fileOff))
-            if (min > n) {
-              if (!allowHoles) n = new StrataError('IO_ERROR', 'the read range ends in a hole (FORBID_READ_HOLES)')
-              else {
-                a.iov.buf.fill(0, a.bufOff + n, a.bufOff + min)
-                n = min
-              }
+          let n = 0
+          run.pieces.forEach((p, k) => {
+            if (p.fileOffset < a.fileOff + a.len && a.fileOff < p.fileOffset + p.length) {
+              ;(readers[base + k] ??= []).push(i)
+              n++
+            }
+          })
+          waiting[i] = n
+        }
+        base += run.pieces.length
+      }
+      const runOf = new Map<number, { run: Run; base: number }>()
+      base = 0
+      for (const run of runs) {
+        for (const i of run.idx) runOf.set(i, { run, base })
+        base += run.pieces.length
+      }
+      const complete = (i: number) => {
+        const { run, base: b } = runOf.get(i)!
+        const a = items[i]!
+        const [pieces, got] = requestShare(a, run.pieces, rs.slice(b, b + run.pieces.length) as ChunkReadResult[])
+        let n = assembleRead(pieces, got, a.iov.buf, a.bufOff, allowHoles)
+        if (typeof n === 'number') {
+          // within the length the file is known to have, a trailing hole still reads as zeros
+          const min = Math.min(a.len, Math.max(0, a.reg.handle.state.knownLength() - a.fileOff))
+          if (min > n) {
+            if (!allowHoles) n = new StrataError('IO_ERROR', 'the read range ends in a hole (FORBID_READ_HOLES)')
+            else {
+              a.iov.buf.fill(0, a.bufOff + n, a.bufOff + min)
+              n = min
             }
           }
-          results[i] = typeof n === 'number' ? n : -errnoOf(n)
-          if (typeof n === 'number') fs.counters.bytesRead += n
         }
+        if (typeof n === 'number') fs.counters.bytesRead += n
+        finish(i, typeof n === 'number' ? n : -errnoOf(n))
+      }
+      const completeSafely = (i: number) => {
+        try {
+          complete(i)
+        } catch (e) {
+          finish(i, -errnoOf(e))
+        }
+      }
+      for (const run of runs) for (const i of run.idx) if (waiting[i] === 0) completeSafely(i)
+      try {
+        const all = await fs.io.readPieces(
+          runs.flatMap((r) => r.pieces),
+          {
+            allowReadUncommitted: (flags & IOR_ALLOW_READ_UNCOMMITTED) !== 0,
+            onResult: (k, r) => {
+              rs[k] = r
+              for (const i of readers[k] ?? []) if (--waiting[i]! === 0) completeSafely(i)
+            },
+          },
+          runs.flatMap((r) => r.into),
+        )
+        // (a file system whose reads do not report one by one)
+        all.forEach((r, k) => void (rs[k] ??= r))
+        for (const run of runs) for (const i of run.idx) if (!posted[i]) completeSafely(i)
+      } catch (e) {
+        for (const r of runs) for (const i of r.idx) finish(i, -errnoOf(e))
       }
     }),
   )

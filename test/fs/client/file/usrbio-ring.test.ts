@@ -90,6 +90,36 @@ for (const scatter of [false, true]) {
   })
 }
 
+test('a read completes as soon as its own IOs are in, not when the slowest request of its batch is', async (t) => {
+  const { handle } = fakeHandle()
+  // this file system reports each piece as it arrives; the piece at offset 10000 takes 400 ms
+  const io = (handle as unknown as { fs: { io: Record<string, unknown> } }).fs.io
+  io.readPieces = async (pieces: ChunkPiece[], o: { onResult?: (k: number, r: unknown) => void }) => {
+    const rs = await Promise.all(
+      pieces.map(async (p, k) => {
+        await sleep(p.fileOffset >= 10000 ? 400 : 5)
+        const data = Buffer.alloc(p.length, 7)
+        const r = { ok: true, data, found: true, commitVer: 1, updateVer: 1, commitChainVer: 1, targetId: 1 }
+        o.onResult?.(k, r)
+        return r
+      }),
+    )
+    return rs
+  }
+  const fd = regFd(handle)
+  const iov = createIov(1 << 16)
+  const ior = createIor({ entries: 16, forRead: true, ioDepth: 2 })
+  t.true(prepIo(ior, iov, true, 0, fd, 0, 100, 'fast') >= 0)
+  t.true(prepIo(ior, iov, true, 1000, fd, 10000, 100, 'slow') >= 0)
+  submitIos(ior)
+  const first = await waitForIos(ior, 16, 1, 300)
+  t.deepEqual(first.map((c) => [c.userdata, c.result]), [['fast', 100]])
+  t.is(ior.stats.batches, 1, 'both were one batch')
+  const second = await waitForIos(ior, 16, 1, 2000)
+  t.deepEqual(second.map((c) => [c.userdata, c.result]), [['slow', 100]])
+  await deregFd(fd)
+})
+
 test('ioDepth > 0: a batch starts only with exactly ioDepth requests queued', async (t) => {
   const { handle, reads } = fakeHandle()
   const fd = regFd(handle)
