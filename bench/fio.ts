@@ -22,7 +22,9 @@
 // kernel drops a file's cached pages on every open (FOPEN_KEEP_CACHE is never
 // set) and each fio job starts with nothing cached on the client side; the
 // daemon keeps no data cache (it caches attributes for 1 s). fio's own
-// `invalidate` is 1 for the cold phases and 0 for the warm one.
+// `invalidate` is 1 for the cold phases and 0 for the warm one. Both
+// sequential read phases run seqReadTrials times, the sides alternating; the
+// best run is the figure and the median is shown beside it (batch-io.ts).
 //
 // CPU per MiB counts fio (from its JSON: usr+sys over the runtime) plus, on
 // the FUSE side, every cluster process (FUSE daemon, meta, storage, mgmtd).
@@ -31,7 +33,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { execFile } from 'node:child_process'
 import type { BenchContext, Metric } from './lib/types.js'
-import { fmtBytes, fmtMs, fmtRate } from './lib/stats.js'
+import { fmtBytes, fmtMs, fmtRate, median } from './lib/stats.js'
 import { warmChunkFiles } from './lib/page-cache.js'
 
 const MiB = 1024 * 1024
@@ -134,20 +136,30 @@ export async function runFuseFio(ctx: BenchContext): Promise<Metric[]> {
   let version = ''
   for (const phase of Object.keys(jobs) as Phase[]) {
     const job = jobs[phase]
-    for (const s of sides) {
-      let dropped: boolean | null = null
-      if (job.cold) dropped = await ctx.fixtures.dropCaches()
-      else {
-        if (phase === 'seqread.warm' && s.key === 'fuse') await warmStorageCache(path.join(s.dir, 'fio.dat'), ns.dir)
-        await ctx.fixtures.settle()
+    // sequential reads: several trials, the sides alternating (see batch-io.ts): the best is the figure
+    const trials = phase === 'seqread' || phase === 'seqread.warm' ? ctx.sizes.seqReadTrials : 1
+    const runs: Record<Side['key'], Array<{ r: FioResult; cpuMs: number; dropped: boolean | null }>> = { local: [], fuse: [] }
+    for (let t = 0; t < trials; t++) {
+      for (const s of sides) {
+        let dropped: boolean | null = null
+        if (job.cold) dropped = await ctx.fixtures.dropCaches()
+        else {
+          if (t === 0 && phase === 'seqread.warm' && s.key === 'fuse') await warmStorageCache(path.join(s.dir, 'fio.dat'), ns.dir)
+          await ctx.fixtures.settle()
+        }
+        const clusterCpu0 = s.key === 'fuse' ? ctx.fixtures.cpuSeconds() : 0
+        const r = await runFio([...common(s), ...job.args], timeoutMs)
+        version = r.version
+        const d = r[job.dir]
+        // the cluster's idle background over the job's runtime is not the job's work
+        const clusterCpu = s.key === 'fuse' ? Math.max(0, ctx.fixtures.cpuSeconds() - clusterCpu0 - ns.idleCpuPerSec * (d.runtimeMs / 1000)) : 0
+        runs[s.key].push({ r, cpuMs: (r.cpuSeconds + clusterCpu) * 1000, dropped })
       }
-      const clusterCpu0 = s.key === 'fuse' ? ctx.fixtures.cpuSeconds() : 0
-      const r = await runFio([...common(s), ...job.args], timeoutMs)
-      version = r.version
+    }
+    for (const s of sides) {
+      const rates = runs[s.key].map((x) => x.r[job.dir].bwBytes)
+      const { r, cpuMs, dropped } = runs[s.key][rates.indexOf(Math.max(...rates))]!
       const d = r[job.dir]
-      // the cluster's idle background over the job's runtime is not the job's work
-      const clusterCpu = s.key === 'fuse' ? Math.max(0, ctx.fixtures.cpuSeconds() - clusterCpu0 - ns.idleCpuPerSec * (d.runtimeMs / 1000)) : 0
-      const cpuMs = (r.cpuSeconds + clusterCpu) * 1000
       const cpuMsPerMiB = cpuMs / (d.bytes / MiB)
       const cpuMsPerOp = cpuMs / Math.max(1, d.bytes / (job.dir === 'read' && phase === 'randread4k' ? randBs : seqBs))
       const cache = job.cold ? (dropped ? 'page cache dropped first' : 'page cache NOT dropped (not root?)') : phase === 'seqwrite' ? 'end_fsync=1' : s.key === 'fuse' ? 'storage page cache warm, nothing cached client-side' : 'file in page cache'
@@ -159,16 +171,17 @@ export async function runFuseFio(ctx: BenchContext): Promise<Metric[]> {
             : `sequential read ${fmtBytes(seqBs)}, ${phase === 'seqread' ? 'cold' : 'warm'}`
       const isRand = phase === 'randread4k'
       const cpuText = isRand ? `${cpuMsPerOp.toFixed(2)} ms CPU per read` : `${cpuMsPerMiB.toFixed(2)} ms CPU per MiB`
-      ctx.log(`fio ${s.name} ${what}: ${isRand ? `${d.iops.toFixed(0)} IOPS, p50 ${fmtMs(d.p50Ms)}, p99 ${fmtMs(d.p99Ms)}` : fmtRate(d.bwBytes)} (${cpuText})`)
+      const ofTrials = trials > 1 ? `best of ${trials} runs (${rates.map((x) => (x / 1e9).toFixed(2)).join(', ')} GB/s; median ${(median(rates) / 1e9).toFixed(2)}): ` : ''
+      ctx.log(`fio ${s.name} ${what}: ${isRand ? `${d.iops.toFixed(0)} IOPS, p50 ${fmtMs(d.p50Ms)}, p99 ${fmtMs(d.p99Ms)}` : fmtRate(d.bwBytes)} (${cpuText})${trials > 1 ? `, ${ofTrials.slice(0, -2)}` : ''}`)
       metrics.push({
         key: `fio.${s.key}.${phase}`,
         label: `fio ${what} — ${s.name}`,
         value: isRand ? d.iops : d.bwBytes,
         unit: isRand ? 'ops/s' : 'B/s',
         detail:
-          `${fmtBytes(d.bytes)} in ${(d.runtimeMs / 1000).toFixed(1)} s (${isRand ? `${fmtRate(d.bwBytes)}, time based` : `${fmtBytes(size)} file`}), psync, direct=0, ${cache}; ` +
+          `${ofTrials}${fmtBytes(d.bytes)} in ${(d.runtimeMs / 1000).toFixed(1)} s (${isRand ? `${fmtRate(d.bwBytes)}, time based` : `${fmtBytes(size)} file`}), psync, direct=0, ${cache}; ` +
           `per I/O p50 ${fmtMs(d.p50Ms)}, p99 ${fmtMs(d.p99Ms)}; ${cpuText} (${s.key === 'fuse' ? 'fio + all cluster processes, net of their idle background' : 'fio'})`,
-        extra: { bytes: d.bytes, seconds: d.runtimeMs / 1000, iops: d.iops, p50Ms: d.p50Ms, p99Ms: d.p99Ms, meanMs: d.meanMs, cpuMsPerMiB, cpuMsPerOp, fio: version },
+        extra: { bytes: d.bytes, seconds: d.runtimeMs / 1000, iops: d.iops, p50Ms: d.p50Ms, p99Ms: d.p99Ms, meanMs: d.meanMs, cpuMsPerMiB, cpuMsPerOp, fio: version, ...(trials > 1 ? { medianRate: median(rates), trials } : {}) },
       })
     }
   }

@@ -40,6 +40,12 @@ export interface Sizes {
   batchRingDepth: number
   /** batch-io's sequential reads also run with this many outstanding (same batch limit) */
   batchAltQueueDepth: number
+  /**
+   * fuse-fio and batch-io: trials of each sequential read phase, the two sides
+   * alternating; the best is the figure (as the loopback ceiling is the best
+   * of its trials), the median is shown next to it
+   */
+  seqReadTrials: number
   /** mdtest: files in total, directories they are spread over, processes */
   mdFiles: number
   mdDirs: number
