@@ -30,7 +30,7 @@ import { promises as fsp } from 'node:fs'
 import path from 'node:path'
 import { FileSystem, createIor, createIov, deregFd, destroyIor, prepIo, regFd, submitIos, waitForIos, type Iov, type RegisteredFd } from '../fs/client/file/index.js'
 import type { BenchContext, Metric } from './lib/types.js'
-import { fmtBytes, fmtMs, fmtRate, median, summarize } from './lib/stats.js'
+import { fmtBytes, fmtMs, fmtRate, bestTrial, median, summarize, trialsNote } from './lib/stats.js'
 import { warmChunkFiles } from './lib/page-cache.js'
 
 const MiB = 1024 * 1024
@@ -233,7 +233,7 @@ export async function runBatchIo(ctx: BenchContext): Promise<Metric[]> {
       }
       for (const side of ['local', 'dfs'] as const) {
         const rates = runs[side].map((x) => x.r.bytes / x.r.seconds)
-        const best = rates.indexOf(Math.max(...rates))
+        const best = bestTrial(rates)
         const { r, cpuSeconds, dropped } = runs[side][best]!
         const cpuMsPerMiB = (cpuSeconds * 1000) / (r.bytes / MiB)
         const cpuMsPerOp = (cpuSeconds * 1000) / Math.max(1, r.ops)
@@ -244,7 +244,7 @@ export async function runBatchIo(ctx: BenchContext): Promise<Metric[]> {
         const name = side === 'dfs' ? 'Strata batch API' : 'local disk (node fs)'
         const cache = p.cold ? (dropped ? 'page cache dropped first' : 'page cache NOT dropped') : p.read ? (side === 'dfs' ? 'storage page cache warm' : 'file in page cache') : 'fsync at the end, timed'
         const cpuText = isRand ? `${cpuMsPerOp.toFixed(2)} ms CPU per read` : `${cpuMsPerMiB.toFixed(2)} ms CPU per MiB`
-        const ofTrials = trials > 1 ? `best of ${trials} trials (${rates.map((x) => (x / 1e9).toFixed(2)).join(', ')} GB/s; median ${(median(rates) / 1e9).toFixed(2)}): ` : ''
+        const ofTrials = trials > 1 ? `${trialsNote(rates, 'trials')}: ` : ''
         ctx.log(`batch ${name} ${p.what}: ${isRand ? `${iops.toFixed(0)} IOPS, p50 ${fmtMs(l.p50)}, p99 ${fmtMs(l.p99)}` : fmtRate(rate)} (${cpuText})${trials > 1 ? `, ${ofTrials.slice(0, -2)}` : ''}`)
         metrics.push({
           key: `batch.${side}.${p.key}`,

@@ -33,7 +33,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { execFile } from 'node:child_process'
 import type { BenchContext, Metric } from './lib/types.js'
-import { fmtBytes, fmtMs, fmtRate, median } from './lib/stats.js'
+import { fmtBytes, fmtMs, fmtRate, median, bestTrial, trialsNote } from './lib/stats.js'
 import { warmChunkFiles } from './lib/page-cache.js'
 
 const MiB = 1024 * 1024
@@ -158,7 +158,7 @@ export async function runFuseFio(ctx: BenchContext): Promise<Metric[]> {
     }
     for (const s of sides) {
       const rates = runs[s.key].map((x) => x.r[job.dir].bwBytes)
-      const { r, cpuMs, dropped } = runs[s.key][rates.indexOf(Math.max(...rates))]!
+      const { r, cpuMs, dropped } = runs[s.key][bestTrial(rates)]!
       const d = r[job.dir]
       const cpuMsPerMiB = cpuMs / (d.bytes / MiB)
       const cpuMsPerOp = cpuMs / Math.max(1, d.bytes / (job.dir === 'read' && phase === 'randread4k' ? randBs : seqBs))
@@ -171,7 +171,7 @@ export async function runFuseFio(ctx: BenchContext): Promise<Metric[]> {
             : `sequential read ${fmtBytes(seqBs)}, ${phase === 'seqread' ? 'cold' : 'warm'}`
       const isRand = phase === 'randread4k'
       const cpuText = isRand ? `${cpuMsPerOp.toFixed(2)} ms CPU per read` : `${cpuMsPerMiB.toFixed(2)} ms CPU per MiB`
-      const ofTrials = trials > 1 ? `best of ${trials} runs (${rates.map((x) => (x / 1e9).toFixed(2)).join(', ')} GB/s; median ${(median(rates) / 1e9).toFixed(2)}): ` : ''
+      const ofTrials = trials > 1 ? `${trialsNote(rates, 'runs')}: ` : ''
       ctx.log(`fio ${s.name} ${what}: ${isRand ? `${d.iops.toFixed(0)} IOPS, p50 ${fmtMs(d.p50Ms)}, p99 ${fmtMs(d.p99Ms)}` : fmtRate(d.bwBytes)} (${cpuText})${trials > 1 ? `, ${ofTrials.slice(0, -2)}` : ''}`)
       metrics.push({
         key: `fio.${s.key}.${phase}`,

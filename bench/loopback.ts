@@ -8,7 +8,7 @@ import os from 'node:os'
 import { spawn, spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import type { BenchContext, Metric } from './lib/types.js'
-import { fmtBytes, fmtGBps, median } from './lib/stats.js'
+import { bestTrial, fmtBytes, fmtGBps, median } from './lib/stats.js'
 
 const MiB = 1024 * 1024
 
@@ -110,7 +110,7 @@ function loopbackMetric(ctx: BenchContext): Metric {
   // The best trial is the ceiling: on this shared VM memory copies (what a
   // socket pair spends its time on) run up to 5× slower in some minutes, and a
   // baseline caught in such a minute would flatter every ratio against it.
-  const best = rates.indexOf(Math.max(...rates))
+  const best = bestTrial(rates)
   const gbps = (rs: number[]) => rs.map((r) => (r / 1e9).toFixed(2)).join(', ')
   const which =
     rounds.length === 1

@@ -89,3 +89,13 @@ export async function runConcurrent(total: number, concurrency: number, job: (i:
   if (failed !== null) throw failed
   return lat
 }
+
+/** Index of the best (highest) rate of a phase's trials: the trial a figure is taken from. */
+export function bestTrial(rates: readonly number[]): number {
+  return rates.indexOf(Math.max(...rates))
+}
+
+/** "best of 5 runs (0.88, 0.92 … GB/s; median 0.92)" for a figure taken from several trials. */
+export function trialsNote(rates: readonly number[], noun: string): string {
+  return `best of ${rates.length} ${noun} (${rates.map((x) => (x / 1e9).toFixed(2)).join(', ')} GB/s; median ${(median(rates) / 1e9).toFixed(2)})`
+}
