@@ -24,38 +24,67 @@ const UPPER_MASK = 0xffffffff80000000n
 const LOWER_MASK = 0x7fffffffn
 const INIT_MULT = 6364136223846793005n
 
+/** A stream of u64 draws: the generator, or a replay of one (isSafeSeed). */
+export interface U64Source {
+  next(): bigint
+}
+
 /**
- * std::mt19937_64. BigInt throughout: correctness over speed, the shuffle
- * draws at most a few hundred numbers per permutation and results are cached.
+ * std::mt19937_64. BigInt throughout: correctness over speed. The state is
+ * built and twisted lazily, entry by entry, in the reference order: a
+ * shuffle of a stripe draws a handful of numbers, and output k of the first
+ * block needs only state entries up to k + 157, so a layout's seed search
+ * (two shuffles per candidate seed, one per create) skips most of the 624
+ * BigInt steps an eager generator takes before its first output.
  */
-export class Mt19937_64 {
+export class Mt19937_64 implements U64Source {
   // BigUint64Array stores modulo 2^64, which does the u64 wrap for us.
   private readonly mt = new BigUint64Array(NN)
+  /** entries of the seeded state computed so far */
+  private seeded = 1
+  /** entries of the current block already twisted (NN: the block is complete) */
+  private twisted = NN
   private mti = NN
 
   constructor(seed: bigint = 5489n) {
     if (typeof seed !== 'bigint' || seed < 0n || seed > U64_MAX) {
       throw new StrataError('INVALID_ARGUMENT', `mt19937_64 seed must be a u64 bigint, got ${String(seed)}`)
     }
+    this.mt[0] = seed
+  }
+
+  /** Seeds state entries up to index `i` (the recurrence is sequential). */
+  private seedTo(i: number): void {
     const mt = this.mt
-    mt[0] = seed
-    for (let i = 1; i < NN; i++) {
-      const prev = mt[i - 1]!
-      mt[i] = INIT_MULT * (prev ^ (prev >> 62n)) + BigInt(i)
+    for (let k = this.seeded; k <= i; k++) {
+      const prev = mt[k - 1]!
+      mt[k] = INIT_MULT * (prev ^ (prev >> 62n)) + BigInt(k)
     }
+    if (i >= this.seeded) this.seeded = i + 1
+  }
+
+  /** Twists entries up to `k` of the current block, in place and in order, as the reference loop does. */
+  private twistTo(k: number): void {
+    const mt = this.mt
+    // entry i reads i+1 and i+MM before they are twisted (i+MM wraps onto twisted ones past NN-MM)
+    if (this.seeded < NN) this.seedTo(Math.min(NN - 1, k + MM + 1))
+    for (let i = this.twisted; i <= k; i++) {
+      const y = (mt[i]! & UPPER_MASK) | (mt[(i + 1) % NN]! & LOWER_MASK)
+      mt[i] = mt[(i + MM) % NN]! ^ (y >> 1n) ^ (y & 1n ? MATRIX_A : 0n)
+    }
+    this.twisted = k + 1
   }
 
   /** Next 64-bit output, in [0, 2^64). */
   next(): bigint {
-    const mt = this.mt
     if (this.mti >= NN) {
-      for (let i = 0; i < NN; i++) {
-        const y = (mt[i]! & UPPER_MASK) | (mt[(i + 1) % NN]! & LOWER_MASK)
-        mt[i] = mt[(i + MM) % NN]! ^ (y >> 1n) ^ (y & 1n ? MATRIX_A : 0n)
-      }
+      // a new block: its entries are twisted as they are drawn
+      if (this.twisted < NN) this.twistTo(NN - 1)
+      this.twisted = 0
       this.mti = 0
     }
-    let x = mt[this.mti++]!
+    if (this.mti >= this.twisted) this.twistTo(this.mti)
+    let x = this.mt[this.mti++]!
     x ^= (x >> 29n) & 0x5555555555555555n
     x ^= (x << 17n) & 0x71d67fffeda60000n
     x ^= (x << 37n) & 0xfff7eee000000000n
@@ -64,12 +93,28 @@ export class Mt19937_64 {
   }
 }
 
+/** Replays one generator's draws to several readers, each from the start (both variants of one seed). */
+class SharedDraws {
+  private readonly drawn: bigint[] = []
+  constructor(private readonly g: U64Source) {}
+
+  reader(): U64Source {
+    let i = 0
+    return {
+      next: () => {
+        while (this.drawn.length <= i) this.drawn.push(this.g.next())
+        return this.drawn[i++]!
+      },
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // libstdc++ uniform_int_distribution<uint64_t> over mt19937_64
 
 // GCC >= 11: Lemire's multiply-and-take-high-word with rejection of the
 // biased low words.
-function lemire(g: Mt19937_64, range: bigint): bigint {
+function lemire(g: U64Source, range: bigint): bigint {
   let product = g.next() * range
   let low = product & U64_MAX
   if (low < range) {
@@ -84,7 +129,7 @@ function lemire(g: Mt19937_64, range: bigint): bigint {
 
 // GCC <= 10: reject draws past the largest multiple of the scaled range, then
 // divide.
-function divideAndReject(g: Mt19937_64, range: bigint): bigint {
+function divideAndReject(g: U64Source, range: bigint): bigint {
   const scaling = U64_MAX / range
   const past = range * scaling
   let ret: bigint
@@ -95,7 +140,7 @@ function divideAndReject(g: Mt19937_64, range: bigint): bigint {
 }
 
 /** Uniform integer in [a, b] the way libstdc++ of the given era draws it. */
-export function uniformInt(g: Mt19937_64, a: bigint, b: bigint, variant: ShuffleVariant): bigint {
+export function uniformInt(g: U64Source, a: bigint, b: bigint, variant: ShuffleVariant): bigint {
   const urange = b - a
   // The engine's range is the full u64, so downscaling is needed unless the
   // caller asks for every u64 value.
@@ -115,9 +160,13 @@ function swap<T>(v: T[], i: number, j: number): void {
 
 /** Shuffles `v` in place exactly like libstdc++ std::shuffle(v, mt19937_64(seed)). */
 export function gccShuffleInPlace<T>(v: T[], seed: bigint, variant: ShuffleVariant = 'gcc11'): T[] {
+  return shuffleWith(v, v.length === 0 ? null : new Mt19937_64(seed), variant)
+}
+
+/** std::shuffle over the draws of `g` (null only for an empty `v`). */
+function shuffleWith<T>(v: T[], g: U64Source | null, variant: ShuffleVariant): T[] {
   const n = v.length
-  if (n === 0) return v
-  const g = new Mt19937_64(seed)
+  if (n === 0 || g === null) return v
   const un = BigInt(n)
   if (U64_MAX / un >= un) {
     // libstdc++ fast path: one draw yields two swap positions. With an even
@@ -195,8 +244,14 @@ export function shufflePermutation(seed: bigint, n: number, variant: ShuffleVari
 
 /** True when both libstdc++ eras produce the same permutation for this seed (3FS `safe_shuffle_seed`). */
 export function isSafeSeed(seed: bigint, n: number): boolean {
-  const a = shufflePermutationShared(seed, n, 'gcc11')
-  const b = shufflePermutationShared(seed, n, 'gcc10')
+  checkArgs(seed, n)
+  // Both eras read the same draws; computed once, and not cached: a seed
+  // search tries fresh random seeds, which would only evict the permutations
+  // that chunk lookups reuse.
+  const draws = new SharedDraws(new Mt19937_64(seed))
+  const identity = () => Array.from({ length: n }, (_, i) => i)
+  const a = shuffleWith(identity(), n === 0 ? null : draws.reader(), 'gcc11')
+  const b = shuffleWith(identity(), n === 0 ? null : draws.reader(), 'gcc10')
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
   return true
 }
