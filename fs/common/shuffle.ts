@@ -250,8 +250,8 @@ export function isSafeSeed(seed: bigint, n: number): boolean {
   // that chunk lookups reuse.
   const draws = new SharedDraws(new Mt19937_64(seed))
   const identity = () => Array.from({ length: n }, (_, i) => i)
-  const a = shuffleWith(identity(), n === 0 ? null : draws.reader(), 'gcc11')
-  const b = shuffleWith(identity(), n === 0 ? null : draws.reader(), 'gcc10')
+  const a = shuffleWith(identity(), draws.reader(), 'gcc11')
+  const b = shuffleWith(identity(), draws.reader(), 'gcc10')
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
   return true
 }
