@@ -72,7 +72,8 @@ export class InodeState {
     this.id = inode.id
     this.truncateVer = inode.file?.truncateVer ?? 0
     this.hint = { length: 0, truncateVer: this.truncateVer }
-    this.wb = new WriteBuffer(writeBufferSize)
+    // flushes in whole chunks: each is one update of every replica (see WriteBuffer)
+    this.wb = new WriteBuffer(writeBufferSize, inode.file?.layout.chunkSize ?? 0)
   }
 
   /** The truncate version writes starting now belong to (3FS beginWrite without dynamic stripes). */

@@ -3,7 +3,7 @@
 
 import test from 'ava'
 import { randomBytes } from 'node:crypto'
-import { WriteBuffer, bufferedWrite, InodeState, mergeHint, Mutex } from '../../../../fs/client/index.js'
+import { WriteBuffer, bufferedWrite, InodeState, mergeHint, Mutex, MAX_CHUNK_WRITE_BUFFER } from '../../../../fs/client/index.js'
 import type { Inode } from '../../../../fs/meta/protocol.js'
 
 function recorder() {
@@ -139,6 +139,115 @@ test('random write streams through the buffer equal the same writes applied dire
     t.deepEqual(apply(r.flushes, 60_000), model)
     // buffered flushes never exceed the capacity unless they are direct runs (multiples of it)
     for (const f of r.flushes) t.true(f.data.length <= wb.capacity || f.data.length % wb.capacity === 0)
+  }
+})
+
+test('with a chunk size the buffer holds one whole chunk and its flushes end at chunk boundaries', async (t) => {
+  const wb = new WriteBuffer(1000, 4000)
+  t.is(wb.capacity, 4000)
+  t.is(wb.align, 4000)
+  const r = recorder()
+  const src = randomBytes(12_000)
+  // an unaligned start: the first flush runs to the first boundary only
+  for (let off = 1500; off < 10_000; off += 500) await bufferedWrite(wb, off, src.subarray(off, off + 500), r.flush)
+  t.deepEqual(
+    r.flushes.map((f) => [f.off, f.data.length]),
+    [
+      [1500, 2500],
+      [4000, 4000],
+    ],
+  )
+  t.deepEqual([wb.off, wb.len], [8000, 2000])
+  // a write across a boundary fills up to it, flushes, and buffers the rest
+  await bufferedWrite(wb, 10_000, src.subarray(10_000, 12_000), r.flush)
+  t.deepEqual(r.flushes.at(-1)!.off, 8000)
+  t.is(r.flushes.at(-1)!.data.length, 4000)
+  t.true(wb.empty)
+  t.deepEqual(apply(r.flushes, 12_000).subarray(1500), src.subarray(1500))
+})
+
+test('chunks smaller than the buffer: a flush holds as many whole chunks as fit', async (t) => {
+  const wb = new WriteBuffer(1000, 300)
+  t.deepEqual([wb.capacity, wb.align], [1000, 900])
+  const r = recorder()
+  for (let off = 100; off < 2000; off += 100) await bufferedWrite(wb, off, Buffer.alloc(100, off / 100), r.flush)
+  t.deepEqual(
+    r.flushes.map((f) => [f.off, f.data.length]),
+    [
+      [100, 800],
+      [900, 900],
+    ],
+  )
+})
+
+test('a large write into an empty chunk-aligned buffer goes straight out up to its last chunk boundary', async (t) => {
+  const wb = new WriteBuffer(1000, 4000)
+  const r = recorder()
+  const data = randomBytes(9000)
+  await bufferedWrite(wb, 500, data, r.flush)
+  // [500, 8000) direct (ends at a boundary, more than a chunk), [8000, 9500) buffered
+  t.deepEqual(
+    r.flushes.map((f) => [f.off, f.data.length]),
+    [[500, 7500]],
+  )
+  t.deepEqual([wb.off, wb.len], [8000, 1500])
+  // less than a chunk to the next boundary: buffered, not sent as a partial direct run
+  wb.clear()
+  await bufferedWrite(wb, 1000, randomBytes(5000), r.flush)
+  t.deepEqual(
+    r.flushes.map((f) => [f.off, f.data.length]),
+    [
+      [500, 7500],
+      [1000, 3000],
+    ],
+  )
+  t.deepEqual([wb.off, wb.len], [4000, 2000])
+})
+
+test('chunks larger than the buffer cap: whole-capacity flushes, and the first bytes take little memory', async (t) => {
+  const wb = new WriteBuffer(1024 * 1024, 64 * 1024 * 1024)
+  t.is(wb.capacity, MAX_CHUNK_WRITE_BUFFER)
+  const r = recorder()
+  await bufferedWrite(wb, 0, Buffer.alloc(10, 1), r.flush)
+  t.true(wb.view().buffer.byteLength <= 1024 * 1024, 'a small file does not take a whole chunk of memory')
+  const more = randomBytes(2 * 1024 * 1024)
+  await bufferedWrite(wb, 10, more, r.flush)
+  t.is(r.flushes.length, 0)
+  t.deepEqual(wb.view().subarray(0, 10), Buffer.alloc(10, 1))
+  t.true(wb.view().subarray(10).equals(more), 'growing keeps the buffered bytes')
+  await bufferedWrite(wb, wb.end, Buffer.alloc(MAX_CHUNK_WRITE_BUFFER), r.flush)
+  t.is(r.flushes[0]!.data.length, MAX_CHUNK_WRITE_BUFFER)
+  t.throws(() => new WriteBuffer(1000, -1), { message: /chunk size/ })
+})
+
+test('random write streams through a chunk-aligned buffer: same bytes, and no buffered flush crosses a boundary', async (t) => {
+  for (let round = 0; round < 20; round++) {
+    const chunk = 1 + Math.floor(Math.random() * 4000)
+    const wb = new WriteBuffer(1 + Math.floor(Math.random() * 3000), chunk)
+    const log: Array<{ off: number; data: Buffer; direct: boolean }> = []
+    const record = (direct: boolean) => async (off: number, data: Buffer) => void log.push({ off, data: Buffer.from(data), direct })
+    const model = Buffer.alloc(60_000)
+    let pos = 0
+    for (let i = 0; i < 60; i++) {
+      if (Math.random() < 0.2) pos = Math.floor(Math.random() * 50_000)
+      const len = Math.min(1 + Math.floor(Math.random() * 6000), 60_000 - pos)
+      const d = randomBytes(len)
+      d.copy(model, pos)
+      await bufferedWrite(wb, pos, d, record(false), undefined, record(true))
+      pos += len
+      if (pos >= 60_000) pos = 0
+    }
+    if (!wb.empty) await record(false)(wb.off, wb.view())
+    t.deepEqual(apply(log, 60_000), model)
+    t.true(wb.capacity >= Math.min(chunk, MAX_CHUNK_WRITE_BUFFER))
+    for (const f of log) {
+      if (f.direct) {
+        t.is((f.off + f.data.length) % wb.align, 0, 'a direct run ends at a boundary')
+        continue
+      }
+      t.true(f.data.length <= wb.capacity)
+      t.is(Math.floor(f.off / wb.align), Math.floor((f.off + f.data.length - 1) / wb.align), `buffered flush [${f.off}, +${f.data.length}) crosses a ${wb.align} boundary`)
+    }
   }
 })
 
