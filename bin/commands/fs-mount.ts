@@ -48,7 +48,7 @@ export function registerFsMountCommands(parent: Command): void {
     .option('--attr-timeout <s>', 'kernel attribute cache and daemon path cache lifetime in seconds (0: no caching)', secondsArg('--attr-timeout'))
     .option('--entry-timeout <s>', 'kernel name cache lifetime in seconds (0: no caching)', secondsArg('--entry-timeout'))
     .option('--periodic-sync-ms <n>', 'send length hints and flush write buffers this often (0: off; default 5000)', intArg('--periodic-sync-ms', { min: 0 }))
-    .option('--write-buffer <size>', 'per-file write buffer (default 1M; 0: write through)', sizeArg('--write-buffer'))
+    .option('--write-buffer <size>', "per-file write buffer (default 1M, raised to the file's chunk size up to 16M so each flush is whole chunks; 0: write through)", sizeArg('--write-buffer'))
     .option('--write-behind <n>', 'full write buffers of one file flushed to storage while the writer goes on (default 4; 0: each waits for storage)', intArg('--write-behind', { min: 0 }))
     .option('--readonly', 'refuse every change with EROFS')
     .option('--no-allow-other', 'only the mounting user may use the mount (default: others too, when root)')
