@@ -191,16 +191,44 @@ function dirBlock(l: DirLayout, b: number): Buffer {
   return buf
 }
 
+/** Zeros for padding a file's data to a block: only ever read from. */
+const ZERO_BLOCK = Buffer.alloc(BLOCK)
+/** contiguous bytes gathered into one writev (a layer is mostly files of a few KiB: a thread-pool hop each cost more than the copy) */
+const BATCH_BYTES = 1024 * 1024
+/** buffers per writev (IOV_MAX is 1024) */
+const BATCH_BUFS = 1024
+
+/** `bufs` without their first `n` bytes. */
+function dropBytes(bufs: Buffer[], n: number): Buffer[] {
+  let i = 0
+  while (i < bufs.length && n >= bufs[i]!.length) n -= bufs[i++]!.length
+  const rest = bufs.slice(i)
+  if (n > 0 && rest.length > 0) rest[0] = rest[0]!.subarray(n)
+  return rest
+}
+
 /**
  * Writes an EROFS image to a file descriptor front to back (block 0 last).
  * Feed it each file's data between `beginData()` and `endData()` with
  * `write` as it arrives, build the tree of ErofsNodes meanwhile, and call
- * `finish(root)` once.
+ * `finish(root)` once, then `settled()` before the descriptor is closed.
+ *
+ * Writes go to the file on libuv's thread pool, gathered into writevs of
+ * about a megabyte, not on the calling thread: copying a layer's hundreds
+ * of megabytes into the page cache took a tenth of an import's main
+ * thread, which is what bounds the build.
  */
 export class ErofsWriter {
   /** next free byte of the image (always block-aligned between files) */
   #pos = BLOCK
   #inos = 0
+  /** bytes handed to the thread pool or gathered for it, not yet written */
+  #behind = 0
+  #batch: Buffer[] = []
+  #batchAt = 0
+  #batchBytes = 0
+  #failed: { e: unknown } | null = null
+  #waiters: Array<{ ready: () => boolean; wake: () => void }> = []
 
   /**
    * `onWrite` sees every byte of the image once, in the order written, with
@@ -219,23 +247,83 @@ export class ErofsWriter {
     return this.#pos / BLOCK
   }
 
-  /** Writes data bytes of the current file at the end of the image. */
+  /** Writes data bytes of the current file at the end of the image; the buffers must not change until `settled()`. */
   write(bufs: Buffer[]): void {
+    if (this.#failed) throw this.#failed.e
     this.onWrite?.(bufs, this.#pos)
     for (const b of bufs) {
-      let off = 0
-      while (off < b.length) {
-        const n = fs.writeSync(this.fd, b, off, b.length - off, this.#pos)
-        off += n
-        this.#pos += n
-      }
+      if (b.length === 0) continue
+      this.#gather(b, this.#pos)
+      this.#pos += b.length
     }
+  }
+
+  #gather(b: Buffer, at: number): void {
+    if (this.#batchBytes > 0 && this.#batchAt + this.#batchBytes !== at) this.#flush()
+    if (this.#batchBytes === 0) this.#batchAt = at
+    this.#batch.push(b)
+    this.#batchBytes += b.length
+    this.#behind += b.length
+    if (this.#batchBytes >= BATCH_BYTES || this.#batch.length >= BATCH_BUFS) this.#flush()
+  }
+
+  #flush(): void {
+    if (this.#batchBytes === 0) return
+    this.#writev(this.#batch, this.#batchAt, this.#batchBytes)
+    this.#batch = []
+    this.#batchBytes = 0
+  }
+
+  #writev(bufs: Buffer[], at: number, bytes: number): void {
+    fs.writev(this.fd, bufs, at, (err, n) => {
+      if (err) {
+        this.#failed ??= { e: err }
+        this.#behind -= bytes
+      } else {
+        this.#behind -= n
+        // a short write to a regular file (a full disk reports ENOSPC on the next one): write the rest
+        if (n < bytes) this.#writev(dropBytes(bufs, n), at + n, bytes - n)
+      }
+      this.#wake()
+    })
+  }
+
+  #wake(): void {
+    this.#waiters = this.#waiters.filter((w) => {
+      if (!w.ready()) return true
+      w.wake()
+      return false
+    })
+  }
+
+  #until(ready: () => boolean): Promise<void> {
+    this.#flush()
+    return ready() ? Promise.resolve() : new Promise((wake) => this.#waiters.push({ ready, wake }))
+  }
+
+  /** Bytes not yet written to the file. */
+  get behind(): number {
+    return this.#behind
+  }
+
+  /**
+   * Resolves once at most `max` bytes are left to write (0: all are in the
+   * file); throws the first write failure.
+   */
+  async settled(max = 0): Promise<void> {
+    await this.#until(() => this.#behind <= max || this.#failed !== null)
+    if (this.#failed) throw this.#failed.e
+  }
+
+  /** Resolves once the thread pool holds no write of this image, whether or not one failed. */
+  idle(): Promise<void> {
+    return this.#until(() => this.#behind === 0)
   }
 
   /** Pads the current file's data to a whole block. */
   endData(): void {
     const pad = roundUp(this.#pos, BLOCK) - this.#pos
-    if (pad > 0) this.write([Buffer.alloc(pad)])
+    if (pad > 0) this.write([ZERO_BLOCK.subarray(0, pad)])
   }
 
   /**
@@ -338,8 +426,9 @@ export class ErofsWriter {
     sb.writeUInt32LE(end / BLOCK, 36)
     uuid.copy(sb, 48, 0, 16)
     this.#encodeInode(root, block0, ROOT_NID * 32, dirOf.get(root))
-    fs.writeSync(this.fd, block0, 0, BLOCK, 0)
     this.onWrite?.([block0], 0)
+    this.#gather(block0, 0)
+    this.#flush()
     return end
   }
 

@@ -24,6 +24,8 @@ const IMPLICIT_DIR_MODE = 0o755
 const OPAQUE_XATTR = 'trusted.overlay.opaque'
 /** bytes of inline file tails held in memory until the image's metadata is written */
 const DEFAULT_TAIL_BUDGET = 256 * 1024 * 1024
+/** bytes of the image waiting for the thread pool to write them before the build waits */
+const WRITE_BEHIND = 32 * 1024 * 1024
 
 
 function clampTime(t: Timespec): Timespec {
@@ -185,6 +187,7 @@ class LayerBuilder {
       }
       if (out.length > 0) {
         this.w.write(out)
+        if (this.w.behind > WRITE_BEHIND) await this.w.settled(WRITE_BEHIND)
         if (this.ready) await this.ready()
       }
     }
@@ -296,8 +299,9 @@ export async function tarToErofs(tar: Readable, outFile: string, opts: TarToErof
   try {
     let size: number
     let stats: UnpackStats
+    let w: ErofsWriter | null = null
     try {
-      const w = new ErofsWriter(fd, opts.onWrite)
+      w = new ErofsWriter(fd, opts.onWrite)
       const b = new LayerBuilder(w, opts.ready, opts.inlineTailBudget)
       for (let h = await r.next(); h !== null; h = await r.next()) {
         await b.entry(h, r)
@@ -305,8 +309,11 @@ export async function tarToErofs(tar: Readable, outFile: string, opts: TarToErof
       }
       const buildTime = b.finishTree()
       size = w.finish(b.root, buildTime, FIXED_UUID)
+      await w.settled()
       stats = b.stats
     } finally {
+      // never close the descriptor under writes still in the thread pool
+      await w?.idle()
       fs.closeSync(fd)
     }
     fs.renameSync(tmp, outFile)

@@ -662,7 +662,14 @@ async function consumeWhileHashing(
  * so importing the same tarball again reuses the layer: the unpack that
  * starts while the tarball is hashed is stopped once the digest is known.
  */
-export async function importRootfsTar(store: ImageStore, file: string, source: ImageSource, opts: ImportOptions = {}): Promise<ImportResult> {
+export async function importRootfsTar(
+  store: ImageStore,
+  file: string,
+  source: ImageSource,
+  opts: ImportOptions = {},
+  /** awaited before the manifest is published; a throw fails the import, which removes what it stored */
+  beforePublish?: () => Promise<void>,
+): Promise<ImportResult> {
   const run = new ImportRun(store, opts)
   let failed = true
   try {
@@ -714,6 +721,7 @@ export async function importRootfsTar(store: ImageStore, file: string, source: I
     } finally {
       task.done()
     }
+    await beforePublish?.()
     const result = await run.publish([{ digest: ref.digest, size: ref.size, kind, diffId }], emptyConfig(), source, new Date().toISOString())
     failed = false
     return result
@@ -766,7 +774,9 @@ export async function importPath(store: ImageStore, input: string, opts: ImportP
     const readOpts: ReadImageOptions = {}
     if (opts.platform) readOpts.platform = parsePlatform(opts.platform)
     if (opts.ref) readOpts.ref = opts.ref
-    const inp = await openImportInput(input, scratch, readOpts)
+    // with a name to tag it by, a tar that does not begin like an image archive is imported as a
+    // rootfs tarball while its headers are indexed (without one, an archive's own name may be needed)
+    const inp = await openImportInput(input, scratch, { ...readOpts, speculate: Boolean(opts.name), ...(opts.signal ? { signal: opts.signal } : {}) })
     checkSignal(opts.signal)
     let name = opts.name
     let tag = opts.tag
@@ -792,10 +802,51 @@ export async function importPath(store: ImageStore, input: string, opts: ImportP
     const o: ImportOptions = { ...opts, ...(name ? { name } : {}), ...(tag ? { tag } : {}) }
     let r: ImportResult
     if (inp.kind === 'image') r = await importOciImage(store, inp.image, o)
+    else if (inp.kind === 'rootfs-tar' && inp.archive) r = await importTarSpeculatively(store, inp.file, inp.ref, inp.archive, o)
     else if (inp.kind === 'rootfs-tar') r = await importRootfsTar(store, inp.file, { type: 'rootfs', ref: inp.ref }, o)
     else r = await importRootfsDir(store, inp.dir, { type: 'rootfs', ref: inp.ref }, o)
     return { ...r, ...(name ? { name, tag: tag ?? 'latest' } : {}), sourceType: r.manifest.source.type }
   } finally {
     await fs.promises.rm(scratch, { recursive: true, force: true }).catch(noop)
+  }
+}
+
+/** The reason a speculative rootfs import is stopped with: the tar is an image archive. */
+const IS_ARCHIVE = new StrataError('CANCELLED', 'the tar is an image archive')
+
+/**
+ * Imports `file` as a rootfs tarball while `archive` (its index, built on a
+ * worker) decides what it is, with the outcome of the index-first order:
+ * the index's own failure wins over the import's, and an image archive is
+ * imported as one (the rootfs import is stopped, and what it stored removed,
+ * as soon as the index shows it), never published as a rootfs.
+ */
+async function importTarSpeculatively(
+  store: ImageStore,
+  file: string,
+  ref: string,
+  archive: Promise<{ kind: 'image'; image: OciImageSource } | null>,
+  opts: ImportOptions,
+): Promise<ImportResult> {
+  const stop = new AbortController()
+  const outer = opts.signal
+  const onOuter = () => stop.abort(outer!.reason)
+  if (outer?.aborted) onOuter()
+  outer?.addEventListener('abort', onOuter, { once: true })
+  archive.then(
+    (img) => img && stop.abort(IS_ARCHIVE),
+    (e: unknown) => stop.abort(e),
+  )
+  try {
+    return await importRootfsTar(store, file, { type: 'rootfs', ref }, { ...opts, signal: stop.signal }, async () => {
+      if (await archive) throw IS_ARCHIVE
+    })
+  } catch (e) {
+    if (outer?.aborted) throw e
+    const img = await archive
+    if (!img) throw e
+    return importOciImage(store, img.image, opts)
+  } finally {
+    outer?.removeEventListener('abort', onOuter)
   }
 }

@@ -21,7 +21,19 @@ import type { OciImageSource } from './types.js'
 
 export type ImportInput =
   | { kind: 'image'; image: OciImageSource }
-  | { kind: 'rootfs-tar'; file: string; compression: Compression; ref: string }
+  | {
+      kind: 'rootfs-tar'
+      file: string
+      compression: Compression
+      ref: string
+      /**
+       * With `speculate`: the tar's index, still being built on a worker,
+       * and what it shows: the image when the tar is an image archive after
+       * all, null when it is a rootfs tarball; rejects with what indexing
+       * found wrong (IMAGE_BAD_ARCHIVE, IMAGE_UNSAFE_PATH, …).
+       */
+      archive?: Promise<{ kind: 'image'; image: OciImageSource } | null>
+    }
   | { kind: 'rootfs-dir'; dir: string; ref: string }
 
 async function readHead(file: string, n: number): Promise<Buffer> {
@@ -35,12 +47,24 @@ async function readHead(file: string, n: number): Promise<Buffer> {
   }
 }
 
+export interface OpenImportOptions extends ReadImageOptions {
+  /**
+   * For a tar that does not begin like an image archive: return it as a
+   * rootfs tarball at once, its index built on a worker meanwhile (see
+   * ImportInput's `archive`), so that an import can start before the
+   * ~10^4 headers of a rootfs are read.
+   */
+  speculate?: boolean
+  /** stops the indexing worker */
+  signal?: AbortSignal
+}
+
 /**
  * Works out what `input` is and opens it. `workDir` receives the
  * decompressed copy of a compressed tar. Throws IMAGE_BAD_ARCHIVE for a file
  * that is not a tar, NOT_FOUND for a missing path.
  */
-export async function openImportInput(input: string, workDir: string, opts: ReadImageOptions = {}): Promise<ImportInput> {
+export async function openImportInput(input: string, workDir: string, opts: OpenImportOptions = {}): Promise<ImportInput> {
   const abs = path.resolve(input)
   let st: fs.Stats
   try {
@@ -72,14 +96,37 @@ export async function openImportInput(input: string, workDir: string, opts: Read
       throw new StrataError('IMAGE_BAD_ARCHIVE', `${input}: ${e instanceof StrataError ? e.reason : (e as Error).message}`, { cause: e })
     }
   }
+  const classify = (index: TarIndex) => classifyTar(index, input, abs, tarFile, compression, opts)
+  if (opts.speculate && !startsLikeImageArchive(compression === 'none' ? head : await readHead(tarFile, 512))) {
+    const archive = TarIndex.scan(tarFile, opts.signal).then(
+      async (index) => {
+        const inp = await classify(index)
+        return inp.kind === 'image' ? inp : null
+      },
+      (e: unknown) => {
+        throw nameUserFile(e, input, tarFile, compression)
+      },
+    )
+    // not awaited until the import needs it; a failure is reported there
+    archive.catch(() => undefined)
+    return { kind: 'rootfs-tar', file: tarFile, compression, ref: abs, archive }
+  }
   let index: TarIndex
   try {
     index = await TarIndex.open(tarFile)
   } catch (e) {
-    // name the user's file, not the decompressed copy in the work dir
-    if (tarFile === abs || !(e instanceof StrataError)) throw e
-    throw new StrataError(e.code, `${input} (${compression}): ${e.reason.split(tarFile).join('the decompressed tar')}`, { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+    throw nameUserFile(e, input, tarFile, compression)
   }
+  return classify(index)
+}
+
+/** A failure to index the decompressed copy of `input`, told in terms of the user's file. */
+function nameUserFile(e: unknown, input: string, tarFile: string, compression: Compression): unknown {
+  if (!(e instanceof StrataError) || tarFile === path.resolve(input)) return e
+  return new StrataError(e.code, `${input} (${compression}): ${e.reason.split(tarFile).join('the decompressed tar')}`, { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+}
+
+async function classifyTar(index: TarIndex, input: string, abs: string, tarFile: string, compression: Compression, opts: ReadImageOptions): Promise<ImportInput> {
   const reader = new TarArchiveReader(index, input)
   const hasLayout = index.has(OCI_LAYOUT_FILE) && index.has('index.json')
   const hasLegacy = index.has('manifest.json')
@@ -91,6 +138,30 @@ export async function openImportInput(input: string, workDir: string, opts: Read
   }
   if (hasLegacy) return { kind: 'image', image: await readDockerArchive(reader, { type: 'docker-archive', ref: abs }, opts) }
   return { kind: 'rootfs-tar', file: tarFile, compression, ref: abs }
+}
+
+/**
+ * Whether a tar's first header names what image archives begin with
+ * (`docker save`, skopeo, podman, umoci: blobs/, oci-layout, index.json,
+ * manifest.json, repositories, a 64-hex layer directory or file). Only a
+ * hint for `speculate`: the full index decides either way.
+ */
+function startsLikeImageArchive(head: Buffer): boolean {
+  if (head.length < 512) return true
+  const cstr = (b: Buffer) => {
+    const z = b.indexOf(0)
+    return b.subarray(0, z < 0 ? b.length : z).toString('utf8')
+  }
+  let name = cstr(head.subarray(0, 100))
+  if (head.subarray(257, 263).toString('latin1') === 'ustar\0') {
+    const prefix = cstr(head.subarray(345, 500))
+    if (prefix) name = `${prefix}/${name}`
+  }
+  const first = name.split('/').filter((c) => c !== '' && c !== '.')[0] ?? ''
+  // PAX and GNU long-name records hide the first real name (GNU tar --xattrs begins with one): no hint
+  const typeflag = String.fromCharCode(head[156]!)
+  if ('xgLK'.includes(typeflag)) return false
+  return first === '' ? false : ['blobs', OCI_LAYOUT_FILE, 'index.json', 'manifest.json', 'repositories'].includes(first) || /^[0-9a-f]{64}(\.json|\.tar)?$/.test(first)
 }
 
 async function checkLayoutVersion(reader: DirArchiveReader | TarArchiveReader): Promise<void> {

@@ -90,6 +90,38 @@ test.serial('OCI archive and docker-save tarball (skopeo), zstd layers: same tre
   t.deepEqual(digests[2], digests[0])
 })
 
+test.serial('an image archive that does not begin like one (a README first) is imported as the image it holds, not as a rootfs', async (t) => {
+  // with --name a tar is imported as a rootfs while its index is built; the index decides
+  const dir = localTmp(t)
+  const oci = await toOciArchive(fx, path.join(dir, 'fx-oci.tar'))
+  const docker = await toDockerArchive(fx, path.join(dir, 'fx-docker.tar'), 'strata-fixture:v3')
+  for (const [src, type] of [
+    [oci, 'oci-archive'],
+    [docker, 'docker-archive'],
+  ] as const) {
+    const odd = path.join(dir, `readme-first-${type}.tar`)
+    await run('python3', [
+      '-c',
+      'import io,sys,tarfile\n' +
+        'src=tarfile.open(sys.argv[1]); out=tarfile.open(sys.argv[2],"w",format=tarfile.PAX_FORMAT)\n' +
+        'b=b"not a rootfs\\n"; i=tarfile.TarInfo("README"); i.size=len(b); out.addfile(i,io.BytesIO(b))\n' +
+        'for m in src.getmembers(): out.addfile(m, src.extractfile(m) if m.isfile() else None)\n' +
+        'out.close()',
+      src,
+      odd,
+    ])
+    const store = await fresh()
+    const r = await importPath(store, odd, { name: 'fx/odd', tag: type, workDir: dir })
+    t.is(r.manifest.source.type, type)
+    t.is(r.layersBuilt, 3)
+    t.deepEqual(await treeDiffs(t, store, `fx/odd:${type}`), [])
+    // nothing of the rootfs import that was stopped stays: only the image's own layers are stored
+    t.deepEqual((await store.listBlobs()).map((b) => b.digest).sort(), r.manifest.layers.map((l) => l.digest).sort())
+    t.deepEqual((await store.fs.readdirAll(`${store.root}/tmp`)).entries, [])
+    t.deepEqual(await store.listLeases(), [])
+  }
+})
+
 test.serial('rootfs tarballs (plain, gzip, zstd) and a rootfs directory; squash', async (t) => {
   const dir = localTmp(t)
   const tar = path.join(dir, 'rootfs.tar')

@@ -4,6 +4,7 @@
 // attribute (directories, link counts and nanosecond times included). Bad
 // tars fail with the same code on both paths.
 import test, { type ExecutionContext } from 'ava'
+import { execFileSync } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -153,6 +154,16 @@ test('bad input fails with the code unpack gives, and leaves no file behind', as
     t.deepEqual(fs.readdirSync(out), [], c.name)
   }
   t.true(n >= 20)
+})
+
+test('a full disk while the image is written: NO_SPACE, and no file left behind', async (t) => {
+  // the image's data goes to the file on the thread pool; the failure must still surface, once, with its code
+  const work = tmpDir(t)
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', work])
+  t.teardown(() => execFileSync('umount', ['-l', work]))
+  const tar = await packTar([file('big', crypto.randomBytes(6 * 1024 * 1024)), file('after', 'y')])
+  await t.throwsAsync(tarToErofs(streamOf(tar, 256 * 1024), path.join(work, 'x.erofs')), { code: 'NO_SPACE' })
+  t.deepEqual(fs.readdirSync(work), [])
 })
 
 test('an error of the input stream is passed on; the output directory must exist', async (t) => {
