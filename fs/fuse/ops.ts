@@ -44,7 +44,7 @@ const S_IFLNK = 0o120000
 const UNCHANGED_ID = 0xffffffff
 const O_ACCMODE = 3
 
-/** fuse-native turns UTIME_NOW / UTIME_OMIT (tv_sec 0, tv_nsec ≥ 10^9 − 2) into this many ms. */
+/** fuse-native turns UTIME_NOW (tv_sec 0, tv_nsec 2^30 − 1) into this many ms. */
 export const UTIME_SENTINEL_MS = Math.floor(((1 << 30) - 1) / 1e6)
 
 /** errnos that are answers, not failures (logged at debug only) */
@@ -121,8 +121,12 @@ export function toStatfs(s: StatFsRsp): FuseStatfs {
   return { bsize, frsize: bsize, blocks, bfree, bavail: bfree, files, ffree: files, favail: files, fsid: 0x8f3f5fff, flag: 0, namemax: 255 }
 }
 
-/** fuse-native utimens ms → meta µs; the UTIME_NOW/OMIT sentinel (and anything below it) means "now" (-1). */
-export function utimeToUs(ms: number): number {
+/** What Strata's build of the fuse-native addon passes for UTIME_OMIT (native/fuse/fuse-native.c). */
+export const UTIME_OMIT_MS = Number.MAX_SAFE_INTEGER
+
+/** utimens ms → meta µs: undefined for UTIME_OMIT (leave it), -1 ("now") for the UTIME_NOW sentinel and anything below it. */
+export function utimeToUs(ms: number): number | undefined {
+  if (ms === UTIME_OMIT_MS) return undefined
   if (!Number.isFinite(ms) || ms <= UTIME_SENTINEL_MS) return -1
   return Math.round(ms) * 1000
 }
@@ -388,7 +392,11 @@ export class StrataFuseOps {
           p,
         ),
       // fuse-native passes the atime in both arguments (its mtime is lost); see docs/fuse.md
-      utimens: (p, atime, mtime, cb) => this.run('utimens', () => this.setattr(p, { atime: utimeToUs(atime), mtime: utimeToUs(mtime) }), cb, p),
+      utimens: (p, atime, mtime, cb) => {
+        const a = utimeToUs(atime)
+        const m = utimeToUs(mtime)
+        this.run('utimens', () => this.setattr(p, { ...(a === undefined ? {} : { atime: a }), ...(m === undefined ? {} : { mtime: m }) }), cb, p)
+      },
       truncate: (p, size, cb) => this.run('truncate', () => this.truncate(p, size), cb, p),
       ftruncate: (p, fd, size, cb) => this.run('ftruncate', () => this.ftruncate(p, fd, size), cb, p),
       mknod: (p, mode, dev, cb) => this.run('mknod', () => this.mknod(p, mode), cb, p),
@@ -572,6 +580,10 @@ export class StrataFuseOps {
     this.checkWritable()
     if (Object.keys(attrs).length === 0) return
     const known = this.cache.get(p)
+    if ((attrs.atime !== undefined || attrs.mtime !== undefined) && this.writers.size > 0) {
+      // a file written through this mount: its buffered writes land first, and do not set the mtime back at close
+      await this.fs.settleWritesBeforeTimes(known?.id ?? (await this.fs.lstat(p)).id)
+    }
     this.cache.invalidate(p)
     const rsp = await this.fs.meta.setAttr({ path: pathAt(p), flags: { followLastSymlink: false }, ...attrs })
     this.cache.invalidateInode(rsp.stat.id)

@@ -1,5 +1,5 @@
 // Strata's build of fuse-native's addon: fuse-native 2.2.6 (MIT License,
-// https://github.com/fuse-friends/fuse-native) with two changes, marked
+// https://github.com/fuse-friends/fuse-native) with three changes, marked
 // "Strata:" below.
 //
 // 1. libfuse's multithreaded loop starts a worker thread whenever none is idle
@@ -27,6 +27,11 @@
 // chunk served (to let it go and to read further ahead) from a coalesced
 // async notification sent when a chunk serves its first bytes here and when
 // what was served here completes it.
+//
+// 3. utimens passed the atime as both times, so `touch -m -d`, `cp -a` and
+// `tar -x` could not set a file's mtime through the mount; and with
+// flag_utime_omit_ok unset libfuse 2 dropped a request that sets one time
+// alone. Each time now arrives as itself, UTIME_OMIT as a value of its own.
 
 #define FUSE_USE_VERSION 29
 
@@ -264,6 +269,16 @@ static uint64_t timespec_to_uint64 (const struct timespec* ts) {
   return ms;
 }
 
+// Strata: UTIME_OMIT as a value of its own (2^53 - 1 ms, exact in a JavaScript
+// number; fs/fuse/ops.ts UTIME_OMIT_MS); UTIME_NOW arrives as fuse-native sent it
+#ifndef UTIME_OMIT
+#define UTIME_OMIT ((1l << 30) - 2l)
+#endif
+#define STRATA_UTIME_OMIT_MS 9007199254740991ULL
+static uint64_t utime_to_uint64 (const struct timespec* ts) {
+  return ts->tv_nsec == UTIME_OMIT ? STRATA_UTIME_OMIT_MS : timespec_to_uint64(ts);
+}
+
 static void populate_stat (uint32_t *ints, struct stat* stat) {
   stat->st_mode = *ints++;
   stat->st_uid = *ints++;
@@ -398,12 +413,13 @@ FUSE_METHOD(create, 2, 1, (const char *path, mode_t mode, struct fuse_file_info 
 
 FUSE_METHOD_VOID(utimens, 5, 0, (const char *path, const struct timespec tv[2]), {
   l->path = path;
-  l->atime = timespec_to_uint64(&tv[0]);
-  l->mtime = timespec_to_uint64(&tv[1]);
+  l->atime = utime_to_uint64(&tv[0]);
+  l->mtime = utime_to_uint64(&tv[1]);
 }, {
   napi_create_string_utf8(env, l->path, NAPI_AUTO_LENGTH, &(argv[2]));
   FUSE_UINT64_TO_INTS_ARGV(l->atime, 3)
-  FUSE_UINT64_TO_INTS_ARGV(l->atime, 5)
+  // Strata: the mtime (change 3 at the top; fuse-native passed the atime twice)
+  FUSE_UINT64_TO_INTS_ARGV(l->mtime, 5)
 })
 
 FUSE_METHOD_VOID(release, 2, 0, (const char *path, struct fuse_file_info *info), {
@@ -1120,6 +1136,9 @@ NAPI_METHOD(fuse_native_mount) {
   if (implemented[op_releasedir]) ops.releasedir = fuse_native_releasedir;
   if (implemented[op_create]) ops.create = fuse_native_create;
   if (implemented[op_utimens]) ops.utimens = fuse_native_utimens;
+  // Strata: setting one time alone (touch -m, touch -a) reaches utimens, with UTIME_OMIT for the
+  // other; without the flag libfuse 2 drops such a request
+  ops.flag_utime_omit_ok = 1;
   if (implemented[op_unlink]) ops.unlink = fuse_native_unlink;
   if (implemented[op_rename]) ops.rename = fuse_native_rename;
   if (implemented[op_link]) ops.link = fuse_native_link;

@@ -875,7 +875,24 @@ export class FileSystem {
   /** Times as Date, ms since the epoch, or 'now'. */
   async utimes(path: string, atime: TimeInput, mtime: TimeInput): Promise<Inode> {
     this.checkOpen()
+    if (this.inodes.size > 0) await this.settleWritesBeforeTimes((await this.stat(path)).id)
     return (await this.meta.setAttr({ path: pathAt(path), flags: { followLastSymlink: true }, atime: toUs(atime), mtime: toUs(mtime) })).stat
+  }
+
+  /**
+   * Before times are set explicitly on an inode this client has open: its
+   * buffered writes are flushed and their length synced, so that what they
+   * change (the length, the mtime) lands first, and the time of the last
+   * write is forgotten, so that a later sync or close does not put it back
+   * over the times set (cp -a and tar -x write a file, then set its times,
+   * then close it).
+   */
+  async settleWritesBeforeTimes(inodeId: bigint): Promise<void> {
+    const state = this.inodes.get(inodeId)
+    if (!state) return
+    await state.lock.run(() => this.flushLocked(state))
+    await this.syncState(state, 'fsync')
+    state.mtime = undefined
   }
 
   /** Sets the default layout of a directory (its new files inherit it). */

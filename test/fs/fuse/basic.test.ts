@@ -131,6 +131,16 @@ os.utime(g, (1500000000, 1500000000))
 assert int(os.stat(g).st_mtime) == 1500000000, os.stat(g).st_mtime
 os.utime(g)
 assert abs(os.stat(g).st_mtime - __import__('time').time()) < 60
+# atime and mtime apart (what cp -a and tar -x set), and one of them alone (touch -m / -a: UTIME_OMIT for the other)
+os.utime(g, (1400000000, 1500000000))
+time.sleep(0.05)
+assert (int(os.stat(g).st_atime), int(os.stat(g).st_mtime)) == (1400000000, 1500000000), (os.stat(g).st_atime, os.stat(g).st_mtime)
+__import__('subprocess').run(['touch', '-m', '-d', '@1300000000', g], check=True)
+time.sleep(0.05)
+assert (int(os.stat(g).st_atime), int(os.stat(g).st_mtime)) == (1400000000, 1300000000), (os.stat(g).st_atime, os.stat(g).st_mtime)
+__import__('subprocess').run(['touch', '-a', '-d', '@1200000000', g], check=True)
+time.sleep(0.05)
+assert (int(os.stat(g).st_atime), int(os.stat(g).st_mtime)) == (1200000000, 1300000000), (os.stat(g).st_atime, os.stat(g).st_mtime)
 
 # statfs
 sv = os.statvfs(m)

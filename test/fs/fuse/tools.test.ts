@@ -42,6 +42,8 @@ print(n)
 
 /** type, mode, size, link target of every entry, sorted: what must survive a copy */
 const LISTING = `find . -mindepth 1 -printf '%P %y %m %s %l\\n' | LC_ALL=C sort`
+/** every entry's mtime in whole seconds (cp -a and tar -x set it with utimensat, links included) */
+const MTIMES = `find . -mindepth 1 -printf '%P %T@\\n' | awk '{ printf "%s %d\\n", $1, $2 }' | LC_ALL=C sort`
 
 t('cp -a of a tree onto the mount, diff -r against the source', async (t) => {
   const c = await startFuseCluster(t)
@@ -55,6 +57,7 @@ t('cp -a of a tree onto the mount, diff -r against the source', async (t) => {
   const l1 = await sh(`cd ${src} && ${LISTING}`)
   const l2 = await sh(`cd ${a.mnt}/copy && ${LISTING}`)
   t.is(l2.stdout, l1.stdout)
+  t.is((await sh(`cd ${a.mnt}/copy && ${MTIMES}`)).stdout, (await sh(`cd ${src} && ${MTIMES}`)).stdout)
   // and back out again
   ok(t, await sh(`cp -a ${a.mnt}/copy ${local}/back && diff -r --no-dereference ${src} ${local}/back`), 'cp -a back + diff')
   // a source with a user xattr: cp -a tolerates the mount's ENOTSUP
@@ -75,6 +78,7 @@ t('tar round trip through the mount', async (t) => {
   const l1 = await sh(`cd ${src} && ${LISTING}`)
   const l2 = await sh(`cd ${local}/back && ${LISTING}`)
   t.is(l2.stdout, l1.stdout)
+  t.is((await sh(`cd ${local}/back && ${MTIMES}`)).stdout, (await sh(`cd ${src} && ${MTIMES}`)).stdout)
   // a tar file written to and read from the mount
   ok(t, await sh(`tar -C ${src} -czf ${a.mnt}/tree.tgz . && mkdir ${local}/back2 && tar -C ${local}/back2 -xzf ${a.mnt}/tree.tgz && diff -r --no-dereference ${src} ${local}/back2`), 'tgz on the mount')
 })

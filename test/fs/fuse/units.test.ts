@@ -12,7 +12,7 @@ import { fuseAvailable, fuseErrnoTable } from '../../../fs/fuse/native.js'
 import { PathCache, childOf, parentOf } from '../../../fs/fuse/path-cache.js'
 import { connectionId, parseMountinfo } from '../../../fs/fuse/mounts.js'
 import { extraFuseOptions, fuseTimeout, resolveFuseConfig } from '../../../fs/fuse/config.js'
-import { StrataFuseOps, UTIME_SENTINEL_MS, inodeToStat, toStatfs, utimeToUs } from '../../../fs/fuse/ops.js'
+import { StrataFuseOps, UTIME_OMIT_MS, UTIME_SENTINEL_MS, inodeToStat, toStatfs, utimeToUs } from '../../../fs/fuse/ops.js'
 import { mountName } from '../../../fs/fuse/control.js'
 
 test('every catalogue errno maps to the same negative number fuse-native uses (EAGAIN, retried out by the client, is EIO)', (t) => {
@@ -147,6 +147,7 @@ test('attributes, statfs and utimens conversions', (t) => {
   t.is(s.blocks * s.bsize, 2 ** 50)
   t.is(s.bfree * s.bsize, 2 ** 49)
   t.is(utimeToUs(UTIME_SENTINEL_MS), -1)
+  t.is(utimeToUs(UTIME_OMIT_MS), undefined)
   t.is(utimeToUs(1_500_000_000_000), 1_500_000_000_000_000)
 })
 
