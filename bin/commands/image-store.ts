@@ -2,10 +2,10 @@
 // the image store opened on the command's cluster, progress, and
 // SIGINT/SIGTERM turned into a cancel.
 import type { Command } from 'commander'
-import { StrataError } from '../../fs/common/errors.js'
+import { interruptible } from '../../fs/admin/index.js'
 import { createProgress, type ProgressSink } from '../../sandbox/image/progress.js'
 import { ImageStore } from '../../sandbox/image/store.js'
-import { withFileSystem } from './fs.js'
+import { exitOnInterrupt, withFileSystem } from './fs.js'
 
 /** What a `strata image` command body gets. */
 export interface ImageCommandContext {
@@ -19,36 +19,38 @@ export interface ImageCommandContext {
   signal: AbortSignal
 }
 
+/** How long an interrupted command may clean up before the process ends anyway. */
+const CLEANUP_MS = 20_000
+
 /**
  * Runs `fn` with the store opened on the command's cluster (the group's
  * --cluster, --mgmtd-address, --meta-address and --timeout, through
  * withFileSystem), progress on stderr (none with --json) and SIGINT/SIGTERM
- * turned into a cancel: the command cleans up what it started, and an
- * interrupted push or pull leaves its partial transfer for the next run. A
- * second signal exits at once (130).
+ * turned into a cancel: the command cleans up what it started (for at most
+ * 20 s), an interrupted push or pull leaves its partial transfer for the
+ * next run, and the process exits 130 (SIGINT) or 143 (SIGTERM) with
+ * `strata: CANCELLED: …`, as other interrupted commands do. A second signal
+ * exits at once.
  */
 export async function withImageStore<T>(cmd: Command, fn: (ctx: ImageCommandContext) => Promise<T>): Promise<T> {
-  return withFileSystem(cmd, async (fsys, json) => {
-    const store = new ImageStore(fsys)
-    const progress = createProgress({ quiet: json })
-    const ac = new AbortController()
-    let signals = 0
-    const onSignal = () => {
-      if (++signals > 1) process.exit(130)
-      ac.abort(new StrataError('CANCELLED', 'interrupted'))
-    }
-    process.on('SIGINT', onSignal)
-    process.on('SIGTERM', onSignal)
-    try {
-      await store.open()
-      return await fn({ store, json, progress, signal: ac.signal })
-    } finally {
-      process.off('SIGINT', onSignal)
-      process.off('SIGTERM', onSignal)
-      progress.stop()
-      await store.close()
-    }
-  })
+  return exitOnInterrupt(
+    interruptible(
+      `image ${cmd.name()}`,
+      (signal) =>
+        withFileSystem(cmd, async (fsys, json) => {
+          const store = new ImageStore(fsys)
+          const progress = createProgress({ quiet: json })
+          try {
+            await store.open()
+            return await fn({ store, json, progress, signal })
+          } finally {
+            progress.stop()
+            await store.close()
+          }
+        }),
+      { cleanupMs: CLEANUP_MS },
+    ),
+  )
 }
 
 /** Seconds since `t0` (a Date.now() value), to a tenth. */

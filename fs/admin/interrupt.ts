@@ -11,8 +11,13 @@ import { StrataError, isStrataError } from '../common/errors.js'
 const SIGNAL_NUMBERS = { SIGINT: 2, SIGTERM: 15 } as const
 type HandledSignal = keyof typeof SIGNAL_NUMBERS
 
-/** Runs `fn` with a signal that aborts (reason: CANCELLED) on SIGINT or SIGTERM. */
-export async function interruptible<T>(what: string, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+/**
+ * Runs `fn` with a signal that aborts (reason: CANCELLED) on SIGINT or
+ * SIGTERM. With `cleanupMs`, a command still running that long after the
+ * signal ends the process (a cleanup must not wait forever on a call that
+ * never returns, such as a hung local filesystem).
+ */
+export async function interruptible<T>(what: string, fn: (signal: AbortSignal) => Promise<T>, opts: { cleanupMs?: number } = {}): Promise<T> {
   const ctl = new AbortController()
   const handlers = (Object.keys(SIGNAL_NUMBERS) as HandledSignal[]).map((sig) => {
     const h = () => {
@@ -21,6 +26,12 @@ export async function interruptible<T>(what: string, fn: (signal: AbortSignal) =
         process.exit(128 + SIGNAL_NUMBERS[sig])
       }
       ctl.abort(new StrataError('CANCELLED', `${what} interrupted by ${sig}`, { detail: { signal: sig } }))
+      if (opts.cleanupMs !== undefined) {
+        setTimeout(() => {
+          process.stderr.write(`strata: CANCELLED: ${what} interrupted by ${sig}; cleanup did not finish within ${Math.round(opts.cleanupMs! / 1000)} s, exiting\n`)
+          process.exit(128 + SIGNAL_NUMBERS[sig])
+        }, opts.cleanupMs).unref()
+      }
     }
     process.on(sig, h)
     return [sig, h] as const

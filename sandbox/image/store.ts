@@ -843,21 +843,32 @@ export class ImageStore {
         continue
       }
       removedBlobs.push(b.digest)
-      freedBytes += b.size
     }
-    if (!dry) {
-      // a lease or tag taken while we were deciding wins
+    const blobSize = new Map(blobs.map((b) => [b.digest, b.size]))
+    if (dry) {
+      // what the same run would free: manifests and blobs alike
+      for (const d of removedManifests) freedBytes += (await this.#statLength(this.manifestPath(d))) ?? 0
+      for (const d of removedBlobs) freedBytes += blobSize.get(d) ?? 0
+    } else {
+      // a lease or tag taken while we were deciding wins (and what it kept is neither reported nor counted)
       const lateLeases = new Set((await this.listLeases()).map((l) => l.digest))
       const lateTags = new Set((await this.listTags()).map((t) => t.digest))
-      for (const d of removedManifests) {
-        if (lateLeases.has(d) || lateTags.has(d)) continue
+      for (const d of [...removedManifests]) {
+        if (lateLeases.has(d) || lateTags.has(d)) {
+          removedManifests.splice(removedManifests.indexOf(d), 1)
+          continue
+        }
         const len = await this.#statLength(this.manifestPath(d))
         await this.#unlinkQuiet(this.manifestPath(d))
         freedBytes += len ?? 0
       }
-      for (const d of removedBlobs) {
-        if (lateLeases.has(d)) continue
+      for (const d of [...removedBlobs]) {
+        if (lateLeases.has(d)) {
+          removedBlobs.splice(removedBlobs.indexOf(d), 1)
+          continue
+        }
         await this.#unlinkQuiet(this.blobPath(d))
+        freedBytes += blobSize.get(d) ?? 0
       }
       // diffId records of layers that are gone
       const gone = new Set(removedBlobs)

@@ -18,6 +18,7 @@ import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import tarStream from 'tar-stream'
 import { StrataError } from '../../../fs/common/errors.js'
+import { makeDirs } from '../../../fs/common/local-dirs.js'
 import { layerToTar } from '../layer/index.js'
 import { NO_PROGRESS, type ProgressSink } from '../progress.js'
 import type { ImageStore } from '../store.js'
@@ -78,6 +79,7 @@ function json(v: unknown): Buffer {
 
 /** OUT must name a file (new or to replace) in an existing directory: INVALID_ARGUMENT or NOT_FOUND before any work. */
 async function checkOutput(outFile: string): Promise<void> {
+  if (outFile === '') throw new StrataError('INVALID_ARGUMENT', "the archive's file name is empty")
   const out = path.resolve(outFile)
   const st = await fs.promises.stat(out).catch(() => null)
   if (st?.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${outFile} is a directory; give the archive's file name`)
@@ -95,7 +97,7 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
   const m = r.manifest
   const refName = opts.refName ?? (r.ref.digest && !r.ref.tag ? null : `${r.ref.name}:${r.ref.tag ?? DEFAULT_TAG}`)
   const base = opts.workDir ?? os.tmpdir()
-  await fs.promises.mkdir(base, { recursive: true })
+  await makeDirs(base)
   const work = await fs.promises.mkdtemp(path.join(base, 'strata-export-'))
   const out = path.resolve(outFile)
   const tmpOut = path.join(path.dirname(out), `.${path.basename(out)}.${crypto.randomBytes(4).toString('hex')}.tmp`)

@@ -30,6 +30,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { Readable, Transform, Writable, finished, pipeline, type TransformCallback } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
+import { makeDirs } from '../../../fs/common/local-dirs.js'
 import { buildErofsFile, layerToTar, sha256File, tarToErofs, unpackLayer, type TarToErofsOptions } from '../layer/index.js'
 import { decompressStream } from '../layer/decompress.js'
 import { NO_PROGRESS, formatBytes, type ProgressSink, type ProgressTask } from '../progress.js'
@@ -234,7 +235,7 @@ class ImportRun {
 
   async begin(): Promise<void> {
     const base = this.opts.workDir ?? os.tmpdir()
-    await fs.promises.mkdir(base, { recursive: true })
+    await makeDirs(base)
     this.workDir = await fs.promises.mkdtemp(path.join(base, 'strata-import-'))
   }
 
@@ -768,7 +769,7 @@ export interface ImportPathResult extends ImportResult {
  */
 export async function importPath(store: ImageStore, input: string, opts: ImportPathOptions = {}): Promise<ImportPathResult> {
   const base = opts.workDir ?? os.tmpdir()
-  await fs.promises.mkdir(base, { recursive: true })
+  await makeDirs(base)
   const scratch = await fs.promises.mkdtemp(path.join(base, 'strata-input-'))
   try {
     const readOpts: ReadImageOptions = {}

@@ -65,6 +65,8 @@ export interface OpenImportOptions extends ReadImageOptions {
  * that is not a tar, NOT_FOUND for a missing path.
  */
 export async function openImportInput(input: string, workDir: string, opts: OpenImportOptions = {}): Promise<ImportInput> {
+  // path.resolve('') is the working directory: an unset shell variable must not import it
+  if (input === '') throw new StrataError('INVALID_ARGUMENT', 'the path to import is empty')
   const abs = path.resolve(input)
   let st: fs.Stats
   try {
@@ -74,7 +76,8 @@ export async function openImportInput(input: string, workDir: string, opts: Open
   }
   if (st.isDirectory()) {
     const hasLayout = fs.existsSync(path.join(abs, OCI_LAYOUT_FILE)) && fs.existsSync(path.join(abs, 'index.json'))
-    if (!hasLayout) return { kind: 'rootfs-dir', dir: abs, ref: abs }
+    // a symlink to a directory is built as the directory it names (mkfs.erofs refuses the link)
+    if (!hasLayout) return { kind: 'rootfs-dir', dir: await fs.promises.realpath(abs), ref: abs }
     const reader = new DirArchiveReader(abs)
     await checkLayoutVersion(reader)
     return { kind: 'image', image: await readOciLayout(reader, { type: 'oci-layout', ref: abs }, opts) }

@@ -93,13 +93,22 @@ function parsePax(data: Buffer, file: string): Map<string, string> {
 }
 
 /**
- * Normalizes an archive member name; IMAGE_UNSAFE_PATH for absolute names
- * and `..` components (an image archive has no business holding them).
+ * Normalizes an archive member name, `..` taken lexically as a layer's
+ * entries are (`a/../b` is `b`); IMAGE_UNSAFE_PATH for absolute names and
+ * names that climb out of the archive.
  */
 export function normalizeArchiveName(name: string, file: string): string {
   if (name.startsWith('/')) throw new StrataError('IMAGE_UNSAFE_PATH', `${file}: archive member ${JSON.stringify(name)} is absolute`)
-  const parts = name.split('/').filter((c) => c !== '' && c !== '.')
-  if (parts.includes('..')) throw new StrataError('IMAGE_UNSAFE_PATH', `${file}: archive member ${JSON.stringify(name)} contains ".."`)
+  const parts: string[] = []
+  for (const c of name.split('/')) {
+    if (c === '' || c === '.') continue
+    if (c === '..') {
+      if (parts.length === 0) throw new StrataError('IMAGE_UNSAFE_PATH', `${file}: archive member ${JSON.stringify(name)} climbs out of the archive`)
+      parts.pop()
+      continue
+    }
+    parts.push(c)
+  }
   return parts.join('/')
 }
 

@@ -76,10 +76,24 @@ function networkError(e: unknown, what: string): StrataError {
   if (e instanceof StrataError) return e
   const cause = (e as { cause?: { code?: string; message?: string } }).cause
   const why = cause?.code ?? cause?.message ?? (e as Error).message
+  if (why === 'bad port') {
+    // Node's fetch refuses the Fetch standard's blocked ports (6000, 6665-6669, 10080, …) before connecting
+    return new StrataError('IMAGE_REMOTE_ERROR', `${what}: the port is one the Fetch standard blocks (X11's 6000, IRC's 6665-6669, …), which Node's fetch refuses to connect to; serve the registry on another port`, {
+      cause: e,
+      detail: { blockedPort: true },
+    })
+  }
   return new StrataError('IMAGE_REMOTE_ERROR', `${what}: ${why}`, { cause: e })
 }
 
+/** fetch's refusal of a blocked port, raw or wrapped: it will refuse every retry too. */
+function isBlockedPort(e: unknown): boolean {
+  if (e instanceof StrataError) return (e.detail as { blockedPort?: unknown } | undefined)?.blockedPort === true
+  return (e as { cause?: { message?: unknown } } | null)?.cause?.message === 'bad port'
+}
+
 function isRetryable(e: unknown): boolean {
+  if (isBlockedPort(e)) return false
   return !(e instanceof StrataError) || (e.code === 'IMAGE_REMOTE_ERROR' && !isTimeout(e))
 }
 

@@ -7,6 +7,7 @@ import os from 'node:os'
 import path from 'node:path'
 import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
+import { makeDirs } from '../../../fs/common/local-dirs.js'
 import { importOciImage } from '../oci/import.js'
 import { CONFIG_TYPES, INDEX_TYPES, LAYER_MEDIA_TYPES, MANIFEST_TYPES } from '../oci/media-types.js'
 import { DEFAULT_PLATFORM, formatPlatform, parsePlatform, platformMatches, platformOf, type Platform } from '../oci/platform.js'
@@ -195,7 +196,7 @@ export async function pullRegistry(store: ImageStore, url: string, opts: PullOpt
   }
 
   const workDir = opts.workDir ?? os.tmpdir()
-  await fs.promises.mkdir(workDir, { recursive: true })
+  await makeDirs(workDir)
   const staging = await fs.promises.mkdtemp(path.join(workDir, 'strata-pull-'))
   const limit = limiter(opts.concurrency ?? 3)
   let blobsFetched = 1

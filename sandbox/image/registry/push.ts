@@ -19,6 +19,7 @@ import { Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import zlib from 'node:zlib'
 import { StrataError } from '../../../fs/common/errors.js'
+import { makeDirs } from '../../../fs/common/local-dirs.js'
 import { layerToTar } from '../layer/index.js'
 import { OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST } from '../oci/media-types.js'
 import { parsePlatform, type Platform } from '../oci/platform.js'
@@ -165,7 +166,7 @@ export async function pushRegistry(store: ImageStore, ref: string, url: string, 
   await client.ping()
   const cache = opts.layerCache === false ? null : new LayerCache(opts.layerCache ?? defaultLayerCacheDir())
   const workDir = opts.workDir ?? os.tmpdir()
-  await fs.promises.mkdir(workDir, { recursive: true })
+  await makeDirs(workDir)
   const work = await fs.promises.mkdtemp(path.join(workDir, 'strata-push-'))
   let pushedBlobs = 0
   let skippedBlobs = 0

@@ -54,7 +54,7 @@ export interface PushResult {
   ref: string
   url: string
   digest: string
-  /** the tag object written, `name:tag` (none when pushed by digest) */
+  /** the tag written (`v1`; its object is tags/NAME/TAG under the prefix; none when pushed by digest), as a registry push reports it */
   tag?: string
   blobsPushed: number
   blobsSkipped: number

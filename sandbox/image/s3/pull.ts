@@ -73,9 +73,11 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
       found.push({ prefix: c.prefix, name: c.ref.name, tag: c.ref.tag ?? DEFAULT_TAG, digest })
     }
     if (found.length === 0) {
-      const c = parsed.candidates[0]!
-      const which = c.ref.digest ? `manifest ${c.ref.digest}` : `tag ${c.ref.name}:${c.ref.tag ?? DEFAULT_TAG}`
-      throw new StrataError('IMAGE_NOT_FOUND', `${url}: no ${which} in ${formatS3(parsed.bucket)}`)
+      // every PREFIX/NAME split tried, each where it was looked for
+      const tried = parsed.candidates.map((c) =>
+        c.ref.digest ? `manifest ${c.ref.digest} of ${c.ref.name} under ${formatS3(parsed.bucket, c.prefix)}` : `tag ${c.ref.name}:${c.ref.tag ?? DEFAULT_TAG} under ${formatS3(parsed.bucket, c.prefix)}`,
+      )
+      throw new StrataError('IMAGE_NOT_FOUND', `${url}: no image: looked for ${tried.join('; ')}`)
     }
     if (found.length > 1) {
       throw new StrataError(

@@ -146,7 +146,7 @@ export async function pushS3(store: TransferStore, ref: string, url: string, opt
     let tag: string | undefined
     if (img.ref.tag !== undefined && !img.ref.digest) {
       await put(ctx, tagKey(loc.prefix, img.ref.name, img.ref.tag), Buffer.from(`${img.digest}\n`), 'text/plain', signal)
-      tag = `${img.ref.name}:${img.ref.tag}`
+      tag = img.ref.tag
     }
     return {
       ref: formatImageRef(img.ref),

@@ -5,6 +5,7 @@
 // then broken.
 import test from 'ava'
 import crypto from 'node:crypto'
+import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { strata } from '../../bin/helpers.js'
@@ -297,8 +298,8 @@ test.serial('an interrupted import (SIGINT) cleans up: no tag, manifest, blob or
   await new Promise((r) => setTimeout(r, 300))
   child.kill('SIGINT')
   const code = await exited
-  t.is(code, 1, stderr)
-  t.regex(stderr, /strata: CANCELLED: /)
+  t.is(code, 130, stderr)
+  t.regex(stderr, /strata: CANCELLED: image import interrupted by SIGINT/)
   t.deepEqual(fs.readdirSync(work), [])
   t.deepEqual(await state(), before)
 })
@@ -314,6 +315,40 @@ test.serial('a gzip rootfs tarball smaller than one tar block imports', async (t
   t.is(JSON.parse(r.stdout).image, 'tiny/gz:latest')
   fs.writeFileSync(path.join(dir, 'short.tar'), 'not a tar')
   await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [path.join(dir, 'short.tar'), '--name', 'short/x'])
+})
+
+test.serial('an empty path, and work dirs that cannot be made (a file, /proc, a read-only mount), fail at once with their codes; a symlink to a rootfs directory imports the directory', async (t) => {
+  const dir = localTmp(t)
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(path.join(tree, 'etc'), { recursive: true })
+  fs.writeFileSync(path.join(tree, 'etc', 'hello'), 'hi\n')
+  // path.resolve('') is the working directory: it must not be imported
+  await expectFailure(t, 'INVALID_ARGUMENT', ['', '--name', 'bad/empty'])
+  const x = await strata(['image', ...img.ic.cliArgs, 'export', 'tiny/gz', ''])
+  t.is(x.code, 1)
+  t.regex(x.stderr, /^strata: INVALID_ARGUMENT: the archive's file name is empty/m)
+  const file = path.join(dir, 'a-file')
+  fs.writeFileSync(file, 'x')
+  t.regex(await expectFailure(t, 'INVALID_ARGUMENT', [tree, '--name', 'bad/wd', '--work-dir', file]), /exists and is not a directory/)
+  // Node's own recursive mkdir never returns here
+  t.regex(await expectFailure(t, 'INVALID_ARGUMENT', [tree, '--name', 'bad/wd', '--work-dir', '/proc/strata-nope/x']), /takes no new entries/)
+  const ro = path.join(dir, 'ro')
+  fs.mkdirSync(ro)
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'ro,size=1m', 'tmpfs', ro])
+  t.teardown(() => execFileSync('umount', ['-l', ro]))
+  t.regex(await expectFailure(t, 'PERMISSION_DENIED', [tree, '--name', 'bad/wd', '--work-dir', path.join(ro, 'wd')]), /read-only/i)
+  const link = path.join(dir, 'rootlink')
+  fs.symlinkSync(tree, link)
+  const r = await strata(['image', ...img.ic.cliArgs, 'import', link, '--name', 'ok/link', '--json'])
+  t.is(r.code, 0, r.stderr)
+  t.is((JSON.parse(r.stdout) as { source: { ref: string } }).source.ref, link)
+  t.is((await strata(['image', ...img.ic.cliArgs, 'rm', 'ok/link'])).code, 0)
+})
+
+test.serial('a registry on a port Node\'s fetch blocks (6000): a clear error, not "bad port"', async (t) => {
+  const r = await strata(['image', ...img.ic.cliArgs, 'push', 'tiny/gz', 'docker://127.0.0.1:6000/x/y:1', '--insecure'])
+  t.is(r.code, 1)
+  t.regex(r.stderr, /^strata: IMAGE_REMOTE_ERROR: .*the port is one the Fetch standard blocks/m)
 })
 
 test.serial('export refuses a directory or a missing directory as OUT, before any work; compose names a part that adds nothing', async (t) => {

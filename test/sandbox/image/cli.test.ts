@@ -95,6 +95,9 @@ test.serial('import, ls, inspect, tag, rm and gc (a leased layer survives, unref
   t.deepEqual(gc.removedManifests, [imp.digest])
   t.deepEqual([...gc.removedBlobs].sort(), [layers[1], layers[2]].sort())
   t.deepEqual(gc.keptLeased, [layers[0]])
+  // the preview frees what the run frees, manifest bytes included
+  t.true(gc.freedBytes > 0)
+  t.is(preview.freedBytes, gc.freedBytes)
   t.true(await img.store.hasBlob(layers[0]!))
   t.false(await img.store.hasBlob(layers[1]!))
   t.deepEqual(await img.store.listManifests(), [])

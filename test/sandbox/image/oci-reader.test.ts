@@ -93,6 +93,9 @@ test('tar index: truncated, corrupt, duplicate and unsafe archives are refused w
   await t.throwsAsync(TarIndex.open(write('size.tar', badSize)), { code: 'IMAGE_BAD_ARCHIVE' })
   await t.throwsAsync(TarIndex.open(await pyTar(path.join(dir, 'dup.tar'), 'PAX', [{ name: 'index.json', data: '{}' }, { name: './index.json', data: '{}' }])), { code: 'IMAGE_DUPLICATE_ENTRY' })
   await t.throwsAsync(TarIndex.open(await pyTar(path.join(dir, 'dotdot.tar'), 'PAX', [{ name: 'blobs/../../etc/passwd', data: 'x' }])), { code: 'IMAGE_UNSAFE_PATH' })
+  // `..` that stays inside is taken lexically, as a layer's entries are
+  const inside = await TarIndex.open(await pyTar(path.join(dir, 'inside.tar'), 'PAX', [{ name: 'a/../b', data: 'x' }]))
+  t.deepEqual([...inside.entries.keys()], ['b'])
   await t.throwsAsync(TarIndex.open(await pyTar(path.join(dir, 'abs.tar'), 'PAX', [{ name: '/etc/passwd', data: 'x' }])), { code: 'IMAGE_UNSAFE_PATH' })
   const esc = await TarIndex.open(await pyTar(path.join(dir, 'esc.tar'), 'PAX', [{ name: 'index.json', type: 'symlink', link: '../../etc/passwd' }]))
   t.throws(() => esc.resolve('index.json'), { code: 'IMAGE_UNSAFE_PATH' })

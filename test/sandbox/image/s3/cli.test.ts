@@ -66,7 +66,7 @@ test.serial('push and pull SIGKILLed mid-transfer resume when run again; the res
 
   const pushed = JSON.parse(await ok(t, push, { env, timeoutMs: 300_000 }))
   t.is(pushed.digest, f.digest)
-  t.is(pushed.tag, 'team/web:v2')
+  t.is(pushed.tag, 'v2')
   t.true(pushed.partsResumed >= 2, `parts resumed: ${pushed.partsResumed}`)
   t.true(pushed.bytesSent <= f.big.bytes.length - 2 * 5 * MiB + 256 * 1024, `sent ${pushed.bytesSent} of ${f.big.bytes.length}`)
   t.deepEqual(fs.readdirSync(path.join(home, '.strata', 's3-uploads')), [], 'journal removed')
@@ -130,7 +130,7 @@ test.serial('CLI errors: codes on stderr, exit 1; usage errors exit 2', async (t
   const { AWS_ACCESS_KEY_ID: _id, AWS_SECRET_ACCESS_KEY: _secret, ...noKeys } = s3.env
   const profileEnv = { ...noKeys, HOME: home, AWS_PROFILE: 's3rver' }
   const viaProfile = JSON.parse(await ok(t, ['image', ...A.cliArgs, 'push', '--json', '--force-path-style', 'small:v1', `s3://${s3.bucket}/profile`], { env: profileEnv }))
-  t.is(viaProfile.tag, 'small:v1')
+  t.is(viaProfile.tag, 'v1')
   await fails(['push', '--force-path-style', 'small:v1', `s3://${s3.bucket}/profile`], 'IMAGE_AUTH_FAILED', { ...noKeys, HOME: home })
   const usage = await run(['push', '--part-size', 'lots', 'small:v1', `s3://${s3.bucket}/e`])
   t.is(usage.code, 2, usage.stderr)

@@ -60,7 +60,7 @@ test.serial('round trip A → s3rver → B: same manifest digest, same layer byt
   const o = s3opts(s3)
   const pushed = await pushS3(f.store, 'team/app:v1', `s3://${s3.bucket}/mirror`, o)
   t.is(pushed.digest, f.digest)
-  t.is(pushed.tag, 'team/app:v1')
+  t.is(pushed.tag, 'v1')
   t.is(pushed.blobsPushed, 2)
   t.is(pushed.blobsSkipped, 0)
   const total = [...f.layers.values()].reduce((a, b) => a + b.length, 0)
