@@ -20,9 +20,10 @@ import {
   type FsAdminSession,
   type LayoutArgs,
 } from '../../fs/admin/fs-ops.js'
+import { checkMgmtdReachable } from '../../fs/client/index.js'
 import { StrataError } from '../../fs/common/errors.js'
 import { InvalidArgumentError } from 'commander'
-import { intArg, out, printAction, printJson, printListing, sizeArg } from './output.js'
+import { UsageError, intArg, out, printAction, printJson, printListing, sizeArg } from './output.js'
 
 interface GlobalOpts {
   cluster?: string
@@ -31,13 +32,22 @@ interface GlobalOpts {
   json?: boolean
 }
 
-/** Opens an admin session plus a file client from the admin group's global options. */
+/**
+ * Opens an admin session plus a file client from the admin group's global
+ * options. As `fs` commands: a malformed mgmtd address is INVALID_ARGUMENT and
+ * a cluster whose mgmtd accepts no connection RPC_CONNECT_FAILED, both at once
+ * (the meta client would otherwise retry, finding no meta server, for its
+ * whole budget); --timeout is the budget of each meta or storage request.
+ */
 function fsSession(cmd: Command, run: (f: FsAdminSession, json: boolean) => Promise<void>): Promise<void> {
   const g = cmd.optsWithGlobals() as GlobalOpts
   const mgmtdAddresses = g.mgmtdAddress ? g.mgmtdAddress.split(',').map((x) => x.trim()).filter(Boolean) : undefined
   return withAdminSession(
     { clusterDir: g.cluster ?? null, ...(mgmtdAddresses ? { mgmtdAddresses } : {}), ...(g.timeout ? { timeoutMs: g.timeout * 1000 } : {}) },
-    (s) => withFsAdminSession(s, (f) => run(f, !!g.json)),
+    async (s) => {
+      await checkMgmtdReachable(s.mgmtdAddresses)
+      return withFsAdminSession(s, (f) => run(f, !!g.json))
+    },
   )
 }
 
@@ -54,7 +64,7 @@ function permArg(what: string): (v: string) => number {
 function addLayoutOptions(c: Command): Command {
   return c
     .option('--chain-table-id <id>', 'chain table of the layout', intArg('--chain-table-id', { min: 1, max: 0xffffffff }))
-    .option('--chain-table-ver <ver>', 'chain table version (default latest)', intArg('--chain-table-ver'))
+    .option('--chain-table-ver <ver>', 'chain table version (default: the latest; one that does not exist is MGMTD_CHAIN_TABLE_NOT_FOUND)', intArg('--chain-table-ver'))
     .option('--chain-list <ids>', 'explicit chains, comma separated (1,2,3); with a table: table indexes')
     .option('--chunk-size <size>', 'chunk size, a power of two (64K, 1M …)', sizeArg('--chunk-size'))
     .option('--stripe-size <n>', 'chains a file stripes over', intArg('--stripe-size', { min: 1 }))
@@ -76,15 +86,23 @@ export function registerAdminFsCommands(admin: Command): void {
       .command('mkdir')
       .description('create a directory (3FS mkdir); layout flags set the default layout of its files')
       .argument('<path>', 'directory to create')
-      .option('-p, --recursive', 'create missing parents too')
+      .option('-p, --recursive', 'create missing parents too (an existing PATH is still META_EXISTS, as in 3FS)')
       .option('-r', 'same as -p')
       .option('--perm <octal>', 'permission (default 0755)', permArg('--perm')),
   )
     .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      `
+As 3FS's admin_cli mkdir, -p creates missing parents but an existing PATH,
+directory or not, fails with META_EXISTS (\`strata fs mkdir -p\` follows
+coreutils instead). Missing parents get the same layout as PATH.`,
+    )
     .action((path: string, o, cmd: Command) =>
       fsSession(cmd, async (f, json) => {
-        const layout = await resolveLayoutArgs(f, path, layoutArgsOf(o))
-        printAction(await adminMkdir(f, path, { recursive: !!o.recursive || !!o.r, ...(o.perm !== undefined ? { perm: o.perm } : {}), ...(layout ? { layout } : {}) }), json)
+        const recursive = !!o.recursive || !!o.r
+        const layout = await resolveLayoutArgs(f, path, layoutArgsOf(o), { recursive })
+        printAction(await adminMkdir(f, path, { recursive, ...(o.perm !== undefined ? { perm: o.perm } : {}), ...(layout ? { layout } : {}) }), json)
       }),
     )
 
@@ -171,13 +189,23 @@ export function registerAdminFsCommands(admin: Command): void {
   admin
     .command('gc-list')
     .description('removed files and trees waiting for GC: GcDir Name Inode Type OrigPath User RemovedAt')
-    .option('-l, --limit <n>', 'at most this many entries', intArg('--limit', { min: 1 }))
-    .option('-p, --prev <cursor>', 'continue after this entry')
-    .option('--json', 'print JSON records')
+    .option('-l, --limit <n>', 'at most this many entries (default: all)', intArg('--limit', { min: 1 }))
+    .option('-p, --prev <GcDir/Name>', 'continue after this entry: its GcDir and Name joined by "/"')
+    .option('--json', 'print JSON: {entries, more, next}')
+    .addHelpText(
+      'after',
+      `
+Entries are listed by GcDir, then Name. When -l cut the listing, a last row
+"..." follows (as in 3FS); list the rest with -p GcDir/Name of the last row
+before it (JSON: "more": true and "next": "GcDir/Name"). RemovedAt is when the
+last link went; the Name's timestamp is when GC is due (it moves on each retry
+of an entry that is still busy, e.g. a file open for writing). A -p that is not
+GcDir/Name is INVALID_ARGUMENT.`,
+    )
     .action((o, cmd: Command) =>
       fsSession(cmd, async (f, json) => {
         const r = await adminGcList(f, { ...(o.limit !== undefined ? { limit: o.limit } : {}), ...(o.prev !== undefined ? { prev: o.prev } : {}) })
-        if (json) return printJson({ entries: r.records, more: r.more })
+        if (json) return printJson({ entries: r.records, more: r.more, next: r.next })
         printListing(r, false)
       }),
     )
@@ -186,13 +214,14 @@ export function registerAdminFsCommands(admin: Command): void {
     .command('session-prune')
     .description('remove write sessions of dead clients (not alive in mgmtd), or of one client')
     .option('--client-id <id>', 'prune this client\'s sessions')
-    .option('--session <ids...>', 'with --client-id: only these sessions')
+    .option('--session <ids...>', 'only these sessions (needs --client-id)')
     .option('--json', 'print JSON')
-    .action((o, cmd: Command) =>
-      fsSession(cmd, async (f, json) =>
+    .action(async (o, cmd: Command) => {
+      if (o.session && !o.clientId) throw new UsageError('session-prune: --session needs --client-id (sessions are per client)')
+      return fsSession(cmd, async (f, json) =>
         printAction(await adminSessionPrune(f, { ...(o.clientId ? { clientId: o.clientId } : {}), ...(o.session ? { sessions: o.session } : {}) }), json),
-      ),
-    )
+      )
+    })
 }
 
 /** `query-chunk --path P --chunk-index I` (called from admin.ts's query-chunk). */

@@ -79,7 +79,7 @@ export function registerAdminCommands(program: Command): void {
     .enablePositionalOptions(false)
     .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory')
-    .option('--timeout <seconds>', 'deadline of each RPC', intArg('--timeout', { min: 1 }), 10)
+    .option('--timeout <seconds>', 'deadline of each RPC (FS commands: of each meta or storage request, retries included)', intArg('--timeout', { min: 1 }), 10)
     .option('--json', 'print JSON records instead of the table')
     .addHelpText(
       'after',

@@ -156,7 +156,11 @@ async function putFile(
   const tmp = joinPath(dir, `.${baseName(target)}.strata-put-${randomBytes(4).toString('hex')}`)
   signal.throwIfAborted()
   const t0 = Date.now()
-  const fh = await fsys.open(tmp, 'wx', mode, layout ? { layout } : {})
+  const fh = await fsys.open(tmp, 'wx', mode, layout ? { layout } : {}).catch((e: unknown) => {
+    // the temporary is ours, not the caller's: report a missing or non-directory parent with the target's path
+    if (e instanceof StrataError && e.reason.includes(tmp)) throw new StrataError(e.code, e.reason.split(tmp).join(target), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+    throw e
+  })
   let bytes = 0
   const copy = async (): Promise<Inode> => {
     if (fromStdin) {

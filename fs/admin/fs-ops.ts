@@ -17,6 +17,7 @@ import type { DirEntry, Inode, InodeType, UserInfo } from '../meta/protocol.js'
 import { GC_ROOT_INODE } from '../meta/protocol.js'
 import { queryChunk, type QueryChunkRow } from './chunks.js'
 import type { ClusterFile } from './cluster-file.js'
+import { chainTableNotFound } from '../meta/chains.js'
 import { fetchRouting, type AdminSession } from './session.js'
 import { ymdHMS, type ActionResult, type Listing } from './table.js'
 
@@ -42,10 +43,11 @@ export function openFsAdminSession(s: AdminSession, o: { user?: Partial<UserInfo
     ...(o.user ? { user: o.user } : {}),
     // one-shot commands keep no file open; they need no client session
     sessionExtendIntervalMs: 0,
-    retry: { rpcTimeoutMs: s.timeoutMs, totalMs: Math.max(s.timeoutMs, 15_000) },
+    // --timeout is the budget of each request, retries included (as for `fs` commands)
+    retry: { rpcTimeoutMs: s.timeoutMs, totalMs: s.timeoutMs },
     description: 'strata admin',
   })
-  const storage = new StorageClient({ mgmtd: s.mgmtd, rpc: s.rpc, clientId: meta.clientId, retry: { deadlineMs: Math.max(s.timeoutMs, 15_000), readDeadlineMs: Math.max(s.timeoutMs, 15_000) } })
+  const storage = new StorageClient({ mgmtd: s.mgmtd, rpc: s.rpc, clientId: meta.clientId, retry: { deadlineMs: s.timeoutMs, readDeadlineMs: s.timeoutMs } })
   const fs = new FileSystem({ mgmtd: s.mgmtd, storage, meta, periodicSyncMs: 0 })
   return {
     admin: s,
@@ -145,7 +147,8 @@ export function parseLayoutArgs(a: LayoutArgs, base?: Layout): Layout | undefine
     validateLayout(l)
     return l
   }
-  const l: Layout = { tableId: a.chainTableId!, tableVersion: 0, chunkSize: a.chunkSize, stripeSize: a.stripeSize!, chains: { type: 'Empty' } }
+  // --chain-table-ver pins the version meta allocates the file's chains from (0: the latest at create)
+  const l: Layout = { tableId: a.chainTableId!, tableVersion: a.chainTableVer ?? 0, chunkSize: a.chunkSize, stripeSize: a.stripeSize!, chains: { type: 'Empty' } }
   validateLayout(l, true)
   return l
 }
@@ -358,21 +361,36 @@ export async function adminCreate(f: FsAdminSession, path: string, o: { perm?: n
   return inodeResult('Created file', path, rsp.stat)
 }
 
-/** Layout flags of create/mkdir resolved against the parent's layout when only sizes are given. */
-export async function resolveLayoutArgs(f: FsAdminSession, path: string, a: LayoutArgs): Promise<Layout | undefined> {
-  if (a.chainList !== undefined && a.chainTableId !== undefined && a.chainTableVer === undefined) {
+/**
+ * Layout flags of create/mkdir resolved against routing info and the parent's
+ * layout: a table or table version that does not exist is
+ * MGMTD_CHAIN_TABLE_NOT_FOUND; sizes alone change the layout the new inode
+ * would inherit (with `recursive`, that of the nearest existing ancestor, as
+ * mkdirs gives every missing component the same layout).
+ */
+export async function resolveLayoutArgs(f: FsAdminSession, path: string, a: LayoutArgs, o: { recursive?: boolean } = {}): Promise<Layout | undefined> {
+  if (a.chainTableId !== undefined) {
+    const ri = await fetchRouting(f.admin)
+    const table = a.chainTableVer ? ri.chainTables[String(a.chainTableId)]?.[String(a.chainTableVer)] : latestChainTable(ri, a.chainTableId)
+    if (!table) throw chainTableNotFound(a.chainTableId, a.chainTableVer ?? 0)
     // a chain list of table indexes needs a concrete version: --chain-table-ver defaults to the latest
-    const table = latestChainTable(await fetchRouting(f.admin), a.chainTableId)
-    if (!table) throw new StrataError('MGMTD_CHAIN_TABLE_NOT_FOUND', `chain table ${a.chainTableId} does not exist`)
-    a = { ...a, chainTableVer: table.chainTableVersion }
+    if (a.chainList !== undefined && a.chainTableVer === undefined) a = { ...a, chainTableVer: table.chainTableVersion }
   }
   const only = a.chainList === undefined && a.chainTableId === undefined && a.chainTableVer === undefined
   if (!only || (a.chunkSize === undefined && a.stripeSize === undefined)) return parseLayoutArgs(a)
-  const parent = normalizePath(path).replace(/\/[^/]*$/, '') || '/'
-  const dir = (await f.meta.stat({ path: pathAt(parent), flags: { followLastSymlink: true } })).stat
-  const base = dir.directory?.layout
-  if (!base) return parseLayoutArgs(a)
-  return parseLayoutArgs(a, base)
+  let dir = normalizePath(path)
+  for (;;) {
+    dir = dir.replace(/\/[^/]*$/, '') || '/'
+    let st: Inode
+    try {
+      st = (await f.meta.stat({ path: pathAt(dir), flags: { followLastSymlink: true } })).stat
+    } catch (e) {
+      if (o.recursive && dir !== '/' && toStrataError(e).code === 'META_NOT_FOUND') continue
+      throw e
+    }
+    if (st.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `${dir} is not a directory`)
+    return parseLayoutArgs(a, st.directory?.layout)
+  }
 }
 
 /** `set-perm [--uid U] [--gid G] [--perm P] [--iflags F] PATH` (follows the last symlink, as 3FS). */
@@ -424,7 +442,8 @@ export interface GcRow {
 export const GC_LIST_HEADER = ['GcDir', 'Name', 'Inode', 'Type', 'OrigPath', 'User', 'RemovedAt']
 
 /** `gc-list [-l limit] [-p prev]`: entries waiting in the GC directories (removed files and trees). */
-export async function adminGcList(f: FsAdminSession, o: { limit?: number; prev?: string } = {}): Promise<Listing<GcRow> & { more: boolean }> {
+export async function adminGcList(f: FsAdminSession, o: { limit?: number; prev?: string } = {}): Promise<Listing<GcRow> & { more: boolean; next: string | null }> {
+  if (o.prev !== undefined) parseGcCursor(o.prev)
   let entries: Array<{ gcDir: string; name: string; inode: bigint; type: InodeType; origPath: string; user: number; removedAt: number }>
   let more = false
   try {
@@ -435,11 +454,25 @@ export async function adminGcList(f: FsAdminSession, o: { limit?: number; prev?:
     // a server without the admin helper: list gcRoot the way 3FS's admin_cli does
     if (toStrataError(e).code !== 'RPC_UNKNOWN_METHOD') throw e
     entries = []
+    const cur = o.prev !== undefined ? parseGcCursor(o.prev) : null
+    const limit = o.limit ?? 0
     const dirs = await f.meta.list({ path: { parent: GC_ROOT_INODE }, prev: '', limit: 0, status: false })
     for (const d of dirs.entries) {
-      const page = await f.meta.list({ path: { parent: d.id }, prev: o.prev ?? '', limit: o.limit ?? 256, status: false })
-      more ||= page.more
-      for (const e2 of page.entries) entries.push({ gcDir: d.name, name: e2.name, inode: e2.id, type: e2.type, origPath: e2.gcInfo?.origPath ?? '', user: e2.gcInfo?.user ?? 0, removedAt: 0 })
+      if (cur && d.name < cur.gcDir) continue
+      let prev = cur && cur.gcDir === d.name ? cur.name : ''
+      for (;;) {
+        const page = await f.meta.list({ path: { parent: d.id }, prev, limit: 0, status: false })
+        for (const e2 of page.entries) {
+          if (limit && entries.length >= limit) {
+            more = true
+            break
+          }
+          entries.push({ gcDir: d.name, name: e2.name, inode: e2.id, type: e2.type, origPath: e2.gcInfo?.origPath ?? '', user: e2.gcInfo?.user ?? 0, removedAt: e2.removedAt ?? 0 })
+        }
+        if (more || !page.more || page.entries.length === 0) break
+        prev = page.entries[page.entries.length - 1]!.name
+      }
+      if (more) break
     }
   }
   const records: GcRow[] = entries.map((e) => ({
@@ -452,8 +485,17 @@ export async function adminGcList(f: FsAdminSession, o: { limit?: number; prev?:
     removedAt: e.removedAt ? ymdHMS(Math.floor(e.removedAt / 1000)) : 'N/A',
   }))
   const rows = records.map((r) => [r.gcDir, r.name, r.inode, r.type, r.origPath || '-', String(r.user), r.removedAt])
+  // as 3FS gc-list: a last row `...` when the listing was cut at the limit
   if (more) rows.push(['...'])
-  return { header: GC_LIST_HEADER, rows, records, more }
+  const last = records[records.length - 1]
+  return { header: GC_LIST_HEADER, rows, records, more, next: more && last ? `${last.gcDir}/${last.name}` : null }
+}
+
+/** gc-list's `-p` cursor: `<GcDir>/<Name>` of the last entry listed (both as gc-list prints them). */
+export function parseGcCursor(text: string): { gcDir: string; name: string } {
+  const m = /^([^/]+)\/([^/]+)$/.exec(text)
+  if (!m) throw new StrataError('INVALID_ARGUMENT', `bad gc-list cursor "${text}", expected GcDir/Name of the last entry listed (e.g. GC-Node-101.1/S-<20 digits>-0x<inode>)`)
+  return { gcDir: m[1]!, name: m[2]! }
 }
 
 /**
@@ -462,6 +504,7 @@ export async function adminGcList(f: FsAdminSession, o: { limit?: number; prev?:
  * sessions). Prints `num sessions N`.
  */
 export async function adminSessionPrune(f: FsAdminSession, o: { clientId?: string; sessions?: string[] } = {}): Promise<ActionResult<{ pruned: number; clients: string[] }>> {
+  if (o.sessions?.length && !o.clientId) throw new StrataError('INVALID_ARGUMENT', 'session-prune: --session needs --client-id (sessions are per client)')
   let clients: string[]
   if (o.clientId) clients = [o.clientId]
   else {

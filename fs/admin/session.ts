@@ -23,6 +23,8 @@ export interface AdminSession {
   rpc: RpcClient
   /** the cluster description when the session was opened through a cluster directory */
   cluster: ClusterFile | null
+  /** where mgmtd is asked (given, or from the cluster description) */
+  mgmtdAddresses: string[]
   timeoutMs: number
   close(): void
 }
@@ -44,6 +46,7 @@ export function openAdminSession(o: AdminSessionOptions = {}): AdminSession {
     mgmtd,
     rpc,
     cluster,
+    mgmtdAddresses: [...addresses],
     timeoutMs,
     close() {
       mgmtd.close()

@@ -21,6 +21,11 @@ function invalidLayout(msg: string): StrataError {
   return new StrataError('META_INVALID_ARGUMENT', `invalid layout: ${msg}`)
 }
 
+/** The catalogue's code for a chain table (version) routing info does not have, as mgmtd and the admin commands say it. */
+export function chainTableNotFound(tableId: number, tableVersion: number): StrataError {
+  return new StrataError('MGMTD_CHAIN_TABLE_NOT_FOUND', `chain table ${tableId}${tableVersion ? ` version ${tableVersion}` : ''} not found`)
+}
+
 /** Chains of a table version (0 = latest) in routing info. */
 export function chainTableOf(ri: RoutingInfo, tableId: number, tableVersion: number): ChainTable | undefined {
   const versions = ri.chainTables[String(tableId)]
@@ -51,7 +56,27 @@ export class ChainAllocator {
     return this.mgmtd.routing()
   }
 
-  /** 3FS checkLayoutValid: structurally valid and every chain of a concrete layout exists with targets. */
+  /**
+   * The chain table a layout names (its version, or any version for 0) is in
+   * routing info, refreshed once before giving up: MGMTD_CHAIN_TABLE_NOT_FOUND
+   * otherwise. Raw chain lists (table 0) name no table.
+   */
+  async checkChainTable(layout: Layout): Promise<RoutingInfo> {
+    const ri = await this.routing()
+    if (layout.tableId === 0 && layout.tableVersion === 0) return ri
+    if (chainTableOf(ri, layout.tableId, layout.tableVersion)) return ri
+    const fresh = await this.mgmtd.refresh()
+    if (chainTableOf(fresh, layout.tableId, layout.tableVersion)) return fresh
+    throw chainTableNotFound(layout.tableId, layout.tableVersion)
+  }
+
+  /**
+   * 3FS checkLayoutValid: structurally valid and every chain of a concrete
+   * layout exists with targets. A chain table (version) that does not exist
+   * is MGMTD_CHAIN_TABLE_NOT_FOUND. An Empty layout is only checked
+   * structurally here (the root's layout is checked before any table is
+   * uploaded); mkdirs and setAttr add checkChainTable for a given one.
+   */
   async checkLayoutValid(layout: Layout): Promise<void> {
     try {
       validateLayout(layout, true)
@@ -59,7 +84,7 @@ export class ChainAllocator {
       throw invalidLayout((e as StrataError).reason ?? String(e))
     }
     if (layout.chains.type === 'Empty') return
-    let ri = await this.routing()
+    let ri = await this.checkChainTable(layout)
     let ids: number[]
     try {
       ids = stripeChainIds(ri, layout)
@@ -86,9 +111,8 @@ export class ChainAllocator {
   async allocate(layout: Layout, counter?: { value: number }): Promise<Layout> {
     await this.checkLayoutValid(layout)
     if (layout.chains.type !== 'Empty') return layout
-    let table = chainTableOf(await this.routing(), layout.tableId, layout.tableVersion)
-    if (!table) table = chainTableOf(await this.mgmtd.refresh(), layout.tableId, layout.tableVersion)
-    if (!table) throw invalidLayout(`chain table ${layout.tableId} version ${layout.tableVersion} not found`)
+    const table = chainTableOf(await this.checkChainTable(layout), layout.tableId, layout.tableVersion)
+    if (!table) throw chainTableNotFound(layout.tableId, layout.tableVersion)
     if (!table.chainTableVersion) throw invalidLayout(`chain table ${layout.tableId} has version 0`)
     const chainCount = table.chains.length
     if (chainCount === 0 || chainCount < layout.stripeSize) {

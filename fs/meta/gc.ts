@@ -12,7 +12,8 @@
 //    delete move to /trash/gc-orphans/<user>-<date>/… with an
 //    `_hf3fs_original_path` symlink; finally the directory inode goes.
 // An entry that cannot be processed yet (busy, or a critical error) is
-// renamed to a timestamp `retry delay` in the future.
+// renamed to a timestamp `retry delay` in the future; the time of removal
+// stays in the entry's `removedAt` (what gc-list shows).
 
 import { randomInt } from 'node:crypto'
 import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
@@ -167,10 +168,13 @@ export class GcManager {
       const f = inode.file!
       const chunks = f.layout.chunkSize ? Math.floor(f.length / f.layout.chunkSize) : 0
       const type: GcType = chunks < SMALL_FILE_CHUNKS ? 'S' : chunks >= LARGE_FILE_CHUNKS ? 'L' : 'f'
-      storeDirEntry(txn, newEntry(dir.id, formatGcEntry(type, now, inode.id), inode.id, 'File'))
+      const e = newEntry(dir.id, formatGcEntry(type, now, inode.id), inode.id, 'File')
+      e.removedAt = now
+      storeDirEntry(txn, e)
     } else {
       const e = newEntry(dir.id, formatGcEntry('d', now, inode.id), inode.id, 'Directory', '', inode.acl)
       e.gcInfo = { user: gcInfo.user, origPath: gcInfo.origPath }
+      e.removedAt = now
       storeDirEntry(txn, e)
     }
   }
@@ -248,7 +252,9 @@ export class GcManager {
     await this.o.kv.transact(async (txn) => {
       const cur = await loadDirEntry(txn, dir.id, entry.name, false)
       if (!cur) return
-      storeDirEntry(txn, { ...cur, name: formatGcEntry(type, nowUs() + this.o.settings.gcRetryDelayMs * 1000, entry.id) })
+      // the new name says when the entry is due again; removedAt stays (entries from before it existed keep their first name's time)
+      const removedAt = cur.removedAt ?? parseGcEntry(cur.name)?.timestampUs
+      storeDirEntry(txn, { ...cur, name: formatGcEntry(type, nowUs() + this.o.settings.gcRetryDelayMs * 1000, entry.id), ...(removedAt ? { removedAt } : {}) })
       removeDirEntry(txn, cur)
     })
   }

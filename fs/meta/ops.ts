@@ -161,7 +161,8 @@ export class MetaStore {
 
   async list(txn: ReadOnlyTxn, req: ListReq): Promise<ListRsp> {
     const inode = await this.resolver(txn, req.user).inode(req.path, true, true)
-    if (inode.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `${hexId(inode.id)} is not a directory`)
+    // name what the caller named: the path when there is one
+    if (inode.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `${req.path.path ? req.path.path : hexId(inode.id)} is not a directory`)
     checkPermission(inode.acl, req.user, READ, `directory ${hexId(inode.id)}`)
     const limit = req.limit > 0 ? req.limit : this.s.listDefaultLimit
     const page = await listDirEntries(txn, inode.id, req.prev ?? '', limit)
@@ -364,6 +365,8 @@ export class MetaStore {
     if (parent.nlink === 0) throw new StrataError('META_NOT_FOUND', `directory ${hexId(parent.id)} was removed`)
     const layout = req.layout ?? parent.directory!.layout
     await this.ctx.chains.checkLayoutValid(layout)
+    // a given table (version) must exist, even though files only get chains from it at create
+    if (req.layout && isEmptyLayout(req.layout)) await this.ctx.chains.checkChainTable(req.layout)
     const depth = (await this.directoryDepth(txn, parent.id)) + missing.length
     if (depth > this.s.maxDirectoryDepth) throw new StrataError('META_INVALID_ARGUMENT', `directory depth ${depth} exceeds ${this.s.maxDirectoryDepth}`)
     addInodeConflict(txn, parent.id)
@@ -678,6 +681,7 @@ export class MetaStore {
       checkPermission(inode.acl, user, WRITE, `directory ${hexId(inode.id)}`)
       validateLayoutArg(req.layout, true)
       await this.ctx.chains.checkLayoutValid(req.layout)
+      if (isEmptyLayout(req.layout)) await this.ctx.chains.checkChainTable(req.layout)
     }
     if (req.dynStripe && inode.type !== 'File') throw new StrataError('META_INVALID_ARGUMENT', 'dynStripe on a non-file')
   }

@@ -79,6 +79,11 @@ export interface DirEntry {
   uuid: string
   /** only inside GC directories */
   gcInfo?: { user: number; origPath: string }
+  /**
+   * only inside GC directories: when the last link went (µs). The entry's name
+   * carries when it is due, which moves on every retry of a busy entry.
+   */
+  removedAt?: number
 }
 
 export interface UserInfo {
@@ -306,7 +311,10 @@ export interface FileSessionRecord {
 
 /** ours: admin gc-list */
 export interface GcListRsp {
+  /** removedAt: µs, when the last link went (0: unknown) */
   entries: Array<{ gcDir: string; name: string; inode: InodeId; type: InodeType; origPath: string; user: number; removedAt: number }>
+  /** more entries follow the last one (list again with prev = its `<gcDir>/<name>`) */
+  more: boolean
 }
 
 // --- additions (fs/meta implementation)

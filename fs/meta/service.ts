@@ -683,16 +683,25 @@ export class MetaService {
   private async gcList(p: unknown): Promise<GcListRsp> {
     const r = (p ?? {}) as GcListReq
     const limit = typeof r.limit === 'number' && r.limit > 0 ? r.limit : 0
+    let prevDir = ''
+    let prevName = ''
+    if (r.prev !== undefined && r.prev !== null && r.prev !== '') {
+      const m = typeof r.prev === 'string' ? /^([^/]+)\/([^/]+)$/.exec(r.prev) : null
+      if (!m) throw bad(`gc-list cursor ${JSON.stringify(r.prev)} is not <GcDir>/<Name> (the GcDir and Name of the last entry listed)`)
+      prevDir = m[1]!
+      prevName = m[2]!
+    }
     const entries: GcListRsp['entries'] = []
     const dirs = await this.readOnly((txn) => listDirEntries(txn, GC_ROOT_INODE, '', 10_000))
-    const [prevDir, prevName] = typeof r.prev === 'string' && r.prev.includes('/') ? r.prev.split('/', 2) : ['', '']
     for (const dir of dirs.entries) {
-      if (prevDir && dir.name < prevDir!) continue
-      let prev = prevDir === dir.name ? prevName! : ''
+      if (prevDir && dir.name < prevDir) continue
+      let prev = prevDir === dir.name ? prevName : ''
       for (;;) {
-        const page = await this.readOnly((txn) => listDirEntries(txn, dir.id, prev, 1000))
+        // one entry beyond the limit tells whether more follow
+        const want = limit ? Math.min(1000, limit + 1 - entries.length) : 1000
+        const page = await this.readOnly((txn) => listDirEntries(txn, dir.id, prev, want))
         for (const e of page.entries) {
-          const parsed = parseGcEntry(e.name)
+          if (limit && entries.length >= limit) return { entries, more: true }
           entries.push({
             gcDir: dir.name,
             name: e.name,
@@ -700,15 +709,14 @@ export class MetaService {
             type: e.type,
             origPath: e.gcInfo?.origPath ?? '',
             user: e.gcInfo?.user ?? 0,
-            removedAt: parsed?.timestampUs ?? 0,
+            removedAt: e.removedAt ?? parseGcEntry(e.name)?.timestampUs ?? 0,
           })
-          if (limit && entries.length >= limit) return { entries }
         }
         if (!page.more || !page.entries.length) break
         prev = page.entries[page.entries.length - 1]!.name
       }
     }
-    return { entries }
+    return { entries, more: false }
   }
 
   private async listSessions(p: unknown) {

@@ -83,7 +83,7 @@ test.serial('layout assignment, directory layouts and placement math', async (t)
   t.is(await codeOf(c.create('/bad2', { flags: { access: 'r', create: true }, layout: { tableId: 1, tableVersion: 0, chunkSize: 3000, stripeSize: 2, chains: { type: 'Empty' } } })), 'META_INVALID_ARGUMENT')
   // a stripe wider than the table
   t.is(await codeOf(c.create('/wide', { flags: { access: 'r', create: true }, layout: { tableId: 1, tableVersion: 0, chunkSize: CHUNK, stripeSize: 8, chains: { type: 'Empty' } } })), 'META_INVALID_ARGUMENT')
-  t.is(await codeOf(c.create('/notable', { flags: { access: 'r', create: true }, layout: { tableId: 7, tableVersion: 0, chunkSize: CHUNK, stripeSize: 1, chains: { type: 'Empty' } } })), 'META_INVALID_ARGUMENT')
+  t.is(await codeOf(c.create('/notable', { flags: { access: 'r', create: true }, layout: { tableId: 7, tableVersion: 0, chunkSize: CHUNK, stripeSize: 1, chains: { type: 'Empty' } } })), 'MGMTD_CHAIN_TABLE_NOT_FOUND')
 
   // 'I': the directory's own persisted counter, inherited by subdirectories
   const dirI = await c.mkdirs('/I')
@@ -105,4 +105,35 @@ test.serial('layout assignment, directory layouts and placement math', async (t)
     return l.tableVersion === 2 ? l : undefined
   }, 10000, 'table version 2 used')
   t.is(v2.tableVersion, 2)
+})
+
+test.serial('a chain table or table version that does not exist is MGMTD_CHAIN_TABLE_NOT_FOUND; a given version is the one allocated from', async (t) => {
+  const c = m.client()
+  const empty = (tableId: number, tableVersion: number) => ({ tableId, tableVersion, chunkSize: CHUNK, stripeSize: 1, chains: { type: 'Empty' as const } })
+  const r = { flags: { access: 'r' as const, create: true } }
+  const err = async (p: Promise<unknown>) => {
+    try {
+      await p
+      return 'OK'
+    } catch (e) {
+      return `${(e as { code: string }).code}: ${(e as { reason: string }).reason}`
+    }
+  }
+  // files: Empty (allocated at create) and ChainList layouts
+  t.is(await err(c.create('/v5', { ...r, layout: empty(1, 5) })), 'MGMTD_CHAIN_TABLE_NOT_FOUND: chain table 1 version 5 not found')
+  t.is(await err(c.create('/t9', { ...r, layout: empty(9, 0) })), 'MGMTD_CHAIN_TABLE_NOT_FOUND: chain table 9 not found')
+  const listV5 = { tableId: 1, tableVersion: 5, chunkSize: CHUNK, stripeSize: 1, chains: { type: 'ChainList' as const, chainIndexes: [1] } }
+  t.is(await err(c.create('/l5', { ...r, layout: listV5 })), 'MGMTD_CHAIN_TABLE_NOT_FOUND: chain table 1 version 5 not found')
+  // directories store an Empty layout: it is checked all the same (mkdirs and set-layout)
+  t.is(await err(c.mkdirs('/d7', { layout: empty(1, 7) })), 'MGMTD_CHAIN_TABLE_NOT_FOUND: chain table 1 version 7 not found')
+  t.is(await err(c.mkdirs('/d9', { layout: empty(9, 0) })), 'MGMTD_CHAIN_TABLE_NOT_FOUND: chain table 9 not found')
+  await c.mkdirs('/dv')
+  t.is(await err(c.setAttr('/dv', { layout: empty(1, 7) })), 'MGMTD_CHAIN_TABLE_NOT_FOUND: chain table 1 version 7 not found')
+  // an existing version is kept and allocated from
+  const d1 = await c.mkdirs('/d1', { layout: empty(1, 1) })
+  t.is(d1.directory!.layout.tableVersion, 1)
+  t.is((await c.create('/d1/f', r)).stat.file!.layout.tableVersion, 1)
+  t.is((await c.create('/v1', { ...r, layout: empty(1, 1) })).stat.file!.layout.tableVersion, 1)
+  // list names the path it was given, not an inode id
+  t.is(await err(c.list('/v1')), 'META_NOT_DIRECTORY: /v1 is not a directory')
 })

@@ -1,0 +1,150 @@
+// `strata admin` FS commands (and a few `fs` ones) as an operator runs them:
+// mkdir -p with layout flags, chain table versions that do not exist,
+// gc-list paging, address and timeout handling, usage errors, and messages
+// that name the caller's path.
+
+import test, { type ExecutionContext } from 'ava'
+import fs from 'node:fs'
+import path from 'node:path'
+import { spawn } from 'node:child_process'
+import { startMetaCluster } from '../helpers/meta-cluster.js'
+import { freePort } from '../helpers/procs.js'
+import { STRATA, ok, strata, table, tempDir, until } from './helpers.js'
+
+const RETRY_MS = 60_000
+
+async function cluster(t: ExecutionContext) {
+  // GC finds files still open for writing busy at once and renames their entries RETRY_MS ahead
+  const m = await startMetaCluster(t, { chunkSize: 65536, stripeSize: 2, meta: { gcFileDelayMs: 0, gcRetryDelayMs: RETRY_MS } })
+  const args = ['--mgmtd-address', m.c.mgmtdAddress]
+  return { m, args, adm: (...a: string[]) => ['admin', ...args, ...a], fsx: (...a: string[]) => ['fs', ...args, ...a] }
+}
+
+async function fails(t: ExecutionContext, args: string[], code: number, re: RegExp): Promise<void> {
+  const r = await strata(args)
+  t.is(r.code, code, `${args.join(' ')}: ${r.stderr}`)
+  t.regex(r.stderr, re, args.join(' '))
+}
+
+test.serial('admin mkdir -p with layout flags, unknown chain tables and versions, 3FS mkdir -p on an existing directory, messages naming the path', async (t) => {
+  t.timeout(3 * 60_000)
+  const { adm, fsx } = await cluster(t)
+
+  // sizes alone with missing parents: the nearest existing ancestor's layout with those sizes, for every new component
+  await ok(t, adm('mkdir', '-p', '--chunk-size', '64K', '--stripe-size', '1', '/lp/a/b'))
+  for (const p of ['/lp', '/lp/a', '/lp/a/b']) {
+    t.like(JSON.parse(await ok(t, adm('stat', '--display-layout', '--json', p))).layout, { tableId: 1, chunkSize: 65536, stripeSize: 1 }, p)
+  }
+  await ok(t, adm('mkdir', '-p', '--chunk-size', '128K', '/lp/x/y'))
+  t.like(JSON.parse(await ok(t, adm('stat', '--display-layout', '--json', '/lp/x/y'))).layout, { chunkSize: 131072, stripeSize: 1 })
+  await fails(t, adm('mkdir', '--chunk-size', '64K', '/nop/a'), 1, /^strata: META_NOT_FOUND: /m)
+
+  // chain table versions that do not exist, and unknown tables: one code everywhere
+  await ok(t, adm('mkdir', '/ad'))
+  const notFound = (what: string) => new RegExp(`^strata: MGMTD_CHAIN_TABLE_NOT_FOUND: chain table ${what} not found$`, 'm')
+  await fails(t, adm('create', '--chain-table-id', '1', '--chain-table-ver', '5', '--chunk-size', '64K', '--stripe-size', '1', '/ad/s3'), 1, notFound('1 version 5'))
+  await fails(t, adm('create', '--chain-table-id', '1', '--chain-table-ver', '5', '--chain-list', '1', '--chunk-size', '64K', '/ad/s4'), 1, notFound('1 version 5'))
+  await fails(t, adm('mkdir', '--chain-table-id', '1', '--chain-table-ver', '7', '--chunk-size', '64K', '--stripe-size', '1', '/ad/d7'), 1, notFound('1 version 7'))
+  await fails(t, adm('create', '--chain-table-id', '9', '--chunk-size', '64K', '--stripe-size', '2', '/ad/f5'), 1, notFound('9'))
+  await fails(t, adm('create', '--chain-table-id', '9', '--chain-list', '1', '--chunk-size', '64K', '/ad/f6'), 1, notFound('9'))
+  const dir = tempDir(t)
+  const small = path.join(dir, 'small.txt')
+  fs.writeFileSync(small, 'hello\n')
+  await fails(t, fsx('put', '--chain-table-id', '9', '--chunk-size', '64K', '--stripe-size', '1', small, '/ad/p9'), 1, notFound('9'))
+  t.deepEqual(table(await ok(t, adm('ls', '/ad'))), [['Name', 'Type', 'Inode']], 'nothing was created')
+  // an existing version is kept
+  await ok(t, adm('create', '--chain-table-id', '1', '--chain-table-ver', '1', '--chunk-size', '64K', '--stripe-size', '1', '/ad/v1'))
+  t.like(JSON.parse(await ok(t, adm('stat', '--display-layout', '--json', '/ad/v1'))).layout, { tableId: 1, tableVersion: 1, stripeSize: 1 })
+
+  // as 3FS admin_cli (mkdirs answers kExists even when recursive): an existing path fails; fs mkdir -p follows coreutils
+  await fails(t, adm('mkdir', '-p', '/ad'), 1, /^strata: META_EXISTS: \/ad exists$/m)
+  await ok(t, fsx('mkdir', '-p', '/ad'))
+
+  // messages name the caller's path: not an inode id, not put's temporary
+  await fails(t, adm('ls', '/ad/v1'), 1, /^strata: META_NOT_DIRECTORY: \/ad\/v1 is not a directory$/m)
+  await fails(t, fsx('put', small, '/nodir/foo'), 1, /^strata: META_NOT_FOUND: nodir in \/nodir\/foo not found$/m)
+})
+
+test.serial('admin gc-list: more and a ... row when -l cuts the listing, -p GcDir/Name pages on, a bad -p is INVALID_ARGUMENT, RemovedAt stays', async (t) => {
+  t.timeout(3 * 60_000)
+  const { m, adm } = await cluster(t)
+  const c = m.client()
+  await c.mkdirs('/g')
+  const open: Array<{ id: bigint; session: string }> = []
+  for (let i = 0; i < 5; i++) open.push({ id: (await c.create(`/g/f${i}`, { session: `s${i}` })).stat.id, session: `s${i}` })
+  t.teardown(async () => {
+    for (const f of open) await c.close(f.id, f.session, false).catch(() => undefined)
+  })
+  // removed while open for writing: GC finds them busy and renames them to a later due time
+  for (let i = 0; i < 5; i++) await ok(t, adm('rm', `/g/f${i}`))
+  const renamed = await until('every busy entry renamed by a retry', async () => {
+    const r = JSON.parse(await ok(t, adm('gc-list', '--json')))
+    return r.entries.length === 5 && r.entries.every((e: { name: string; removedAt: string }) => dueMs(e.name) - localMs(e.removedAt) > RETRY_MS / 2) && r
+  })
+  t.false(renamed.more)
+  t.is(renamed.next, null)
+  // RemovedAt is when the last link went: not in the future, unlike the due time in the name
+  for (const e of renamed.entries as Array<{ name: string; removedAt: string }>) t.true(localMs(e.removedAt) <= Date.now(), `RemovedAt ${e.removedAt}`)
+  t.deepEqual(JSON.parse(await ok(t, adm('gc-list', '--json'))).entries, renamed.entries, 'stable from call to call')
+
+  const cut = JSON.parse(await ok(t, adm('gc-list', '-l', '2', '--json')))
+  t.is(cut.entries.length, 2)
+  t.true(cut.more)
+  t.is(cut.next, `${cut.entries[1].gcDir}/${cut.entries[1].name}`)
+  const text = table(await ok(t, adm('gc-list', '-l', '2')))
+  t.is(text.length, 4, 'header, two rows, ...')
+  t.deepEqual(text[3], ['...'])
+  // page through with -p
+  const names: string[] = []
+  let page = cut
+  for (;;) {
+    names.push(...page.entries.map((e: { gcDir: string; name: string }) => `${e.gcDir}/${e.name}`))
+    if (!page.more) break
+    page = JSON.parse(await ok(t, adm('gc-list', '-l', '2', '-p', page.next, '--json')))
+  }
+  t.deepEqual(names, renamed.entries.map((e: { gcDir: string; name: string }) => `${e.gcDir}/${e.name}`), 'every entry once, in order')
+  await fails(t, adm('gc-list', '-p', 'bogus'), 1, /^strata: INVALID_ARGUMENT: bad gc-list cursor "bogus", expected GcDir\/Name/m)
+  await fails(t, adm('gc-list', '-p', 'GC-Node-101.1/'), 1, /^strata: INVALID_ARGUMENT: bad gc-list cursor/m)
+})
+
+/** ms of a GC entry name's µs timestamp */
+function dueMs(name: string): number {
+  return Number(/^[dLfS]-(\d{20})-/.exec(name)![1]) / 1000
+}
+
+/** ms of a `YYYY-MM-DD HH:MM:SS` local time (gc-list's RemovedAt) */
+function localMs(s: string): number {
+  return new Date(s.replace(' ', 'T')).getTime()
+}
+
+test('admin FS commands: a bad or unreachable --mgmtd-address fails at once; --timeout bounds them; session-prune --session needs --client-id; fs --mgmtd-address is parsed', async (t) => {
+  t.timeout(2 * 60_000)
+  const port = await freePort()
+  for (const [args, code, re] of [
+    [['admin', '--mgmtd-address', 'garbage', 'ls', '/'], 1, /^strata: INVALID_ARGUMENT: bad address "garbage", expected host:port$/m],
+    [['admin', '--mgmtd-address', `127.0.0.1:${port}`, '--timeout', '30', 'ls', '/'], 1, /^strata: RPC_CONNECT_FAILED: no mgmtd accepts connections at 127\.0\.0\.1:\d+/m],
+    [['fs', 'ls', '--mgmtd-address', 'garbage'], 1, /^strata: INVALID_ARGUMENT: bad address "garbage", expected host:port$/m],
+    [['fs', 'ls', '--mgmtd-address', '127.0.0.1:99999'], 1, /^strata: INVALID_ARGUMENT: bad address "127\.0\.0\.1:99999", expected host:port$/m],
+    [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'session-prune', '--session', 'a', 'b'], 2, /^strata: usage: session-prune: --session needs --client-id/m],
+  ] as const) {
+    const t0 = Date.now()
+    await fails(t, [...args], code, re)
+    t.true(Date.now() - t0 < 5000, `${args.join(' ')} took ${Date.now() - t0} ms`)
+  }
+
+  // a mgmtd that answers but knows no meta server: the command gives up after --timeout, not a fixed 15 s
+  const dir = tempDir(t)
+  const [mport] = [await freePort()]
+  const addr = `127.0.0.1:${mport}`
+  const cfg = path.join(dir, 'mgmtd.json')
+  fs.writeFileSync(cfg, JSON.stringify({ nodeId: 1, dataDir: path.join(dir, 'data'), listen: addr }))
+  const child = spawn(process.execPath, [STRATA, 'daemon', 'mgmtd', '--config', cfg], { stdio: 'ignore' })
+  t.teardown(() => {
+    child.kill('SIGKILL')
+  })
+  await until('mgmtd up', async () => (await strata(['admin', '--mgmtd-address', addr, 'list-nodes'])).code === 0, 15_000)
+  const t0 = Date.now()
+  await fails(t, ['admin', '--mgmtd-address', addr, '--timeout', '2', 'ls', '/'], 1, /^strata: RPC_CONNECT_FAILED: no meta server known/m)
+  const took = Date.now() - t0
+  t.true(took < 8000, `--timeout 2 took ${took} ms`)
+})

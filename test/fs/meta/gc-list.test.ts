@@ -1,0 +1,70 @@
+// The meta server's gcList (behind `strata admin gc-list`): `more` when the
+// limit cut the listing, the `<GcDir>/<Name>` cursor (anything else is
+// META_INVALID_ARGUMENT), and RemovedAt = when the last link went, stable
+// while a busy entry (a file still open for writing) is renamed on each retry.
+
+import test from 'ava'
+import { MetaMethod } from '../../../fs/common/services.js'
+import { parseGcEntry } from '../../../fs/meta/gc.js'
+import type { GcListRsp } from '../../../fs/meta/protocol.js'
+import { useSharedMetaCluster, type MetaCluster } from '../../helpers/meta-cluster.js'
+import { codeOf } from '../../helpers/meta-client.js'
+import { until } from '../../helpers/procs.js'
+
+let m!: MetaCluster
+// files are due at once and retried every 300 ms while their write session lives
+useSharedMetaCluster(test, { inProcess: true, meta: { gcFileDelayMs: 0, gcRetryDelayMs: 300 } }, (c) => (m = c))
+
+test.serial('gcList: more, the GcDir/Name cursor, and a RemovedAt that stays the time of removal', async (t) => {
+  const c = m.client()
+  const gcList = (body: { limit?: number; prev?: string }) => c.call<GcListRsp>(MetaMethod.gcList, body)
+  await c.mkdirs('/g')
+  const open: Array<{ id: bigint; session: string }> = []
+  for (let i = 0; i < 5; i++) {
+    const session = `s-${i}`
+    const st = (await c.create(`/g/f${i}`, { session })).stat
+    open.push({ id: st.id, session })
+  }
+  t.teardown(async () => {
+    for (const f of open) await c.close(f.id, f.session, false).catch(() => undefined)
+  })
+  const before = Date.now() * 1000
+  for (let i = 0; i < 5; i++) await c.remove(`/g/f${i}`)
+  const after = Date.now() * 1000
+
+  const all = await gcList({})
+  t.is(all.entries.length, 5)
+  t.false(all.more)
+  // still open for writing: GC is busy and renames the entries to a later due time, again and again
+  const firstNames = new Map(all.entries.map((e) => [e.inode, e.name]))
+  await until(async () => (await gcList({})).entries.every((e) => e.name !== firstNames.get(e.inode)), 10_000, 'every busy entry renamed by a retry')
+  const later = await gcList({})
+  for (const e of later.entries) {
+    const due = parseGcEntry(e.name)!.timestampUs
+    t.true(e.removedAt >= before - 1000 && e.removedAt <= after + 1000, `removedAt ${e.removedAt} within the removes [${before}, ${after}]`)
+    t.true(due > e.removedAt, 'the name carries the later due time, not the removal')
+    t.is(e.removedAt, all.entries.find((x) => x.inode === e.inode)!.removedAt, 'unchanged by the renames')
+  }
+
+  // a limit that cuts the listing says so; the cursor pages through everything exactly once
+  const first = await gcList({ limit: 2 })
+  t.is(first.entries.length, 2)
+  t.true(first.more)
+  // every page starts after the cursor (a busy entry that a retry renames between two pages moves
+  // behind the cursor and is listed again: page until every inode was seen)
+  const seen = new Set(first.entries.map((e) => e.inode))
+  let page = first
+  for (let i = 0; page.more && seen.size < 5 && i < 20; i++) {
+    const last = page.entries[page.entries.length - 1]!
+    page = await gcList({ limit: 2, prev: `${last.gcDir}/${last.name}` })
+    for (const e of page.entries) {
+      t.true(e.gcDir > last.gcDir || (e.gcDir === last.gcDir && e.name > last.name), 'after the cursor')
+      seen.add(e.inode)
+    }
+  }
+  t.is(seen.size, 5)
+  t.false((await gcList({ limit: 5 })).more, 'exactly the limit: nothing more')
+
+  t.is(await codeOf(c.call(MetaMethod.gcList, { prev: 'bogus' }, { once: true })), 'META_INVALID_ARGUMENT')
+  t.is(await codeOf(c.call(MetaMethod.gcList, { prev: 'GC-Node-101.1/' }, { once: true })), 'META_INVALID_ARGUMENT')
+})
