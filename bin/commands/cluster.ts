@@ -50,6 +50,13 @@ function statusText(st: ClusterStatus): string {
     ['Name', 'Role', 'NodeId', 'Address', 'Pid', 'Alive', 'Status'],
     ...st.processes.map((p) => [p.name, p.role, String(p.nodeId), p.address, p.pid ? String(p.pid) : '-', p.alive ? 'yes' : 'no', p.nodeStatus ?? 'N/A']),
   ])
+  if (st.mounts.length) {
+    s += 'mounts (strata fs mount):\n'
+    s += formatTable([
+      ['Mountpoint', 'Pid', 'Alive', 'Mounted', 'Log'],
+      ...st.mounts.map((m) => [m.mountpoint, String(m.pid), m.alive ? 'yes' : 'no', m.mounted ? 'yes' : 'no', m.logFile || (m.foreground ? '(foreground)' : '-')]),
+    ])
+  }
   if (st.mgmtd.reachable) {
     const c = st.chains!
     s += `mgmtd: reachable, routing info version ${st.mgmtd.routingInfoVersion}\n`
@@ -149,17 +156,19 @@ ${DIR_HELP}`,
   cluster
     .command('down')
     .description('stop every process (SIGTERM, then SIGKILL after the grace period); data is kept')
+    .addHelpText('after', '\nMounts made with `strata fs mount MNT --cluster DIR` (recorded in DIR/mounts) are stopped first:\ntheir daemons flush and unmount while meta and storage still serve them; a mount a dead daemon left is cleared.')
     .option('--grace <seconds>', 'seconds to wait after SIGTERM before SIGKILL', intArg('--grace', { min: 0 }), 10)
     .option('--json', 'print the result as JSON')
     .action(async (o, cmd: Command) => {
       const r = await clusterDown({ dir: dirOf(cmd.optsWithGlobals()), graceMs: o.grace * 1000 })
       if (o.json) return printJson(r)
-      out(r.stopped.length ? `stopped ${r.stopped.join(', ')}${r.killed.length ? ` (SIGKILL: ${r.killed.join(', ')})` : ''}` : `nothing was running in ${r.dir}`)
+      const all = [...r.unmounted.map((m) => `mount ${m}`), ...r.stopped]
+      out(all.length ? `stopped ${all.join(', ')}${r.killed.length ? ` (SIGKILL: ${r.killed.join(', ')})` : ''}` : `nothing was running in ${r.dir}`)
     })
 
   cluster
     .command('status')
-    .description('every process (name, role, node id, address, pid, alive, mgmtd status) and a chain summary')
+    .description('every process (name, role, node id, address, pid, alive, mgmtd status), the `fs mount` mounts of the cluster and a chain summary')
     .option('--json', 'print as JSON')
     .action(async (o, cmd: Command) => {
       const st = await clusterStatus({ dir: dirOf(cmd.optsWithGlobals()) })
@@ -199,8 +208,8 @@ ${DIR_HELP}`,
 
   cluster
     .command('destroy')
-    .description('delete the cluster directory (configs, logs, data); refuses a running cluster unless --force')
-    .option('--force', 'stop the cluster first if it runs')
+    .description('delete the cluster directory (configs, logs, data); refuses a running cluster (or a live `fs mount` of it) unless --force')
+    .option('--force', 'stop the cluster and its `fs mount` mounts first if they run')
     .option('--json', 'print the result as JSON')
     .action(async (o, cmd: Command) => {
       const r = await clusterDestroy({ dir: dirOf(cmd.optsWithGlobals()), force: !!o.force })

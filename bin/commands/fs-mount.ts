@@ -1,13 +1,15 @@
 // `strata fs mount MNT` and `strata fs umount MNT`: the FUSE mount of a
 // cluster. mount starts `strata daemon fuse --config F` detached (unless
-// --foreground), waits until the kernel has the mount and prints the daemon's
-// pid; umount stops that daemon (it unmounts and flushes) and clears a mount
-// whose daemon died.
+// --foreground), records it in the cluster directory (DIR/mounts, so that
+// `cluster down` stops it), waits until the kernel has the mount and prints
+// the daemon's pid; umount stops that daemon (it unmounts and flushes),
+// whether its mount is alive or dead, and clears a mount whose daemon died.
 import type { Command } from 'commander'
 import { InvalidArgumentError } from 'commander'
 import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
-import { mountBackground, planMount, preflightMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
+import { mountBackground, mountRecord, planMount, preflightMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
+import { forgetMount, recordMount } from '../../fs/fuse/cluster-mounts.js'
 import { intArg, out, printJson, sizeArg } from './output.js'
 import { fsUser } from './fs.js'
 
@@ -26,6 +28,7 @@ interface MountCliOpts {
   allowOther?: boolean
   defaultPermissions?: boolean
   opTimeout?: number
+  orphanTimeout?: number
   foreground?: boolean
   waitTimeout?: number
 }
@@ -54,11 +57,13 @@ export function registerFsMountCommands(parent: Command): void {
     .option('--no-allow-other', 'only the mounting user may use the mount (default: others too, when root)')
     .option('--default-permissions', 'let the kernel check permission bits for each caller')
     .option('--op-timeout <s>', 'fail a FUSE request after this many seconds (default 0: never; storage failover then shows as latency)', secondsArg('--op-timeout'))
+    .option('--orphan-timeout <s>', 'once mgmtd has refused connections this long (the cluster is stopped), requests whose servers are unreachable fail with ENOTCONN instead of waiting out the 60 s failover budget (default 5; 0: wait)', secondsArg('--orphan-timeout'))
     .option('--wait-timeout <s>', 'how long to wait for the mount to come up', intArg('--wait-timeout', { min: 1 }), 60)
     .option('--foreground', 'run the daemon in this process until SIGTERM/SIGINT')
     .addHelpText(
       'after',
-      '\nThe identity of every request is the mount\'s (--uid/--gid/--groups of `strata fs`, default the caller\'s):\nfuse-native does not tell the daemon who calls. Stop with: strata fs umount MOUNTPOINT',
+      '\nThe identity of every request is the mount\'s (--uid/--gid/--groups of `strata fs`, default the caller\'s):\nfuse-native does not tell the daemon who calls. Stop with: strata fs umount MOUNTPOINT\n' +
+        'The mount is recorded in the cluster directory (DIR/mounts/<name>.json): `strata cluster status` lists it,\n`strata cluster down` and `cluster destroy --force` stop its daemon (it flushes and unmounts) before the servers.',
     )
     .action(async (mountpoint: string, _o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals() as MountCliOpts
@@ -75,6 +80,7 @@ export function registerFsMountCommands(parent: Command): void {
         ...(o.allowOther === false ? { allowOther: false } : {}),
         ...(o.defaultPermissions ? { defaultPermissions: true } : {}),
         ...(o.opTimeout !== undefined ? { opTimeoutMs: Math.round(o.opTimeout * 1000) } : {}),
+        ...(o.orphanTimeout !== undefined ? { extra: { orphanTimeoutMs: Math.round(o.orphanTimeout * 1000) } } : {}),
         timeoutMs: (o.waitTimeout ?? 60) * 1000,
       }
       if (o.foreground) {
@@ -85,8 +91,18 @@ export function registerFsMountCommands(parent: Command): void {
         const { startFuseDaemon } = await import('../../fs/fuse/daemon.js')
         await runDaemon(log, async () => {
           const d = await startFuseDaemon(plan.config, log)
+          // recorded in the cluster directory, so `cluster down` stops this process too
+          recordMount(plan.clusterDir, mountRecord(plan, process.pid, true))
           out(`mounted ${d.mountpoint} (pid ${process.pid}); stop with Ctrl-C or: strata fs umount ${d.mountpoint}`)
-          return d
+          return {
+            close: async () => {
+              try {
+                await d.close()
+              } finally {
+                forgetMount(plan.clusterDir, plan.name, process.pid)
+              }
+            },
+          }
         })
         return
       }
@@ -97,14 +113,21 @@ export function registerFsMountCommands(parent: Command): void {
 
   g.command('umount')
     .alias('unmount')
-    .description('unmount: stop the FUSE daemon serving the mount point (it flushes and unmounts); clear a mount whose daemon died')
+    .description('unmount: stop the FUSE daemon serving the mount point (SIGTERM: it flushes and unmounts), whether its mount is alive or dead; clear a mount whose daemon died')
     .argument('<mountpoint>', 'the mount point')
-    .option('--wait <s>', 'seconds to wait for the daemon to unmount before SIGKILL', intArg('--wait', { min: 1 }), 20)
+    .option('--wait <s>', 'seconds to wait for the daemon to exit after SIGTERM before SIGKILL (a daemon that survives SIGKILL is an error)', intArg('--wait', { min: 1 }), 20)
     .action(async (mountpoint: string, _o: unknown, cmd: Command) => {
       const o = cmd.opts() as { wait?: number }
-      const json = (cmd.optsWithGlobals() as MountCliOpts).json
-      const r = await unmountFs(mountpoint, { timeoutMs: (o.wait ?? 20) * 1000 })
-      if (json) printJson(r)
-      else out(`unmounted ${r.mountpoint}${r.stopped.length ? ` (stopped pid ${r.stopped.join(', ')})` : ''}${r.forced ? ' (cleared a dead mount)' : ''}`)
+      const g = cmd.optsWithGlobals() as MountCliOpts
+      const r = await unmountFs(mountpoint, { timeoutMs: (o.wait ?? 20) * 1000, ...(g.cluster ? { clusterDir: g.cluster } : {}) })
+      if (g.json) printJson(r)
+      else {
+        const notes = [
+          ...(r.stopped.length ? [`stopped pid ${r.stopped.join(', ')}`] : []),
+          ...(r.killed.length ? [`SIGKILL: pid ${r.killed.join(', ')}`] : []),
+          ...(r.forced ? [r.stopped.length ? 'cleared the mount it left' : 'cleared a dead mount, no daemon was running'] : []),
+        ]
+        out(`unmounted ${r.mountpoint}${notes.length ? ` (${notes.join('; ')})` : ''}`)
+      }
     })
 }

@@ -4,6 +4,7 @@
 //   DIR/config/<name>.json    each process's daemon config (kept across restarts)
 //   DIR/logs/<name>.log       each process's stdout+stderr (appended)
 //   DIR/data/<name>/          each process's data directory
+//   DIR/mounts/<name>.json    each running `strata fs mount` of the cluster (fs/fuse/cluster-mounts.ts)
 
 import fs from 'node:fs'
 import os from 'node:os'

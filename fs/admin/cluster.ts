@@ -34,6 +34,7 @@ import { createTargets } from './targets.js'
 import { isPowerOfTwo } from './units.js'
 import { fuseClusterRole } from '../fuse/cluster-role.js'
 import { detachAllUnder } from '../fuse/mounts.js'
+import { MOUNTS_DIR, listClusterMounts, stopClusterMounts, type MountRecordStatus } from '../fuse/cluster-mounts.js'
 import { metaClusterRole } from '../meta/cluster-role.js'
 
 export const MGMTD_NODE_ID = 1
@@ -632,12 +633,19 @@ export interface ClusterDownResult {
   stopped: string[]
   /** processes that ignored SIGTERM and got SIGKILL */
   killed: string[]
+  /** `strata fs mount` mounts of this cluster that were stopped (their daemons got SIGTERM) or, left dead, cleared */
+  unmounted: string[]
 }
 
-/** `cluster down`: SIGTERM every process (later roles first, mgmtd last), SIGKILL stragglers. Data is kept. */
+/**
+ * `cluster down`: first the `fs mount` daemons recorded in DIR/mounts (they
+ * flush and unmount while meta and storage still serve them), then SIGTERM
+ * every process (later roles first, mgmtd last), SIGKILL stragglers. Data is kept.
+ */
 export async function clusterDown(o: { dir?: string | null; graceMs?: number } = {}): Promise<ClusterDownResult> {
   const dir = resolveClusterDir(o.dir)
   const c = readClusterFile(dir)
+  const mounts = await stopClusterMounts(dir, { graceMs: o.graceMs ?? 10_000 })
   const order = [...c.processes].reverse()
   const running = order.filter(processAlive)
   // stop the clients of storage first, then storage, then mgmtd, so nobody
@@ -656,7 +664,7 @@ export async function clusterDown(o: { dir?: string | null; graceMs?: number } =
   await cleanupRoles(c)
   for (const p of c.processes) p.pid = null
   writeClusterFile(dir, c)
-  return { dir, stopped: running.map((p) => p.name), killed }
+  return { dir, stopped: running.map((p) => p.name), killed: [...mounts.killed, ...killed], unmounted: [...mounts.stopped, ...mounts.cleared] }
 }
 
 /** Runs every role's cleanup hook for its processes (dead ones included). */
@@ -691,6 +699,8 @@ export interface ClusterStatus {
   processes: ProcessStatus[]
   mgmtd: { reachable: boolean; routingInfoVersion?: number; error?: string }
   chains: ChainSummary | null
+  /** `strata fs mount … --cluster DIR` mounts (DIR/mounts); the cluster's own fuse-1 is in processes */
+  mounts: MountRecordStatus[]
 }
 
 /** `cluster status`: every process (alive from the pid and /proc) and, if mgmtd answers, node states and chains. */
@@ -730,7 +740,7 @@ export async function clusterStatus(o: { dir?: string | null; timeoutMs?: number
       s.close()
     }
   }
-  return { name: c.name, dir, created: c.created, settings: c.settings, running: processes.some((p) => p.alive), processes, mgmtd, chains }
+  return { name: c.name, dir, created: c.created, settings: c.settings, running: processes.some((p) => p.alive), processes, mgmtd, chains, mounts: listClusterMounts(dir, { prune: true }) }
 }
 
 const SIGNALS = new Set(['SIGKILL', 'SIGTERM', 'SIGINT', 'SIGSTOP', 'SIGCONT', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2'])
@@ -807,16 +817,26 @@ export async function clusterDestroy(o: { dir?: string | null; force?: boolean }
   const c = readClusterFile(dir)
   const alive = anyAlive(c)
   let stopped: string[] = []
+  const mounts = listClusterMounts(dir, { prune: true }).filter((m) => m.alive)
+  if (alive.length || mounts.length) {
+    const what = [...alive.map((p) => p.name), ...mounts.map((m) => `fs mount ${m.mountpoint} (pid ${m.pid})`)]
+    if (!o.force) throw new StrataError('CLUSTER_RUNNING', `cluster in ${dir} is running (${what.join(', ')}); stop it first or pass --force`)
+  }
   if (alive.length) {
-    if (!o.force) throw new StrataError('CLUSTER_RUNNING', `cluster in ${dir} is running (${alive.map((p) => p.name).join(', ')}); stop it first or pass --force`)
-    stopped = (await clusterDown({ dir, graceMs: 5000 })).stopped
-  } else await cleanupRoles(c)
+    const r = await clusterDown({ dir, graceMs: 5000 })
+    stopped = [...r.unmounted, ...r.stopped]
+  } else {
+    // a stopped cluster may still have `fs mount` daemons (or their dead mounts) left
+    const r = await stopClusterMounts(dir, { graceMs: 5000 })
+    stopped = [...r.stopped, ...r.cleared]
+    await cleanupRoles(c)
+  }
   // Whatever is still mounted below the directory (layer mounts of a `strata serve` daemon whose state
   // dir is under DIR/data, a FUSE mount of a killed daemon) is detached first: removing the tree must
   // never reach into a mount.
   const still = detachAllUnder(dir)
   if (still.length) throw new StrataError('CLUSTER_RUNNING', `mounts below ${dir} could not be detached: ${still.join(', ')}`)
-  for (const sub of ['data', 'config', 'logs']) fs.rmSync(path.join(dir, sub), { recursive: true, force: true })
+  for (const sub of ['data', 'config', 'logs', MOUNTS_DIR]) fs.rmSync(path.join(dir, sub), { recursive: true, force: true })
   for (const p of c.processes) {
     // data dirs placed elsewhere by hand-edited descriptions
     if (!p.dataDir.startsWith(dir + path.sep)) continue

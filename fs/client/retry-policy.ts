@@ -2,7 +2,7 @@
 // isFastRetryError / isTemporarilyUnavailable / isPermanentError, mapped onto
 // our codes), and the backoff between attempts.
 
-import { ERRORS, isErrorCode, type ErrorCode } from '../common/errors.js'
+import { ERRORS, StrataError, isErrorCode, type ErrorCode } from '../common/errors.js'
 
 export interface RetryPolicy {
   /** overall budget of one logical update (write, truncate, one removeChunks step) */
@@ -19,6 +19,13 @@ export interface RetryPolicy {
   fastMaxDelayMs: number
   /** head/tail reads: extra attempts on the same replica after a checksum mismatch */
   checksumRetries: number
+  /**
+   * give up at once with CLUSTER_UNREACHABLE when the request's servers are
+   * unreachable and mgmtd has refused connections for this long (the cluster
+   * is stopped: no failover completes without mgmtd); 0: never, retry for the
+   * whole deadline. Off for library clients; the FUSE daemon sets it.
+   */
+  orphanTimeoutMs: number
 }
 
 // Writes wait out a failover (heartbeat timeout + chain update + retries) rather than fail; 3FS: max_retry_time 60 s.
@@ -31,6 +38,7 @@ export const DEFAULT_RETRY_POLICY: RetryPolicy = {
   fastInitialDelayMs: 2,
   fastMaxDelayMs: 100,
   checksumRetries: 1,
+  orphanTimeoutMs: 0,
 }
 
 export function mergeRetryPolicy(base: RetryPolicy, over?: Partial<RetryPolicy>): RetryPolicy {
@@ -66,6 +74,26 @@ const FAST = new Set<ErrorCode>(['CHUNK_NOT_COMMIT', 'ROUTING_VERSION_MISMATCH']
 
 /** The replica itself is unreachable or unusable: prefer another one next time. */
 const TARGET_FAILED = new Set<ErrorCode>(['IO_ERROR', 'TARGET_OFFLINE', 'TARGET_NOT_FOUND', 'TARGET_STATE_INVALID', ...TRANSPORT])
+
+/** What clusterGone needs of a mgmtd client (MgmtdClient.unreachableForMs). */
+export interface MgmtdReachability {
+  unreachableForMs(): number
+}
+
+/**
+ * CLUSTER_UNREACHABLE (wrapping `err`) when `err` says the request's server
+ * is unreachable and mgmtd has refused every connection for at least
+ * orphanTimeoutMs: the whole cluster is stopped, and retrying for the rest
+ * of a 60 s budget would only keep the caller (a FUSE request, a process in
+ * D state) waiting. null otherwise, and always when orphanTimeoutMs is 0. A
+ * failover with mgmtd up is never cut short by this.
+ */
+export function clusterGone(err: StrataError, mgmtd: MgmtdReachability | undefined, orphanTimeoutMs: number, what: string): StrataError | null {
+  if (!(orphanTimeoutMs > 0) || typeof mgmtd?.unreachableForMs !== 'function' || !TRANSPORT.includes(err.code as ErrorCode)) return null
+  const ms = mgmtd.unreachableForMs()
+  if (ms < orphanTimeoutMs) return null
+  return new StrataError('CLUSTER_UNREACHABLE', `${what}: ${err.reason}; mgmtd has refused connections for ${Math.round(ms / 1000)} s: is the cluster running? (strata cluster status)`, { cause: err })
+}
 
 export function isRetryableCode(code: string): boolean {
   return isErrorCode(code) && ERRORS[code].retryable

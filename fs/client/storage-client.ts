@@ -32,6 +32,7 @@ import { MAX_CHUNKS_PER_REQUEST, drainRange, normalizeRange, type ChunkRangeInpu
 import {
   DEFAULT_RETRY_POLICY,
   backoffDelay,
+  clusterGone,
   isFastRetryCode,
   isRetryableCode,
   isTargetFailure,
@@ -406,6 +407,12 @@ export class StorageClient {
           settle(st.idx, this.fail(err))
           continue
         }
+        // with mgmtd gone, a replica not tried yet may still answer: only when none is left is it over
+        const gone = clusterGone(err, this.mgmtd, this.policy.orphanTimeoutMs, 'read')
+        if (gone && this.triedEveryReplica(st.io.chainId, mode, avoid)) {
+          settle(st.idx, this.fail(gone))
+          continue
+        }
         next.push(st)
         delay = Math.min(delay, backoffDelay(this.policy, round, isFastRetryCode(err.code) || err.code === 'CHECKSUM_MISMATCH', this.random))
         refresh ||= needsRoutingRefresh(err.code)
@@ -679,6 +686,11 @@ export class StorageClient {
           bump(this.counters.failures, stopped.code)
           throw new StrataError(stopped.code, stopped.message, { cause: err })
         }
+        const gone = clusterGone(err, this.mgmtd, this.policy.orphanTimeoutMs, op)
+        if (gone) {
+          bump(this.counters.failures, gone.code)
+          throw gone
+        }
         const delay = backoffDelay(this.policy, n, isFastRetryCode(err.code), this.random)
         if (performance.now() + delay >= deadline) {
           bump(this.counters.failures, err.code)
@@ -724,6 +736,20 @@ export class StorageClient {
       if (n <= 0) this.load.delete(target.nodeId)
       else this.load.set(target.nodeId, n)
     }
+  }
+
+  /** Whether every replica a read in `mode` could use of the chain (per the cached routing) failed in this call. */
+  private triedEveryReplica(chainId: ChainId, mode: ReadMode, avoid: ReadonlySet<TargetId>): boolean {
+    const ri = this.mgmtd.cachedRouting
+    if (!ri) return true
+    let serving: SlimTarget[]
+    try {
+      serving = resolveChain(ri, chainId).serving
+    } catch {
+      return true
+    }
+    const usable = mode === 'head' ? serving.slice(0, 1) : mode === 'tail' ? serving.slice(-1) : serving
+    return usable.every((t) => avoid.has(t.targetId))
   }
 
   private async refreshRouting(): Promise<void> {

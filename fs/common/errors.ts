@@ -32,6 +32,7 @@ export const ERRORS = {
   BAD_CONFIG: spec(false, 'EINVAL', 'configuration is invalid'),
   CLUSTER_NOT_FOUND: spec(false, 'ENOENT', 'no cluster description at the given directory'),
   CLUSTER_RUNNING: spec(false, 'EBUSY', 'a cluster is already running in that directory'),
+  CLUSTER_UNREACHABLE: spec(true, 'ENOTCONN', 'mgmtd and the servers a request needs refused connections for longer than the client waits for a stopped cluster'),
 
   // --- RPC transport (3FS RPC status names)
   RPC_CONNECT_FAILED: spec(true, 'ECONNREFUSED', 'could not connect to the peer'),

@@ -49,6 +49,14 @@ export interface FuseDaemonConfig {
   /** fuse-native per-request timeout, ms; 0 (default) disables it so failover is latency, not EIO */
   opTimeoutMs?: number
   /**
+   * a request whose meta or storage servers are unreachable fails with
+   * ENOTCONN (CLUSTER_UNREACHABLE) once mgmtd has also refused connections
+   * this long, ms: the cluster is stopped, and the client's 60 s failover
+   * budget would only keep callers in D state. 0: wait out the whole budget.
+   * A failover with mgmtd up is never cut short.
+   */
+  orphanTimeoutMs?: number
+  /**
    * kernel readahead, bytes (set on the mount's bdi). 3FS uses 16 MiB; 1 MiB
    * here: sequential reads measured no faster above 1 MiB, while a cold
    * sandbox start (EROFS layers read through the mount) read 8.5% of its
@@ -101,6 +109,7 @@ export const FUSE_DEFAULTS = {
   defaultPermissions: false,
   readonly: false,
   opTimeoutMs: 0,
+  orphanTimeoutMs: 5000,
   maxReadahead: 1024 * 1024,
   chunkReadAhead: true,
   chunkReadAheadBudget: 64 * 1024 * 1024,
@@ -163,6 +172,7 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
     defaultPermissions: bool(c.defaultPermissions, 'defaultPermissions', FUSE_DEFAULTS.defaultPermissions),
     readonly: bool(c.readonly, 'readonly', FUSE_DEFAULTS.readonly),
     opTimeoutMs: num(c.opTimeoutMs, 'opTimeoutMs', FUSE_DEFAULTS.opTimeoutMs, { integer: true }),
+    orphanTimeoutMs: num(c.orphanTimeoutMs, 'orphanTimeoutMs', FUSE_DEFAULTS.orphanTimeoutMs, { integer: true }),
     maxReadahead: num(c.maxReadahead, 'maxReadahead', FUSE_DEFAULTS.maxReadahead, { integer: true }),
     chunkReadAhead: bool(c.chunkReadAhead, 'chunkReadAhead', FUSE_DEFAULTS.chunkReadAhead),
     chunkReadAheadBudget: num(c.chunkReadAheadBudget, 'chunkReadAheadBudget', FUSE_DEFAULTS.chunkReadAheadBudget, { integer: true }),

@@ -1,10 +1,10 @@
 // `strata fs mount` / `strata fs umount`: start a FUSE daemon for a cluster
-// in the background and wait until the kernel has the mount, or stop the
-// daemon serving a mount point (and clear a mount whose daemon died).
+// in the background, record it in the cluster directory (so `cluster down`
+// stops it) and wait until the kernel has the mount, or stop the daemon
+// serving a mount point (and clear a mount whose daemon died).
 // Nothing here touches the mounted filesystem itself: readiness comes from
 // the daemon's state file and /proc/self/mountinfo.
 
-import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -13,8 +13,11 @@ import { readClusterFile, resolveClusterDir, type ClusterProcess } from '../admi
 import { logTail, spawnDaemon } from '../admin/process.js'
 import type { FuseDaemonConfig } from './config.js'
 import { readFuseState } from './state.js'
+import { forgetMount, recordMount, type MountRecord } from './cluster-mounts.js'
 import { checkMgmtdReachable } from '../client/reachability.js'
-import { FUSE_FSTYPE, checkMountpoint, daemonsFor, findMount, forceUnmount, isFuseMount, pidAlive, waitUnmounted } from './mounts.js'
+import { FUSE_FSTYPE, checkMountpoint, daemonsFor, findMount, forceUnmount, isFuseMount, mountName, pidAlive, waitUnmounted } from './mounts.js'
+
+export { mountName }
 
 export interface MountOptions {
   mountpoint: string
@@ -41,19 +44,13 @@ export interface MountOptions {
 
 export interface MountPlan {
   name: string
+  /** the cluster directory: its DIR/mounts/<name>.json records the mount while it runs */
+  clusterDir: string
   config: FuseDaemonConfig
   configFile: string
   logFile: string
   stateFile: string
   dataDir: string
-}
-
-/** A file-name-safe name for a mount point: mount-<path with _>-<hash>. */
-export function mountName(mountpoint: string): string {
-  const mnt = path.resolve(mountpoint)
-  const slug = mnt.replace(/^\/+/, '').replace(/[^A-Za-z0-9._-]+/g, '_').slice(-48) || 'root'
-  const hash = crypto.createHash('sha1').update(mnt).digest('hex').slice(0, 8)
-  return `mount-${slug}-${hash}`
 }
 
 /** Where a mount's config, log and state live in the cluster directory, and its config. */
@@ -86,7 +83,7 @@ export function planMount(o: MountOptions): MountPlan {
     ...(cluster.settings?.timers === 'production' ? { periodicSyncMs: o.periodicSyncMs ?? 30_000 } : {}),
     ...o.extra,
   }
-  return { name, config, configFile: path.join(dir, 'config', `${name}.json`), logFile: path.join(dir, 'logs', `${name}.log`), stateFile, dataDir }
+  return { name, clusterDir: dir, config, configFile: path.join(dir, 'config', `${name}.json`), logFile: path.join(dir, 'logs', `${name}.log`), stateFile, dataDir }
 }
 
 /**
@@ -129,6 +126,21 @@ export async function waitMounted(o: { mountpoint: string; stateFile: string; pi
   }
 }
 
+/** What DIR/mounts/<name>.json says about a mount (fs/fuse/cluster-mounts.ts). */
+export function mountRecord(plan: MountPlan, pid: number, foreground = false): MountRecord {
+  return {
+    name: plan.name,
+    mountpoint: plan.config.mountpoint,
+    pid,
+    configFile: plan.configFile,
+    // a --foreground daemon logs to the terminal of `fs mount`
+    logFile: foreground ? '' : plan.logFile,
+    stateFile: plan.stateFile,
+    ...(foreground ? { foreground: true } : {}),
+    startedAt: new Date().toISOString(),
+  }
+}
+
 export interface MountResult {
   mountpoint: string
   pid: number
@@ -148,6 +160,8 @@ export async function mountBackground(o: MountOptions): Promise<MountResult> {
   fs.rmSync(plan.stateFile, { force: true })
   const proc: ClusterProcess = { name: plan.name, role: 'fuse', nodeId: 0, address: mnt, pid: null, configFile: plan.configFile, logFile: plan.logFile, dataDir: plan.dataDir }
   const pid = spawnDaemon(proc)
+  // recorded before it is up: a `cluster down` meanwhile stops it too
+  recordMount(plan.clusterDir, mountRecord(plan, pid))
   try {
     await waitMounted({ mountpoint: mnt, stateFile: plan.stateFile, pid, logFile: plan.logFile, deadline: Date.now() + (o.timeoutMs ?? 60_000) })
   } catch (e) {
@@ -160,6 +174,7 @@ export async function mountBackground(o: MountOptions): Promise<MountResult> {
       await waitPidsGone([pid], 10_000)
     }
     // nothing of a mount that never came up stays behind but its log, which the error quotes
+    forgetMount(plan.clusterDir, plan.name, pid)
     fs.rmSync(plan.configFile, { force: true })
     fs.rmSync(plan.dataDir, { recursive: true, force: true })
     throw e
@@ -187,18 +202,32 @@ async function waitPidsGone(pids: number[], timeoutMs: number): Promise<number[]
   return left
 }
 
+/** The cluster directory a daemon's config names (its `fs mount` record lives there), if the config is still readable. */
+function clusterDirOf(configFile: string): string | undefined {
+  try {
+    const c = JSON.parse(fs.readFileSync(configFile, 'utf8')) as { clusterDir?: unknown }
+    return typeof c.clusterDir === 'string' ? c.clusterDir : undefined
+  } catch {
+    return undefined
+  }
+}
+
 /**
  * `strata fs umount MNT`: SIGTERM to the daemon serving MNT (it unmounts and
  * flushes), SIGKILL after timeoutMs; then, if a FUSE mount is still there
- * (dead or killed daemon), abort its connection and lazy-unmount it.
+ * (dead or killed daemon), abort its connection and lazy-unmount it. The
+ * daemon is stopped whether its mount was alive or already dead; one that
+ * survives SIGKILL is an error (TIMEOUT), never reported as unmounted.
+ * Drops the mount's record in its cluster directory (`cluster status`).
  */
-export async function unmountFs(mountpoint: string, o: { timeoutMs?: number } = {}): Promise<UnmountResult> {
+export async function unmountFs(mountpoint: string, o: { timeoutMs?: number; clusterDir?: string } = {}): Promise<UnmountResult> {
   const mnt = path.resolve(mountpoint)
   const daemons = daemonsFor(mnt)
   const m = findMount(mnt)
   if (!daemons.length && !m) throw new StrataError('NOT_FOUND', `${mnt} is not mounted`)
   if (!daemons.length && m && !isFuseMount(m)) throw new StrataError('INVALID_ARGUMENT', `${mnt} is a ${m.fstype} mount, not a Strata FUSE mount`)
   const pids = daemons.map((d) => d.pid)
+  const clusterDirs = new Set([...daemons.map((d) => clusterDirOf(d.configFile)), o.clusterDir].filter((d): d is string => !!d))
   for (const pid of pids) {
     try {
       process.kill(pid, 'SIGTERM')
@@ -214,7 +243,8 @@ export async function unmountFs(mountpoint: string, o: { timeoutMs?: number } = 
       // gone
     }
   }
-  if (killed.length) await waitPidsGone(killed, 5000)
+  const stuck = killed.length ? await waitPidsGone(killed, 5000) : []
+  if (stuck.length) throw new StrataError('TIMEOUT', `FUSE daemon pid ${stuck.join(', ')} serving ${mnt} is still alive after SIGTERM and SIGKILL`)
   let forced = false
   if (!(await waitUnmounted(mnt, pids.length ? 1000 : 0))) {
     const left = findMount(mnt)
@@ -223,5 +253,6 @@ export async function unmountFs(mountpoint: string, o: { timeoutMs?: number } = 
       if (!(await forceUnmount(mnt))) throw new StrataError('INTERNAL', `could not clear the mount at ${mnt}`)
     }
   }
+  for (const dir of clusterDirs) forgetMount(dir, mountName(mnt))
   return { mountpoint: mnt, stopped: pids, killed, forced }
 }

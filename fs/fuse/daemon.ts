@@ -107,7 +107,8 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     description: `strata fuse ${mnt} pid ${process.pid}`,
     ...(cfg.metaAddresses ? { addresses: cfg.metaAddresses } : {}),
     fallbackAddresses: metaFallback(cfg, log),
-    ...(cfg.metaRetry ? { retry: cfg.metaRetry } : {}),
+    // an explicit metaRetry.orphanTimeoutMs wins over the mount-wide one
+    retry: { orphanTimeoutMs: cfg.orphanTimeoutMs, ...cfg.metaRetry },
   })
   const filesystem = new FileSystem({
     mgmtd,
@@ -120,7 +121,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     writeBufferSize: cfg.writeBufferSize,
     writeBehind: cfg.writeBehind,
     syncOnStat: cfg.syncOnStat,
-    ...(cfg.storageRetry ? { storageRetry: cfg.storageRetry } : {}),
+    storageRetry: { orphanTimeoutMs: cfg.orphanTimeoutMs, ...cfg.storageRetry },
     ...(cfg.readMode ? { readMode: cfg.readMode } : {}),
   })
   const closeClients = () => {

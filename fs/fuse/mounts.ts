@@ -4,6 +4,7 @@
 // everything here reads /proc/self/mountinfo, /proc/<pid>/cmdline and
 // /sys/fs/fuse/connections, and unmounts with umount2 or a child process.
 
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import { spawn, spawnSync } from 'node:child_process'
@@ -216,6 +217,15 @@ export interface FuseDaemonProcess {
   mountpoint: string
 }
 
+/** A `strata daemon fuse` process found in /proc: mountpoint null when its config is gone or unreadable. */
+export interface FuseDaemonScan {
+  pid: number
+  configFile: string
+  mountpoint: string | null
+  /** its `--name` argument */
+  name?: string
+}
+
 function readCmdline(pid: number): string[] | null {
   try {
     return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((x, i, a) => x !== '' || i < a.length - 1)
@@ -257,9 +267,27 @@ export function pidAlive(pid: number | null | undefined): boolean {
   return s !== undefined && s !== 'Z' && s !== 'X'
 }
 
-/** Every live `strata daemon fuse --config F` process with the mount point its config names. */
-export function listFuseDaemons(): FuseDaemonProcess[] {
-  const out: FuseDaemonProcess[] = []
+/** A file-name-safe name for a mount point: mount-<path with _>-<hash> (`fs mount` names the daemon, its config and log so). */
+export function mountName(mountpoint: string): string {
+  const mnt = path.resolve(mountpoint)
+  const slug = mnt.replace(/^\/+/, '').replace(/[^A-Za-z0-9._-]+/g, '_').slice(-48) || 'root'
+  const hash = crypto.createHash('sha1').update(mnt).digest('hex').slice(0, 8)
+  return `mount-${slug}-${hash}`
+}
+
+function argAfter(argv: string[], flag: string): string | undefined {
+  const i = argv.indexOf(flag)
+  return i >= 0 ? argv[i + 1] : undefined
+}
+
+/**
+ * Every live `strata daemon fuse --config F` process with the mount point its
+ * config names. A daemon whose config is gone or unreadable (its cluster
+ * directory was destroyed under it) is listed with mountpoint null: it still
+ * serves a mount, and `daemonsFor` matches it by its `--name`.
+ */
+export function listFuseDaemons(): FuseDaemonScan[] {
+  const out: FuseDaemonScan[] = []
   let pids: string[]
   try {
     pids = fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))
@@ -273,37 +301,55 @@ export function listFuseDaemons(): FuseDaemonProcess[] {
     if (!argv) continue
     const d = argv.indexOf('daemon')
     if (d < 0 || argv[d + 1] !== 'fuse') continue
-    const c = argv.indexOf('--config')
-    const configFile = c >= 0 ? argv[c + 1] : undefined
+    const configFile = argAfter(argv, '--config')
     if (!configFile) continue
+    if (!pidAlive(pid)) continue
+    const name = argAfter(argv, '--name')
+    let cfgPath = configFile
     try {
-      const cfgPath = path.isAbsolute(configFile) ? configFile : path.resolve(fs.readlinkSync(`/proc/${pid}/cwd`), configFile)
+      cfgPath = path.isAbsolute(configFile) ? configFile : path.resolve(fs.readlinkSync(`/proc/${pid}/cwd`), configFile)
       const cfg = JSON.parse(fs.readFileSync(cfgPath, 'utf8')) as { mountpoint?: unknown }
-      if (typeof cfg.mountpoint !== 'string') continue
-      if (!pidAlive(pid)) continue
-      out.push({ pid, configFile: cfgPath, mountpoint: path.resolve(cfg.mountpoint) })
+      if (typeof cfg.mountpoint === 'string') {
+        out.push({ pid, configFile: cfgPath, mountpoint: path.resolve(cfg.mountpoint), ...(name ? { name } : {}) })
+        continue
+      }
     } catch {
-      // unreadable config: not ours to judge
+      // unreadable or deleted config: listed without a mount point
     }
+    out.push({ pid, configFile: cfgPath, mountpoint: null, ...(name ? { name } : {}) })
   }
   return out
 }
 
-/** Live daemons serving (or configured for) this mount point: `strata daemon fuse` processes and registered --foreground ones. */
+/**
+ * Live daemons serving (or configured for) this mount point: `strata daemon
+ * fuse` processes (by their config, else by the `--name` `fs mount` gave
+ * them) and daemons registered for the mount point (--foreground ones, and
+ * any daemon whose config is gone), validated against the live pid.
+ */
 export function daemonsFor(mountpoint: string): FuseDaemonProcess[] {
   const want = path.resolve(mountpoint)
-  const out = listFuseDaemons().filter((d) => d.mountpoint === want)
+  const wantName = mountName(want)
+  const out: FuseDaemonProcess[] = []
+  const scan = listFuseDaemons()
+  for (const d of scan) {
+    if (d.mountpoint === want || (d.mountpoint === null && d.name === wantName)) out.push({ pid: d.pid, configFile: d.configFile, mountpoint: want })
+  }
   const reg = registeredDaemon(want)
-  if (reg && reg.pid !== process.pid && !out.some((d) => d.pid === reg.pid) && pidAlive(reg.pid) && looksLikeStrata(reg.pid)) {
+  // a recycled pid now serving another mount point (its config says so) is not this mount's daemon
+  const elsewhere = (pid: number) => scan.some((d) => d.pid === pid && d.mountpoint !== null && d.mountpoint !== want)
+  if (reg && reg.pid !== process.pid && !out.some((d) => d.pid === reg.pid) && pidAlive(reg.pid) && looksLikeStrata(reg.pid) && !elsewhere(reg.pid)) {
     out.push({ pid: reg.pid, configFile: reg.configFile ?? '', mountpoint: want })
   }
   return out
 }
 
-/** A recycled pid must not be taken for the daemon: its command line must be a node running strata. */
+/** A recycled pid must not be taken for the daemon: its command line must be strata running a mount (`fs mount` or `daemon fuse`). */
 function looksLikeStrata(pid: number): boolean {
   const argv = readCmdline(pid)
-  return !!argv && argv.some((a) => /strata(\.js)?$/.test(a)) && argv.includes('mount')
+  if (!argv || !argv.some((a) => /strata(\.js)?$/.test(a))) return false
+  const d = argv.indexOf('daemon')
+  return argv.includes('mount') || (d >= 0 && argv[d + 1] === 'fuse')
 }
 
 export function notMounted(mountpoint: string): StrataError {

@@ -42,6 +42,8 @@ export class MgmtdClient {
   private timer: NodeJS.Timeout | null = null
   private closed = false
   private readonly timeoutMs: number
+  /** monotonic ms of the first call of the current run in which every address refused the connection; null once one answers */
+  private refusedSince: number | null = null
 
   constructor(opts: MgmtdClientOptions) {
     if (opts.addresses.length === 0) throw new StrataError('INVALID_ARGUMENT', 'no mgmtd address given')
@@ -54,18 +56,36 @@ export class MgmtdClient {
   /** Calls the primary mgmtd, trying the others when it is unreachable or not primary. */
   async call<T>(method: number, payload: unknown, options: CallOptions = {}): Promise<T> {
     let lastErr: unknown
+    let refused = 0
     for (let i = 0; i < this.addresses.length; i++) {
       const idx = (this.current + i) % this.addresses.length
       try {
         const r = await this.rpc.call<T>(this.addresses[idx]!, ServiceId.Mgmtd, method, payload, { timeoutMs: this.timeoutMs, ...options })
         this.current = idx
+        this.refusedSince = null
         return r
       } catch (e) {
         lastErr = e
-        if (!isStrataError(e, ['RPC_CONNECT_FAILED', 'RPC_CONNECTION_CLOSED', 'MGMTD_NOT_PRIMARY', 'TIMEOUT'])) throw e
+        if (isStrataError(e, ['RPC_CONNECT_FAILED'])) refused++
+        if (!isStrataError(e, ['RPC_CONNECT_FAILED', 'RPC_CONNECTION_CLOSED', 'MGMTD_NOT_PRIMARY', 'TIMEOUT'])) {
+          // it answered, if only with an error: it is there
+          this.refusedSince = null
+          throw e
+        }
       }
     }
+    if (refused === this.addresses.length) this.refusedSince ??= performance.now()
     throw lastErr
+  }
+
+  /**
+   * How long (ms) every mgmtd address has been refusing connections: 0 while
+   * the last call got an answer. Only connection failures count (a busy
+   * mgmtd that times out is still there). Clients take a long run of these
+   * as "the cluster is stopped", since no failover completes without mgmtd.
+   */
+  unreachableForMs(): number {
+    return this.refusedSince === null ? 0 : performance.now() - this.refusedSince
   }
 
   // --- routing info cache

@@ -15,6 +15,7 @@ import { MetaMethod, ServiceId } from '../../common/services.js'
 import type { NodeInfo, NodeType, RoutingInfo } from '../../common/types.js'
 import type { MgmtdClient } from '../../mgmtd/client.js'
 import { RpcClient } from '../../rpc/index.js'
+import { clusterGone } from '../retry-policy.js'
 import type {
   BatchStatReq,
   BatchStatRsp,
@@ -91,6 +92,8 @@ export interface MetaRetryPolicy {
   maxDelayMs: number
   /** delay after META_BUSY and friends (3FS retry_fast) */
   fastDelayMs: number
+  /** give up with CLUSTER_UNREACHABLE once no meta server is reachable and mgmtd has refused connections this long (retry-policy.ts clusterGone); 0: never */
+  orphanTimeoutMs: number
 }
 
 export const DEFAULT_META_RETRY: MetaRetryPolicy = {
@@ -99,6 +102,7 @@ export const DEFAULT_META_RETRY: MetaRetryPolicy = {
   initialDelayMs: 50,
   maxDelayMs: 1_000,
   fastDelayMs: 10,
+  orphanTimeoutMs: 0,
 }
 
 export interface MetaClientOptions {
@@ -315,6 +319,12 @@ export class MetaClient {
       if (!retryable) {
         this.counters.failures++
         throw err
+      }
+      // with mgmtd gone, another meta server may still answer: give up once this call tried each one
+      const gone = attempt >= servers.length ? clusterGone(err, this.mgmtd, this.policy.orphanTimeoutMs, `meta ${methodNameOf(method)}`) : null
+      if (gone) {
+        this.counters.failures++
+        throw gone
       }
       const fast = FAST.has(err.code) || (TRANSPORT.has(err.code) && servers.length > 1 && attempt <= servers.length)
       const base = fast ? this.policy.fastDelayMs : Math.min(this.policy.maxDelayMs, this.policy.initialDelayMs * 2 ** Math.min(attempt - 1, 20))

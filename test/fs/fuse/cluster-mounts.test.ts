@@ -1,0 +1,198 @@
+// Mounts made with `strata fs mount MNT --cluster DIR` belong to the
+// cluster: `cluster status` lists them, `cluster down` / `destroy --force`
+// stop their daemons before the servers; a mount whose cluster went away
+// fails requests within seconds (ENOTCONN) instead of holding callers in D
+// state for the 60 s failover budget, and works again once the cluster is
+// back; `fs umount` stops the daemon whatever state its mount or config is in.
+import fs from 'node:fs'
+import path from 'node:path'
+import { spawn, type ChildProcess } from 'node:child_process'
+import test, { type ExecutionContext } from 'ava'
+import { CLI, tmpDir, until } from '../../helpers/procs.js'
+import { abortConnection, findMount, forceUnmount, FUSE_FSTYPE, pidAlive } from '../../../fs/fuse/mounts.js'
+import { clusterGone } from '../../../fs/client/retry-policy.js'
+import { StrataError } from '../../../fs/common/errors.js'
+import { MgmtdClient } from '../../../fs/mgmtd/client.js'
+import { RpcClient } from '../../../fs/rpc/index.js'
+import { pickFreePorts } from '../../../fs/admin/ports.js'
+import { fuseSkipReason, ok, run, sh } from './helpers.js'
+
+const skip = fuseSkipReason()
+const t = skip ? test.skip : test.serial
+
+const strata = (args: string[]) => run(process.execPath, [CLI, ...args], { env: { STRATA_LOG_LEVEL: 'error' }, timeoutMs: 180_000 })
+
+/** A cluster in a temp dir (no sandbox daemon), destroyed with its mounts at teardown; `mnts` are cleared too if anything is left. */
+async function cluster(t: ExecutionContext, mnts: string[]): Promise<string> {
+  const dir = path.join(tmpDir(t, 'strata-fuse-cm-'), 'c')
+  t.teardown(async () => {
+    await strata(['cluster', 'destroy', '--force', '--dir', dir])
+    for (const p of [...mnts, path.join(dir, 'mnt')]) if (findMount(p)) await forceUnmount(p)
+  })
+  ok(t, await strata(['cluster', 'up', '--dir', dir, '--no-sandbox', '-q']), 'cluster up')
+  return dir
+}
+
+/** `fs mount --foreground` as a child of the test, killed at teardown. */
+async function foregroundMount(t: ExecutionContext, dir: string, mnt: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [CLI, 'fs', 'mount', mnt, '--cluster', dir, '--foreground'], { stdio: 'ignore', env: { ...process.env, STRATA_LOG_LEVEL: 'error' } })
+  const exited = new Promise<void>((r) => child.once('exit', () => r()))
+  t.teardown(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL')
+      await exited
+    }
+  })
+  await until(() => findMount(mnt)?.fstype === FUSE_FSTYPE && fs.existsSync(path.join(dir, 'mounts')) && fs.readdirSync(path.join(dir, 'mounts')).length >= 2, 30_000, `foreground mount at ${mnt}`)
+  return child
+}
+
+t('cluster status lists fs mount mounts; cluster down stops them (background and --foreground) before the servers', async (t) => {
+  const base = tmpDir(t, 'strata-fuse-cm-m-')
+  const m2 = path.join(base, 'm2')
+  const m3 = path.join(base, 'm3')
+  const dir = await cluster(t, [m2, m3])
+  const mount = await strata(['fs', 'mount', m2, '--cluster', dir])
+  ok(t, mount, 'fs mount')
+  const pid = Number(mount.stdout.trim())
+  const fg = await foregroundMount(t, dir, m3)
+  ok(t, await sh(`echo hello > ${m2}/hello && cat ${m3}/hello`), 'both mounts serve')
+
+  const st = await strata(['cluster', 'status', '--dir', dir, '--json'])
+  ok(t, st, 'cluster status --json')
+  const mounts = (JSON.parse(st.stdout) as { mounts: Array<{ mountpoint: string; pid: number; alive: boolean; mounted: boolean; foreground?: boolean; logFile: string }> }).mounts
+  t.deepEqual(mounts.map((m) => [m.mountpoint, m.pid, m.alive, m.mounted, !!m.foreground]).sort(), [[m2, pid, true, true, false], [m3, fg.pid!, true, true, true]].sort())
+  t.true(fs.existsSync(mounts.find((m) => m.mountpoint === m2)!.logFile))
+  const text = await strata(['cluster', 'status', '--dir', dir])
+  t.regex(text.stdout, /mounts \(strata fs mount\):/)
+  t.regex(text.stdout, new RegExp(`${m2}\\s+${pid}\\s+yes\\s+yes`))
+
+  const down = await strata(['cluster', 'down', '--dir', dir])
+  ok(t, down, 'cluster down')
+  t.regex(down.stdout, new RegExp(`stopped mount ${m2}|stopped mount ${m3}`))
+  t.false(pidAlive(pid), 'the fs mount daemon stopped')
+  await until(() => fg.exitCode !== null || fg.signalCode !== null, 10_000, 'the --foreground mount exited')
+  t.is(fg.exitCode, 0, 'the --foreground daemon stopped cleanly')
+  t.falsy(findMount(m2))
+  t.falsy(findMount(m3))
+  // nothing hangs on the mount point afterwards: it is a plain directory again
+  const ls = await sh(`timeout 10 ls ${m2}`)
+  t.is(ls.code, 0, ls.stderr)
+  t.true(ls.ms < 5000)
+  t.deepEqual(fs.readdirSync(path.join(dir, 'mounts')), [], 'the records are gone')
+  const st2 = JSON.parse((await strata(['cluster', 'status', '--dir', dir, '--json'])).stdout) as { mounts: unknown[] }
+  t.deepEqual(st2.mounts, [])
+})
+
+t('cluster destroy --force stops fs mount daemons; destroy without --force refuses while one runs', async (t) => {
+  const m2 = path.join(tmpDir(t, 'strata-fuse-cm-d-'), 'm2')
+  const dir = await cluster(t, [m2])
+  const mount = await strata(['fs', 'mount', m2, '--cluster', dir])
+  ok(t, mount, 'fs mount')
+  const pid = Number(mount.stdout.trim())
+  // the servers stopped, the mount still runs: destroy refuses
+  ok(t, await strata(['cluster', 'kill', '--dir', dir, '--node', 'mgmtd']), 'kill mgmtd')
+  const refused = await strata(['cluster', 'destroy', '--dir', dir])
+  t.is(refused.code, 1)
+  t.regex(refused.stderr, /CLUSTER_RUNNING[\s\S]*fs mount/)
+  t.true(pidAlive(pid))
+  const d = await strata(['cluster', 'destroy', '--force', '--dir', dir])
+  ok(t, d, 'cluster destroy --force')
+  t.regex(d.stdout, new RegExp(`stopped ${m2}`))
+  t.false(pidAlive(pid), 'the fs mount daemon stopped')
+  t.falsy(findMount(m2))
+  t.false(fs.existsSync(dir))
+})
+
+t('a mount whose cluster is gone fails requests within seconds with ENOTCONN and serves again when the cluster is back', async (t) => {
+  const m2 = path.join(tmpDir(t, 'strata-fuse-cm-o-'), 'm2')
+  const dir = await cluster(t, [m2])
+  const mount = await strata(['fs', 'mount', m2, '--cluster', dir])
+  ok(t, mount, 'fs mount')
+  const pid = Number(mount.stdout.trim())
+  ok(t, await sh(`echo hello > ${m2}/hello`), 'write')
+  // every server of the cluster dies (SIGKILL: nothing tells the mount); the mount stays
+  for (const n of ['fuse-1', 'meta-1', 'meta-2', 'storage-1', 'storage-2', 'storage-3', 'mgmtd']) ok(t, await strata(['cluster', 'kill', '--dir', dir, '--node', n]), `kill ${n}`)
+  for (const cmd of [`ls ${m2}`, `cat ${m2}/hello`, `df ${m2}`, `stat ${m2}/nothing`, `echo x > ${m2}/new`]) {
+    const r = await sh(`timeout 20 ${cmd}`)
+    t.not(r.code, 0, cmd)
+    t.not(r.code, 124, `${cmd} was still blocked after 20 s`)
+    t.regex(r.stderr, /Transport endpoint is not connected/, cmd)
+    t.log(`${cmd}: ${r.ms} ms`)
+    t.true(r.ms < 12_000, `${cmd} took ${r.ms} ms`)
+  }
+  t.true(pidAlive(pid), 'the daemon itself is fine')
+  t.is(findMount(m2)?.fstype, FUSE_FSTYPE)
+  // the cluster comes back (same ports, same data): the same mount serves again
+  ok(t, await strata(['cluster', 'up', '--dir', dir, '-q']), 'cluster up again')
+  const back = await until(async () => {
+    const r = await sh(`timeout 20 cat ${m2}/hello`)
+    return r.code === 0 && r
+  }, 20_000, 'the mount serving again')
+  t.is(back.stdout.trim(), 'hello')
+  ok(t, await strata(['fs', 'umount', m2]), 'fs umount')
+  t.false(pidAlive(pid))
+})
+
+t('with mgmtd gone but a meta server and other replicas alive, requests still succeed (no ENOTCONN)', async (t) => {
+  const base = tmpDir(t, 'strata-fuse-cm-p-')
+  const m2 = path.join(base, 'm2')
+  const dir = await cluster(t, [m2])
+  ok(t, await strata(['fs', 'mount', m2, '--cluster', dir]), 'fs mount')
+  ok(t, await sh(`head -c 9000000 /dev/urandom > ${base}/ref && cp ${base}/ref ${m2}/big && echo hello > ${m2}/hello`), 'write')
+  for (const n of ['mgmtd', 'meta-1', 'storage-1']) ok(t, await strata(['cluster', 'kill', '--dir', dir, '--node', n]), `kill ${n}`)
+  // past the orphan timeout: the mount must still fail over to meta-2 and to the live replicas
+  await new Promise((r) => setTimeout(r, 7000))
+  ok(t, await sh(`timeout 60 ls ${m2} && timeout 60 cat ${m2}/hello && timeout 60 cmp ${m2}/big ${base}/ref && timeout 60 df ${m2}`), 'reads with mgmtd, meta-1 and storage-1 dead')
+})
+
+t('fs umount stops the daemon when its mount is dead or its config is gone', async (t) => {
+  const base = tmpDir(t, 'strata-fuse-cm-u-')
+  const m2 = path.join(base, 'm2')
+  const dir = await cluster(t, [m2])
+  // a dead mount (connection aborted) whose daemon still runs
+  const a = await strata(['fs', 'mount', m2, '--cluster', dir])
+  ok(t, a, 'fs mount')
+  const pidA = Number(a.stdout.trim())
+  t.true(abortConnection(findMount(m2)!))
+  t.regex((await sh(`timeout 10 ls ${m2} 2>&1 || true`)).stdout, /not connected/)
+  const u1 = await strata(['fs', 'umount', m2])
+  ok(t, u1, 'fs umount of a dead mount')
+  t.regex(u1.stdout, new RegExp(`stopped pid ${pidA}`))
+  t.false(pidAlive(pidA), 'its daemon is gone')
+  t.falsy(findMount(m2))
+  // the daemon's config was deleted under it (its cluster directory was wiped by hand)
+  const b = await strata(['fs', 'mount', m2, '--cluster', dir])
+  ok(t, b, 'fs mount again')
+  const pidB = Number(b.stdout.trim())
+  for (const f of fs.readdirSync(path.join(dir, 'config')).filter((f) => f.startsWith('mount-'))) fs.rmSync(path.join(dir, 'config', f))
+  const u2 = await strata(['fs', 'umount', m2])
+  ok(t, u2, 'fs umount without a config')
+  t.regex(u2.stdout, new RegExp(`stopped pid ${pidB}`))
+  t.notRegex(u2.stdout, /no daemon was running/)
+  t.false(pidAlive(pidB), 'its daemon is gone')
+  t.falsy(findMount(m2))
+})
+
+test('clusterGone: only a transport failure with mgmtd refusing connections for orphanTimeoutMs gives up', async (t) => {
+  const [port] = await pickFreePorts(1)
+  const rpc = new RpcClient({ connectTimeoutMs: 500, minBackoffMs: 10, maxBackoffMs: 10 })
+  const mgmtd = new MgmtdClient({ addresses: [`127.0.0.1:${port}`], rpc })
+  t.teardown(() => {
+    mgmtd.close()
+    rpc.close()
+  })
+  t.is(mgmtd.unreachableForMs(), 0)
+  await t.throwsAsync(() => mgmtd.refresh(), { code: 'RPC_CONNECT_FAILED' } as never)
+  await new Promise((r) => setTimeout(r, 60))
+  t.true(mgmtd.unreachableForMs() >= 50)
+  const refused = new StrataError('RPC_CONNECT_FAILED', 'connect refused')
+  t.is(clusterGone(refused, mgmtd, 0, 'read'), null, '0 turns it off')
+  t.is(clusterGone(refused, mgmtd, 60_000, 'read'), null, 'not for long enough yet')
+  t.is(clusterGone(new StrataError('CHAIN_UNAVAILABLE', 'no serving target'), mgmtd, 10, 'read'), null, 'not for an answer of a live server')
+  const gone = clusterGone(refused, mgmtd, 10, 'read')
+  t.is(gone?.code, 'CLUSTER_UNREACHABLE')
+  t.is(gone?.cause, refused)
+  // a mgmtd that answers (with anything) is there
+  t.is(clusterGone(refused, { unreachableForMs: () => 0 }, 10, 'read'), null)
+})
