@@ -6,7 +6,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { setTimeout as sleep } from 'node:timers/promises'
+import { waitUntilGone } from '../common/daemon.js'
 import { StrataError } from '../common/errors.js'
 import type { ClusterProcess } from './cluster-file.js'
 
@@ -82,14 +82,8 @@ export function signalProcess(p: ClusterProcess, signal: NodeJS.Signals): boolea
 }
 
 /** Waits until every process is gone; returns the ones still alive at the deadline. */
-export async function waitExit(ps: ClusterProcess[], timeoutMs: number): Promise<ClusterProcess[]> {
-  const end = Date.now() + timeoutMs
-  let alive = ps.filter(processAlive)
-  while (alive.length && Date.now() < end) {
-    await sleep(50)
-    alive = alive.filter(processAlive)
-  }
-  return alive
+export function waitExit(ps: ClusterProcess[], timeoutMs: number): Promise<ClusterProcess[]> {
+  return waitUntilGone(ps, processAlive, timeoutMs)
 }
 
 /** SIGTERM, wait up to graceMs, then SIGKILL the stragglers. Returns names that needed SIGKILL. */

@@ -95,3 +95,14 @@ export function every(intervalMs: number, log: Logger, name: string, fn: () => P
     },
   }
 }
+
+/** Polls until `alive` is false for every item or `timeoutMs` passed; returns the ones still alive then (processes after a signal). */
+export async function waitUntilGone<T>(items: readonly T[], alive: (item: T) => boolean, timeoutMs: number): Promise<T[]> {
+  const end = Date.now() + timeoutMs
+  let left = items.filter(alive)
+  while (left.length && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 50))
+    left = left.filter(alive)
+  }
+  return left
+}

@@ -7,7 +7,7 @@
 
 import fs from 'node:fs'
 import path from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
+import { waitUntilGone } from '../common/daemon.js'
 import { StrataError } from '../common/errors.js'
 import { isAlive } from '../admin/process.js'
 import { daemonsFor, findMount, forceUnmount, isFuseMount, pidAlive } from './mounts.js'
@@ -114,15 +114,7 @@ export interface StopMountsResult {
   cleared: string[]
 }
 
-async function waitGone(rs: MountRecord[], timeoutMs: number): Promise<MountRecord[]> {
-  const end = Date.now() + timeoutMs
-  let left = rs.filter(recordAlive)
-  while (left.length && Date.now() < end) {
-    await sleep(50)
-    left = left.filter(recordAlive)
-  }
-  return left
-}
+const waitGone = (rs: MountRecord[], timeoutMs: number): Promise<MountRecord[]> => waitUntilGone(rs, recordAlive, timeoutMs)
 
 /**
  * `cluster down` / `destroy`: SIGTERM every recorded mount daemon (it flushes

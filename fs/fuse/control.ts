@@ -8,6 +8,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { waitUntilGone } from '../common/daemon.js'
 import { StrataError } from '../common/errors.js'
 import { readClusterFile, resolveClusterDir, type ClusterProcess } from '../admin/cluster-file.js'
 import { logTail, spawnDaemon } from '../admin/process.js'
@@ -192,15 +193,7 @@ export interface UnmountResult {
   forced: boolean
 }
 
-async function waitPidsGone(pids: number[], timeoutMs: number): Promise<number[]> {
-  const end = Date.now() + timeoutMs
-  let left = pids.filter(pidAlive)
-  while (left.length && Date.now() < end) {
-    await sleep(50)
-    left = left.filter(pidAlive)
-  }
-  return left
-}
+const waitPidsGone = (pids: number[], timeoutMs: number): Promise<number[]> => waitUntilGone(pids, pidAlive, timeoutMs)
 
 /** The cluster directory a daemon's config names (its `fs mount` record lives there), if the config is still readable. */
 function clusterDirOf(configFile: string): string | undefined {
