@@ -141,11 +141,13 @@ coreutils instead). Missing parents get the same layout as PATH.`,
     .option('--display-chain-list', 'same as --display-layout')
     .option('--inode', 'the argument is an inode id (decimal or 0x hex)')
     .option('--json', 'print JSON')
-    .action((path: string, o, cmd: Command) =>
-      fsSession(cmd, async (f, json) =>
+    .action((path: string, o, cmd: Command) => {
+      // a malformed argument is a usage error, found before the cluster is contacted
+      if (o.inode && !/^\s*(0x[0-9a-fA-F]+|\d+)\s*$/.test(path)) throw new UsageError(`stat --inode: ${JSON.stringify(path)} is not an inode id (decimal or 0x hex)`)
+      return fsSession(cmd, async (f, json) =>
         printAction(await adminStat(f, path, { follow: !!o.followLink, displayLayout: !!o.displayLayout || !!o.displayChainList, byInode: !!o.inode }), json),
-      ),
-    )
+      )
+    })
 
   admin
     .command('set-perm')
@@ -156,8 +158,11 @@ coreutils instead). Missing parents get the same layout as PATH.`,
     .option('-p, --perm <octal>', 'new permission', permArg('--perm'))
     .option('--iflags <n>', 'new iflags', intArg('--iflags'))
     .option('--json', 'print JSON')
-    .action((path: string, o, cmd: Command) =>
-      fsSession(cmd, async (f, json) =>
+    .action((path: string, o, cmd: Command) => {
+      if (o.uid === undefined && o.gid === undefined && o.perm === undefined && o.iflags === undefined) {
+        throw new UsageError('set-perm needs at least one of --uid, --gid, --perm, --iflags')
+      }
+      return fsSession(cmd, async (f, json) =>
         printAction(
           await adminSetPerm(f, path, {
             ...(o.uid !== undefined ? { uid: o.uid } : {}),
@@ -167,8 +172,8 @@ coreutils instead). Missing parents get the same layout as PATH.`,
           }),
           json,
         ),
-      ),
-    )
+      )
+    })
 
   admin
     .command('rm')

@@ -78,7 +78,6 @@ t('cluster status lists fs mount mounts; cluster down stops them (background and
   // nothing hangs on the mount point afterwards: it is a plain directory again
   const ls = await sh(`timeout 10 ls ${m2}`)
   t.is(ls.code, 0, ls.stderr)
-  t.true(ls.ms < 5000)
   t.deepEqual(fs.readdirSync(path.join(dir, 'mounts')), [], 'the records are gone')
   const st2 = JSON.parse((await strata(['cluster', 'status', '--dir', dir, '--json'])).stdout) as { mounts: unknown[] }
   t.deepEqual(st2.mounts, [])
