@@ -470,6 +470,8 @@ export class StrataFuseOps {
     const self = inodeToStat(await this.lookup(p))
     const stats = [self, self]
     entries.forEach((e, i) => {
+      // a real /3fs-virt (made by another client) is shadowed by the virtual one, as in 3FS's FUSE: listed once
+      if (p === '/' && e.name === VIRT_DIR) return
       const inode = inodes[i]
       names.push(e.name)
       if (inode) {
