@@ -212,10 +212,13 @@ export function fuseTimeout(seconds: number): number {
 /**
  * The libfuse options fuse-native cannot name, appended to fsname (the
  * option string is joined verbatim): 128 KiB writes instead of 4 KiB
- * (big_writes), readahead, and no negative caching (another client may
- * create the name any time).
+ * (big_writes), readahead, no negative caching (another client may create
+ * the name any time), and auto_cache: an open keeps the file's page cache
+ * when its mtime and size are what the kernel cached, instead of dropping
+ * it at every open, so the sandboxes of a node that open one dataset file
+ * read it from the DFS once, not once each.
  */
 export function extraFuseOptions(c: ResolvedFuseConfig): string {
-  const extra = ['big_writes', 'max_write=131072', `max_readahead=${c.maxReadahead}`, 'negative_timeout=0']
+  const extra = ['big_writes', 'max_write=131072', `max_readahead=${c.maxReadahead}`, 'negative_timeout=0', 'auto_cache']
   return ['strata', ...extra].join(',')
 }

@@ -111,6 +111,8 @@ test('config: defaults, validation, FUSE option strings', (t) => {
   t.regex(opts, /^strata,/)
   t.regex(opts, /big_writes/)
   t.regex(opts, /max_write=131072/)
+  // the page cache survives an open of an unchanged file (sandboxes sharing a dataset read it once)
+  t.regex(opts, /(^|,)auto_cache(,|$)/)
   t.regex(mountName('/tmp/a b/c'), /^mount-tmp_a_b_c-[0-9a-f]{8}$/)
 })
 
