@@ -6,10 +6,9 @@
 import test, { type ExecutionContext } from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
-import { spawn } from 'node:child_process'
 import { startMetaCluster } from '../helpers/meta-cluster.js'
 import { freePort } from '../helpers/procs.js'
-import { STRATA, ok, strata, table, tempDir, until } from './helpers.js'
+import { loneMgmtd, ok, strata, table, tempDir, until } from './helpers.js'
 
 const RETRY_MS = 60_000
 
@@ -133,16 +132,7 @@ test('admin FS commands: a bad or unreachable --mgmtd-address fails at once; --t
   }
 
   // a mgmtd that answers but knows no meta server: the command gives up after --timeout, not a fixed 15 s
-  const dir = tempDir(t)
-  const [mport] = [await freePort()]
-  const addr = `127.0.0.1:${mport}`
-  const cfg = path.join(dir, 'mgmtd.json')
-  fs.writeFileSync(cfg, JSON.stringify({ nodeId: 1, dataDir: path.join(dir, 'data'), listen: addr }))
-  const child = spawn(process.execPath, [STRATA, 'daemon', 'mgmtd', '--config', cfg], { stdio: 'ignore' })
-  t.teardown(() => {
-    child.kill('SIGKILL')
-  })
-  await until('mgmtd up', async () => (await strata(['admin', '--mgmtd-address', addr, 'list-nodes'])).code === 0, 15_000)
+  const { addr } = await loneMgmtd(t)
   const t0 = Date.now()
   await fails(t, ['admin', '--mgmtd-address', addr, '--timeout', '2', 'ls', '/'], 1, /^strata: RPC_CONNECT_FAILED: no meta server known/m)
   // the deadline itself is what is tested: before, a fixed 15 s retry budget ignored --timeout

@@ -1,32 +1,14 @@
 // `strata admin …` against real daemons: a lone mgmtd, the 3FS deploy flow
 // run by hand on a --no-bootstrap cluster, and scenario 26 (operator surface).
-import test, { type ExecutionContext } from 'ava'
+import test from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
-import { spawn, type ChildProcess } from 'node:child_process'
 import { crc32c } from '@node-rs/crc32'
-import { pickFreePorts } from '../../fs/admin/index.js'
 import { chunkIdOf, formatChunkId, formatChunkIdHex } from '../../fs/common/chunk-id.js'
 import { ServiceId, StorageMethod } from '../../fs/common/services.js'
 import { RpcClient } from '../../fs/rpc/index.js'
 import type { WriteReq } from '../../fs/storage/protocol.js'
-import { STRATA, ok, records, strata, table, tempDir, until } from './helpers.js'
-
-/** A mgmtd daemon on its own (no cluster.json) in a temp dir, killed at teardown; returns its dir and the `admin --mgmtd-address` prefix. */
-async function loneMgmtd(t: ExecutionContext): Promise<{ dir: string; A: string[]; cfg: string; child: ChildProcess }> {
-  const dir = tempDir(t)
-  const [port] = await pickFreePorts(1)
-  const addr = `127.0.0.1:${port}`
-  const cfg = path.join(dir, 'mgmtd.json')
-  fs.writeFileSync(cfg, JSON.stringify({ nodeId: 1, dataDir: path.join(dir, 'data'), listen: addr }))
-  const child = spawn(process.execPath, [STRATA, 'daemon', 'mgmtd', '--config', cfg], { stdio: 'ignore' })
-  t.teardown(() => {
-    child.kill('SIGKILL')
-  })
-  const A = ['admin', '--mgmtd-address', addr]
-  await until('mgmtd up', async () => (await strata([...A, 'list-nodes'])).code === 0, 15_000)
-  return { dir, A, cfg, child }
-}
+import { loneMgmtd, ok, records, strata, table, tempDir, until } from './helpers.js'
 
 test('a lone mgmtd: init-cluster, register-node, configs, CSV checks, usage errors (--mgmtd-address)', async (t) => {
   const { dir, A, child } = await loneMgmtd(t)

@@ -3,11 +3,11 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { execFile } from 'node:child_process'
+import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { ExecutionContext } from 'ava'
-import { clusterDown, clusterExists, readClusterFile, stopProcesses } from '../../fs/admin/index.js'
+import { clusterDown, clusterExists, pickFreePorts, readClusterFile, stopProcesses } from '../../fs/admin/index.js'
 
 export const REPO = fileURLToPath(new URL('../../../', import.meta.url))
 export const STRATA = path.join(REPO, 'bin', 'strata.js')
@@ -96,4 +96,20 @@ export async function until<T>(what: string, fn: () => Promise<T | undefined | f
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
     await sleep(everyMs)
   }
+}
+
+/** A mgmtd daemon on its own (no cluster.json) in a temp dir, killed at teardown; returns its dir and the `admin --mgmtd-address` prefix. */
+export async function loneMgmtd(t: ExecutionContext): Promise<{ dir: string; A: string[]; cfg: string; child: ChildProcess; addr: string }> {
+  const dir = tempDir(t)
+  const [port] = await pickFreePorts(1)
+  const addr = `127.0.0.1:${port}`
+  const cfg = path.join(dir, 'mgmtd.json')
+  fs.writeFileSync(cfg, JSON.stringify({ nodeId: 1, dataDir: path.join(dir, 'data'), listen: addr }))
+  const child = spawn(process.execPath, [STRATA, 'daemon', 'mgmtd', '--config', cfg], { stdio: 'ignore' })
+  t.teardown(() => {
+    child.kill('SIGKILL')
+  })
+  const A = ['admin', '--mgmtd-address', addr]
+  await until('mgmtd up', async () => (await strata([...A, 'list-nodes'])).code === 0, 15_000)
+  return { dir, A, cfg, child, addr }
 }
