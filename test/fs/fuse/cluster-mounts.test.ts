@@ -34,6 +34,13 @@ async function cluster(t: ExecutionContext, mnts: string[]): Promise<string> {
 }
 
 /** `fs mount --foreground` as a child of the test, killed at teardown. */
+/** `strata fs mount MNT --cluster DIR` (a background daemon); returns the daemon's pid. */
+async function mountInBackground(t: ExecutionContext, dir: string, mnt: string): Promise<number> {
+  const mount = await strata(['fs', 'mount', mnt, '--cluster', dir])
+  ok(t, mount, 'fs mount')
+  return Number(mount.stdout.trim())
+}
+
 async function foregroundMount(t: ExecutionContext, dir: string, mnt: string): Promise<ChildProcess> {
   const child = spawn(process.execPath, [CLI, 'fs', 'mount', mnt, '--cluster', dir, '--foreground'], { stdio: 'ignore', env: { ...process.env, STRATA_LOG_LEVEL: 'error' } })
   const exited = new Promise<void>((r) => child.once('exit', () => r()))
@@ -52,9 +59,7 @@ t('cluster status lists fs mount mounts; cluster down stops them (background and
   const m2 = path.join(base, 'm2')
   const m3 = path.join(base, 'm3')
   const dir = await cluster(t, [m2, m3])
-  const mount = await strata(['fs', 'mount', m2, '--cluster', dir])
-  ok(t, mount, 'fs mount')
-  const pid = Number(mount.stdout.trim())
+  const pid = await mountInBackground(t, dir, m2)
   const fg = await foregroundMount(t, dir, m3)
   ok(t, await sh(`echo hello > ${m2}/hello && cat ${m3}/hello`), 'both mounts serve')
 
@@ -86,9 +91,7 @@ t('cluster status lists fs mount mounts; cluster down stops them (background and
 t('cluster destroy --force stops fs mount daemons; destroy without --force refuses while one runs', async (t) => {
   const m2 = path.join(tmpDir(t, 'strata-fuse-cm-d-'), 'm2')
   const dir = await cluster(t, [m2])
-  const mount = await strata(['fs', 'mount', m2, '--cluster', dir])
-  ok(t, mount, 'fs mount')
-  const pid = Number(mount.stdout.trim())
+  const pid = await mountInBackground(t, dir, m2)
   // the servers stopped, the mount still runs: destroy refuses
   ok(t, await strata(['cluster', 'kill', '--dir', dir, '--node', 'mgmtd']), 'kill mgmtd')
   const refused = await strata(['cluster', 'destroy', '--dir', dir])
@@ -106,9 +109,7 @@ t('cluster destroy --force stops fs mount daemons; destroy without --force refus
 t('a mount whose cluster is gone fails requests within seconds with ENOTCONN and serves again when the cluster is back', async (t) => {
   const m2 = path.join(tmpDir(t, 'strata-fuse-cm-o-'), 'm2')
   const dir = await cluster(t, [m2])
-  const mount = await strata(['fs', 'mount', m2, '--cluster', dir])
-  ok(t, mount, 'fs mount')
-  const pid = Number(mount.stdout.trim())
+  const pid = await mountInBackground(t, dir, m2)
   ok(t, await sh(`echo hello > ${m2}/hello`), 'write')
   // every server of the cluster dies (SIGKILL: nothing tells the mount); the mount stays
   for (const n of ['fuse-1', 'meta-1', 'meta-2', 'storage-1', 'storage-2', 'storage-3', 'mgmtd']) ok(t, await strata(['cluster', 'kill', '--dir', dir, '--node', n]), `kill ${n}`)
