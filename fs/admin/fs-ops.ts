@@ -443,18 +443,18 @@ export const GC_LIST_HEADER = ['GcDir', 'Name', 'Inode', 'Type', 'OrigPath', 'Us
 
 /** `gc-list [-l limit] [-p prev]`: entries waiting in the GC directories (removed files and trees). */
 export async function adminGcList(f: FsAdminSession, o: { limit?: number; prev?: string } = {}): Promise<Listing<GcRow> & { more: boolean; next: string | null }> {
-  if (o.prev !== undefined) parseGcCursor(o.prev)
+  // a malformed cursor fails before any request
+  const cur = o.prev !== undefined ? parseGcCursor(o.prev) : null
   let entries: Array<{ gcDir: string; name: string; inode: bigint; type: InodeType; origPath: string; user: number; removedAt: number }>
   let more = false
   try {
     const rsp = await f.meta.gcList({ ...(o.limit !== undefined ? { limit: o.limit } : {}), ...(o.prev !== undefined ? { prev: o.prev } : {}) })
     entries = rsp.entries ?? []
-    more = !!(rsp as { more?: boolean }).more
+    more = !!rsp.more
   } catch (e) {
     // a server without the admin helper: list gcRoot the way 3FS's admin_cli does
     if (toStrataError(e).code !== 'RPC_UNKNOWN_METHOD') throw e
     entries = []
-    const cur = o.prev !== undefined ? parseGcCursor(o.prev) : null
     const limit = o.limit ?? 0
     const dirs = await f.meta.list({ path: { parent: GC_ROOT_INODE }, prev: '', limit: 0, status: false })
     for (const d of dirs.entries) {
