@@ -7,7 +7,7 @@ import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError } from '../../fs/common/errors.js'
 
-type Starter = (config: any, log: ReturnType<typeof createLogger>) => Promise<{ close(): Promise<void> }>
+type Starter = (config: any, log: ReturnType<typeof createLogger>, configFile: string) => Promise<{ close(): Promise<void> }>
 
 // Each role's code is loaded only when that role runs: a command that starts
 // no daemon should not pay for loading them (lmdb and every service).
@@ -25,8 +25,18 @@ const roles: Record<string, () => Promise<Starter>> = {
     return (c: import('../../fs/meta/index.js').MetaConfig, log) => startMeta(c, log)
   },
   fuse: async () => {
-    const { startFuseDaemon } = await import('../../fs/fuse/daemon.js')
-    return (c: import('../../fs/fuse/config.js').FuseDaemonConfig, log) => startFuseDaemon(c, log)
+    const { startFuseDaemon, recordDaemonMount } = await import('../../fs/fuse/index.js')
+    return async (c: import('../../fs/fuse/index.js').FuseDaemonConfig, log, configFile) => {
+      const d = await startFuseDaemon(c, log)
+      // started by hand: `cluster status` lists it and `cluster down` stops it (fs/fuse/cluster-mounts.ts)
+      const forget = recordDaemonMount({ clusterDir: d.config.clusterDir, configFile, mountpoint: d.mountpoint, stateFile: d.config.stateFile })
+      return {
+        close: async () => {
+          await d.close()
+          forget()
+        },
+      }
+    }
   },
 }
 
@@ -53,6 +63,6 @@ export function registerDaemonCommand(program: Command): void {
       }
       const log = createLogger(opts.name ?? role)
       const start = await load()
-      await runDaemon(log, () => start(config, log))
+      await runDaemon(log, () => start(config, log, opts.config))
     })
 }

@@ -59,7 +59,12 @@ export function isAlive(pid: number | null | undefined, configFile?: string): bo
   if (configFile) {
     try {
       const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
-      return cmd.includes(configFile)
+      if (cmd.includes(configFile)) return true
+      // a daemon started by hand may name its config relative to its working directory
+      const i = cmd.indexOf('--config')
+      const given = i >= 0 ? cmd[i + 1] : cmd.find((a) => a.startsWith('--config='))?.slice('--config='.length)
+      if (!given || path.isAbsolute(given)) return false
+      return path.resolve(fs.readlinkSync(`/proc/${pid}/cwd`), given) === configFile
     } catch {
       return false
     }

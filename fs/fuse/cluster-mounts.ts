@@ -10,7 +10,7 @@ import path from 'node:path'
 import { waitUntilGone } from '../common/daemon.js'
 import { StrataError } from '../common/errors.js'
 import { isAlive } from '../admin/process.js'
-import { daemonsFor, findMount, forceUnmount, isFuseMount, pidAlive } from './mounts.js'
+import { daemonsFor, findMount, forceUnmount, isFuseMount, mountName, pidAlive } from './mounts.js'
 
 export const MOUNTS_DIR = 'mounts'
 
@@ -152,4 +152,35 @@ export async function stopClusterMounts(clusterDir: string, o: { graceMs?: numbe
     forgetMount(clusterDir, r.name, r.pid)
   }
   return { stopped: live.map((r) => r.mountpoint), killed: stragglers.map((r) => r.mountpoint), cleared }
+}
+
+/**
+ * `strata daemon fuse --config F` started by hand (not by `fs mount`, not
+ * the cluster's own fuse-1): when F names a `clusterDir`, the daemon records
+ * its own mount there once it is live, so that `cluster status` lists it and
+ * `cluster down` stops it before the servers it needs. Returns what forgets
+ * the record again at a clean stop (a killed daemon's record is pruned or its
+ * dead mount cleared by the next `cluster down`).
+ */
+export function recordDaemonMount(o: { clusterDir?: string; configFile: string; mountpoint: string; stateFile?: string }): () => void {
+  const none = () => {}
+  if (!o.clusterDir) return none
+  const configFile = path.resolve(o.configFile)
+  const name = mountName(o.mountpoint)
+  try {
+    const cluster = JSON.parse(fs.readFileSync(path.join(o.clusterDir, 'cluster.json'), 'utf8')) as { processes?: { configFile?: string }[] }
+    // cluster.json tracks its own processes (fuse-1)
+    if (cluster.processes?.some((p) => p.configFile === configFile)) return none
+  } catch {
+    // no such cluster (yet): the daemon still names it, so record there anyway
+  }
+  try {
+    const existing = JSON.parse(fs.readFileSync(recordFile(o.clusterDir, name), 'utf8')) as MountRecord
+    // `fs mount` recorded this daemon before it started, with its log
+    if (existing.pid === process.pid) return () => forgetMount(o.clusterDir!, name, process.pid)
+  } catch {
+    // no record yet
+  }
+  recordMount(o.clusterDir, { name, mountpoint: path.resolve(o.mountpoint), pid: process.pid, configFile, logFile: '', stateFile: o.stateFile ?? '', startedAt: new Date().toISOString() })
+  return () => forgetMount(o.clusterDir!, name, process.pid)
 }

@@ -27,4 +27,5 @@ export {
   type FuseDaemonProcess,
 } from './mounts.js'
 export { mountBackground, unmountFs, planMount, mountName, waitMounted, type MountOptions, type MountResult, type UnmountResult } from './control.js'
+export { recordDaemonMount } from './cluster-mounts.js'
 export { fuseClusterRole, fuseUsable, FUSE_ROLE, FUSE_NODE_ID_BASE } from './cluster-role.js'

@@ -106,6 +106,35 @@ t('cluster destroy --force stops fs mount daemons; destroy without --force refus
   t.false(fs.existsSync(dir))
 })
 
+t('a FUSE daemon started by hand with strata daemon fuse and a clusterDir is listed by cluster status and stopped by cluster down', async (t) => {
+  const base = tmpDir(t, 'strata-fuse-cm-h-')
+  const m2 = path.join(base, 'm2')
+  const dir = await cluster(t, [m2])
+  const file = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8')) as { mgmtdAddresses: string[] }
+  // a config of the user's own, named relative to the daemon's working directory
+  fs.writeFileSync(path.join(base, 'mine.json'), JSON.stringify({ mountpoint: m2, mgmtdAddresses: file.mgmtdAddresses, clusterDir: dir }))
+  const child = spawn(process.execPath, [CLI, 'daemon', 'fuse', '--config', 'mine.json'], { cwd: base, stdio: 'ignore', env: { ...process.env, STRATA_LOG_LEVEL: 'error' } })
+  const exited = new Promise<void>((r) => child.once('exit', () => r()))
+  t.teardown(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL')
+      await exited
+    }
+  })
+  await until(() => findMount(m2)?.fstype === FUSE_FSTYPE && fs.existsSync(path.join(dir, 'mounts')) && fs.readdirSync(path.join(dir, 'mounts')).length === 1, 30_000, `hand-started mount at ${m2}`)
+  ok(t, await sh(`echo hand > ${m2}/hand && cat ${dir}/mnt/hand`), 'the mount serves')
+  const st = JSON.parse((await strata(['cluster', 'status', '--dir', dir, '--json'])).stdout) as { mounts: Array<{ mountpoint: string; pid: number; alive: boolean; mounted: boolean; configFile: string }> }
+  t.deepEqual(st.mounts.map((m) => [m.mountpoint, m.pid, m.alive, m.mounted, m.configFile]), [[m2, child.pid!, true, true, path.join(base, 'mine.json')]])
+
+  const down = await strata(['cluster', 'down', '--dir', dir])
+  ok(t, down, 'cluster down')
+  t.regex(down.stdout, new RegExp(`stopped mount ${m2}`))
+  await exited
+  t.is(child.exitCode, 0, 'the daemon stopped cleanly on SIGTERM')
+  t.falsy(findMount(m2))
+  t.deepEqual(fs.readdirSync(path.join(dir, 'mounts')), [], 'its record is gone')
+})
+
 t('a mount whose cluster is gone fails requests within seconds with ENOTCONN and serves again when the cluster is back', async (t) => {
   const m2 = path.join(tmpDir(t, 'strata-fuse-cm-o-'), 'm2')
   const dir = await cluster(t, [m2])
