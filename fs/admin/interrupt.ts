@@ -38,9 +38,23 @@ export async function interruptible<T>(what: string, fn: (signal: AbortSignal) =
   })
   try {
     return await fn(ctl.signal)
+  } catch (e) {
+    throw ctl.signal.aborted ? asInterruption(e, ctl.signal.reason as StrataError) : e
   } finally {
     for (const [sig, h] of handlers) process.off(sig, h)
   }
+}
+
+/**
+ * Whatever an interrupted command ends with is reported as the interruption:
+ * a pipeline aborted by the signal rejects with Node's bare AbortError, and a
+ * command's own CANCELLED ("run it again to resume") does not know the signal
+ * that sets the exit code.
+ */
+function asInterruption(e: unknown, reason: StrataError): StrataError {
+  if (interruptExitCode(e) !== null) return e as StrataError
+  if (isStrataError(e) && e.code === 'CANCELLED') return new StrataError('CANCELLED', e.message.slice('CANCELLED: '.length), { cause: e.cause, detail: { ...(e.detail ?? {}), ...reason.detail } })
+  return new StrataError('CANCELLED', reason.message.slice('CANCELLED: '.length), { cause: e, ...(reason.detail ? { detail: reason.detail } : {}) })
 }
 
 /** Settles like `p`, or rejects with the signal's reason as soon as it aborts (`p` goes on unobserved). */

@@ -304,6 +304,36 @@ test.serial('an interrupted import (SIGINT) cleans up: no tag, manifest, blob or
   t.deepEqual(await state(), before)
 })
 
+test.serial('an interrupted export (SIGTERM while a layer is copied out) exits 143 with CANCELLED and leaves no output or work files', async (t) => {
+  const dir = localTmp(t)
+  const root = path.join(dir, 'big')
+  fs.mkdirSync(root)
+  for (let i = 0; i < 8; i++) fs.writeFileSync(path.join(root, `f${i}.bin`), crypto.randomBytes(16 << 20))
+  const imported = await strata(['image', ...img.ic.cliArgs, 'import', root, '--name', 'bad/export-interrupted'])
+  t.is(imported.code, 0, imported.stderr)
+  const work = path.join(dir, 'work')
+  fs.mkdirSync(work)
+  const out = path.join(dir, 'out.tar')
+  const { spawn } = await import('node:child_process')
+  const { STRATA } = await import('../../bin/helpers.js')
+  const child = spawn(process.execPath, [STRATA, 'image', ...img.ic.cliArgs, 'export', 'bad/export-interrupted', out, '--work-dir', work], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let stderr = ''
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()))
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
+  // interrupt while the first layer is copied out of the DFS (its local copy exists)
+  const copying = () => fs.readdirSync(work).some((d) => d.startsWith('strata-export-') && fs.existsSync(path.join(work, d, '0.erofs')))
+  for (let i = 0; i < 600 && !copying(); i++) await new Promise((r) => setTimeout(r, 20))
+  child.kill('SIGTERM')
+  const code = await exited
+  t.is(code, 143, stderr)
+  t.regex(stderr, /strata: CANCELLED: image export interrupted by SIGTERM/)
+  t.deepEqual(fs.readdirSync(work), [])
+  t.false(fs.existsSync(out))
+  t.deepEqual(fs.readdirSync(dir).filter((f) => f.includes('out.tar')), [])
+  const rm = await strata(['image', ...img.ic.cliArgs, 'rm', 'bad/export-interrupted'])
+  t.is(rm.code, 0, rm.stderr)
+})
+
 test.serial('a gzip rootfs tarball smaller than one tar block imports', async (t) => {
   const dir = localTmp(t)
   fs.mkdirSync(path.join(dir, 'tree'))
