@@ -149,10 +149,18 @@ function signalNumber(sig: NodeJS.Signals | number): number {
 function runAsFields(o: RunAs | undefined): Field[] {
   const f: Field[] = []
   if (!o) return f
-  if (o.user !== undefined) f.push([K.USER, String(o.user)])
+  if (o.user !== undefined) f.push([K.USER, checkUser(o.user)])
   if (o.uid !== undefined) f.push([K.UID, checkId(o.uid, 'uid')])
   if (o.gid !== undefined) f.push([K.GID, checkId(o.gid, 'gid')])
   return f
+}
+
+// The protocol refuses what it cannot carry (NUL) only when a frame is encoded;
+// refusing it here names the field instead.
+function checkUser(u: string | number): string {
+  const s = String(u)
+  if (s.length === 0 || s.includes('\0')) throw new StrataError('INVALID_ARGUMENT', 'user must be a non-empty string without NUL')
+  return s
 }
 
 function checkId(v: number, what: string): number {
@@ -200,6 +208,10 @@ function exitOf(f: Fields, pid: number): ExitInfo {
     totalStderr: f.num(K.TOTAL_ERR) ?? 0,
     pid,
   }
+}
+
+function asStrataError(e: unknown, code: ErrorCode): StrataError {
+  return e instanceof StrataError ? e : new StrataError(code, (e as Error)?.message ?? String(e), { cause: e })
 }
 
 function cancelled(signal: AbortSignal): StrataError {
@@ -307,6 +319,22 @@ class Call {
     })
   }
 
+  /**
+   * Fire-and-forget send: a frame that cannot be encoded or sent fails this
+   * call (its owner hears of it through onEnd), never the process through an
+   * unhandled rejection.
+   */
+  post(frame: Buffer | (() => Buffer)): void {
+    let buf: Buffer
+    try {
+      buf = typeof frame === 'function' ? frame() : frame
+    } catch (e) {
+      this.fail(asStrataError(e, 'INVALID_ARGUMENT'))
+      return
+    }
+    this.send(buf).catch((e: unknown) => this.fail(asStrataError(e, 'SANDBOX_AGENT_UNREACHABLE')))
+  }
+
   done(): void {
     this.#end(null)
   }
@@ -406,7 +434,7 @@ class ExecCall {
 
   kill(sig: number, group: boolean): void {
     if (this.#ended) return
-    void this.call.send(encodeFrame(F.SIGNAL, [[K.SIGNO, sig], [K.FLAGS, group ? FLAG.SIGNAL_GROUP : 0]]))
+    this.call.post(() => encodeFrame(F.SIGNAL, [[K.SIGNO, sig], [K.FLAGS, group ? FLAG.SIGNAL_GROUP : 0]]))
   }
 }
 
@@ -481,7 +509,7 @@ export class AgentClient {
         resolve({ version: f.num(K.VERSION) ?? 0, pid: f.num(K.PID) ?? 0, shuttingDown: f.num(K.FLAGS) === 1 })
         call.done()
       }, (err) => { clearTimeout(timer); if (err) reject(err) })
-      void call.send(encodeFrame(F.PING))
+      call.post(() => encodeFrame(F.PING))
     })
   }
 
@@ -499,7 +527,7 @@ export class AgentClient {
         if (fr.type === R.ERROR) { call.fail(agentError(new Fields(fr.payload), 'SANDBOX_GONE')); return }
         throw protocolError(`unexpected frame 0x${fr.type.toString(16)}`)
       }, (err) => { if (err) reject(err) })
-      void call.send(encodeFrame(F.SHUTDOWN, [[K.GRACE_MS, Math.max(0, Math.floor(graceMs))]]))
+      call.post(() => encodeFrame(F.SHUTDOWN, [[K.GRACE_MS, Math.max(0, Math.floor(graceMs))]]))
     })
   }
 
@@ -509,7 +537,8 @@ export class AgentClient {
    */
   async exec(cmd: string | readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
     const cap = checkCap(opts.maxOutputBytes, DEFAULT_EXEC_CAP)
-    const fields = execFields(cmd, opts, cap, opts.stdin !== undefined)
+    // encoded before connecting: a request the protocol cannot carry fails here, with no connection open
+    const request = encodeFrame(F.EXEC, execFields(cmd, opts, cap, opts.stdin !== undefined))
     const call = await this.#open(opts.signal)
     const out: Buffer[] = []
     const err: Buffer[] = []
@@ -527,7 +556,7 @@ export class AgentClient {
         onError: reject,
       })
     })
-    await call.send(encodeFrame(F.EXEC, fields))
+    call.post(request)
     if (opts.stdin !== undefined) {
       const stdin = opts.stdin
       void (async () => {
@@ -545,7 +574,8 @@ export class AgentClient {
   /** Starts a command and streams its output; see AgentProcess. */
   spawn(cmd: string | readonly string[], opts: SpawnOptions = {}): AgentProcess {
     const cap = opts.maxOutputBytes === undefined ? 0 : checkCap(opts.maxOutputBytes, 0)
-    const fields = execFields(cmd, opts, cap, true)
+    // encoded here, so a request the protocol cannot carry throws to the caller rather than in the background
+    const request = encodeFrame(F.EXEC, execFields(cmd, opts, cap, true))
     let ec: ExecCall | undefined
     let call: Call | undefined
     const pending: Array<() => void> = [] // kill()/stdin before the connection is up
@@ -595,9 +625,14 @@ export class AgentClient {
         onExit: (info) => { pidResolve(info.pid); finishStreams(); waitResolve(info) },
         onError: (e) => { pidReject(e); finishStreams(); waitReject(e) },
       })
-      await call.send(encodeFrame(F.EXEC, fields))
+      call.post(request)
       for (const p of pending.splice(0)) p()
-    })()
+    })().catch((e: unknown) => {
+      // nothing above should throw; if something does, it ends this process, not the daemon
+      const err = asStrataError(e, 'INTERNAL')
+      if (call) call.fail(err)
+      else { pidReject(err); waitReject(err); finishStreams() }
+    })
 
     return {
       pid,
@@ -616,6 +651,7 @@ export class AgentClient {
 
   /** One request whose reply is a stream of frames ending in DONE (or ERROR). */
   async #simple(type: number, fields: Field[], opts: { signal?: AbortSignal; onFrame?: (fr: Frame) => void; body?: AsyncIterable<Uint8Array> } = {}): Promise<Fields> {
+    const request = encodeFrame(type, fields)
     const call = await this.#open(opts.signal)
     const done = new Promise<Fields>((resolve, reject) => {
       call.handle((fr) => {
@@ -626,7 +662,7 @@ export class AgentClient {
       }, (err) => { if (err) reject(err) })
     })
     done.catch(() => {})
-    await call.send(encodeFrame(type, fields))
+    await call.send(request)
     if (opts.body) {
       try {
         for await (const c of opts.body) {
@@ -643,6 +679,8 @@ export class AgentClient {
 
   /** Opens a request whose reply is R_DATA frames, as a Readable with backpressure. */
   #dataStream(type: number, fields: Field[], signal?: AbortSignal, maxBytes?: number): Readable {
+    // encoded now: a request the protocol refuses throws to the caller instead of rejecting in the background
+    const request = encodeFrame(type, fields)
     let call: Call | undefined
     let total = 0
     const r = new Readable({
@@ -670,8 +708,13 @@ export class AgentClient {
         if (fr.type === R.ERROR) { call!.fail(agentError(new Fields(fr.payload), 'SANDBOX_FS_ERROR')); return }
         throw protocolError(`unexpected frame 0x${fr.type.toString(16)}`)
       }, (err) => { if (err) r.destroy(err) })
-      await call.send(encodeFrame(type, fields))
-    })()
+      call.post(request)
+    })().catch((e: unknown) => {
+      // whatever goes wrong here fails this stream, never the process
+      const err = asStrataError(e, 'INTERNAL')
+      if (call) call.fail(err)
+      else r.destroy(err)
+    })
     return r
   }
 

@@ -105,3 +105,27 @@ async function childAgent(t: import('ava').ExecutionContext, args: string[] = []
   t.regex(notSock.stderr.toString(), /not a listening socket/)
   t.is(spawnSync(agentBinaryPath(), ['--bogus'], { stdio: ['ignore', 'pipe', 'pipe'] }).status, 2)
 })
+
+;(root ? test : test.skip)('a request the protocol cannot carry (a NUL in user) fails that call or stream, never the process', async (t) => {
+  const { client } = await childAgent(t)
+  const user = 'a\0b'
+  const streamError = (s: () => NodeJS.ReadableStream): Promise<unknown> => new Promise((resolve) => {
+    try {
+      const r = s()
+      r.on('error', resolve)
+      r.on('end', () => resolve(null))
+      r.resume()
+    } catch (e) {
+      resolve(e)
+    }
+  })
+  t.like(await streamError(() => client.files.readStream('/etc/passwd', { user })), { code: 'INVALID_ARGUMENT' })
+  t.like(await streamError(() => client.files.downloadTar('/etc', { user })), { code: 'INVALID_ARGUMENT' })
+  await t.throwsAsync(client.files.read('/etc/passwd', { user }), { code: 'INVALID_ARGUMENT' })
+  await t.throwsAsync(client.files.list('/', { user }), { code: 'INVALID_ARGUMENT' })
+  await t.throwsAsync(client.exec(['true'], { user }), { code: 'INVALID_ARGUMENT' })
+  t.throws(() => client.spawn(['true'], { user }), { code: 'INVALID_ARGUMENT' })
+  t.throws(() => client.spawn(['a\0b']), { code: 'INVALID_ARGUMENT' })
+  // the client (and this process) still work; AVA fails the test on an unhandled rejection
+  t.is((await client.exec(['echo', 'ok'])).stdout.toString(), 'ok\n')
+})
