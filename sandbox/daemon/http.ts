@@ -11,7 +11,7 @@ import type { Logger } from '../../fs/common/log.js'
 import type { AgentProcess, ExitInfo, FileEntry } from '../backends/agent/index.js'
 import type { SandboxService } from './service.js'
 import type { ExecRequest, OutputEvent } from './types.js'
-import { parseListFilter, validateExec } from './validate.js'
+import { parseListFilter, validateExec, validatePath, validateUser } from './validate.js'
 
 export const API_VERSION = 'v1'
 /** JSON request bodies above this are refused (files and archives stream and have no limit). */
@@ -42,10 +42,30 @@ interface Ctx {
   res: http.ServerResponse
   url: URL
   params: string[]
+  /** the query parameters (the last value of each), already checked against the route's known ones */
+  q: Record<string, string | undefined>
   signal: AbortSignal
 }
 
 type Handler = (c: Ctx) => Promise<void>
+
+interface RouteOptions {
+  /** false: no token needed (health) */
+  auth?: boolean
+  /**
+   * The query parameters the route knows. Any other is refused before the
+   * handler runs, so a misspelt one (`reclaim?x=1`) never does anything.
+   */
+  query?: readonly string[]
+}
+
+interface Route {
+  method: string
+  re: RegExp
+  h: Handler
+  auth: boolean
+  query: readonly string[]
+}
 
 /** One running command started with POST …/processes, until its exit is streamed. */
 interface ProcessEntry {
@@ -76,7 +96,7 @@ export class SandboxHttpServer {
   readonly #log: Logger
   readonly #version: string
   readonly #server: http.Server
-  readonly #routes: Array<{ method: string; re: RegExp; h: Handler; auth: boolean }> = []
+  readonly #routes: Route[] = []
   readonly #procs = new Map<string, ProcessEntry>()
   readonly #listen: string
   #closed: Promise<void> | null = null
@@ -133,9 +153,9 @@ export class SandboxHttpServer {
 
   // ---------------------------------------------------------------- plumbing
 
-  #route(method: string, pattern: string, h: Handler, auth = true): void {
+  #route(method: string, pattern: string, h: Handler, o: RouteOptions = {}): void {
     const re = new RegExp('^' + pattern.replace(/:([a-z]+)/g, '([^/]+)') + '$')
-    this.#routes.push({ method, re, h, auth })
+    this.#routes.push({ method, re, h, auth: o.auth ?? true, query: o.query ?? [] })
   }
 
   async #dispatch(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -164,7 +184,8 @@ export class SandboxHttpServer {
         } catch {
           throw new StrataError('INVALID_ARGUMENT', `malformed percent-encoding in ${url.pathname}`)
         }
-        await r.h({ req, res, url, params, signal: ac.signal })
+        const q = checkQuery(url, r.query)
+        await r.h({ req, res, url, params, q, signal: ac.signal })
         return
       }
       allowed = [...new Set(allowed)]
@@ -207,9 +228,12 @@ export class SandboxHttpServer {
 
   #defineRoutes(): void {
     const svc = this.#svc
-    this.#route('GET', '/v1/health', async ({ res }) => json(res, 200, { ok: true, version: this.#version }), false)
+    this.#route('GET', '/v1/health', async ({ res }) => json(res, 200, { ok: true, version: this.#version }), { auth: false })
     this.#route('GET', '/v1/node', async ({ res }) => json(res, 200, svc.nodeInfo(this.#version)))
-    this.#route('POST', '/v1/node/reclaim', async ({ res }) => json(res, 200, { removed: await svc.reclaimAll() }))
+    this.#route('POST', '/v1/node/reclaim', async ({ req, res }) => {
+      await noFields(req, 'reclaim')
+      json(res, 200, { removed: await svc.reclaimAll() })
+    })
 
     this.#route('POST', '/v1/sandboxes', async ({ req, res }) => {
       const r = await svc.create(await readJson(req))
@@ -222,19 +246,21 @@ export class SandboxHttpServer {
       if (Object.keys(rest).length) throw new StrataError('INVALID_ARGUMENT', `batch: unknown field ${JSON.stringify(Object.keys(rest)[0])} (known: spec, count)`)
       json(res, 200, await svc.createMany(spec, count as number))
     })
-    this.#route('GET', '/v1/sandboxes', async ({ res, url }) => json(res, 200, { sandboxes: svc.list(parseListFilter(url.searchParams)) }))
+    this.#route('GET', '/v1/sandboxes', async ({ res, url }) => json(res, 200, { sandboxes: svc.list(parseListFilter(url.searchParams)) }), { query: ['label', 'state'] })
     this.#route('GET', '/v1/sandboxes/:id', async ({ res, params }) => json(res, 200, await svc.inspect(params[0]!)))
-    this.#route('DELETE', '/v1/sandboxes/:id', async ({ res, url, params }) => {
-      const q = query(url, ['wait'])
+    this.#route('DELETE', '/v1/sandboxes/:id', async ({ res, q, params }) => {
       const wait = q.wait === undefined || flag(q.wait)
       await svc.delete(params[0]!, { wait })
       res.writeHead(wait ? 204 : 202).end()
-    })
+    }, { query: ['wait'] })
     this.#route('POST', '/v1/sandboxes/:id/kill', async ({ req, res, params }) => {
-      await readJson(req, true)
+      await noFields(req, 'kill')
       json(res, 200, await svc.kill(params[0]!))
     })
-    this.#route('POST', '/v1/sandboxes/:id/keepalive', async ({ res, params }) => json(res, 200, svc.touch(params[0]!)))
+    this.#route('POST', '/v1/sandboxes/:id/keepalive', async ({ req, res, params }) => {
+      await noFields(req, 'keepalive')
+      json(res, 200, svc.touch(params[0]!))
+    })
 
     // exec: run to completion, output streamed as NDJSON
     this.#route('POST', '/v1/sandboxes/:id/exec', async ({ req, res, params, signal }) => {
@@ -291,9 +317,9 @@ export class SandboxHttpServer {
         e.reader = false
       }
     })
-    this.#route('PUT', '/v1/sandboxes/:id/processes/:pid/stdin', async ({ req, res, url, params }) => {
+    this.#route('PUT', '/v1/sandboxes/:id/processes/:pid/stdin', async ({ req, res, q, params }) => {
       const e = this.#procs.get(this.#procKey(params))!
-      const eof = url.searchParams.get('eof')
+      const eof = flag(q.eof)
       const prev = e.stdinBusy
       let done!: () => void
       e.stdinBusy = new Promise<void>((r) => (done = r))
@@ -315,92 +341,97 @@ export class SandboxHttpServer {
             if (stdin.destroyed) throw new StrataError('CLOSED', `process ${e.pid}'s stdin closed while writing`)
           }
         }
-        if (eof === '1' || eof === 'true') e.proc.stdin.end()
+        if (eof) e.proc.stdin.end()
         json(res, 200, { bytes })
       } finally {
         done()
       }
-    })
+    }, { query: ['eof'] })
     this.#route('POST', '/v1/sandboxes/:id/processes/:pid/signal', async ({ req, res, params }) => {
       const e = this.#procs.get(this.#procKey(params))!
-      const body = (await readJson(req, true)) as { signal?: unknown; group?: unknown } | undefined
-      const sig = body?.signal ?? 'SIGTERM'
-      if (typeof sig !== 'string' && typeof sig !== 'number') throw new StrataError('INVALID_ARGUMENT', 'signal must be a name like SIGTERM or a number')
+      const { signal: sig, group } = signalBody(await readJson(req, true))
       try {
-        e.proc.kill(sig as NodeJS.Signals | number, { group: body?.group !== false })
+        e.proc.kill(sig as NodeJS.Signals | number, { group })
       } catch (err) {
         throw new StrataError('INVALID_ARGUMENT', `signal ${String(sig)}: ${(err as StrataError).reason ?? (err as Error).message}`, { cause: err })
       }
       json(res, 200, { ok: true })
     })
 
-    // files
-    this.#route('GET', '/v1/sandboxes/:id/files', async ({ res, url, params, signal }) => {
-      const q = query(url, ['path', 'offset', 'length', 'user'])
+    // files: `path` is required and absolute (filePath), `user` checked like exec's (userOf)
+    this.#route('GET', '/v1/sandboxes/:id/files', async ({ res, q, params, signal }) => {
+      const p = filePath(q)
+      const user = userOf(q)
+      const range = { ...intParam(q, 'offset'), ...intParam(q, 'length') }
       await svc.use(params[0]!, async (h, info) => {
-        const s = h.agent.files.readStream(q.path!, { ...userOf(q, info), ...intParam(q, 'offset'), ...intParam(q, 'length'), signal })
+        const s = h.agent.files.readStream(p, { user: user ?? info.user, ...range, signal })
         const first = await firstChunk(s)
         res.writeHead(200, { 'content-type': 'application/octet-stream' })
         if (first) res.write(first)
         await pipeline(s, res)
       })
-    })
-    this.#route('PUT', '/v1/sandboxes/:id/files', async ({ req, res, url, params, signal }) => {
-      const q = query(url, ['path', 'mode', 'mkdirs', 'append', 'exclusive', 'user'])
+    }, { query: ['path', 'offset', 'length', 'user'] })
+    this.#route('PUT', '/v1/sandboxes/:id/files', async ({ req, res, q, params, signal }) => {
+      const p = filePath(q)
+      const user = userOf(q)
+      const mode = q.mode !== undefined ? { mode: parseMode(q.mode) } : {}
       await svc.use(params[0]!, async (h, info) => {
-        const r = await h.agent.files.write(q.path!, req, {
-          ...userOf(q, info),
-          ...(q.mode !== undefined ? { mode: parseMode(q.mode) } : {}),
+        const r = await h.agent.files.write(p, req, {
+          user: user ?? info.user, ...mode,
           mkdirs: flag(q.mkdirs), append: flag(q.append), exclusive: flag(q.exclusive), signal,
         })
         json(res, 200, r)
       })
-    })
-    this.#route('GET', '/v1/sandboxes/:id/files/list', async ({ res, url, params, signal }) => {
-      const q = query(url, ['path', 'user'])
-      await svc.use(params[0]!, async (h, info) => json(res, 200, { entries: (await h.agent.files.list(q.path!, { ...userOf(q, info), signal })).map(entryJson) }))
-    })
-    this.#route('GET', '/v1/sandboxes/:id/files/stat', async ({ res, url, params, signal }) => {
-      const q = query(url, ['path', 'user', 'follow'])
-      await svc.use(params[0]!, async (h, info) => json(res, 200, entryJson(await h.agent.files.stat(q.path!, { ...userOf(q, info), ...(q.follow !== undefined ? { followSymlinks: flag(q.follow) } : {}), signal }))))
-    })
+    }, { query: ['path', 'mode', 'mkdirs', 'append', 'exclusive', 'user'] })
+    this.#route('GET', '/v1/sandboxes/:id/files/list', async ({ res, q, params, signal }) => {
+      const p = filePath(q)
+      const user = userOf(q)
+      await svc.use(params[0]!, async (h, info) => json(res, 200, { entries: (await h.agent.files.list(p, { user: user ?? info.user, signal })).map(entryJson) }))
+    }, { query: ['path', 'user'] })
+    this.#route('GET', '/v1/sandboxes/:id/files/stat', async ({ res, q, params, signal }) => {
+      const p = filePath(q)
+      const user = userOf(q)
+      const follow = q.follow !== undefined ? { followSymlinks: flag(q.follow) } : {}
+      await svc.use(params[0]!, async (h, info) => json(res, 200, entryJson(await h.agent.files.stat(p, { user: user ?? info.user, ...follow, signal }))))
+    }, { query: ['path', 'user', 'follow'] })
     this.#route('POST', '/v1/sandboxes/:id/files/mkdir', async ({ req, res, params, signal }) => {
-      const b = fileBody(await readJson(req), ['path', 'parents', 'mode', 'user'])
+      const b = fileBody(await readJson(req), ['path', 'parents', 'mode', 'user'], ['path'])
       await svc.use(params[0]!, async (h, info) => {
         await h.agent.files.mkdir(b.path as string, { user: (b.user as string) ?? info.user, ...(b.parents !== undefined ? { parents: b.parents === true } : {}), ...(b.mode !== undefined ? { mode: b.mode as number } : {}), signal })
         json(res, 200, { ok: true })
       })
     })
     this.#route('POST', '/v1/sandboxes/:id/files/remove', async ({ req, res, params, signal }) => {
-      const b = fileBody(await readJson(req), ['path', 'recursive', 'force', 'user'])
+      const b = fileBody(await readJson(req), ['path', 'recursive', 'force', 'user'], ['path'])
       await svc.use(params[0]!, async (h, info) => {
         await h.agent.files.remove(b.path as string, { user: (b.user as string) ?? info.user, recursive: b.recursive === true, force: b.force === true, signal })
         json(res, 200, { ok: true })
       })
     })
     this.#route('POST', '/v1/sandboxes/:id/files/rename', async ({ req, res, params, signal }) => {
-      const b = fileBody(await readJson(req), ['from', 'to', 'noReplace', 'user'], 'from')
-      if (typeof b.to !== 'string') throw new StrataError('INVALID_ARGUMENT', 'to must be a path')
+      const b = fileBody(await readJson(req), ['from', 'to', 'noReplace', 'user'], ['from', 'to'])
       await svc.use(params[0]!, async (h, info) => {
         await h.agent.files.rename(b.from as string, b.to as string, { user: (b.user as string) ?? info.user, noReplace: b.noReplace === true, signal })
         json(res, 200, { ok: true })
       })
     })
-    this.#route('GET', '/v1/sandboxes/:id/archive', async ({ res, url, params, signal }) => {
-      const q = query(url, ['path', 'user'])
+    this.#route('GET', '/v1/sandboxes/:id/archive', async ({ res, q, params, signal }) => {
+      const p = filePath(q)
+      const user = userOf(q)
       await svc.use(params[0]!, async (h, info) => {
-        const s = h.agent.files.downloadTar(q.path!, { ...userOf(q, info), signal })
+        const s = h.agent.files.downloadTar(p, { user: user ?? info.user, signal })
         // the first bytes (or the error) decide the status: a missing path is a 404, not a truncated 200
         const first = await firstChunk(s)
         res.writeHead(200, { 'content-type': 'application/x-tar' })
         if (first) res.write(first)
         await pipeline(s, res)
       })
-    })
-    this.#route('PUT', '/v1/sandboxes/:id/archive', async ({ req, res, url, params, signal }) => {
-      const q = query(url, ['path', 'user', 'owner'])
-      await svc.use(params[0]!, async (h, info) => json(res, 200, await h.agent.files.uploadTar(q.path!, req, { ...userOf(q, info), preserveOwner: flag(q.owner), signal })))
-    })
+    }, { query: ['path', 'user'] })
+    this.#route('PUT', '/v1/sandboxes/:id/archive', async ({ req, res, q, params, signal }) => {
+      const p = filePath(q)
+      const user = userOf(q)
+      await svc.use(params[0]!, async (h, info) => json(res, 200, await h.agent.files.uploadTar(p, req, { user: user ?? info.user, preserveOwner: flag(q.owner), signal })))
+    }, { query: ['path', 'user', 'owner'] })
   }
 
   /** The process entry, after checking its sandbox still runs (its entries go when it does not). */
@@ -464,14 +495,54 @@ async function readJson(req: http.IncomingMessage, optional = false): Promise<un
   }
 }
 
-function query(url: URL, allowed: string[]): Record<string, string | undefined> {
+/**
+ * The query parameters a route knows, the last value of each. Any other is
+ * refused (listing the known ones) before the route does anything.
+ */
+function checkQuery(url: URL, known: readonly string[]): Record<string, string | undefined> {
   const q: Record<string, string | undefined> = {}
   for (const [k, v] of url.searchParams) {
-    if (!allowed.includes(k)) throw new StrataError('INVALID_ARGUMENT', `unknown query parameter ${JSON.stringify(k)} (known: ${allowed.join(', ')})`)
+    if (!known.includes(k)) {
+      throw new StrataError('INVALID_ARGUMENT', `unknown query parameter ${JSON.stringify(k)} (${known.length ? `known: ${known.join(', ')}` : `${url.pathname} takes none`})`)
+    }
     q[k] = v
   }
-  if (allowed.includes('path') && !q.path) throw new StrataError('INVALID_ARGUMENT', 'the path query parameter is required')
   return q
+}
+
+/** The file routes' `path`: required, absolute (paths are never resolved against the agent's cwd). */
+function filePath(q: Record<string, string | undefined>): string {
+  if (!q.path) throw new StrataError('INVALID_ARGUMENT', 'the path query parameter is required')
+  return validatePath(q.path, 'path')
+}
+
+/** `user` as exec takes it: refused here rather than by the agent protocol (a NUL cannot be encoded). */
+function userOf(q: Record<string, string | undefined>): string | undefined {
+  return q.user === undefined ? undefined : validateUser(q.user, 'user')
+}
+
+/**
+ * Routes that take no body (kill, keepalive, reclaim): none, or `{}`. Anything
+ * else is refused, so a body meant for another route does not pass unnoticed.
+ */
+async function noFields(req: http.IncomingMessage, what: string): Promise<void> {
+  const b = await readJson(req, true)
+  if (b === undefined) return
+  if (!b || typeof b !== 'object' || Array.isArray(b)) throw new StrataError('INVALID_ARGUMENT', `${what} takes no body (or {})`)
+  const keys = Object.keys(b)
+  if (keys.length) throw new StrataError('INVALID_ARGUMENT', `${what}: unknown field ${JSON.stringify(keys[0])} (it takes none)`)
+}
+
+/** The signal route's optional `{signal?, group?}`. */
+function signalBody(body: unknown): { signal: string | number; group: boolean } {
+  if (body === undefined) return { signal: 'SIGTERM', group: true }
+  if (!body || typeof body !== 'object' || Array.isArray(body)) throw new StrataError('INVALID_ARGUMENT', 'the body must be {signal?, group?}')
+  const b = body as Record<string, unknown>
+  for (const k of Object.keys(b)) if (k !== 'signal' && k !== 'group') throw new StrataError('INVALID_ARGUMENT', `signal: unknown field ${JSON.stringify(k)} (known: signal, group)`)
+  const sig = b.signal ?? 'SIGTERM'
+  if (typeof sig !== 'string' && typeof sig !== 'number') throw new StrataError('INVALID_ARGUMENT', 'signal must be a name like SIGTERM or a number')
+  if (b.group !== undefined && typeof b.group !== 'boolean') throw new StrataError('INVALID_ARGUMENT', 'group must be true or false')
+  return { signal: sig, group: b.group !== false }
 }
 
 function flag(v: string | undefined): boolean {
@@ -491,16 +562,12 @@ function parseMode(v: string): number {
   return parseInt(v, 8)
 }
 
-function userOf(q: Record<string, string | undefined>, info: { user: string }): { user: string } {
-  return { user: q.user ?? info.user }
-}
-
-function fileBody(body: unknown, allowed: string[], pathKey = 'path'): Record<string, unknown> {
+function fileBody(body: unknown, allowed: string[], paths: string[]): Record<string, unknown> {
   if (!body || typeof body !== 'object' || Array.isArray(body)) throw new StrataError('INVALID_ARGUMENT', 'the body must be a JSON object')
   const b = body as Record<string, unknown>
   for (const k of Object.keys(b)) if (!allowed.includes(k)) throw new StrataError('INVALID_ARGUMENT', `unknown field ${JSON.stringify(k)} (known: ${allowed.join(', ')})`)
-  if (typeof b[pathKey] !== 'string') throw new StrataError('INVALID_ARGUMENT', `${pathKey} must be a path`)
-  if (b.user !== undefined && typeof b.user !== 'string') throw new StrataError('INVALID_ARGUMENT', 'user must be a string')
+  for (const k of paths) validatePath(b[k], k)
+  if (b.user !== undefined) validateUser(b.user, 'user')
   for (const k of ['parents', 'recursive', 'force', 'noReplace']) {
     if (b[k] !== undefined && typeof b[k] !== 'boolean') throw new StrataError('INVALID_ARGUMENT', `${k} must be true or false`)
   }

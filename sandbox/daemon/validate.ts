@@ -28,6 +28,16 @@ function absPath(v: unknown, what: string): string {
   return s
 }
 
+/** An absolute path in the sandbox (file routes), as create's workdir and exec's cwd are checked. */
+export function validatePath(v: unknown, what: string): string {
+  return absPath(v, what)
+}
+
+/** A user as create and exec take it: a name or uid, 1–64 characters, no NUL. */
+export function validateUser(v: unknown, what: string): string {
+  return str(v, what, 64)
+}
+
 function stringMap(v: unknown, what: string, keyRe: RegExp, maxEntries: number, maxValue: number): Record<string, string> {
   if (!isObject(v)) return bad(`${what} must be an object of strings`)
   const out: Record<string, string> = {}

@@ -1,0 +1,182 @@
+// The HTTP API's input checks, through raw requests to a real daemon: every
+// route refuses unknown query parameters before doing anything (reclaim
+// included), bodies carry only known fields, `user` and `path` are checked at
+// the boundary (a NUL in `user` once took the whole daemon down), and file
+// paths must be absolute.
+import test from 'ava'
+import { startDaemon, useDaemonCluster, type Daemon } from './helpers.js'
+
+const env = useDaemonCluster(test)
+
+interface Reply {
+  status: number
+  code?: string
+  message?: string
+  text: string
+}
+
+async function api(d: Daemon, method: string, p: string, body?: unknown): Promise<Reply> {
+  const raw = typeof body === 'string' || body instanceof Uint8Array
+  const r = await fetch(`http://${d.address}${p}`, {
+    method,
+    headers: { authorization: `Bearer ${d.token}` },
+    ...(body !== undefined ? { body: raw ? (body as string) : JSON.stringify(body) } : {}),
+  })
+  const text = await r.text()
+  let j: { code?: string; message?: string } = {}
+  try {
+    j = JSON.parse(text) as typeof j
+  } catch { /* a stream or no body */ }
+  return { status: r.status, text, ...(j.code ? { code: j.code } : {}), ...(j.message ? { message: j.message } : {}) }
+}
+
+async function exists(d: Daemon, id: string, p: string): Promise<boolean> {
+  const r = await api(d, 'GET', `/v1/sandboxes/${id}/files/stat?path=${encodeURIComponent(p)}`)
+  if (r.status === 404) return false
+  if (r.status !== 200) throw new Error(`stat ${p}: ${r.text}`)
+  return true
+}
+
+async function up(d: Daemon): Promise<void> {
+  // the daemon process lives and answers
+  if (d.child.exitCode !== null || d.child.signalCode !== null) throw new Error(`the daemon died: ${d.log()}`)
+  const r = await fetch(`http://${d.address}/v1/health`)
+  if (r.status !== 200) throw new Error(`health: ${r.status}`)
+}
+
+test.serial('a NUL (or an over-long value) in user is 400 INVALID_ARGUMENT on every route that takes one, and the daemon stays up', async (t) => {
+  const d = await startDaemon(t, env)
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1' })
+  const base = `/v1/sandboxes/${sb.id}`
+  for (const user of ['a\0b', 'x'.repeat(65), '']) {
+    const u = encodeURIComponent(user)
+    const replies: Array<[string, Reply]> = [
+      ['GET files', await api(d, 'GET', `${base}/files?path=/etc/passwd&user=${u}`)],
+      ['GET archive', await api(d, 'GET', `${base}/archive?path=/etc&user=${u}`)],
+      ['PUT files', await api(d, 'PUT', `${base}/files?path=/tmp/u&user=${u}`, 'x')],
+      ['PUT archive', await api(d, 'PUT', `${base}/archive?path=/tmp/ua&user=${u}`, 'x')],
+      ['list', await api(d, 'GET', `${base}/files/list?path=/&user=${u}`)],
+      ['stat', await api(d, 'GET', `${base}/files/stat?path=/&user=${u}`)],
+      ['mkdir', await api(d, 'POST', `${base}/files/mkdir`, { path: '/tmp/um', user })],
+      ['remove', await api(d, 'POST', `${base}/files/remove`, { path: '/tmp/um', user })],
+      ['rename', await api(d, 'POST', `${base}/files/rename`, { from: '/tmp/um', to: '/tmp/un', user })],
+      ['exec', await api(d, 'POST', `${base}/exec`, { cmd: ['true'], user })],
+      ['processes', await api(d, 'POST', `${base}/processes`, { cmd: ['true'], user })],
+    ]
+    for (const [what, r] of replies) t.like(r, { status: 400, code: 'INVALID_ARGUMENT' }, `${what} with user ${JSON.stringify(user)}`)
+    await up(d)
+  }
+  t.false(await exists(d, sb.id, '/tmp/u'))
+  t.is((await sb.exec(['echo', 'ok'])).stdout, 'ok\n')
+  t.notRegex(d.log(), /unhandled rejection/)
+  await sb.delete()
+})
+
+test.serial('an unknown query parameter is 400 on every route, listing the known ones, and the route does nothing', async (t) => {
+  const d = await startDaemon(t, env)
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1', labels: { t: 'q' } })
+  const id = sb.id
+  const base = `/v1/sandboxes/${id}`
+  await sb.files.write('/tmp/keep', 'keep')
+  const proc = await api(d, 'POST', `${base}/processes`, { cmd: ['cat'] })
+  t.is(proc.status, 201)
+  const pid = (JSON.parse(proc.text) as { pid: number }).pid
+  const before = await sb.refresh()
+  const routes: Array<[method: string, path: string, body?: unknown]> = [
+    ['GET', '/v1/health'],
+    ['GET', '/v1/node'],
+    ['POST', '/v1/node/reclaim'],
+    ['POST', '/v1/sandboxes', { image: 'bb:1' }],
+    ['POST', '/v1/sandboxes/batch', { spec: { image: 'bb:1' }, count: 1 }],
+    ['GET', '/v1/sandboxes'],
+    ['GET', base],
+    ['DELETE', base],
+    ['POST', `${base}/kill`],
+    ['POST', `${base}/keepalive`],
+    ['POST', `${base}/exec`, { cmd: ['touch', '/tmp/exec-ran'] }],
+    ['POST', `${base}/processes`, { cmd: ['touch', '/tmp/proc-ran'] }],
+    ['GET', `${base}/processes/${pid}/output`],
+    ['PUT', `${base}/processes/${pid}/stdin`, 'lost'],
+    ['POST', `${base}/processes/${pid}/signal`, { signal: 'SIGKILL' }],
+    ['GET', `${base}/files?path=/etc/passwd`],
+    ['PUT', `${base}/files?path=/tmp/put-ran`, 'x'],
+    ['GET', `${base}/files/list?path=/`],
+    ['GET', `${base}/files/stat?path=/`],
+    ['POST', `${base}/files/mkdir`, { path: '/tmp/mkdir-ran' }],
+    ['POST', `${base}/files/remove`, { path: '/tmp/keep' }],
+    ['POST', `${base}/files/rename`, { from: '/tmp/keep', to: '/tmp/moved' }],
+    ['GET', `${base}/archive?path=/etc`],
+    ['PUT', `${base}/archive?path=/tmp/archive-ran`, 'x'],
+  ]
+  for (const [method, p, body] of routes) {
+    const r = await api(d, method, `${p}${p.includes('?') ? '&' : '?'}x=1`, body)
+    t.like(r, { status: 400, code: 'INVALID_ARGUMENT' }, `${method} ${p}`)
+    t.regex(r.message ?? '', /unknown query parameter "x" \((known: |.* takes none)/, `${method} ${p}`)
+  }
+  // the known ones are listed
+  t.regex((await api(d, 'GET', `${base}/files/stat?path=/&x=1`)).message!, /known: path, user, follow/)
+  // nothing happened: the sandbox was not reclaimed, killed, deleted or touched, and no sandbox was made
+  const after = await sb.refresh()
+  t.is(after.state, 'running')
+  t.is(after.lastActivityAt, before.lastActivityAt)
+  t.deepEqual((await d.sdk.sandboxes.list()).map((s) => s.id), [id])
+  for (const f of ['/tmp/exec-ran', '/tmp/proc-ran', '/tmp/put-ran', '/tmp/mkdir-ran', '/tmp/moved', '/tmp/archive-ran']) t.false(await exists(d, id, f), f)
+  t.true(await exists(d, id, '/tmp/keep'))
+  // the process was neither signalled nor fed: what it echoes is only what comes now
+  t.like(await api(d, 'PUT', `${base}/processes/${pid}/stdin?eof=1`, 'fed'), { status: 200 })
+  const out = (await api(d, 'GET', `${base}/processes/${pid}/output`)).text.trim().split('\n').map((l) => JSON.parse(l) as { type: string; data?: string; exitCode?: number })
+  t.is(out.filter((e) => e.type === 'stdout').map((e) => Buffer.from(e.data!, 'base64').toString()).join(''), 'fed')
+  t.like(out.at(-1), { type: 'exit', exitCode: 0 })
+  await sb.delete()
+})
+
+test.serial('bodies: signal takes only signal and a boolean group; kill, keepalive and reclaim take none (or {})', async (t) => {
+  const d = await startDaemon(t, env)
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1' })
+  const base = `/v1/sandboxes/${sb.id}`
+  const proc = await api(d, 'POST', `${base}/processes`, { cmd: ['sleep', '60'] })
+  const pid = (JSON.parse(proc.text) as { pid: number }).pid
+  for (const body of [{ signal: 'SIGTERM', bogus: 1 }, { group: 'yes' }, { group: 1 }, [1], 'junk']) {
+    t.like(await api(d, 'POST', `${base}/processes/${pid}/signal`, body), { status: 400, code: 'INVALID_ARGUMENT' }, JSON.stringify(body))
+  }
+  for (const route of ['kill', 'keepalive']) {
+    for (const body of ['junk', { a: 1 }, [], 'null']) {
+      t.like(await api(d, 'POST', `${base}/${route}`, body), { status: 400, code: 'INVALID_ARGUMENT' }, `${route} ${JSON.stringify(body)}`)
+    }
+  }
+  t.like(await api(d, 'POST', '/v1/node/reclaim', { a: 1 }), { status: 400, code: 'INVALID_ARGUMENT' })
+  t.like(await api(d, 'POST', '/v1/node/reclaim', 'junk'), { status: 400, code: 'INVALID_ARGUMENT' })
+  t.is((await sb.refresh()).state, 'running')
+  // the process still runs: a plain signal now ends it
+  t.like(await api(d, 'POST', `${base}/processes/${pid}/signal`, { signal: 'SIGTERM', group: false }), { status: 200 })
+  t.like(await api(d, 'POST', `${base}/keepalive`, {}), { status: 200 })
+  t.like(await api(d, 'POST', `${base}/kill`, {}), { status: 200 })
+  t.is((await sb.refresh()).state, 'stopped')
+  await sb.delete()
+})
+
+test.serial('file routes refuse a relative path with 400 INVALID_ARGUMENT (paths are absolute in the sandbox)', async (t) => {
+  const d = await startDaemon(t, env)
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1', workdir: '/tmp' })
+  const base = `/v1/sandboxes/${sb.id}`
+  await sb.files.write('/tmp/rel', 'x')
+  const replies: Array<[string, Reply]> = [
+    ['PUT files', await api(d, 'PUT', `${base}/files?path=relx`, 'hello')],
+    ['GET files', await api(d, 'GET', `${base}/files?path=rel`)],
+    ['list', await api(d, 'GET', `${base}/files/list?path=.`)],
+    ['stat', await api(d, 'GET', `${base}/files/stat?path=rel`)],
+    ['GET archive', await api(d, 'GET', `${base}/archive?path=tmp`)],
+    ['PUT archive', await api(d, 'PUT', `${base}/archive?path=reld`, 'x')],
+    ['mkdir', await api(d, 'POST', `${base}/files/mkdir`, { path: 'reld' })],
+    ['remove', await api(d, 'POST', `${base}/files/remove`, { path: 'rel' })],
+    ['rename from', await api(d, 'POST', `${base}/files/rename`, { from: 'rel', to: '/tmp/x' })],
+    ['rename to', await api(d, 'POST', `${base}/files/rename`, { from: '/tmp/rel', to: 'x' })],
+  ]
+  for (const [what, r] of replies) {
+    t.like(r, { status: 400, code: 'INVALID_ARGUMENT' }, what)
+    t.regex(r.message ?? '', /must be an absolute path/, what)
+  }
+  for (const f of ['/tmp/relx', '/relx', '/tmp/reld', '/reld', '/tmp/x']) t.false(await exists(d, sb.id, f), f)
+  t.true(await exists(d, sb.id, '/tmp/rel'))
+  await sb.delete()
+})
