@@ -5,6 +5,7 @@ import fs from 'node:fs'
 import { InvalidArgumentError } from 'commander'
 import { StrataError, fromSystemError, isStrataError } from '../../fs/common/errors.js'
 import { formatListing, formatTable, parseSize, parseUint, type ActionResult, type Listing, type ProgressSink } from '../../fs/admin/index.js'
+import { parseImageRef } from '../../sandbox/image/types.js'
 
 /** A mistake in how the command was invoked: printed as `strata: usage: …`, exit code 2. */
 export class UsageError extends Error {
@@ -154,5 +155,12 @@ export function warmPoolArg(v: string, prev: Array<{ image: string; count: numbe
   if (eq <= 0 || !/^\d+$/.test(v.slice(eq + 1)) || count < 1 || count > 1024) {
     throw new InvalidArgumentError(`--warm-pool wants IMAGE=COUNT with COUNT in [1, 1024], not ${JSON.stringify(v)}`)
   }
-  return [...(prev ?? []), { image: v.slice(0, eq), count }]
+  const image = v.slice(0, eq)
+  try {
+    // the image store's own parser: a reference it would refuse is a mistake now, not a refill retried forever
+    parseImageRef(image)
+  } catch (e) {
+    throw new InvalidArgumentError(`--warm-pool ${JSON.stringify(v)}: ${(e as StrataError).reason ?? String(e)}`)
+  }
+  return [...(prev ?? []), { image, count }]
 }

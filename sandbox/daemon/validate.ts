@@ -2,6 +2,7 @@
 // INVALID_ARGUMENT naming the field; unknown fields are refused too, so a
 // misspelt option never silently does nothing.
 import { StrataError } from '../../fs/common/errors.js'
+import { parseImageRef } from '../image/types.js'
 import { checkMountTarget } from '../rootfs/resolve.js'
 import type { CreateSandboxRequest, ExecRequest, ListFilter, SandboxState, WarmPoolSpec } from './types.js'
 
@@ -36,6 +37,21 @@ export function validatePath(v: unknown, what: string): string {
 /** A user as create and exec take it: a name or uid, 1–64 characters, no NUL. */
 export function validateUser(v: unknown, what: string): string {
   return str(v, what, 64)
+}
+
+/**
+ * An image reference, with the image store's parser: IMAGE_INVALID_REFERENCE
+ * naming the field for one the store would refuse (`BAD::x`), so the SDK, the
+ * CLI and the warm pool config refuse it up front.
+ */
+function imageRef(v: unknown, what: string): string {
+  const s = str(v, what, 512)
+  try {
+    parseImageRef(s)
+  } catch (e) {
+    throw new StrataError('IMAGE_INVALID_REFERENCE', `${what}: ${(e as StrataError).reason ?? String(e)}`, { cause: e })
+  }
+  return s
 }
 
 function stringMap(v: unknown, what: string, keyRe: RegExp, maxEntries: number, maxValue: number): Record<string, string> {
@@ -73,12 +89,12 @@ export function validateCreate(body: unknown): CreateSandboxRequest {
     }
     r.backend = 'container'
   }
-  if (body.image !== undefined) r.image = str(body.image, 'image', 512)
-  if (body.base !== undefined) r.base = str(body.base, 'base', 512)
-  if (body.workspace !== undefined) r.workspace = str(body.workspace, 'workspace', 512)
+  if (body.image !== undefined) r.image = imageRef(body.image, 'image')
+  if (body.base !== undefined) r.base = imageRef(body.base, 'base')
+  if (body.workspace !== undefined) r.workspace = imageRef(body.workspace, 'workspace')
   if (body.toolkits !== undefined) {
     if (!Array.isArray(body.toolkits) || body.toolkits.length > MAX_TOOLKITS) bad(`toolkits must be an array of at most ${MAX_TOOLKITS} image references`)
-    r.toolkits = (body.toolkits as unknown[]).map((t, i) => str(t, `toolkits[${i}]`, 512))
+    r.toolkits = (body.toolkits as unknown[]).map((t, i) => imageRef(t, `toolkits[${i}]`))
   }
   if ((r.image === undefined) === (r.base === undefined)) bad('give exactly one of image or base')
   if (r.image !== undefined && (r.workspace !== undefined || r.toolkits !== undefined)) bad('workspace and toolkits go with base, not image')

@@ -164,6 +164,9 @@ test.serial('a pool of a missing image reports why and retries; bad pool configs
     [{ image: 'bb:1' }, /warmPool\[0\]: count must be an integer/],
     [{ image: 'bb:1', count: 0 }, /count must be an integer in \[1, 1024\]/],
     [{ image: '', count: 1 }, /warmPool\[0\]: image must be/],
+    // a reference the image store cannot parse is refused at start, not retried forever
+    [{ image: 'BAD::x', count: 2 }, /warmPool\[0\]: image: invalid image name/],
+    [{ image: 'bb:1@sha256:nothex', count: 1 }, /warmPool\[0\]: image: /],
     [{ image: 'bb:1', count: 1, resources: { memoryMiB: 1 } }, /resources\.memoryMiB/],
     [{ image: 'bb:1', count: 1, network: 'bridge' }, /network must be/],
     [{ image: 'bb:1', count: 1, mounts: [] }, /unknown field \\?"mounts/],
@@ -185,5 +188,12 @@ test.serial('a pool of a missing image reports why and retries; bad pool configs
   // the CLI flag's own check
   const r = spawnSync(process.execPath, [CLI, 'serve', '--warm-pool', 'bb:1'], { encoding: 'utf8' })
   t.is(r.status, 2)
-  t.regex(r.stderr, /--warm-pool wants IMAGE=COUNT/)
+  t.regex(r.stderr, /^strata: usage: --warm-pool wants IMAGE=COUNT/m)
+  // and a bad reference is a usage error up front, for serve and for cluster up alike
+  for (const args of [['serve', '--warm-pool', 'BAD::x=2'], ['cluster', 'up', '--dir', path.join(dir, 'never'), '--warm-pool', 'BAD::x=2']]) {
+    const u = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', timeout: 60_000 })
+    t.is(u.status, 2, `${args.join(' ')}: ${u.stderr}`)
+    t.regex(u.stderr, /--warm-pool "BAD::x=2": invalid image name/)
+  }
+  t.false(fs.existsSync(path.join(dir, 'never')), 'cluster up made nothing')
 })
