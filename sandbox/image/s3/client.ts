@@ -33,9 +33,23 @@ interface RetryToken {
   getRetryDelay(): number
 }
 
+/** Attempts of one S3 request (the SDK's, and push's own resends of a streamed PUT): 4 retries. */
+export const S3_MAX_ATTEMPTS = 5
+
+/**
+ * The wait before retry `n` (1, 2, …): 250 ms doubling to at most 5 s, the
+ * upper half jittered, so that the retries of a request span ~2–4 s and an
+ * object store that restarts meanwhile is found again (the registry client's
+ * backoff).
+ */
+export function s3RetryDelayMs(n: number): number {
+  if (n <= 0) return 0
+  const d = Math.min(250 * 2 ** (n - 1), 5000)
+  return d / 2 + (Math.random() * d) / 2
+}
+
 function retryToken(count: number): RetryToken {
-  // full jitter on 100 ms doubling, at most 20 s: the SDK's standard backoff
-  const delay = count === 0 ? 0 : Math.random() * Math.min(100 * 2 ** count, 20_000)
+  const delay = s3RetryDelayMs(count)
   return { getRetryCount: () => count, getRetryDelay: () => delay }
 }
 
@@ -58,10 +72,23 @@ function retryStrategy(maxAttempts: number) {
   }
 }
 
+/**
+ * Socket errors the SDK's HTTP handler renames `TimeoutError` although nothing
+ * timed out: the server closed or restarted under the request, which is worth
+ * another attempt.
+ */
+const RESET_CODES = new Set(['ECONNRESET', 'EPIPE'])
+
+function isReset(e: unknown): boolean {
+  const code = (e as SdkError | undefined)?.code
+  return typeof code === 'string' && RESET_CODES.has(code)
+}
+
 /** The SDK's timeouts: no connection, or a socket idle for the timeout. */
 export function isTimeout(e: unknown): boolean {
   if (e instanceof StrataError) return (e.detail as { timeout?: unknown } | undefined)?.timeout === true
   const err = e as SdkError | undefined
+  if (isReset(err)) return false
   return err?.name === 'TimeoutError' || err?.code === 'ETIMEDOUT'
 }
 
@@ -82,8 +109,8 @@ export async function createS3Client(init: S3ClientInit = {}): Promise<S3Client>
     ...(init.endpoint ? { endpoint: init.endpoint } : {}),
     ...(init.forcePathStyle !== undefined ? { forcePathStyle: init.forcePathStyle } : {}),
     ...(init.credentials ? { credentials: init.credentials } : {}),
-    maxAttempts: init.maxAttempts ?? 3,
-    retryStrategy: retryStrategy(init.maxAttempts ?? 3),
+    maxAttempts: init.maxAttempts ?? S3_MAX_ATTEMPTS,
+    retryStrategy: retryStrategy(init.maxAttempts ?? S3_MAX_ATTEMPTS),
     // Integrity: PutObject/UploadPart carry a Content-MD5 computed here
     // (natively) or, for one-PUT blobs, their known SHA-256 with the MD5
     // checked against the ETag (push.ts putStreamed), and pulls verify sha256
@@ -194,6 +221,7 @@ export function s3Error(e: unknown, what: string, opts: { missingBucket?: 'IMAGE
     const why = /connection/i.test(msg) ? `no connection${after}` : `no answer or no bytes of the body${after}`
     return new StrataError('IMAGE_REMOTE_ERROR', `${what}: timed out: ${why}`, { cause: e, detail: { timeout: true } })
   }
+  if (isReset(e)) return new StrataError('IMAGE_REMOTE_ERROR', `${what}: the connection was reset (${(e as SdkError).code}): ${msg}`, { cause: e })
   const where = status !== undefined ? `HTTP ${status} ${name}` : name
   return new StrataError('IMAGE_REMOTE_ERROR', `${what}: ${where}: ${msg}`, { cause: e })
 }

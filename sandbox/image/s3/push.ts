@@ -3,6 +3,7 @@
 // then the manifest, then the tag object. A reader that finds the tag finds
 // everything it references.
 import crypto from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
@@ -19,7 +20,7 @@ import {
 import { Transform, pipeline, type Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { formatImageRef, type LayerRef } from '../types.js'
-import { atEndpoint, createS3Client, errorName, isNotFound, isNotImplemented, isTimeout, s3Error, statusOf } from './client.js'
+import { S3_MAX_ATTEMPTS, atEndpoint, createS3Client, errorName, isNotFound, isNotImplemented, isTimeout, s3Error, s3RetryDelayMs, statusOf } from './client.js'
 import {
   DEFAULT_PART_SIZE,
   Limiter,
@@ -57,9 +58,6 @@ interface PushCtx {
    */
   spare: Buffer[]
 }
-
-/** Attempts of one streamed PUT (the SDK cannot retry a request whose body is a stream). */
-const STREAMED_PUT_ATTEMPTS = 3
 
 function partRange(size: number, partSize: number, n: number): { start: number; end: number } {
   const start = (n - 1) * partSize
@@ -261,7 +259,7 @@ async function putStreamed(ctx: PushCtx, key: string, layer: LayerRef, signal: A
 
 /**
  * One PutObject of the blob streamed from the DFS, sent again on a transient
- * failure up to STREAMED_PUT_ATTEMPTS times (the SDK cannot resend a stream);
+ * failure up to S3_MAX_ATTEMPTS times in all, with the SDK's backoff (it cannot resend a stream);
  * `body` makes each attempt's body from a fresh read of the blob.
  */
 async function putBody(
@@ -283,11 +281,12 @@ async function putBody(
         ),
       )
     } catch (e) {
-      if (signal.aborted || attempt >= STREAMED_PUT_ATTEMPTS || !isTransient(e)) throw s3Error(e, `PUT ${formatS3(ctx.bucket, key)}`)
+      if (signal.aborted || attempt >= S3_MAX_ATTEMPTS || !isTransient(e)) throw s3Error(e, `PUT ${formatS3(ctx.bucket, key)}`)
     } finally {
       src.destroy()
       b.destroy()
     }
+    await sleep(s3RetryDelayMs(attempt), undefined, { signal }).catch(() => undefined)
   }
 }
 

@@ -11,6 +11,7 @@ import type { ExecutionContext } from 'ava'
 import { StrataError } from '../../../../fs/common/errors.js'
 import { encodeManifest } from '../../../../sandbox/image/types.js'
 import { createS3Client, pullS3, pushS3, type S3TransferOptions } from '../../../../sandbox/image/s3/index.js'
+import { isTimeout, s3Error } from '../../../../sandbox/image/s3/client.js'
 import { blobKey, manifestKey, tagKey } from '../../../../sandbox/image/s3/url.js'
 import { startImageCluster, localTmp, type ImageCluster } from '../../../helpers/image-cluster.js'
 import { blobBytes, publishFixture, type Fixture } from './fixture.js'
@@ -222,6 +223,34 @@ test.serial('the server dies mid-push: IMAGE_REMOTE_ERROR with the cause, no tag
   const r = await pushS3(f.store, 'dies:v1', `s3://${s3.bucket}/d`, o)
   t.is(r.digest, f.digest)
   t.true(objectExists(s3, tagKey('d', 'dies', 'v1')))
+})
+
+test.serial('the server restarts mid-push (connections reset under parts in flight): the push retries and completes', async (t) => {
+  // throttled, so that parts are still on the wire when the server goes away
+  const s3 = await startS3(t, { rateBytesPerSec: 8 * MiB })
+  const f = await fixture(t, 'restarts', 'v1', 16 * MiB)
+  let restarting: Promise<void> | undefined
+  const r = await pushS3(f.store, 'restarts:v1', `s3://${s3.bucket}/r`, {
+    ...s3opts(s3),
+    onUpload: (e) => {
+      if (e.partNumber === 1) restarting ??= s3.stop().then(() => s3.start())
+    },
+  })
+  await restarting
+  t.truthy(restarting, 'the server was restarted during the push')
+  t.is(r.digest, f.digest)
+  t.true(objectExists(s3, tagKey('r', 'restarts', 'v1')))
+  t.true(fs.readFileSync(s3.objectPath(blobKey('r', f.big.digest))).equals(f.big.bytes))
+})
+
+test('a reset connection (which the SDK names TimeoutError) is retried and reported as a reset, a real timeout is not', (t) => {
+  const reset = Object.assign(new Error('read ECONNRESET'), { name: 'TimeoutError', code: 'ECONNRESET' })
+  t.false(isTimeout(reset))
+  t.regex(s3Error(reset, 'upload part 2').message, /^IMAGE_REMOTE_ERROR: upload part 2: the connection was reset \(ECONNRESET\)/)
+  const idle = Object.assign(new Error('the request socket timed out after 60000 ms of inactivity'), { name: 'TimeoutError' })
+  t.true(isTimeout(idle))
+  t.regex(s3Error(idle, 'GET x').message, /timed out: no answer or no bytes of the body for 60 s/)
+  t.true(isTimeout(s3Error(idle, 'GET x')))
 })
 
 test.serial('the server dies mid-pull: IMAGE_REMOTE_ERROR, nothing tagged in B; after it is back the pull resumes', async (t) => {
