@@ -5,15 +5,68 @@ import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
-import type { Command } from 'commander'
+import { InvalidArgumentError, type Command } from 'commander'
 import { formatTable, readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
 import { runDaemon } from '../../fs/common/daemon.js'
-import { StrataError, isStrataError } from '../../fs/common/errors.js'
+import { StrataError, fromSystemError, isStrataError } from '../../fs/common/errors.js'
 import { createLogger } from '../../fs/common/log.js'
-import { MAX_EXEC_TIMEOUT_MS, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, type CreateSandboxRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
+import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
 import { extractTarSafely } from '../../sandbox/sdk/extract.js'
 import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
-import { UsageError, choiceArg, intArg, out, printJson, warmPoolArg } from './output.js'
+import { UsageError, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
+
+// The shared parsers throw commander's InvalidArgumentError, which commander
+// prints as `error: option '…' argument '…' is invalid.` and the whole help.
+// Here every bad option is a UsageError instead: `strata: usage: …`, exit 2.
+function usage<A extends unknown[], R>(parse: (...a: A) => R): (...a: A) => R {
+  return (...a: A) => {
+    try {
+      return parse(...a)
+    } catch (e) {
+      if (e instanceof InvalidArgumentError) throw new UsageError(e.message)
+      throw e
+    }
+  }
+}
+const intArg = (what: string, o: { min?: number; max?: number } = {}) => usage(commanderIntArg(what, o))
+const choiceArg = <T extends string>(what: string, choices: readonly T[]) => usage(commanderChoiceArg(what, choices))
+const warmPoolArg = usage(commanderWarmPoolArg)
+
+/** commander's own errors (a missing argument, an unknown option) in the same form, without the help. */
+function usageOutput(c: Command): Command {
+  return c.showHelpAfterError(false).configureOutput({ outputError: (str, write) => write(str.replace(/^error: /, 'strata: usage: ')) })
+}
+
+/** `--listen HOST:PORT`, checked before anything is created (the default state dir is named after the port). */
+function listenArg(v: string): string {
+  try {
+    parseListen(v)
+  } catch (e) {
+    throw new UsageError(`--listen: ${(e as StrataError).reason}`)
+  }
+  return v
+}
+
+/**
+ * A local file operation that failed, in words and with its path
+ * (`cannot read /x: no such file or directory`) rather than Node's
+ * `ENOENT: no such file or directory, stat '/x'`; the code is the
+ * catalogue's for the errno.
+ */
+function localError(e: unknown, what: string): unknown {
+  const sys = fromSystemError(e)
+  if (!sys) return e
+  const words = /^E[A-Z0-9]+: ([^,]+)/.exec((e as Error).message)?.[1] ?? (e as Error).message
+  return new StrataError(sys.code, `${what}: ${words}`, { cause: e })
+}
+
+function local<T>(what: string, fn: () => T): T {
+  try {
+    return fn()
+  } catch (e) {
+    throw localError(e, what)
+  }
+}
 
 interface ClientOpts {
   cluster?: string
@@ -23,7 +76,13 @@ interface ClientOpts {
 
 function client(cmd: Command): Strata {
   const g = cmd.optsWithGlobals() as ClientOpts
-  return new Strata({ ...(g.cluster ? { cluster: g.cluster } : {}), ...(g.endpoint ? { endpoint: g.endpoint } : {}), ...(g.token ? { token: g.token } : {}) })
+  try {
+    return new Strata({ ...(g.cluster ? { cluster: g.cluster } : {}), ...(g.endpoint ? { endpoint: g.endpoint } : {}), ...(g.token ? { token: g.token } : {}) })
+  } catch (e) {
+    // the constructor refuses only malformed options (--endpoint notaurl); a missing cluster or token keeps its code
+    if (isStrataError(e, 'INVALID_ARGUMENT')) throw new UsageError(`--endpoint: ${(e as StrataError).reason}`)
+    throw e
+  }
 }
 
 async function withClient<T>(cmd: Command, fn: (s: Strata) => Promise<T>): Promise<T> {
@@ -98,17 +157,20 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     const sb = await s.sandboxes.get(from.id)
     // a symlink SRC is followed (the link's target is copied), as for an upload
     const st = await sb.files.stat(from.path, { followSymlinks: true })
-    const local = path.resolve(dst)
-    const localIsDir = fs.existsSync(local) && fs.statSync(local).isDirectory()
-    const target = localIsDir ? path.join(local, path.posix.basename(from.path)) : local
+    const localDst = path.resolve(dst)
+    const localIsDir = fs.existsSync(localDst) && local(`cannot read ${localDst}`, () => fs.statSync(localDst)).isDirectory()
+    const target = localIsDir ? path.join(localDst, path.posix.basename(from.path)) : localDst
     if (st.type === 'file') {
       // as large as it is now: a file that keeps growing (a log, /proc/…) cannot make the copy endless
       const tmp = `${target}.strata-cp-${process.pid}`
       try {
         await pipeline(await sb.files.readStream(from.path, { length: st.size }), fs.createWriteStream(tmp, { flags: 'wx', mode: 0o600 }))
+          .catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
         // its permission bits, as docker cp keeps them, without setuid, setgid and sticky
-        fs.chmodSync(tmp, st.mode & 0o777)
-        fs.renameSync(tmp, target)
+        local(`cannot write ${target}`, () => {
+          fs.chmodSync(tmp, st.mode & 0o777)
+          fs.renameSync(tmp, target)
+        })
       } finally {
         fs.rmSync(tmp, { force: true })
       }
@@ -118,28 +180,29 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
       throw new StrataError('INVALID_ARGUMENT', `${src} is ${TYPE_NAMES[st.type] ?? 'a special file'}: only regular files and directories are copied (symlinks to them are followed)`)
     }
     // a directory: its contents land in DST (created), or in DST/<name> when DST exists
-    fs.mkdirSync(target, { recursive: true })
+    local(`cannot create the directory ${target}`, () => fs.mkdirSync(target, { recursive: true }))
     await extractTarSafely(await sb.files.downloadTar(from.path), target, {
       onSkip: (name, why) => process.stderr.write(`strata: skipped ${path.posix.join(from.path, name)}: ${why}\n`),
     })
     return target
   }
+  // the local side first: a missing SRC fails before anything is asked of the daemon
+  const localSrc = path.resolve(src)
+  const lst = local(`cannot read ${localSrc}`, () => fs.statSync(localSrc))
   const sb = await s.sandboxes.get(to!.id)
-  const local = path.resolve(src)
-  const lst = fs.statSync(local)
   let remoteIsDir = false
   try {
     remoteIsDir = (await sb.files.stat(to!.path, { followSymlinks: true })).type === 'dir'
   } catch (e) {
     if (!isStrataError(e, 'NOT_FOUND')) throw e
   }
-  const target = remoteIsDir ? path.posix.join(to!.path, path.basename(local)) : to!.path
+  const target = remoteIsDir ? path.posix.join(to!.path, path.basename(localSrc)) : to!.path
   if (lst.isFile()) {
-    await sb.files.write(target, fs.createReadStream(local), { mode: lst.mode & 0o7777, mkdirs: true })
+    await sb.files.write(target, fs.createReadStream(localSrc), { mode: lst.mode & 0o7777, mkdirs: true })
     return `${sb.id}:${target}`
   }
   if (!lst.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${src} is neither a file nor a directory`)
-  const tar = runTar(['-c', '-f', '-', '-C', local, '.'], 'out')
+  const tar = runTar(['-c', '-f', '-', '-C', localSrc, '.'], 'out')
   const [r] = await Promise.all([sb.files.uploadTar(target, tar.proc.stdout!), tar.done])
   void r
   return `${sb.id}:${target}`
@@ -190,10 +253,39 @@ function execExitCode(exit: ExitEvent): number {
   return exit.timedOut ? 124 : exit.exitCode ?? 128 + (SIGNALS[exit.signal ?? ''] ?? 0)
 }
 
+/**
+ * Runs `fn` for every id, in order, whatever the others did: a failure is
+ * printed (`strata: CODE: message (id)`) and makes the exit code 1, and the
+ * results of the ids that worked are returned for printing.
+ */
+async function eachId<T>(ids: string[], fn: (id: string) => Promise<T>): Promise<T[]> {
+  const done: T[] = []
+  for (const id of ids) {
+    try {
+      done.push(await fn(id))
+    } catch (e) {
+      const { message } = describeFailure(e)
+      process.stderr.write(`${message}${message.includes(id) ? '' : ` (${id})`}\n`)
+      process.exitCode = 1
+    }
+  }
+  return done
+}
+
 /** Usage errors (exit 2) for what the daemon's own checks refuse in a spec, before anything is sent. */
 function checkSpecLocally(spec: CreateSandboxRequest): void {
   try {
     validateCreate(spec)
+  } catch (e) {
+    if (isStrataError(e, ['INVALID_ARGUMENT', 'IMAGE_INVALID_REFERENCE'])) throw new UsageError(optionName((e as StrataError).reason))
+    throw e
+  }
+}
+
+/** The same for exec's options (--cwd rel, --env, --user), with the daemon's exec checks. */
+function checkExecLocally(req: ExecRequest): void {
+  try {
+    validateExec(req, false)
   } catch (e) {
     if (isStrataError(e, 'INVALID_ARGUMENT')) throw new UsageError(optionName((e as StrataError).reason))
     throw e
@@ -204,13 +296,12 @@ function checkSpecLocally(spec: CreateSandboxRequest): void {
 function optionName(msg: string): string {
   return msg
     .replace(/^mounts\[\d+\]\.(source|target)/, (_m, f: string) => `--mount ${f === 'source' ? 'DFS_PATH' : 'TARGET'}`)
-    .replace(/^(hostname|workdir|user|image|base|workspace|idempotencyKey)\b/, (m) => `--${m.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())}`)
+    .replace(/^(hostname|workdir|user|image|base|workspace|idempotencyKey|cwd)\b/, (m) => `--${m.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())}`)
     .replace(/^toolkits\[\d+\]/, '--toolkit').replace(/^env\b/, '--env').replace(/^labels\b/, '--label')
 }
 
 export function registerSandboxCommands(program: Command): void {
-  const g = program
-    .command('sandbox')
+  const g = usageOutput(program.command('sandbox'))
     .description('sandboxes on a node daemon: create, exec, ls, inspect, kill, rm, cp')
     .enablePositionalOptions(false)
     .option('--cluster <dir>', 'cluster directory to find the daemon and token in (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
@@ -306,15 +397,17 @@ A command the OOM killer killed (137) is also reported on stderr:
 "strata: killed: out of memory (limit N MiB)".
 Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .action(async (id: string, argv: string[], o, cmd: Command) => {
+      const command = argv.length === 1 && /\s/.test(argv[0]!) ? argv[0]! : argv
+      const opts = {
+        ...(o.cwd !== undefined ? { cwd: o.cwd as string } : {}), ...(o.env ? { env: o.env as Record<string, string> } : {}), ...(o.user !== undefined ? { user: o.user as string } : {}),
+        ...(o.timeout ? { timeoutMs: (o.timeout as number) * 1000 } : {}),
+      }
+      checkExecLocally({ cmd: command, ...opts })
       await withClient(cmd, async (s) => {
         const sb = await s.sandboxes.get(id)
-        const command = argv.length === 1 && /\s/.test(argv[0]!) ? argv[0]! : argv
         let p
         try {
-          p = await sb.spawn(command, {
-            ...(o.cwd ? { cwd: o.cwd } : {}), ...(o.env ? { env: o.env } : {}), ...(o.user ? { user: o.user } : {}),
-            ...(o.timeout ? { timeoutMs: o.timeout * 1000 } : {}),
-          })
+          p = await sb.spawn(command, opts)
         } catch (e) {
           // as a shell does: 127 for a command that is not there, 126 for one that may not run
           if (isStrataError(e, ['NOT_FOUND', 'SANDBOX_PERMISSION_DENIED'])) {
@@ -373,8 +466,8 @@ Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .option('--json', 'print the stopped sandboxes as JSON')
     .action(async (ids: string[], o, cmd: Command) => {
       await withClient(cmd, async (s) => {
-        const done: SandboxInfo[] = []
-        for (const id of ids) done.push(await (await s.sandboxes.get(id)).kill())
+        // like rm: every id is tried, each failure reported, and what was stopped still printed
+        const done = await eachId(ids, async (id) => (await s.sandboxes.get(id)).kill())
         if (o.json) printJson(done)
         else for (const i of done) out(`${i.id} ${stateText(i)}`)
       })
@@ -386,21 +479,12 @@ Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .option('--json', 'print the removed ids as JSON')
     .action(async (ids: string[], o, cmd: Command) => {
       await withClient(cmd, async (s) => {
-        const removed: string[] = []
-        let first: unknown
-        for (const id of ids) {
-          try {
-            await (await s.sandboxes.get(id)).delete()
-            removed.push(id)
-          } catch (e) {
-            first ??= e
-            const msg = (e as Error).message
-            process.stderr.write(`strata: ${msg}${msg.includes(id) ? '' : ` (${id})`}\n`)
-          }
-        }
+        const removed = await eachId(ids, async (id) => {
+          await (await s.sandboxes.get(id)).delete()
+          return id
+        })
         if (o.json) printJson({ removed })
         else for (const id of removed) out(id)
-        if (first) process.exitCode = 1
       })
     })
 
@@ -429,11 +513,10 @@ Examples:
 }
 
 export function registerServeCommand(program: Command): void {
-  program
-    .command('serve')
+  usageOutput(program.command('serve'))
     .description('run a sandbox node daemon in the foreground (cluster up starts one; see docs/sandbox-api.md)')
     .option('--cluster <dir>', 'cluster whose DFS and FUSE mount (DIR/mnt) it uses (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
-    .option('--listen <host:port>', 'address of the HTTP API', '127.0.0.1:7410')
+    .option('--listen <host:port>', 'address of the HTTP API', listenArg, '127.0.0.1:7410')
     .option('--state-dir <dir>', 'registry, layer mounts and sandboxes (default: DIR/data/serve-<port>)')
     .option('--token-file <file>', 'bearer token file, created (mode 0600) if missing (default: DIR/sandbox.token)')
     .option('--fuse-mnt <dir>', 'the node\'s FUSE mount of the DFS (default: DIR/mnt)')
@@ -460,7 +543,9 @@ other resources or network: the daemon config's warmPool
     .action(async (o) => {
       const dir = resolveClusterDir(o.cluster)
       const c = readClusterFile(dir)
-      const port = o.listen.slice(o.listen.lastIndexOf(':') + 1)
+      const { port } = parseListen(o.listen)
+      // a busy or foreign address fails now, before the state dir is made (and as listen() would say it)
+      await probeListen(o.listen)
       const dataDir = path.join(dir, 'data', `serve-${port}`)
       const log = createLogger('sandbox')
       await runDaemon(log, () => startSandboxDaemon({
@@ -479,7 +564,7 @@ other resources or network: the daemon config's warmPool
           ...(o.reserveDisk !== undefined ? { reserveDiskMiB: o.reserveDisk } : {}),
           ...(o.reservePids !== undefined ? { reservePids: o.reservePids } : {}),
         },
-      }, log), { closeTimeoutMs: 30_000 })
+      }, log), { closeTimeoutMs: 30_000, throwStartError: true })
     })
 }
 

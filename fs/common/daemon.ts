@@ -9,7 +9,17 @@ export interface Closable {
   close(): Promise<void>
 }
 
-export async function runDaemon(log: Logger, start: () => Promise<Closable>, opts: { closeTimeoutMs?: number } = {}): Promise<void> {
+export interface RunDaemonOptions {
+  closeTimeoutMs?: number
+  /**
+   * A start that fails rejects runDaemon instead of being logged (with its
+   * stack) and exiting 1: a command run by hand (`strata serve`) prints it
+   * as `strata: CODE: message` like any other command.
+   */
+  throwStartError?: boolean
+}
+
+export async function runDaemon(log: Logger, start: () => Promise<Closable>, opts: RunDaemonOptions = {}): Promise<void> {
   let daemon: Closable | null = null
   let stopping = false
   const stop = async (why: string) => {
@@ -46,6 +56,7 @@ export async function runDaemon(log: Logger, start: () => Promise<Closable>, opt
   try {
     daemon = await start()
   } catch (e) {
+    if (opts.throwStartError) throw e
     log.error('failed to start', { err: e, stack: (e as Error)?.stack })
     process.exit(1)
   }

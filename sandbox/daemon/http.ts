@@ -4,9 +4,9 @@
 // with an HTTP status derived from the code; clients match on `code`.
 import crypto from 'node:crypto'
 import http from 'node:http'
-import type { AddressInfo } from 'node:net'
+import net, { type AddressInfo } from 'node:net'
 import { pipeline } from 'node:stream/promises'
-import { StrataError, toStrataError, type ErrorCode } from '../../fs/common/errors.js'
+import { StrataError, fromSystemError, toStrataError, type ErrorCode } from '../../fs/common/errors.js'
 import type { Logger } from '../../fs/common/log.js'
 import type { AgentProcess, ExitInfo, FileEntry } from '../backends/agent/index.js'
 import type { SandboxService } from './service.js'
@@ -31,6 +31,40 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   SANDBOX_START_FAILED: 500,
   CAPACITY_UNAVAILABLE: 503, CLOSED: 503, SANDBOX_AGENT_UNREACHABLE: 503,
   TIMEOUT: 504,
+}
+
+/** `host:port` with a port in [0, 65535] (0 picks one); BAD_CONFIG otherwise. */
+export function parseListen(listen: string): { host: string; port: number } {
+  const i = listen.lastIndexOf(':')
+  const ps = listen.slice(i + 1)
+  const port = Number(ps)
+  if (i <= 0 || !/^\d{1,5}$/.test(ps) || port > 65535) throw new StrataError('BAD_CONFIG', `listen address ${JSON.stringify(listen)} is not HOST:PORT with a port in [0, 65535]`)
+  return { host: listen.slice(0, i), port }
+}
+
+/**
+ * A failed listen in the catalogue's words. A busy port is INVALID_ARGUMENT,
+ * as `cluster up --base-port` reports one, since another address is the fix.
+ */
+export function listenFailure(e: unknown, listen: string): StrataError {
+  const code = (e as NodeJS.ErrnoException)?.code
+  if (code === 'EADDRINUSE') return new StrataError('INVALID_ARGUMENT', `cannot listen on ${listen}: the address is already in use`, { cause: e })
+  if (code === 'EADDRNOTAVAIL') return new StrataError('INVALID_ARGUMENT', `cannot listen on ${listen}: not an address of this machine`, { cause: e })
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return new StrataError('INVALID_ARGUMENT', `cannot listen on ${listen}: unknown host`, { cause: e })
+  if (code === 'EACCES') return new StrataError('PERMISSION_DENIED', `cannot listen on ${listen}: permission denied (ports below 1024 need root)`, { cause: e })
+  const sys = fromSystemError(e)
+  return sys ? new StrataError(sys.code, `cannot listen on ${listen}: ${sys.reason}`, { cause: e }) : toStrataError(e)
+}
+
+/** Binds `listen` and lets it go again: a start-up check with the errors listen() would give. */
+export async function probeListen(listen: string): Promise<void> {
+  const { host, port } = parseListen(listen)
+  const s = net.createServer()
+  await new Promise<void>((resolve, reject) => {
+    s.once('error', (e) => reject(listenFailure(e, listen)))
+    s.listen({ port, host, exclusive: true }, () => resolve())
+  })
+  await new Promise<void>((r) => s.close(() => r()))
 }
 
 export function httpStatusOf(code: ErrorCode): number {
@@ -116,14 +150,12 @@ export class SandboxHttpServer {
   }
 
   async listen(): Promise<string> {
-    const i = this.#listen.lastIndexOf(':')
-    const host = this.#listen.slice(0, i)
-    const port = Number(this.#listen.slice(i + 1))
-    if (i <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new StrataError('BAD_CONFIG', `listen address ${this.#listen} is not host:port`)
+    const { host, port } = parseListen(this.#listen)
     await new Promise<void>((resolve, reject) => {
-      this.#server.once('error', reject)
+      const onError = (e: Error) => reject(listenFailure(e, this.#listen))
+      this.#server.once('error', onError)
       this.#server.listen(port, host, () => {
-        this.#server.off('error', reject)
+        this.#server.off('error', onError)
         resolve()
       })
     })

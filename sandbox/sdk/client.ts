@@ -111,7 +111,9 @@ export function resolveConnection(o: StrataOptions = {}): { endpoint: string; to
       try {
         token = fs.readFileSync(path.join(dir, TOKEN_FILE), 'utf8').trim()
       } catch (e) {
-        throw new StrataError('UNAUTHENTICATED', `no token given and none readable at ${path.join(dir, TOKEN_FILE)}: ${(e as Error).message}`, { cause: e })
+        // Node's "ENOENT: no such file or directory, open '…'" in words, the path being in the message already
+        const why = /^E[A-Z0-9]+: ([^,]+)/.exec((e as Error).message)?.[1] ?? (e as Error).message
+        throw new StrataError('UNAUTHENTICATED', `no token given and none readable at ${path.join(dir, TOKEN_FILE)}: ${why}`, { cause: e })
       }
     }
   }

@@ -436,3 +436,77 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
   t.notRegex(cut.stderr, /is running/)
   await okCli(['sandbox', 'rm', id])
 })
+
+test('usage errors print "strata: usage: …" (no commander help) and exit 2; local and start-up failures are "strata: CODE: message" in words', async (t) => {
+  const base = tempDir(t, 'strata-sbcli-usage-')
+  // a cluster description without a running cluster: enough for what fails before any daemon is asked
+  const dir = path.join(base, 'c')
+  fs.mkdirSync(dir)
+  fs.writeFileSync(path.join(dir, 'cluster.json'), JSON.stringify({ processes: [{ role: 'sandbox', address: '127.0.0.1:1' }], mgmtdAddresses: ['127.0.0.1:1'] }))
+  const env = { STRATA_CLUSTER: dir, STRATA_LOG_LEVEL: 'error' }
+  const usage = async (args: string[], re: RegExp) => {
+    const r = await strata(args, { env, timeoutMs: 60_000 })
+    t.is(r.code, 2, `${args.join(' ')}: ${r.stderr}`)
+    t.regex(r.stderr, re, args.join(' '))
+    t.regex(r.stderr, /^strata: usage: /, args.join(' '))
+    t.notRegex(r.stderr, /^error: |^Usage: |^\s+at /m, args.join(' '))
+  }
+  const id = 'sb-aaaaaaaaaaaa'
+  await usage(['sandbox', 'create', '--image', 'bb:1', '--memory', '4'], /--memory must be in \[8, 16777216\], got 4/)
+  await usage(['sandbox', 'ls', '--state', 'bogus'], /--state must be one of creating, running, stopped/)
+  await usage(['sandbox', 'exec', '--timeout', '0', id, '--', 'true'], /--timeout must be in/)
+  await usage(['sandbox', 'create', '--image', 'BAD::ref'], /--image: invalid image name/)
+  await usage(['sandbox', 'exec', '--cwd', 'rel', id, '--', 'true'], /--cwd must be an absolute path/)
+  await usage(['sandbox', '--endpoint', 'notaurl', '--token', 'x', 'ls'], /--endpoint: .*not a URL/)
+  await usage(['sandbox', 'exec'], /missing required argument 'id'/)
+  await usage(['sandbox', 'ls', '--bogus'], /unknown option '--bogus'/)
+  await usage(['serve', '--warm-pool', 'BAD::x=2'], /--warm-pool "BAD::x=2": invalid image name/)
+  await usage(['serve', '--listen', 'bogus'], /--listen: .*"bogus" is not HOST:PORT/)
+  await usage(['serve', '--listen', '127.0.0.1:99999'], /--listen: .*not HOST:PORT with a port in \[0, 65535\]/)
+
+  // serve on a busy port: the catalogue's code, no stack, and no state dir made for it
+  const net = await import('node:net')
+  const busy = net.createServer()
+  await new Promise<void>((r) => busy.listen(0, '127.0.0.1', () => r()))
+  t.teardown(() => new Promise<void>((r) => busy.close(() => r())))
+  const port = (busy.address() as import('node:net').AddressInfo).port
+  const inUse = await strata(['serve', '--listen', `127.0.0.1:${port}`], { env, timeoutMs: 60_000 })
+  t.is(inUse.code, 1, inUse.stderr)
+  t.is(inUse.stderr, `strata: INVALID_ARGUMENT: cannot listen on 127.0.0.1:${port}: the address is already in use\n`)
+  t.false(fs.existsSync(path.join(dir, 'data')), 'no serve-<port> state dirs for addresses that were refused')
+
+  // errors from local files say what failed in words, with the path
+  const cp = await strata(['sandbox', '--endpoint', 'http://127.0.0.1:1', '--token', 'x', 'cp', path.join(base, 'nonexist'), `${id}:/tmp/x`], { env, timeoutMs: 60_000 })
+  t.is(cp.code, 1, cp.stderr)
+  t.is(cp.stderr, `strata: NOT_FOUND: cannot read ${path.join(base, 'nonexist')}: no such file or directory\n`)
+  const noToken = await strata(['sandbox', 'ls'], { env, timeoutMs: 60_000 })
+  t.is(noToken.code, 1, noToken.stderr)
+  t.is(noToken.stderr, `strata: UNAUTHENTICATED: no token given and none readable at ${path.join(dir, 'sandbox.token')}: no such file or directory\n`)
+})
+
+run('kill and rm of several ids: every id is tried, each failure reported, the rest printed (--json too), exit 1', async (t) => {
+  t.timeout(10 * 60_000)
+  const { cli, okCli, up } = cliCluster(t, 'strata-sbcli3-')
+  await up(['--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1'])
+  await okCli(['image', 'import', busyboxRootfs(t), '--name', 'bb:1'], 300_000)
+  const ids = (await okCli(['sandbox', 'create', '--image', 'bb:1', '--count', '3', '--label', 'm=3'])).trim().split('\n')
+  t.is(ids.length, 3)
+  const bad = 'sb-zzzzzzzzzzzz'
+
+  const k = await cli(['sandbox', 'kill', bad, ids[0]!, 'not-an-id', ids[1]!])
+  t.is(k.code, 1, k.stderr)
+  t.deepEqual(k.stdout.trim().split('\n'), [`${ids[0]} stopped (killed)`, `${ids[1]} stopped (killed)`])
+  t.regex(k.stderr, new RegExp(`^strata: SANDBOX_NOT_FOUND: .*${bad}`, 'm'))
+  t.regex(k.stderr, /^strata: SANDBOX_NOT_FOUND: .*not-an-id/m)
+  const kj = await cli(['sandbox', 'kill', '--json', ids[2]!, bad])
+  t.is(kj.code, 1, kj.stderr)
+  t.deepEqual((JSON.parse(kj.stdout) as Array<{ id: string; state: string }>).map((x) => [x.id, x.state]), [[ids[2], 'stopped']])
+  const states = JSON.parse(await okCli(['sandbox', 'ls', '--json', '--label', 'm=3'])) as Array<{ id: string; state: string }>
+  t.deepEqual(states.map((x) => x.state), ['stopped', 'stopped', 'stopped'])
+
+  const rm = await cli(['sandbox', 'rm', '--json', bad, ...ids])
+  t.is(rm.code, 1, rm.stderr)
+  t.deepEqual(JSON.parse(rm.stdout), { removed: ids })
+  t.regex(rm.stderr, new RegExp(`^strata: SANDBOX_NOT_FOUND: .*${bad}`, 'm'))
+  t.deepEqual(JSON.parse(await okCli(['sandbox', 'ls', '--json', '--label', 'm=3'])), [])
+})
