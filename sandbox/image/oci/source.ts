@@ -17,7 +17,7 @@ import { DirArchiveReader, TarArchiveReader } from './archive.js'
 import { legacyRepoTags, readDockerArchive, readOciLayout, type ReadImageOptions } from './layout.js'
 import { OCI_LAYOUT_FILE } from './media-types.js'
 import { TarIndex } from './tar-index.js'
-import type { OciImageSource } from './types.js'
+import { MAX_DOCUMENT_BYTES, type OciImageSource } from './types.js'
 
 export type ImportInput =
   | { kind: 'image'; image: OciImageSource }
@@ -132,7 +132,7 @@ function nameUserFile(e: unknown, input: string, tarFile: string, compression: C
 async function classifyTar(index: TarIndex, input: string, abs: string, tarFile: string, compression: Compression, opts: ReadImageOptions): Promise<ImportInput> {
   const reader = new TarArchiveReader(index, input)
   const hasLayout = index.has(OCI_LAYOUT_FILE) && index.has('index.json')
-  const hasLegacy = index.has('manifest.json')
+  const hasLegacy = index.has('manifest.json') && (await isDockerSave(index))
   if (hasLayout) {
     await checkLayoutVersion(reader)
     const type: ImageSource['type'] = hasLegacy ? 'docker-archive' : 'oci-archive'
@@ -141,6 +141,29 @@ async function classifyTar(index: TarIndex, input: string, abs: string, tarFile:
   }
   if (hasLegacy) return { kind: 'image', image: await readDockerArchive(reader, { type: 'docker-archive', ref: abs }, opts) }
   return { kind: 'rootfs-tar', file: tarFile, compression, ref: abs }
+}
+
+/**
+ * Whether a tar with a top-level manifest.json is a `docker save` archive and
+ * not a rootfs that ships a file of that name (a web app's or an extension's):
+ * its manifest.json is a list of {Config, Layers}, or the tar has the rest of
+ * a docker save's shape (repositories, <64 hex>/layer.tar, blobs/sha256/…), in
+ * which case a broken manifest.json is reported rather than imported as a tree.
+ */
+async function isDockerSave(index: TarIndex): Promise<boolean> {
+  const e = index.resolve('manifest.json', false)
+  if (e && e.size <= MAX_DOCUMENT_BYTES) {
+    try {
+      const v = JSON.parse((await index.read(e, MAX_DOCUMENT_BYTES)).toString('utf8')) as unknown
+      const entry = (x: unknown) => typeof x === 'object' && x !== null && typeof (x as { Config?: unknown }).Config === 'string' && Array.isArray((x as { Layers?: unknown }).Layers)
+      if (Array.isArray(v) && v.length > 0 && v.every(entry)) return true
+    } catch {
+      // not JSON: decided by the rest of the archive
+    }
+  }
+  if (index.has('repositories')) return true
+  for (const name of index.entries.keys()) if (/^[0-9a-f]{64}\/layer\.tar$/.test(name) || name.startsWith('blobs/sha256/')) return true
+  return false
 }
 
 /**

@@ -227,6 +227,29 @@ test('legacy docker save (<id>/layer.tar, <hex>.json, a duplicate layer as a sym
   await t.throwsAsync(openImportInput(tarFile, dir), { code: 'IMAGE_DIGEST_MISMATCH' })
 })
 
+test('a rootfs tar that ships its own manifest.json is a rootfs; a docker save whose manifest.json is broken is still an error', async (t) => {
+  const dir = localTmp(t)
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(path.join(tree, 'app'), { recursive: true })
+  fs.writeFileSync(path.join(tree, 'app', 'a'), 'x\n')
+  const tarOf = async (name: string, manifest: string, ...members: string[]) => {
+    fs.writeFileSync(path.join(tree, 'manifest.json'), manifest)
+    const f = path.join(dir, name)
+    await run('tar', ['-C', tree, '-cf', f, 'app', 'manifest.json', ...members])
+    return f
+  }
+  // a web app's manifest, an empty list, a list of something else, not JSON at all
+  for (const [i, m] of ['{"name":"app"}', '[]', '[{"name":"x"}]', 'not json'].entries()) {
+    const inp = await openImportInput(await tarOf(`rootfs-${i}.tar`, m), dir)
+    t.is(inp.kind, 'rootfs-tar', m)
+  }
+  // the rest of a docker save's shape: its broken manifest.json is reported
+  const hex = 'a'.repeat(64)
+  fs.mkdirSync(path.join(tree, hex))
+  fs.writeFileSync(path.join(tree, hex, 'layer.tar'), '')
+  await t.throwsAsync(openImportInput(await tarOf('save.tar', '{"name":"app"}', hex), dir), { code: 'IMAGE_BAD_MANIFEST' })
+})
+
 /** The fixture (amd64, `latest`) and an arm64 variant (`arm`) side by side in one layout, each its own index.json entry; `rewrite` edits those entries. */
 async function twoImageLayout(dir: string, name: string, rewrite: (amd: any, arm: any) => unknown[]): Promise<{ layout: string; amd64: string; arm64: string }> {
   const layout = path.join(dir, name)
