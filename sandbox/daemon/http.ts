@@ -668,8 +668,11 @@ async function streamProcess(res: http.ServerResponse, proc: AgentProcess, signa
     await Promise.all([pump(proc.stdout, 'stdout'), pump(proc.stderr, 'stderr')])
     const info: ExitInfo = await proc.wait()
     const { coreDumped: _c, ...exit } = info
-    // the counter is raised when the kernel picks its victim, before the agent reaps it
-    const oomKilled = exit.signal === 'SIGKILL' && !exit.timedOut && oomSince()
+    // The counter is raised when the kernel picks its victim, before the agent reaps it.
+    // A command run through a shell (a string, or sh -c …) does not die of the
+    // SIGKILL itself when the OOM killer picks a child: the shell exits 137 (128 + 9).
+    const killed = exit.signal === 'SIGKILL' || (exit.signal === null && exit.exitCode === 128 + 9)
+    const oomKilled = killed && !exit.timedOut && oomSince()
     res.end(JSON.stringify({ type: 'exit', ...exit, oomKilled } satisfies OutputEvent) + '\n')
   } finally {
     signal.removeEventListener('abort', onAbort)

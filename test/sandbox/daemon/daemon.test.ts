@@ -471,6 +471,10 @@ test.serial('an exec or process the OOM killer killed says oomKilled; others do 
   p.stdout.resume()
   p.stderr.resume()
   t.like(await p.wait(), { signal: 'SIGKILL', oomKilled: true })
+  // under a shell that waits for it, the OOM-killed child makes the shell exit 137: reported all the same
+  const shell = await sb.exec(`sh -c '${hog}'; exit $?`, { timeoutMs: 60_000 })
+  t.like(shell, { exitCode: 137, signal: null, oomKilled: true })
+  t.like(await sb.exec('exit 137'), { exitCode: 137, oomKilled: false })
   t.like(await sb.exec('echo ok'), { exitCode: 0, oomKilled: false })
   t.like(await sb.exec('kill -9 $$'), { signal: 'SIGKILL', oomKilled: false })
   t.like(await sb.exec(['sleep', '10'], { timeoutMs: 200 }), { timedOut: true, oomKilled: false })
