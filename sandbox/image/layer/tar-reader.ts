@@ -227,14 +227,15 @@ function convertHeader(
       t = type
       break
     default:
-      throw bad(`${JSON.stringify(name)}: unsupported tar entry type ${JSON.stringify(type)} (sparse and volume entries are not supported)`)
+      throw bad(`${JSON.stringify(name)}: unsupported tar entry type ${JSON.stringify(type)} (sparse files (tar --sparse) and volume entries are not supported)`)
   }
   const values = pax?.values
   let xattrs: Map<string, Buffer> = NO_XATTRS as Map<string, Buffer>
   if (values) {
     const keys: string[] = []
     for (const k of values.keys()) {
-      if (k.startsWith('GNU.sparse.')) throw bad(`${JSON.stringify(name)}: sparse files are not supported`)
+      // PAX sparse formats 1.0 put a placeholder (GNUSparseFile.NNN/NAME) in the header: name the real file
+      if (k.startsWith('GNU.sparse.')) throw bad(`${JSON.stringify(values.get('GNU.sparse.name') ?? name)}: sparse files (tar --sparse) are not supported; archive the tree without --sparse`)
       if (k.startsWith(XATTR_KEY)) keys.push(k)
     }
     if (keys.length) {
