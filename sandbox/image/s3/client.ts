@@ -199,11 +199,11 @@ export function atEndpoint(e: StrataError, endpoint: string | undefined): Strata
 
 /**
  * Maps an SDK failure to IMAGE_AUTH_FAILED (credentials missing or refused),
- * IMAGE_NOT_FOUND (missing bucket, when `missingBucket` says so) or
+ * IMAGE_NOT_FOUND (a missing bucket, for push as for pull: docs/images.md's errors) or
  * IMAGE_REMOTE_ERROR (anything else: refused connections, resets, timeouts
  * ("timed out", with `detail.timeout`), 5xx), keeping the SDK error as the cause.
  */
-export function s3Error(e: unknown, what: string, opts: { missingBucket?: 'IMAGE_NOT_FOUND' | 'IMAGE_REMOTE_ERROR' } = {}): StrataError {
+export function s3Error(e: unknown, what: string): StrataError {
   if (e instanceof StrataError) return e
   const name = errorName(e)
   const status = statusOf(e)
@@ -211,10 +211,13 @@ export function s3Error(e: unknown, what: string, opts: { missingBucket?: 'IMAGE
   if (name === 'CredentialsProviderError') {
     return new StrataError('IMAGE_AUTH_FAILED', `${what}: no AWS credentials found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws/credentials): ${msg}`, { cause: e })
   }
+  // an answer without a body (HEAD) leaves the SDK nothing but "Unknown: UnknownError": the status says more
+  const nameless = name === 'Unknown' || name === 'UnknownError' || msg === 'UnknownError'
+  const said = nameless && status !== undefined ? `HTTP ${status}` : `${status !== undefined ? `HTTP ${status} ` : ''}${name}: ${msg}`
   if (AUTH_NAMES.has(name) || status === 401 || status === 403) {
-    return new StrataError('IMAGE_AUTH_FAILED', `${what}: the object store refused the credentials: ${name}: ${msg}`, { cause: e })
+    return new StrataError('IMAGE_AUTH_FAILED', `${what}: the object store refused the credentials: ${said}`, { cause: e })
   }
-  if (name === 'NoSuchBucket') return new StrataError(opts.missingBucket ?? 'IMAGE_REMOTE_ERROR', `${what}: the bucket does not exist`, { cause: e })
+  if (name === 'NoSuchBucket') return new StrataError('IMAGE_NOT_FOUND', `${what}: the bucket does not exist`, { cause: e })
   if (isTimeout(e)) {
     const ms = /(\d+) ms/.exec(msg)
     const after = ms ? ` for ${Math.round(Number(ms[1]) / 100) / 10} s` : ''
@@ -222,6 +225,5 @@ export function s3Error(e: unknown, what: string, opts: { missingBucket?: 'IMAGE
     return new StrataError('IMAGE_REMOTE_ERROR', `${what}: timed out: ${why}`, { cause: e, detail: { timeout: true } })
   }
   if (isReset(e)) return new StrataError('IMAGE_REMOTE_ERROR', `${what}: the connection was reset (${(e as SdkError).code}): ${msg}`, { cause: e })
-  const where = status !== undefined ? `HTTP ${status} ${name}` : name
-  return new StrataError('IMAGE_REMOTE_ERROR', `${what}: ${where}: ${msg}`, { cause: e })
+  return new StrataError('IMAGE_REMOTE_ERROR', `${what}: ${said}`, { cause: e })
 }

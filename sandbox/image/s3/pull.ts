@@ -132,7 +132,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
     }
   } catch (e) {
     if (opts.signal?.aborted) throw cancelled(what)
-    throw atEndpoint(s3Error(e, what, { missingBucket: 'IMAGE_NOT_FOUND' }), opts.endpoint)
+    throw atEndpoint(s3Error(e, what), opts.endpoint)
   } finally {
     link.dispose()
     if (!opts.client) client.destroy()
@@ -145,7 +145,7 @@ async function headSize(client: S3Client, bucket: string, key: string, signal?: 
     return r.ContentLength ?? null
   } catch (e) {
     if (isNotFound(e)) return null
-    throw s3Error(e, `HEAD ${formatS3(bucket, key)}`, { missingBucket: 'IMAGE_NOT_FOUND' })
+    throw s3Error(e, `HEAD ${formatS3(bucket, key)}`)
   }
 }
 
@@ -156,7 +156,7 @@ async function getSmall(client: S3Client, bucket: string, key: string, signal?: 
     r = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }), { abortSignal: signal })
   } catch (e) {
     if (isNotFound(e)) return null
-    throw s3Error(e, `GET ${formatS3(bucket, key)}`, { missingBucket: 'IMAGE_NOT_FOUND' })
+    throw s3Error(e, `GET ${formatS3(bucket, key)}`)
   }
   if ((r.ContentLength ?? 0) > MAX_MANIFEST_BYTES) {
     ;(r.Body as Readable | undefined)?.destroy()
@@ -212,7 +212,7 @@ async function pullBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal): Pro
       try {
         offset = await fetchRange(ctx, key, layer, offset, signal, (n) => task?.tick(n))
       } catch (e) {
-        const err = s3Error(e, `GET ${formatS3(bucket, key)}`, { missingBucket: 'IMAGE_NOT_FOUND' })
+        const err = s3Error(e, `GET ${formatS3(bucket, key)}`)
         // a body cut off mid-stream is retried from what reached the store;
         // one that stalled for the whole timeout is not (the server is gone)
         if (signal.aborted || err.code !== 'IMAGE_REMOTE_ERROR' || isTimeout(err) || attempt >= BODY_ATTEMPTS) throw err

@@ -349,13 +349,20 @@ test.serial('missing tag or bucket: IMAGE_NOT_FOUND; refused credentials: IMAGE_
   t.is(await code(pullS3(storeB, `s3://${s3.bucket}/m/misc:v2`, o)), 'IMAGE_NOT_FOUND')
   t.is(await code(pullS3(storeB, `s3://${s3.bucket}/other/misc:v1`, o)), 'IMAGE_NOT_FOUND')
   t.is(await code(pullS3(storeB, `s3://no-such-bucket/m/misc:v1`, o)), 'IMAGE_NOT_FOUND')
+  const noBucket = await pushS3(f.store, 'misc:v1', `s3://no-such-bucket/m`, o).catch((e: unknown) => e as StrataError)
+  t.is((noBucket as StrataError).code, 'IMAGE_NOT_FOUND', 'push to a missing bucket, as pull')
+  t.regex((noBucket as StrataError).message, /the bucket does not exist/)
   t.is(await code(pullS3(storeB, `s3://${s3.bucket}/m/misc@sha256:${'0'.repeat(64)}`, o)), 'IMAGE_NOT_FOUND')
   t.is(await code(pushS3(f.store, 'nope:v1', `s3://${s3.bucket}/m`, o)), 'IMAGE_NOT_FOUND', 'no such local image')
 
   // s3rver checks the access key id but not V4 signatures, so the refused
   // credentials here are an unknown key id (InvalidAccessKeyId, HTTP 403)
   const wrong = { ...o, credentials: { accessKeyId: 'NOBODY', secretAccessKey: 'wrong' } }
-  t.is(await code(pushS3(f.store, 'misc:v1', `s3://${s3.bucket}/m2`, wrong)), 'IMAGE_AUTH_FAILED')
+  const refused = await pushS3(f.store, 'misc:v1', `s3://${s3.bucket}/m2`, wrong).catch((e: unknown) => e as StrataError)
+  t.is((refused as StrataError).code, 'IMAGE_AUTH_FAILED')
+  // a HEAD's answer has no body to name the error: the HTTP status does
+  t.regex((refused as StrataError).message, /refused the credentials: HTTP 403/)
+  t.notRegex((refused as StrataError).message, /UnknownError/)
   t.is(await code(pullS3(storeB, `s3://${s3.bucket}/m/misc:v1`, wrong)), 'IMAGE_AUTH_FAILED')
   t.false(objectExists(s3, tagKey('m2', 'misc', 'v1')))
 
