@@ -33,7 +33,7 @@ import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
 import { AgentClient, agentBinaryPath } from '../agent/index.js'
 import type { SandboxBackend, SandboxHandle, SandboxSpec, SandboxStatus } from '../types.js'
-import { ociSpec } from './spec.js'
+import { etcHosts, ociSpec } from './spec.js'
 
 export { AGENT_PATH_IN_SANDBOX, DOCKER_CAPS, MASKED_PATHS, READONLY_PATHS, ociSpec } from './spec.js'
 export { DENIED_SYSCALLS, seccompProfile } from './seccomp.js'
@@ -63,6 +63,27 @@ interface Meta {
   cgroupsPath: string
   user: string
   workdir: string
+}
+
+/**
+ * Whether the runtime can bind a file at /etc/NAME: it creates a missing
+ * mount point, which fails on a read-only /etc (a dataset mounted there), so
+ * then only an existing file is covered. Nothing in the rootfs is written or
+ * followed from the host here.
+ */
+function canMountEtcFile(rootfsDir: string, name: string): boolean {
+  const etc = path.join(rootfsDir, 'etc')
+  try {
+    fs.accessSync(etc, fs.constants.W_OK)
+    return true
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EROFS') return true
+  }
+  try {
+    return fs.lstatSync(path.join(etc, name)).isFile()
+  } catch {
+    return false
+  }
 }
 
 export class ContainerBackend implements SandboxBackend {
@@ -97,6 +118,14 @@ export class ContainerBackend implements SandboxBackend {
     fs.mkdirSync(bundle, { recursive: true })
     fs.mkdirSync(runcRoot, { recursive: true, mode: 0o700 })
     const workdir = spec.workdir ?? '/'
+    const hostname = spec.hostname ?? spec.id.slice(0, 63)
+    // in the state dir, bind-mounted by the runtime (as Docker does): the image's own are hidden, not changed
+    const etcFiles: { hosts?: string; hostname?: string } = {}
+    for (const [f, text] of [['hosts', etcHosts(hostname)], ['hostname', `${hostname}\n`]] as const) {
+      if (!canMountEtcFile(spec.rootfsDir, f)) continue
+      etcFiles[f] = path.join(stateDir, f)
+      fs.writeFileSync(etcFiles[f]!, text, { mode: 0o644 })
+    }
     const meta: Meta = {
       version: 1, id: spec.id, runtime: this.runtime, cgroupsPath: `${this.#cgroupParent}/${spec.id}`,
       user: spec.user ?? 'root', workdir,
@@ -107,7 +136,8 @@ export class ContainerBackend implements SandboxBackend {
       agentArgs: this.#agentArgs,
       env: spec.env ?? {},
       workdir,
-      hostname: spec.hostname ?? spec.id.slice(0, 63),
+      hostname,
+      etcFiles,
       network: spec.network ?? 'none',
       resources: spec.resources ?? {},
       cgroupsPath: meta.cgroupsPath,

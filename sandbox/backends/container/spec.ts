@@ -36,6 +36,28 @@ export interface OciSpecInput {
   network: NetworkMode
   resources: SandboxResources
   cgroupsPath: string
+  /** host files bind-mounted at /etc/hosts and /etc/hostname (see etcHosts); either may be left out */
+  etcFiles?: { hosts?: string; hostname?: string }
+}
+
+/**
+ * The sandbox's /etc/hosts, as Docker writes one: images rarely carry one
+ * (debootstrap's minbase writes none), and without it `localhost` does not
+ * resolve, which under network none is the only address there is. The
+ * hostname maps to 127.0.1.1 as on Debian: on the loopback in any network
+ * namespace, and not 127.0.0.1's reverse name.
+ */
+export function etcHosts(hostname: string): string {
+  return [
+    '127.0.0.1\tlocalhost',
+    '::1\tlocalhost ip6-localhost ip6-loopback',
+    'fe00::0\tip6-localnet',
+    'ff00::0\tip6-mcastprefix',
+    'ff02::1\tip6-allnodes',
+    'ff02::2\tip6-allrouters',
+    `127.0.1.1\t${hostname}`,
+    '',
+  ].join('\n')
 }
 
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
@@ -78,6 +100,11 @@ export function ociSpec(i: OciSpecInput): Record<string, unknown> {
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
       { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
       { destination: AGENT_PATH_IN_SANDBOX, type: 'bind', source: i.agentBinary, options: ['bind', 'ro', 'nosuid', 'nodev'] },
+      // the sandbox's own files over the image's, writable as in Docker (a change stays in the sandbox's state dir)
+      ...(['hosts', 'hostname'] as const).flatMap((f) => {
+        const source = i.etcFiles?.[f]
+        return source ? [{ destination: `/etc/${f}`, type: 'bind', source, options: ['bind', 'rw', 'nosuid', 'nodev', 'noexec'] }] : []
+      }),
     ],
     linux: {
       namespaces,

@@ -526,3 +526,16 @@ test.serial('keepalive returns the sandbox; QUOTA_EXCEEDED names the limit, its 
   const bad = await fetch(`http://${d.address}/v1/sandboxes?label=${encodeURIComponent('bad key!=x')}`, { headers: { authorization: `Bearer ${d.token}` } })
   t.is(((await bad.json()) as { code: string }).code, 'INVALID_ARGUMENT')
 })
+
+test.serial('every sandbox has its own /etc/hosts and /etc/hostname; a read-only dataset at /etc is left as it is and still starts', async (t) => {
+  const d = await startDaemon(t, env)
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1', hostname: 'h1' })
+  t.is((await sb.files.read('/etc/hostname')).toString(), 'h1\n')
+  t.regex((await sb.files.read('/etc/hosts')).toString(), /^127\.0\.0\.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n[^]*^127\.0\.1\.1\th1$/m)
+  t.like(await sb.exec('hostname; echo | nc -w 1 localhost 1; echo rc=$?'), { stdout: 'h1\nrc=1\n' })
+  t.notRegex((await sb.exec('nc -w 1 localhost 1 </dev/null')).stderr, /bad address/)
+  const ro = await d.sdk.sandboxes.create({ image: 'bb:1', mounts: [{ source: '/datasets/t', target: '/etc' }] })
+  t.deepEqual((await ro.files.list('/etc')).map((e) => e.name).sort(), ['big.bin', 'small.txt'])
+  await sb.delete()
+  await ro.delete()
+})

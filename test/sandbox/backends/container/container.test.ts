@@ -36,6 +36,30 @@ run('container: config.json carries the limits, namespaces and the agent bind mo
   t.false(fs.existsSync(`/sys/fs/cgroup/pids/strata/${h.id}`))
 })
 
+run('container: /etc/hosts and /etc/hostname are the sandbox\'s (bind-mounted from its state dir), so localhost resolves without a network', async (t) => {
+  const h = await sandbox(t, new ContainerBackend(), { hostname: 'box1' }, 'ct')
+  t.is((await h.agent.files.read('/etc/hostname')).toString(), 'box1\n')
+  const hosts = (await h.agent.files.read('/etc/hosts')).toString()
+  t.regex(hosts, /^127\.0\.0\.1\tlocalhost$/m)
+  t.regex(hosts, /^::1\tlocalhost ip6-localhost ip6-loopback$/m)
+  t.regex(hosts, /^127\.0\.1\.1\tbox1$/m)
+  t.is(fs.readFileSync(path.join(h.stateDir, 'hosts'), 'utf8'), hosts)
+  // the resolver finds both names through the file and they reach the loopback (without it: "bad address")
+  for (const name of ['localhost', 'box1']) {
+    const r = await h.agent.exec(`nc -l -p 4711 >/dev/null & for i in 1 2 3 4 5 6 7 8 9 10; do echo hi | nc -w 1 ${name} 4711 2>/dev/null && break; sleep 0.2; done; echo rc=$?; nc -w 1 ${name} 1 </dev/null`)
+    t.is(r.stdout.toString(), 'rc=0\n', `${name}: ${r.stderr.toString()}`)
+    t.regex(r.stderr.toString(), /Connection refused/, name)
+  }
+  const r = await h.agent.exec(['cat', '/etc/hostname'], {})
+  t.is(r.stdout.toString(), 'box1\n')
+  // the default hostname is the sandbox id
+  const d = await sandbox(t, new ContainerBackend(), {}, 'ct')
+  t.is((await d.agent.files.read('/etc/hostname')).toString(), `${d.id.slice(0, 63)}\n`)
+  t.regex((await d.agent.files.read('/etc/hosts')).toString(), new RegExp(`^127\\.0\\.1\\.1\\t${d.id}$`, 'm'))
+  await h.delete()
+  await d.delete()
+})
+
 run('container: a runtime failure is a typed error and leaves nothing behind', async (t) => {
   const dir = tmpDir(t, 'strata-ct-')
   const rootfs = path.join(dir, 'rootfs')

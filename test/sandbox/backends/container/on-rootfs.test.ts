@@ -228,15 +228,17 @@ run(title('the tree seen inside the sandbox is the image: the agent downloads it
   t.is((await box.h.agent.ping()).pid, 1)
 
   // What the runtime puts into the rootfs, and nothing else is allowed to differ (config from
-  // sandbox/backends/container/spec.ts; runc adds none of Docker's /etc/hostname, /etc/hosts,
-  // /etc/resolv.conf, so those are not excepted):
+  // sandbox/backends/container/spec.ts; of Docker's /etc/hostname, /etc/hosts and
+  // /etc/resolv.conf only the first two are added, so only those are excepted):
   //  - /proc and /sys: mount points runc creates (the image has neither), with procfs and a
   //    read-only sysfs on them; their contents are the kernel's.
   //  - /dev: the image has one (with dev/null and dev/loop0), hidden under the runtime's tmpfs
   //    with runc's own device nodes; even the directory's attributes are the tmpfs'.
   //  - /.strata and /.strata/agent: the mount point runc creates for the read-only bind of the
   //    host's agent binary.
+  //  - /etc/hosts and /etc/hostname: the sandbox's own, bind-mounted from its state dir.
   const runtimeMounts = ['proc', 'sys', 'dev', '.strata']
+  const runtimeFiles = ['etc/hosts', 'etc/hostname']
   const inside = await treeInside(box.h, new Set(runtimeMounts))
   const topNames = inside.top.map((e) => e.name).sort()
   const imageTop = [...env.reference.keys()].filter((k) => k !== '.' && !k.includes('/'))
@@ -245,8 +247,10 @@ run(title('the tree seen inside the sandbox is the image: the agent downloads it
   t.deepEqual((await box.h.agent.files.list('/.strata')).map((e) => `${e.name} ${e.type}`), ['agent file'])
   t.true(env.reference.has('dev/null'), 'the image has device nodes under /dev (hidden by the tmpfs)')
 
-  const expected = without(env.reference, ['dev'])
-  t.deepEqual(diffTrees(inside.tree, expected), [])
+  const expected = without(env.reference, ['dev', ...runtimeFiles])
+  t.deepEqual(diffTrees(without(inside.tree, runtimeFiles), expected), [])
+  t.is(inside.tree.get('etc/hostname')?.type, 'file')
+  t.regex((await box.h.agent.files.read('/etc/hosts')).toString(), /^127\.0\.0\.1\tlocalhost$/m)
   t.log(`${inside.tree.size} entries compared`)
   // the agent's own hard-link records agree with the inode identity
   t.true(inside.hardLinks.size >= 1, 'the archives hold hard links (bin/tool2 -> bin/tool)')
@@ -256,7 +260,7 @@ run(title('the tree seen inside the sandbox is the image: the agent downloads it
 
   // and the comparison does see a change made inside: exactly that file differs
   await box.h.agent.files.write('/etc/passwd', 'root:x:0:0\nu:x:1234:9999\n')
-  const changed = diffTrees((await treeInside(box.h, new Set(runtimeMounts))).tree, expected)
+  const changed = diffTrees(without((await treeInside(box.h, new Set(runtimeMounts))).tree, runtimeFiles), expected)
   t.true(changed.length > 0 && changed.every((l) => l.startsWith('etc/passwd: ')), changed.join('\n'))
   t.true(changed.some((l) => l.startsWith('etc/passwd: sha256 ')))
 
