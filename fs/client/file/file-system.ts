@@ -210,6 +210,8 @@ export class FileSystem {
   private readonly owned: Array<{ close(): void }> = []
   private readonly handles = new Map<number, FileHandle>()
   private readonly inodes = new Map<bigint, InodeState>()
+  /** the newest length seen of files with no open handle left (InodeState.raiseLength), most recent last */
+  private readonly lengthsSeen = new Map<bigint, VersionedLength>()
   private readonly dirtySet = new Set<bigint>()
   private readonly pendingCloses: PendingClose[] = []
   private nextFd = 3
@@ -427,6 +429,12 @@ export class FileSystem {
     let s = this.inodes.get(inode.id)
     if (!s) {
       s = new InodeState(inode, this.writeBufferSize)
+      // the open's reply may predate the close that released the last state of this file
+      const seen = this.lengthsSeen.get(inode.id)
+      if (seen) {
+        s.raiseLength(seen)
+        this.lengthsSeen.delete(inode.id)
+      }
       this.inodes.set(inode.id, s)
     } else {
       s.update(inode)
@@ -441,6 +449,12 @@ export class FileSystem {
       this.inodes.delete(s.id)
       this.dirtySet.delete(s.id)
       s.wb.release()
+      const seen = s.lengthSeen
+      if (seen) {
+        this.lengthsSeen.set(s.id, seen)
+        // the oldest first (a Map keeps insertion order): a floor only matters while an open reply may be in flight
+        if (this.lengthsSeen.size > LENGTHS_SEEN_MAX) this.lengthsSeen.delete(this.lengthsSeen.keys().next().value!)
+      }
     }
   }
 
@@ -1029,6 +1043,8 @@ export interface FileStats {
   target?: string
 }
 
+/** released files whose newest length a client keeps (a few hundred KiB at most) */
+const LENGTHS_SEEN_MAX = 4096
 const S_IFREG = 0o100000
 const S_IFDIR = 0o040000
 const S_IFLNK = 0o120000

@@ -13,6 +13,11 @@ export function mergeHint(a: VersionedLength | null, b: VersionedLength | null):
   return a.length >= b.length ? a : b
 }
 
+/** Whether length a is behind b in meta's order: by truncate version, then by length. */
+function isOlder(a: VersionedLength, b: VersionedLength): boolean {
+  return a.truncateVer < b.truncateVer || (a.truncateVer === b.truncateVer && a.length < b.length)
+}
+
 /** A promise-chain mutex (3FS wbMtx). */
 export class Mutex {
   private tail: Promise<void> = Promise.resolve()
@@ -67,8 +72,12 @@ export class InodeState {
   /** the first failure of a write-behind flush; the next write, flush, fsync or close reports it */
   behindError: StrataError | null = null
 
+  /** the newest (truncateVer, length) adopted: later replies are taken no further back than this */
+  private floor: VersionedLength | null = null
+
   constructor(inode: Inode, writeBufferSize: number) {
     this.inode = inode
+    if (inode.file) this.floor = { length: inode.file.length, truncateVer: inode.file.truncateVer }
     this.id = inode.id
     this.truncateVer = inode.file?.truncateVer ?? 0
     this.hint = { length: 0, truncateVer: this.truncateVer }
@@ -105,11 +114,33 @@ export class InodeState {
       this.inode = inode
       return
     }
+    const file = inode.file
     this.inode = inode
+    if (this.floor) this.raiseLength(this.floor)
     this.synced = Math.max(this.synced, syncVer)
     if (this.written === this.synced) this.hint = { length: 0, truncateVer: 0 }
     if (exact) this.fsynced = Math.max(this.fsynced, syncVer)
-    this.truncateVer = Math.max(this.truncateVer, inode.file.truncateVer)
+    this.truncateVer = Math.max(this.truncateVer, file.truncateVer)
+  }
+
+  /**
+   * Takes `v` as the least the length can be: a file's (truncateVer, length)
+   * only moves forward at meta, so a reply meta computed before one this
+   * client has already seen (an open's reply overtaken by another handle's
+   * close or sync) carries a stale length, and taking it would put the next
+   * append over bytes this client wrote and synced.
+   */
+  raiseLength(v: VersionedLength): void {
+    const f = this.inode.file
+    if (!f) return
+    if (isOlder(f, v)) this.inode = { ...this.inode, file: { ...f, length: v.length, truncateVer: v.truncateVer } }
+    this.floor = { length: this.inode.file!.length, truncateVer: this.inode.file!.truncateVer }
+    this.truncateVer = Math.max(this.truncateVer, v.truncateVer)
+  }
+
+  /** The newest (truncateVer, length) seen for this file. */
+  get lengthSeen(): VersionedLength | null {
+    return this.floor
   }
 
   clearHint(): void {

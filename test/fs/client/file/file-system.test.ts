@@ -196,6 +196,26 @@ test.serial('sessions: write opens carry one, read opens none; appends go to the
   t.is((await fs.readFile('/s')).toString(), 'onetwo')
 })
 
+test.serial('concurrent appenders through one client (open "a", write, close, over and over) lose no record', async (t) => {
+  const c = await startFsCluster(t)
+  const fs = c.fs()
+  for (let trial = 0; trial < 4; trial++) {
+    const p = `/appenders${trial}`
+    await fs.close(await fs.open(p, 'w'))
+    const writer = async (w: string) => {
+      for (let i = 0; i < 40; i++) {
+        const fh = await fs.open(p, 'a')
+        await fs.write(fh, `${w}${i}\n`)
+        await fs.close(fh)
+      }
+    }
+    await Promise.all(['A', 'B', 'C'].map(writer))
+    const lines = (await fs.readFile(p)).toString().split('\n').filter(Boolean)
+    t.is(lines.length, 120, `trial ${trial}`)
+    t.deepEqual(new Set(lines).size, 120, `trial ${trial}: every record once`)
+  }
+})
+
 test.serial('meta failover: with two meta servers, file operations continue when the one in use goes away', async (t) => {
   const c = await startFsCluster(t, { metas: 2 })
   const fs = c.fs()

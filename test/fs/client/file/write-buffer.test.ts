@@ -306,6 +306,26 @@ test('length hints: max(offset+len) under the truncate version, poisoned by a fa
   t.true(s.needsSync('force'))
 })
 
+test('a stale inode (an open reply overtaken by a close) never takes the known length back; a truncate does', (t) => {
+  const s = new InodeState(fileInode(100, 3), 1024)
+  // another handle's close adopted 300 bytes
+  s.update(fileInode(300, 3), 0, true)
+  t.is(s.knownLength(), 300)
+  // an open's reply that meta computed before that close arrives late
+  const late = { ...fileInode(100, 3), mtime: 5 }
+  s.update(late)
+  t.is(s.knownLength(), 300, 'the next append goes after the bytes already synced')
+  t.is(s.inode.file!.length, 300)
+  t.is(s.inode.mtime, 5, 'the rest of the reply is taken')
+  // an older truncate version is older whatever its length
+  s.update(fileInode(9999, 2))
+  t.is(s.knownLength(), 300)
+  // a truncate (newer version, shorter) is adopted
+  s.update(fileInode(10, 4))
+  t.is(s.knownLength(), 10)
+  t.is(s.beginWrite(), 4)
+})
+
 test('mutex serializes and tryRun skips while held', async (t) => {
   const m = new Mutex()
   const order: number[] = []
