@@ -1,5 +1,5 @@
 // Strata's build of fuse-native's addon: fuse-native 2.2.6 (MIT License,
-// https://github.com/fuse-friends/fuse-native) with three changes, marked
+// https://github.com/fuse-friends/fuse-native) with four changes, marked
 // "Strata:" below.
 //
 // 1. libfuse's multithreaded loop starts a worker thread whenever none is idle
@@ -32,6 +32,14 @@
 // `tar -x` could not set a file's mtime through the mount; and with
 // flag_utime_omit_ok unset libfuse 2 dropped a request that sets one time
 // alone. Each time now arrives as itself, UTIME_OMIT as a value of its own.
+//
+// 4. Names reached JavaScript through napi_create_string_utf8, which replaces
+// every invalid UTF-8 sequence with U+FFFD: b'c\xff' and b'c\xfe' both became
+// "c\uFFFD", so creating the second replaced the first. Strata's names are
+// UTF-8 strings (meta stores strings), so a path, second path (rename, link),
+// symlink target or xattr name that is not valid UTF-8 is refused with EILSEQ
+// before the request leaves the libfuse thread; xattr values are bytes and are
+// not checked.
 
 #define FUSE_USE_VERSION 29
 
@@ -40,6 +48,7 @@
 #include <napi-macros.h>
 
 #include <string.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <assert.h>
@@ -59,6 +68,32 @@ static int IS_ARRAY_BUFFER_DETACH_SUPPORTED = 0;
 
 napi_status napi_detach_arraybuffer(napi_env env, napi_value buf);
 
+// Strata: whether s is well-formed UTF-8 (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF), the same rule V8 decodes by; NULL is
+// fine (no name in that field). Change 4 at the top.
+static int strata_utf8_ok (const char *s) {
+  if (s == NULL) return 1;
+  const unsigned char *p = (const unsigned char *) s;
+  while (*p) {
+    unsigned char c = *p;
+    if (c < 0x80) { p++; continue; }
+    int n;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) n = 1;
+    else if (c == 0xe0) { n = 2; lo = 0xa0; }
+    else if (c == 0xed) { n = 2; hi = 0x9f; }
+    else if (c >= 0xe1 && c <= 0xef) n = 2;
+    else if (c == 0xf0) { n = 3; lo = 0x90; }
+    else if (c >= 0xf1 && c <= 0xf3) n = 3;
+    else if (c == 0xf4) { n = 3; hi = 0x8f; }
+    else return 0;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (int i = 2; i <= n; i++) if (p[i] < 0x80 || p[i] > 0xbf) return 0;
+    p += n + 1;
+  }
+  return 1;
+}
+
 #define FUSE_NATIVE_CALLBACK(fn, blk)\
   napi_env env = ft->env;\
   napi_handle_scope scope;\
@@ -70,11 +105,19 @@ napi_status napi_detach_arraybuffer(napi_env env, napi_value buf);
   blk\
   napi_close_handle_scope(env, scope);
 
-#define FUSE_NATIVE_HANDLER(name, blk)\
+// Strata: the fields a request's names travel in are cleared first (thread
+// locals are reused across requests), and a request whose path, second path,
+// symlink target or xattr name is not valid UTF-8 is answered -EILSEQ here,
+// before anything reaches JavaScript (change 4 at the top).
+#define FUSE_NATIVE_HANDLER(opname, blk)\
   fuse_thread_locals_t *l = get_thread_locals();\
-  l->op = op_##name;\
-  l->op_fn = fuse_native_dispatch_##name;\
+  l->op = op_##opname;\
+  l->op_fn = fuse_native_dispatch_##opname;\
+  l->path = NULL;\
+  l->dest = NULL;\
+  l->name = NULL;\
   blk\
+  if (!strata_names_ok(l)) return -EILSEQ;\
   uv_async_send(&(l->async));\
   uv_sem_wait(&(l->sem));\
   return l->res;
@@ -248,6 +291,11 @@ typedef struct {
 
 static pthread_key_t thread_locals_key;
 static fuse_thread_locals_t* get_thread_locals();
+
+// Strata: every name a request carries is valid UTF-8 (change 4 at the top)
+static int strata_names_ok (const fuse_thread_locals_t *l) {
+  return strata_utf8_ok(l->path) && strata_utf8_ok(l->dest) && strata_utf8_ok(l->name);
+}
 
 // Helpers
 // TODO: Extract into a separate file.
