@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto'
 import type { Command } from 'commander'
 import { readClusterFile, resolveClusterDir, formatTable, interruptExitCode, interruptible, raceAbort } from '../../fs/admin/index.js'
 import { inodeHex, metaAddressesOf, parseLayoutArgs, parsePerm, permString } from '../../fs/admin/fs-ops.js'
-import { FileSystem, checkMgmtdReachable, inodeStats, normalizePath, joinPath, baseName } from '../../fs/client/index.js'
+import { FileSystem, checkMgmtdReachable, inodeStats, normalizePath, plainPath, joinPath, baseName } from '../../fs/client/index.js'
 import { StrataError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
@@ -295,7 +295,7 @@ function layoutOpts(c: Command): Command {
 
 async function layoutFor(fsys: FileSystem, target: string, o: { chainTableId?: number; chunkSize?: number; stripeSize?: number }): Promise<Layout | undefined> {
   if (o.chainTableId === undefined && o.chunkSize === undefined && o.stripeSize === undefined) return undefined
-  const parent = normalizePath(target).replace(/\/[^/]*$/, '') || '/'
+  const parent = plainPath(target).replace(/\/[^/]*$/, '') || '/'
   const base = (await fsys.stat(parent)).directory?.layout
   const chainTableId = o.chainTableId ?? base?.tableId
   const chunkSize = o.chunkSize ?? base?.chunkSize

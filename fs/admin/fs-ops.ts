@@ -11,7 +11,7 @@ import { latestChainTable, type RoutingInfo } from '../common/types.js'
 import { StorageClient } from '../client/storage-client.js'
 import { FileSystem } from '../client/file/file-system.js'
 import { MetaClient } from '../client/file/meta-client.js'
-import { inodeAt, normalizePath, pathAt } from '../client/file/flags.js'
+import { inodeAt, normalizePath, pathAt, plainPath } from '../client/file/flags.js'
 import { chainTableOf } from '../client/file/pieces.js'
 import type { DirEntry, Inode, InodeType, UserInfo } from '../meta/protocol.js'
 import { GC_ROOT_INODE } from '../meta/protocol.js'
@@ -378,7 +378,7 @@ export async function resolveLayoutArgs(f: FsAdminSession, path: string, a: Layo
   }
   const only = a.chainList === undefined && a.chainTableId === undefined && a.chainTableVer === undefined
   if (!only || (a.chunkSize === undefined && a.stripeSize === undefined)) return parseLayoutArgs(a)
-  let dir = normalizePath(path)
+  let dir = plainPath(path)
   for (;;) {
     dir = dir.replace(/\/[^/]*$/, '') || '/'
     let st: Inode

@@ -32,7 +32,7 @@ import type { FileHelper } from './file-helper.js'
 import type { GcInfo, GcManager } from './gc.js'
 import type { InodeIdAllocator } from './inode-alloc.js'
 import { SETATTR_TIME_NOW, castGranularity, hexId, newDirectory, newEntry, newFile, newSymlink, nowUs, updateTime } from './inode.js'
-import { PathResolver, checkValidForCreate, type ResolveResult } from './path.js'
+import { PathResolver, checkValidForCreate, trailingSlashName, type ResolveResult } from './path.js'
 import {
   addDentryConflict,
   addInodeConflict,
@@ -453,11 +453,13 @@ export class MetaStore {
 
   async remove(txn: ReadWriteTxn, req: RemoveReq): Promise<void> {
     const hasPath = req.path.path !== undefined && req.path.path !== null
-    if (hasPath) checkValidForCreate(req.path)
+    const named = hasPath ? trailingSlashName(req.path.path!) : { path: '', dirOnly: false }
+    if (hasPath) checkValidForCreate({ parent: req.path.parent, path: named.path })
     const r = this.resolver(txn, req.user)
-    const res = hasPath ? await r.resolve(req.path.parent, req.path.path!) : await this.resolveDirectoryById(txn, req.path.parent)
+    const res = hasPath ? await r.resolve(req.path.parent, named.path) : await this.resolveDirectoryById(txn, req.path.parent)
     const entry = res.entry
     if (!entry) throw new StrataError('META_NOT_FOUND', `${req.path.path ?? hexId(req.path.parent)} not found`)
+    if (named.dirOnly && entry.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `${req.path.path} is not a directory`)
     if (isTreeRoot(entry.id)) throw notPermitted('cannot remove a tree root')
     if (req.inodeId !== undefined && req.inodeId !== null && entry.id !== req.inodeId) throw new StrataError('META_NOT_FOUND', `${entry.name} is no longer inode ${hexId(req.inodeId)}`)
     const parent = await r.parentInode(res)
@@ -522,15 +524,19 @@ export class MetaStore {
   // --- rename
 
   async rename(txn: ReadWriteTxn, req: RenameReq): Promise<Inode | null> {
-    checkValidForCreate(req.src, 'src')
-    const dstName = checkValidForCreate(req.dest, 'dest')
+    const srcNamed = trailingSlashName(req.src.path ?? '')
+    const dstNamed = trailingSlashName(req.dest.path ?? '')
+    checkValidForCreate(req.src.path ? { parent: req.src.parent, path: srcNamed.path } : req.src, 'src')
+    const dstName = checkValidForCreate(req.dest.path ? { parent: req.dest.parent, path: dstNamed.path } : req.dest, 'dest')
     const srcR = this.resolver(txn, req.user)
     const dstR = this.resolver(txn, req.user)
-    const [src, dst] = await Promise.all([srcR.resolve(req.src.parent, req.src.path!), dstR.resolve(req.dest.parent, req.dest.path!)])
+    const [src, dst] = await Promise.all([srcR.resolve(req.src.parent, srcNamed.path), dstR.resolve(req.dest.parent, dstNamed.path)])
     if (dst.entry && dst.entry.uuid && dst.entry.uuid === req.uuid) return loadEntryInode(txn, dst.entry)
     if (!src.entry) throw new StrataError('META_NOT_FOUND', `rename source ${req.src.path} not found`)
     if (req.inodeId !== undefined && req.inodeId !== null && src.entry.id !== req.inodeId) throw new StrataError('META_NOT_FOUND', `rename source is no longer inode ${hexId(req.inodeId)}`)
     const srcEntry = src.entry
+    // rename(2): a trailing slash on either side needs the source to be a directory
+    if ((srcNamed.dirOnly || dstNamed.dirOnly) && srcEntry.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `rename source ${req.src.path} is not a directory`)
     if (dst.entry && dst.entry.parent === srcEntry.parent && dst.entry.name === srcEntry.name) return loadEntryInode(txn, dst.entry)
     if (dst.entry && dst.entry.type === 'File' && req.moveToTrash) throw new StrataError('META_EXISTS', `rename destination ${req.dest.path} exists`)
     if (srcEntry.type === 'Directory') {

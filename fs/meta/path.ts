@@ -42,6 +42,22 @@ export function checkValidForCreate(p: PathAt, what = 'path'): string {
   return name
 }
 
+/**
+ * For remove and rename, whose target is a name and not what a path
+ * resolves to: `d/` names d and says it must be a directory (rmdir(2) and
+ * rename(2) accept `d/`; `f/` is ENOTDIR), where 3FS takes `d/` as `d/.` and
+ * refuses it. A last component '.' or '..' (`d/.`, `d/../`) is left as it is
+ * for checkValidForCreate to refuse (EINVAL, as rmdir(2)).
+ */
+export function trailingSlashName(path: string): { path: string; dirOnly: boolean } {
+  if (!path.endsWith('/')) return { path, dirOnly: false }
+  const stripped = path.replace(/\/+$/, '')
+  if (stripped === '') return { path, dirOnly: false }
+  const last = stripped.slice(stripped.lastIndexOf('/') + 1)
+  if (last === '.' || last === '..') return { path, dirOnly: false }
+  return { path: stripped, dirOnly: true }
+}
+
 export function rootEntry(): DirEntry {
   return { parent: ROOT_INODE, name: '.', id: ROOT_INODE, type: 'Directory', dirAcl: ROOT_ACL, uuid: '' }
 }

@@ -344,3 +344,34 @@ test.serial('multi-path fs rm / mkdir go on past a failing path (exit 1); create
   t.is(mv.code, 1)
   t.regex(mv.stderr, /^strata: META_IS_DIRECTORY: /m)
 })
+
+test.serial('coreutils path endings: rm of DIR/. and DIR/.. is refused, FILE/ is ENOTDIR for rm, stat and get; DIR/ still works', async (t) => {
+  t.timeout(3 * 60_000)
+  const { args, dir } = await cluster(t)
+  const fsx = (...a: string[]) => ['fs', ...args, ...a]
+  const adm = (...a: string[]) => ['admin', ...args, ...a]
+  const local = path.join(dir, 'x')
+  fs.writeFileSync(local, 'x\n')
+  await ok(t, fsx('mkdir', '-p', '/rmdot/sub', '/rmdot3', '/ad/small'))
+  await ok(t, fsx('put', local, '/rmdot/sub/f'))
+  await ok(t, fsx('put', local, '/tsl'))
+  for (const a of [fsx('rm', '-r', '/rmdot/.'), fsx('rm', '/rmdot3/.'), fsx('rm', '-r', '/rmdot/sub/..'), adm('rm', '-r', '/ad/small/.'), adm('rm', '/rmdot3/./')]) {
+    const r = await strata(a)
+    t.is(r.code, 1, a.join(' '))
+    t.regex(r.stderr, /^strata: META_INVALID_ARGUMENT: /m, a.join(' '))
+  }
+  for (const a of [fsx('rm', '/tsl/'), fsx('rm', '-r', '/tsl/'), fsx('stat', '/tsl/'), fsx('get', '/tsl/', path.join(dir, 'out')), adm('rm', '/tsl/'), adm('stat', '/tsl/')]) {
+    const r = await strata(a)
+    t.is(r.code, 1, a.join(' '))
+    t.regex(r.stderr, /^strata: META_NOT_DIRECTORY: /m, a.join(' '))
+  }
+  t.false(fs.existsSync(path.join(dir, 'out')))
+  // nothing was removed
+  for (const p of ['/rmdot/sub/f', '/rmdot3', '/ad/small', '/tsl']) await ok(t, fsx('stat', p))
+  // a trailing slash on a directory names the directory, as rmdir(2) and rm -r DIR/
+  t.is(JSON.parse(await ok(t, fsx('stat', '--json', '/rmdot/'))).type, 'Directory')
+  await ok(t, fsx('rm', '/rmdot3/'))
+  await ok(t, fsx('rm', '-r', '/rmdot/'))
+  await ok(t, adm('rm', '-r', '/ad/small/'))
+  t.deepEqual((await ok(t, fsx('ls', '/'))).trim().split('\n'), ['ad', 'tsl'])
+})

@@ -89,16 +89,32 @@ export function openFlagsToNumber(f: OpenFlags): number {
 // --- paths
 
 /**
- * Absolute, tidied path: relative paths are taken from `cwd`, repeated and
- * trailing slashes and '.' components are dropped. '..' is left for the
- * server, which resolves it against the real tree.
+ * Absolute, tidied path: relative paths are taken from `cwd`, repeated
+ * slashes and inner '.' components are dropped. '..' is left for the server,
+ * which resolves it against the real tree. What ends the path is kept,
+ * because it means something (rmdir(2), path_resolution(7)): a trailing slash
+ * says "this must be a directory" (`file/` is ENOTDIR), and a last component
+ * '.' or '..' cannot be removed or renamed (EINVAL) — folding `d/.` into `d`
+ * would let `rm -r d/.` remove d. The root is always "/".
  */
 export function normalizePath(p: string, cwd = '/'): string {
   if (typeof p !== 'string' || p === '') throw new StrataError('META_INVALID_ARGUMENT', 'path must be a non-empty string')
   if (p.includes('\0')) throw new StrataError('META_INVALID_ARGUMENT', 'path contains a NUL byte')
   const full = p.startsWith('/') ? p : `${cwd.endsWith('/') ? cwd : cwd + '/'}${p}`
-  const parts = full.split('/').filter((c) => c !== '' && c !== '.')
+  const raw = full.split('/').filter((c) => c !== '')
+  const parts = raw.filter((c) => c !== '.')
+  if (parts.length === 0) return '/'
+  const last = raw[raw.length - 1]
+  if (last === '.') return '/' + parts.join('/') + '/.'
+  if (last !== '..' && full.endsWith('/')) return '/' + parts.join('/') + '/'
   return '/' + parts.join('/')
+}
+
+/** normalizePath without what ends it: `/a/b/`, `/a/b/.` → `/a/b` (names for display, base and dir names). */
+export function plainPath(p: string, cwd = '/'): string {
+  const n = normalizePath(p, cwd)
+  const s = n.endsWith('/.') ? n.slice(0, -2) : n.endsWith('/') ? n.slice(0, -1) : n
+  return s === '' ? '/' : s
 }
 
 /** PathAt for an absolute path; the root itself is the root inode with no path. */
@@ -113,16 +129,16 @@ export function inodeAt(inode: bigint): PathAt {
 }
 
 export function baseName(p: string): string {
-  const n = normalizePath(p)
+  const n = plainPath(p)
   return n === '/' ? '/' : n.slice(n.lastIndexOf('/') + 1)
 }
 
 export function dirName(p: string): string {
-  const n = normalizePath(p)
+  const n = plainPath(p)
   const i = n.lastIndexOf('/')
   return i <= 0 ? '/' : n.slice(0, i)
 }
 
 export function joinPath(dir: string, name: string): string {
-  return normalizePath(`${normalizePath(dir)}/${name}`)
+  return normalizePath(`${plainPath(dir)}/${name}`)
 }

@@ -39,6 +39,7 @@ export {
   isReadAccess,
   isWriteAccess,
   normalizePath,
+  plainPath,
   pathAt,
   inodeAt,
   baseName,

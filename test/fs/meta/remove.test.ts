@@ -100,3 +100,30 @@ test.serial('recursive remove: a subtree the remover may not delete goes to tras
   t.is(link.symlink!.target, '/home2/t/c/private')
   t.is(await codeOf(root.stat('/home2/t')), 'META_NOT_FOUND')
 })
+
+test.serial('remove and rename: `d/` names d and needs a directory, `d/.` and `d/..` are EINVAL (rmdir(2), rename(2))', async (t) => {
+  const c = m.client()
+  await c.mkdirs('/slash/d1/sub', { recursive: true })
+  await c.mkdirs('/slash/d2')
+  await c.create('/slash/f', { flags: { access: 'r', create: true } })
+  // a last component '.' or '..' is refused, recursive or not, and nothing goes
+  t.is(await codeOf(c.remove('/slash/d1/.', { recursive: true })), 'META_INVALID_ARGUMENT')
+  t.is(await codeOf(c.remove('/slash/d1/./', { recursive: true })), 'META_INVALID_ARGUMENT')
+  t.is(await codeOf(c.remove('/slash/d1/sub/..', { recursive: true })), 'META_INVALID_ARGUMENT')
+  t.is(await codeOf(c.remove('/slash/d2/.', { rmdir: true, checkType: true })), 'META_INVALID_ARGUMENT')
+  t.is(await codeOf(c.rename('/slash/d2/.', '/slash/d3')), 'META_INVALID_ARGUMENT')
+  t.is((await c.stat('/slash/d1/sub')).type, 'Directory')
+  // a trailing slash on a file is ENOTDIR: stat, remove, rename
+  t.is(await codeOf(c.stat('/slash/f/')), 'META_NOT_DIRECTORY')
+  t.is(await codeOf(c.remove('/slash/f/')), 'META_NOT_DIRECTORY')
+  t.is(await codeOf(c.rename('/slash/f/', '/slash/g')), 'META_NOT_DIRECTORY')
+  t.is(await codeOf(c.rename('/slash/f', '/slash/g/')), 'META_NOT_DIRECTORY')
+  t.is((await c.stat('/slash/f')).type, 'File')
+  // on a directory it names the directory
+  await c.rename('/slash/d2/', '/slash/d3/')
+  t.is((await c.stat('/slash/d3')).type, 'Directory')
+  await c.remove('/slash/d3/', { rmdir: true, checkType: true })
+  await c.remove('/slash/d1/', { recursive: true })
+  t.deepEqual((await c.listAll('/slash')).map((e) => e.name), ['f'])
+  await c.remove('/slash', { recursive: true })
+})

@@ -9,6 +9,10 @@ import {
   chunkCount,
   lastChunkOf,
   normalizePath,
+  plainPath,
+  baseName,
+  dirName,
+  joinPath,
   parseOpenFlags,
   pathAt,
   planPieces,
@@ -162,7 +166,22 @@ test('open flags and paths', (t) => {
   t.deepEqual(parseOpenFlags(2 | 128 | 64), { access: 'rw', create: true, excl: true })
   t.deepEqual(parseOpenFlags({ access: 'rw', trunc: true }), { access: 'rw', trunc: true })
   t.throws(() => parseOpenFlags('q'))
-  t.is(normalizePath('/a//b/./c/'), '/a/b/c')
+  // what ends a path is kept: a trailing slash needs a directory, a last '.' cannot be removed
+  t.is(normalizePath('/a//b/./c/'), '/a/b/c/')
+  t.is(normalizePath('/a//b/./c'), '/a/b/c')
+  t.is(normalizePath('/a/b/.'), '/a/b/.')
+  t.is(normalizePath('/a/b/./'), '/a/b/.')
+  t.is(normalizePath('/a/b/../'), '/a/b/..')
+  t.is(normalizePath('/.'), '/')
+  t.is(normalizePath('//'), '/')
+  t.is(plainPath('/a/b/.'), '/a/b')
+  t.is(plainPath('/a/b/'), '/a/b')
+  t.is(plainPath('/./'), '/')
+  t.is(baseName('/a/b/'), 'b')
+  t.is(dirName('/a/b/.'), '/a')
+  t.is(joinPath('/a/', 'c'), '/a/c')
+  t.deepEqual(pathAt('/d/'), { parent: 0n, path: '/d/' })
+  t.deepEqual(pathAt('/d/.'), { parent: 0n, path: '/d/.' })
   t.is(normalizePath('x/y', '/base'), '/base/x/y')
   t.is(normalizePath('/a/../b'), '/a/../b')
   t.is(normalizePath('/'), '/')
