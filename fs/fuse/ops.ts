@@ -13,7 +13,8 @@
 //  - xattrs: only `hf3fs.lock` on directories (try_lock | preempt_lock |
 //    unlock | clear; get returns the holder as JSON or ENODATA). Other
 //    `hf3fs.*` names → ENOTSUP; other namespaces: set → ENOTSUP, get →
-//    ENODATA, as 3FS (cp -a and tar tolerate both).
+//    ENODATA, as 3FS (cp -a and tar tolerate both); a read-only mount
+//    refuses set and remove with EROFS (a lock is a change).
 // fuse-native gives no caller identity, so every request runs as the
 // mount's user (config uid/gid).
 
@@ -706,6 +707,9 @@ export class StrataFuseOps {
   }
 
   async setxattr(p: string, name: string, value: Buffer): Promise<void> {
+    // a set is a change like any other, and hf3fs.lock in particular blocks every other
+    // client's creates/removes/renames in the directory (and outlives this mount)
+    this.checkWritable()
     // 3FS: only the hf3fs namespace, and of it only hf3fs.lock, and only on directories
     if (name !== LOCK_XATTR) fail(E.ENOTSUP)
     const inode = await this.xattrTarget(p)
@@ -737,6 +741,8 @@ export class StrataFuseOps {
 
   async removexattr(p: string, name: string): Promise<void> {
     if (this.isVirtual(p)) fail(E.EPERM)
+    // clearing a directory lock (someone else's, too) is a change
+    this.checkWritable()
     if (name !== LOCK_XATTR) fail(E.ENOTSUP)
     const inode = await this.xattrTarget(p)
     if (inode.type === 'Symlink') fail(E.EPERM)

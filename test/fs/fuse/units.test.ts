@@ -259,6 +259,20 @@ test('xattrs: hf3fs.lock on directories only; ENOTSUP / ENODATA elsewhere', asyn
   t.is(await errnoOf(ops.getxattr('/d', 'hf3fs.lock')), -61)
 })
 
+test('xattrs on a read-only mount: set and remove fail with EROFS and reach no meta lockDirectory; get and list still answer', async (t) => {
+  const f = fakeFs()
+  const ro = opsWith(f, { readonly: true })
+  for (const action of ['try_lock', 'preempt_lock', 'unlock', 'clear']) t.is(await errnoOf(ro.setxattr('/d', 'hf3fs.lock', Buffer.from(action))), -30, action)
+  t.is(await errnoOf(ro.setxattr('/d', 'user.x', Buffer.from('x'))), -30, 'any set is a change')
+  t.is(await errnoOf(ro.removexattr('/d', 'hf3fs.lock')), -30)
+  t.false(f.calls.some((c) => c.startsWith('lock ')), f.calls.join('\n'))
+  t.is(await errnoOf(ro.getxattr('/d', 'hf3fs.lock')), -61)
+  t.deepEqual(await ro.listxattr('/d'), [])
+  // a lock another (writable) mount takes is visible here
+  await opsWith(f).setxattr('/d', 'hf3fs.lock', Buffer.from('try_lock'))
+  t.deepEqual(JSON.parse((await ro.getxattr('/d', 'hf3fs.lock'))!.toString()), { client: 'me', since: 1 })
+})
+
 test('operations object: errors become negative errnos, handles are checked', async (t) => {
   const f = fakeFs()
   const ops = opsWith(f).operations()
