@@ -25,6 +25,8 @@ import { StrataError } from '../../fs/common/errors.js'
 import { InvalidArgumentError } from 'commander'
 import { UsageError, intArg, out, printAction, printJson, printListing, sizeArg } from './output.js'
 
+const U64_MAX = 0xffff_ffff_ffff_ffffn
+
 interface GlobalOpts {
   cluster?: string
   mgmtdAddress?: string
@@ -143,7 +145,10 @@ coreutils instead). Missing parents get the same layout as PATH.`,
     .option('--json', 'print JSON')
     .action((path: string, o, cmd: Command) => {
       // a malformed argument is a usage error, found before the cluster is contacted
-      if (o.inode && !/^\s*(0x[0-9a-fA-F]+|\d+)\s*$/.test(path)) throw new UsageError(`stat --inode: ${JSON.stringify(path)} is not an inode id (decimal or 0x hex)`)
+      // (an id beyond u64 cannot even be encoded into the request)
+      if (o.inode && (!/^\s*(0x[0-9a-fA-F]+|\d+)\s*$/.test(path) || BigInt(path.trim()) > U64_MAX)) {
+        throw new UsageError(`stat --inode: ${JSON.stringify(path)} is not an inode id (decimal or 0x hex, at most 0xffffffffffffffff)`)
+      }
       return fsSession(cmd, async (f, json) =>
         printAction(await adminStat(f, path, { follow: !!o.followLink, displayLayout: !!o.displayLayout || !!o.displayChainList, byInode: !!o.inode }), json),
       )

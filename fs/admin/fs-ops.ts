@@ -96,7 +96,10 @@ export function parsePerm(text: string | number): number {
 export function parseInodeId(text: string): bigint {
   const s = text.trim()
   if (!/^(0x[0-9a-fA-F]+|\d+)$/.test(s)) throw new StrataError('INVALID_ARGUMENT', `invalid inode id: ${text}`)
-  return BigInt(s)
+  const id = BigInt(s)
+  // inode ids are u64: a larger one cannot be encoded into a request
+  if (id > 0xffff_ffff_ffff_ffffn) throw new StrataError('INVALID_ARGUMENT', `invalid inode id: ${text} is larger than 0xffffffffffffffff`)
+  return id
 }
 
 // --- layouts

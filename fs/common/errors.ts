@@ -36,7 +36,7 @@ export const ERRORS = {
 
   // --- RPC transport (3FS RPC status names)
   RPC_CONNECT_FAILED: spec(true, 'ECONNREFUSED', 'could not connect to the peer'),
-  RPC_SEND_FAILED: spec(true, 'EPIPE', 'the connection broke before the request was sent'),
+  RPC_SEND_FAILED: spec(true, 'EPIPE', 'the connection broke before the request was sent (a request the codec cannot encode, such as an integer beyond u64, is INVALID_ARGUMENT at once)'),
   RPC_CONNECTION_CLOSED: spec(true, 'ECONNRESET', 'the connection closed before a reply arrived'),
   RPC_FRAME_TOO_LARGE: spec(false, 'EMSGSIZE', 'a frame exceeds the configured maximum size'),
   RPC_BAD_FRAME: spec(false, 'EPROTO', 'a frame could not be decoded'),

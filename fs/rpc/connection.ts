@@ -284,7 +284,15 @@ export class Connection {
    */
   send(env: Envelope, written?: () => void, alignAttachments = 0): void {
     if (this.closedErr) throw this.closedErr
-    const frame = encodeFrameParts(env, alignAttachments)
+    let frame: EncodedFrame
+    try {
+      frame = encodeFrameParts(env, alignAttachments)
+    } catch (e) {
+      // a payload the codec refuses (a bigint beyond u64, a function …) fails the same way on every
+      // attempt and every connection: not RPC_SEND_FAILED, which callers retry for their whole budget
+      const what = env.flags & FLAG_RESPONSE ? 'reply' : 'request'
+      throw new StrataError('INVALID_ARGUMENT', `cannot encode the ${what}: ${e instanceof Error ? e.message : String(e)}`, { cause: e })
+    }
     if (frame.bodyBytes > this.maxFrameBytes) {
       throw new StrataError('RPC_FRAME_TOO_LARGE', `frame of ${frame.bodyBytes} bytes exceeds the maximum of ${this.maxFrameBytes}`)
     }

@@ -231,9 +231,11 @@ export class RpcServer {
       conn.send(reply, afterReply)
     } catch (e) {
       afterReply?.()
-      const err = toStrataError(e)
-      if (err.code === 'RPC_FRAME_TOO_LARGE') {
-        // the reply is too big to send: tell the caller why instead of going silent
+      let err = toStrataError(e)
+      // a reply the codec refuses is this server's fault, not the caller's argument
+      if (err.code === 'INVALID_ARGUMENT') err = new StrataError('INTERNAL', err.message)
+      if (err.code === 'RPC_FRAME_TOO_LARGE' || err.code === 'INTERNAL') {
+        // the reply is too big to send, or cannot be encoded: tell the caller why instead of going silent
         try {
           conn.send({ id: env.id, service: env.service, method: env.method, flags: FLAG_RESPONSE, error: err.toWire() })
         } catch {

@@ -126,6 +126,9 @@ test('admin FS commands: a bad or unreachable --mgmtd-address fails at once; --t
     [['fs', 'ls', '--mgmtd-address', '127.0.0.1:99999'], 1, /^strata: INVALID_ARGUMENT: bad address "127\.0\.0\.1:99999", expected host:port$/m],
     [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'session-prune', '--session', 'a', 'b'], 2, /^strata: usage: session-prune: --session needs --client-id/m],
     [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'stat', '--inode', 'zz'], 2, /^strata: usage: stat --inode: "zz" is not an inode id/m],
+    // beyond u64: as malformed as zz, refused before any request (it could not be encoded)
+    [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'stat', '--inode', '18446744073709551616'], 2, /^strata: usage: stat --inode: "18446744073709551616" is not an inode id/m],
+    [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'stat', '--inode', '0x10000000000000000'], 2, /^strata: usage: stat --inode: "0x10000000000000000" is not an inode id/m],
     [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'set-perm', '/x'], 2, /^strata: usage: set-perm needs at least one of/m],
   ] as const) {
     await fails(t, [...args], code, re)

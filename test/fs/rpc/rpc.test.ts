@@ -30,6 +30,7 @@ async function setup(t: any, opts: { maxFrameBytes?: number } = {}) {
       throw new TypeError('boom')
     },
     // looks at its signal only after a while: a cancel that came first must show
+    7: () => ({ big: 2n ** 64n }),
     6: async (p: any, ctx) => {
       await new Promise((r) => setTimeout(r, p.ms))
       if (ctx.signal.aborted) seen.aborted++
@@ -212,4 +213,18 @@ test('close is idempotent and rejects in-flight calls', async (t) => {
   client.close()
   client.close()
   t.true(isStrataError(await t.throwsAsync(client.call(address, SVC, 1, null)), 'CLOSED'))
+})
+
+test('a request the codec cannot encode fails at once with a non-retryable INVALID_ARGUMENT; the connection goes on', async (t) => {
+  const { client, address } = await setup(t)
+  const err = await t.throwsAsync(client.call(address, SVC, 1, { id: 2n ** 64n }))
+  t.true(isStrataError(err))
+  t.is((err as StrataError).code, 'INVALID_ARGUMENT')
+  t.false((err as StrataError).retryable)
+  t.regex(err!.message, /cannot encode the request: /)
+  t.deepEqual(await client.call<any>(address, SVC, 1, { id: 2n ** 64n - 1n }), { echo: { id: 2n ** 64n - 1n } })
+  // a reply the server cannot encode is its fault: INTERNAL, at once, not a silent wait for the deadline
+  const rep = await t.throwsAsync(client.call(address, SVC, 7, {}))
+  t.is((rep as StrataError).code, 'INTERNAL')
+  t.regex(rep!.message, /cannot encode the reply/)
 })
