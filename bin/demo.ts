@@ -231,7 +231,7 @@ class Demo {
     r.block(formatTable(summaryRows(this.s)))
     if (this.o.keep && this.d) {
       const cli = path.relative(process.cwd(), strataBin()) || strataBin()
-      r.say(`\nkept ${this.d.dir} (logs in ${path.join(this.d.dir, 'logs')}); start the cluster again with: node ${cli} cluster up --dir ${this.d.dir}`)
+      r.say(`\nkept ${this.d.dir} (logs in ${path.join(this.d.dir, 'logs')}); start the cluster again with: node ${cli} cluster up --dir ${this.d.dir}; remove it with: node ${cli} cluster destroy --dir ${this.d.dir}`)
     }
     if (this.s.ok) {
       const e = this.s.exec!

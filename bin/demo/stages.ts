@@ -44,7 +44,8 @@ export interface StageOptions {
 
 export async function runStages(o: StageOptions, r: Reporter, s: Summary, hooks: StageHooks): Promise<void> {
   const runId = crypto.randomBytes(4).toString('hex')
-  const workDir = path.join(o.dir, 'work')
+  // under DIR/data, so that `cluster destroy` of a --keep run removes it with the rest
+  const workDir = path.join(o.dir, 'data', 'demo-work')
 
   // 1 ---------------------------------------------------------------- cluster
   hooks.onStage('cluster up')

@@ -141,6 +141,8 @@ export class SandboxService {
   readonly #pools: Pool[]
   /** set by reclaimAll: the pools are emptied and not refilled again */
   #poolsStopped = false
+  /** reclaimAll calls running: creates are refused meanwhile */
+  #reclaiming = 0
 
   private constructor(opts: SandboxServiceOptions, registry: Registry) {
     this.#opts = opts
@@ -337,6 +339,7 @@ export class SandboxService {
     let admitted = false
     try {
       this.#checkOpen()
+      if (this.#reclaiming) throw new StrataError('CLOSED', 'the node is reclaiming its sandboxes (cluster down); create again once it is done')
       checkQuota(this.limits, this.#countLive() + this.#admitted, resources)
       checkCapacity(this.limits, nodeCapacity(this.stateDir), this.#admitted)
       this.#admitted++
@@ -831,6 +834,18 @@ export class SandboxService {
   /** Stops and removes every sandbox on the node (cluster down). */
   async reclaimAll(): Promise<number> {
     this.#poolsStopped = true
+    // creates that are building now finish and are reclaimed with the rest (skipped, they would
+    // outlive `cluster down`: close() waits for them and leaves them running); no new one starts
+    this.#reclaiming++
+    try {
+      while (this.#creating > 0) await new Promise((r) => setTimeout(r, 20))
+      return await this.#reclaimNow()
+    } finally {
+      this.#reclaiming--
+    }
+  }
+
+  async #reclaimNow(): Promise<number> {
     await this.#drainPools()
     const ids = [...this.#live.keys()].filter((id) => this.#live.get(id)?.info.state !== 'creating')
     // a full node holds ~10^3 sandboxes: several deletions at once (each mostly waits on runc and umount)

@@ -189,6 +189,23 @@ test.serial('admission control: a node without memory, disk or pids to spare ref
   for (const x of [mem, disk, pids, ceil]) t.deepEqual(nodeTraces(x.config.stateDir, x.config.nodeId).sandboxDirs, [])
 })
 
+test.serial('reclaim (cluster down) while creates are building: they finish and are reclaimed too, nothing is left running; creates work again after', async (t) => {
+  const d = await startDaemon(t, env)
+  const s = d.sdk
+  // creates in flight (not awaited), then reclaim as soon as the daemon counts them
+  const creates = Array.from({ length: 3 }, () => s.sandboxes.create({ image: 'bb:1' }).then((sb) => sb.id, (e: unknown) => e as StrataError))
+  await until(async () => (await s.node()).sandboxes.creating > 0, 30_000, 'a create building')
+  const r = await fetch(`http://${d.address}/v1/node/reclaim`, { method: 'POST', headers: { authorization: `Bearer ${d.token}` } })
+  t.is(r.status, 200, await r.clone().text())
+  const outcomes = await Promise.all(creates)
+  for (const o of outcomes) if (typeof o !== 'string') t.is(o.code, 'CLOSED', String(o))
+  t.deepEqual(await s.sandboxes.list(), [], 'every sandbox was reclaimed, those created meanwhile included')
+  t.deepEqual(nodeTraces(d.config.stateDir, d.config.nodeId), { mounts: [], sandboxDirs: [], cgroups: [] })
+  const again = await s.sandboxes.create({ image: 'bb:1' })
+  t.is(again.info.state, 'running')
+  await again.delete()
+})
+
 test.serial('lifetimes: an idle sandbox is reclaimed after its TTL (activity keeps it), every sandbox after its maximum lifetime', async (t) => {
   const d = await startDaemon(t, env)
   const idle = await d.sdk.sandboxes.create({ image: 'bb:1', lifetime: { idleTtlSec: 2 } })
