@@ -538,6 +538,8 @@ export class MetaStore {
     // rename(2): a trailing slash on either side needs the source to be a directory
     if ((srcNamed.dirOnly || dstNamed.dirOnly) && srcEntry.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `rename source ${req.src.path} is not a directory`)
     if (dst.entry && dst.entry.parent === srcEntry.parent && dst.entry.name === srcEntry.name) return loadEntryInode(txn, dst.entry)
+    // rename(2): two links of the same file — "return successfully and perform no other action" (3FS removes the source name)
+    if (dst.entry && dst.entry.id === srcEntry.id) return loadEntryInode(txn, dst.entry)
     if (dst.entry && dst.entry.type === 'File' && req.moveToTrash) throw new StrataError('META_EXISTS', `rename destination ${req.dest.path} exists`)
     if (srcEntry.type === 'Directory') {
       if (dst.entry && dst.entry.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `rename destination ${req.dest.path} is not a directory`)

@@ -104,6 +104,15 @@ test.serial('rename errors and replace rules', async (t) => {
   await c.create('/h3', { flags: { access: 'r', create: true } })
   await c.rename('/h3', '/h2')
   t.is((await c.statById(h.stat.id)).nlink, 1)
+  // rename between two links of one inode: success, and both names stay (POSIX), in one directory or across two
+  await c.hardLink('/h1', '/h4')
+  await c.mkdirs('/hd')
+  await c.hardLink('/h1', '/hd/h5')
+  const same = await c.rename('/h1', '/h4')
+  t.is(same!.id, h.stat.id)
+  await c.rename('/hd/h5', '/h1')
+  for (const p of ['/h1', '/h4', '/hd/h5']) t.is((await c.stat(p)).id, h.stat.id, p)
+  t.is((await c.statById(h.stat.id)).nlink, 3)
 
   // rename onto a symlink replaces the entry; the old link's inode stays with one link fewer (3FS)
   const link = await c.symlink('/lnk', '/old')
