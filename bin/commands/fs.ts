@@ -439,6 +439,8 @@ followed (its target file is replaced).`,
           return printJson({
             ...rec,
             path: normalizePath(p),
+            // who holds the directory's lock (lockDirectory / hf3fs.lock), null when free
+            ...(st.directory ? { lock: st.directory.lock ? { client: st.directory.lock.client, since: isoTime(st.directory.lock.since) } : null } : {}),
             ...(layout ? { layout: { ...layout, chains: layout.chains.type === 'ChainRange' ? { ...layout.chains, seed: layout.chains.seed.toString() } : layout.chains } } : {}),
           })
         }
@@ -456,6 +458,7 @@ followed (its target file is replaced).`,
           ['Modify', String(rec.mtime)],
           ['Change', String(rec.ctime)],
           ...(st.symlink ? [['Target', st.symlink.target]] : []),
+          ...(st.directory ? [['Lock', st.directory.lock ? `${st.directory.lock.client} since ${isoTime(st.directory.lock.since)}` : '-']] : []),
         ]
         out(formatTable(rows))
       }),

@@ -234,6 +234,8 @@ export interface StatView {
   dynStripe?: number
   /** directories */
   parentInode?: string
+  /** a directory's lock (lockDirectory / hf3fs.lock): the holding client's id and since when; null when free */
+  lock?: { client: string; since: string } | null
   /** symlinks */
   target?: string
   layout?: LayoutView
@@ -290,6 +292,10 @@ export async function adminStat(
   } else if (st.type === 'Directory' && st.directory) {
     v.parentInode = inodeHex(st.directory.parent)
     lines.push(['ParentInode', v.parentInode])
+    // the only way besides getxattr on a mount to find who holds a (possibly stale) lock
+    const lk = st.directory.lock
+    v.lock = lk ? { client: lk.client, since: ymdHMS(Math.floor(lk.since / 1000)) } : null
+    lines.push(['Lock', v.lock ? `${v.lock.client} since ${v.lock.since}` : '-'])
     if (ri) {
       v.layout = layoutView(st.directory.layout, ri)
       lines.push(...layoutRows(v.layout))
