@@ -59,7 +59,7 @@ export function registerFsMountCommands(parent: Command): void {
     .option('--op-timeout <s>', 'fail a FUSE request after this many seconds (default 0: never; storage failover then shows as latency)', secondsArg('--op-timeout'))
     .option('--orphan-timeout <s>', 'once mgmtd has refused connections this long (the cluster is stopped), requests whose servers are unreachable fail with ENOTCONN instead of waiting out the 60 s failover budget (default 5; 0: wait)', secondsArg('--orphan-timeout'))
     .option('--wait-timeout <s>', 'how long to wait for the mount to come up', intArg('--wait-timeout', { min: 1 }), 60)
-    .option('--foreground', 'run the daemon in this process until SIGTERM/SIGINT')
+    .option('--foreground', 'run the daemon in this process until SIGTERM (exit 0) or Ctrl-C (exit 130)')
     .addHelpText(
       'after',
       '\nThe identity of every request is the mount\'s (--uid/--gid/--groups of `strata fs`, default the caller\'s):\nfuse-native does not tell the daemon who calls. Stop with: strata fs umount MOUNTPOINT\n' +

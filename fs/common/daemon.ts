@@ -1,5 +1,8 @@
 // Process lifecycle shared by every daemon: start, SIGTERM/SIGINT → orderly
-// close → exit 0; a second signal or a close that hangs exits hard. Unhandled
+// close → exit 0 for SIGTERM (the way launchers and `cluster down` stop a
+// daemon: a clean stop is success) and 130 for SIGINT (Ctrl-C of a daemon in
+// the foreground, as every other command reports an interrupt, 128 + 2);
+// a second signal or a close that hangs exits hard. Unhandled
 // errors are logged and end the process with a non-zero code so the launcher
 // sees the crash instead of a half-alive node.
 
@@ -19,10 +22,13 @@ export interface RunDaemonOptions {
   throwStartError?: boolean
 }
 
+/** Exit code after a clean stop on SIGINT: 128 + 2, as a shell reports Ctrl-C. */
+export const SIGINT_EXIT = 130
+
 export async function runDaemon(log: Logger, start: () => Promise<Closable>, opts: RunDaemonOptions = {}): Promise<void> {
   let daemon: Closable | null = null
   let stopping = false
-  const stop = async (why: string) => {
+  const stop = async (why: 'SIGTERM' | 'SIGINT') => {
     if (stopping) {
       log.warn('second stop request; exiting now', { why })
       process.exit(1)
@@ -37,7 +43,7 @@ export async function runDaemon(log: Logger, start: () => Promise<Closable>, opt
     try {
       await daemon?.close()
       log.info('stopped')
-      process.exit(0)
+      process.exit(why === 'SIGINT' ? SIGINT_EXIT : 0)
     } catch (e) {
       log.error('close failed', { err: e })
       process.exit(1)

@@ -41,7 +41,7 @@ async function mountInBackground(t: ExecutionContext, dir: string, mnt: string):
   return Number(mount.stdout.trim())
 }
 
-async function foregroundMount(t: ExecutionContext, dir: string, mnt: string): Promise<ChildProcess> {
+async function foregroundMount(t: ExecutionContext, dir: string, mnt: string, records = 2): Promise<ChildProcess> {
   const child = spawn(process.execPath, [CLI, 'fs', 'mount', mnt, '--cluster', dir, '--foreground'], { stdio: 'ignore', env: { ...process.env, STRATA_LOG_LEVEL: 'error' } })
   const exited = new Promise<void>((r) => child.once('exit', () => r()))
   t.teardown(async () => {
@@ -50,7 +50,7 @@ async function foregroundMount(t: ExecutionContext, dir: string, mnt: string): P
       await exited
     }
   })
-  await until(() => findMount(mnt)?.fstype === FUSE_FSTYPE && fs.existsSync(path.join(dir, 'mounts')) && fs.readdirSync(path.join(dir, 'mounts')).length >= 2, 30_000, `foreground mount at ${mnt}`)
+  await until(() => findMount(mnt)?.fstype === FUSE_FSTYPE && fs.existsSync(path.join(dir, 'mounts')) && fs.readdirSync(path.join(dir, 'mounts')).length >= records, 30_000, `foreground mount at ${mnt}`)
   return child
 }
 
@@ -86,6 +86,24 @@ t('cluster status lists fs mount mounts; cluster down stops them (background and
   t.deepEqual(fs.readdirSync(path.join(dir, 'mounts')), [], 'the records are gone')
   const st2 = JSON.parse((await strata(['cluster', 'status', '--dir', dir, '--json'])).stdout) as { mounts: unknown[] }
   t.deepEqual(st2.mounts, [])
+})
+
+t('Ctrl-C (SIGINT) of fs mount --foreground unmounts cleanly and exits 130; SIGTERM exits 0', async (t) => {
+  const base = tmpDir(t, 'strata-fuse-cm-int-')
+  const m2 = path.join(base, 'm2')
+  const m3 = path.join(base, 'm3')
+  const dir = await cluster(t, [m2, m3])
+  for (const [mnt, sig, code] of [[m2, 'SIGINT', 130], [m3, 'SIGTERM', 0]] as const) {
+    const fg = await foregroundMount(t, dir, mnt, 1)
+    ok(t, await sh(`echo hello > ${mnt}/f-${sig} && cat ${mnt}/f-${sig}`), `the mount serves (${sig})`)
+    fg.kill(sig)
+    await until(() => fg.exitCode !== null || fg.signalCode !== null, 30_000, `the --foreground mount exited after ${sig}`)
+    t.is(fg.exitCode, code, `${sig}: exit ${code}`)
+    t.falsy(findMount(mnt), `${sig}: unmounted`)
+    t.deepEqual(fs.readdirSync(path.join(dir, 'mounts')), [], `${sig}: the record is gone`)
+  }
+  // what was written before each stop was flushed
+  ok(t, await sh(`cat ${dir}/mnt/f-SIGINT ${dir}/mnt/f-SIGTERM`), 'both files read back through fuse-1')
 })
 
 t('cluster destroy --force stops fs mount daemons; destroy without --force refuses while one runs', async (t) => {
