@@ -169,6 +169,9 @@ export class GcManager {
       const chunks = f.layout.chunkSize ? Math.floor(f.length / f.layout.chunkSize) : 0
       const type: GcType = chunks < SMALL_FILE_CHUNKS ? 'S' : chunks >= LARGE_FILE_CHUNKS ? 'L' : 'f'
       const e = newEntry(dir.id, formatGcEntry(type, now, inode.id), inode.id, 'File')
+      // 3FS keeps gcInfo for directories only; the path of a removed file is what an operator
+      // looks for in gc-list (a file held open stays here until its writer closes)
+      e.gcInfo = { user: gcInfo.user, origPath: gcInfo.origPath }
       e.removedAt = now
       storeDirEntry(txn, e)
     } else {

@@ -474,7 +474,9 @@ export class MetaStore {
       throw notPermitted(`cannot remove ${entry.name}: sticky directory owned by another user`)
     }
     if (inode.acl.iflags & FS_IMMUTABLE_FL) throw notPermitted(`cannot remove ${entry.name}: immutable`)
+    // the path a removed file or tree had, for gc-list and gc-orphans (the last link of a file: its GC entry keeps it too)
     const gcInfo: GcInfo = { user: req.user.uid, origPath: entry.name }
+    if (entry.type === 'File' && inode.nlink === 1) gcInfo.origPath = await origPathOf(txn, entry.parent, entry.name)
     if (entry.type === 'Directory') {
       if (await checkEmpty(txn, entry.id)) {
         addDentryConflict(txn, entry.parent, entry.name)
@@ -486,10 +488,7 @@ export class MetaStore {
       if (!req.recursive) throw new StrataError('META_NOT_EMPTY', `directory ${entry.name} is not empty`)
       checkRecursiveRmPerm(inode.acl, req.user, this.s.recursiveRemoveCheckOwner, `directory ${entry.name}`)
       await this.recursiveCheckRmPerm(txn, inode.id, req.user)
-      const ancestors = await loadAncestors(txn, entry.parent)
-      let orig = entry.name
-      for (const a of ancestors) if (!isTreeRoot(a.id)) orig = `${a.directory!.name}/${orig}`
-      gcInfo.origPath = `/${orig}`
+      gcInfo.origPath = await origPathOf(txn, entry.parent, entry.name)
     }
     this.ctx.gc.removeEntry(txn, entry, inode, gcInfo)
   }
@@ -579,7 +578,9 @@ export class MetaStore {
     if (dst.entry) {
       const old = dst.entry
       if (old.type === 'File') {
-        this.ctx.gc.removeEntry(txn, old, dstInode ?? (await loadEntryInode(txn, old)), { user: req.user.uid, origPath: old.name })
+        const oldInode = dstInode ?? (await loadEntryInode(txn, old))
+        const origPath = oldInode.nlink === 1 ? await origPathOf(txn, old.parent, old.name) : old.name
+        this.ctx.gc.removeEntry(txn, old, oldInode, { user: req.user.uid, origPath })
       } else if (old.type === 'Directory') {
         removeInode(txn, old.id)
       } else {
@@ -845,6 +846,13 @@ function underTrash(ancestors: Inode[]): boolean {
 }
 
 /** The ancestors of a directory up to its tree root, loaded into the read-conflict set (3FS Inode::loadAncestors). */
+/** Absolute path of `name` in directory `parent`, from the parents' names (snapshot reads: no conflicts added). */
+async function origPathOf(txn: ReadWriteTxn, parent: InodeId, name: string): Promise<string> {
+  let orig = name
+  for (const a of await loadAncestors(txn, parent)) if (!isTreeRoot(a.id)) orig = `${a.directory!.name}/${orig}`
+  return `/${orig}`
+}
+
 export async function loadAncestors(txn: ReadWriteTxn, parent: InodeId): Promise<Inode[]> {
   const out: Inode[] = []
   const seen = new Set<InodeId>()

@@ -35,6 +35,8 @@ test.serial('gcList: more, the GcDir/Name cursor, and a RemovedAt that stays the
   const all = await gcList({})
   t.is(all.entries.length, 5)
   t.false(all.more)
+  // a removed file keeps the path it had, as a removed directory does
+  t.deepEqual(all.entries.map((e) => e.origPath).sort(), ['/g/f0', '/g/f1', '/g/f2', '/g/f3', '/g/f4'])
   // still open for writing: GC is busy and renames the entries to a later due time, again and again
   const firstNames = new Map(all.entries.map((e) => [e.inode, e.name]))
   await until(async () => (await gcList({})).entries.every((e) => e.name !== firstNames.get(e.inode)), 10_000, 'every busy entry renamed by a retry')
@@ -67,4 +69,26 @@ test.serial('gcList: more, the GcDir/Name cursor, and a RemovedAt that stays the
 
   t.is(await codeOf(c.call(MetaMethod.gcList, { prev: 'bogus' }, { once: true })), 'META_INVALID_ARGUMENT')
   t.is(await codeOf(c.call(MetaMethod.gcList, { prev: 'GC-Node-101.1/' }, { once: true })), 'META_INVALID_ARGUMENT')
+})
+
+test.serial('gcList: a file removed through its last hard link or replaced by a rename shows its full original path', async (t) => {
+  const c = m.client()
+  const gcList = (body: { limit?: number; prev?: string }) => c.call<GcListRsp>(MetaMethod.gcList, body)
+  await c.mkdirs('/h/a/b', { recursive: true })
+  // write sessions keep the entries in the GC directories while the test looks
+  const x = (await c.create('/h/a/b/x', { session: 'sx' })).stat
+  const r1 = (await c.create('/h/r1', { session: 'sr' })).stat
+  t.teardown(async () => {
+    await c.close(x.id, 'sx', false).catch(() => undefined)
+    await c.close(r1.id, 'sr', false).catch(() => undefined)
+  })
+  await c.hardLink('/h/a/b/x', '/h/y')
+  await c.remove('/h/a/b/x')
+  t.false((await gcList({})).entries.some((e) => e.inode === x.id), 'one link left: not in GC')
+  await c.remove('/h/y')
+  await c.create('/h/r2', { flags: { access: 'r', create: true } })
+  await c.rename('/h/r2', '/h/r1')
+  const entries = (await gcList({})).entries
+  t.is(entries.find((e) => e.inode === x.id)?.origPath, '/h/y')
+  t.is(entries.find((e) => e.inode === r1.id)?.origPath, '/h/r1')
 })
