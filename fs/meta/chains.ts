@@ -47,6 +47,26 @@ export function stripeChainIds(ri: RoutingInfo, layout: Layout): number[] {
   return out
 }
 
+/**
+ * An explicit chain list names each chain once and, when it indexes a table,
+ * stays inside it. The data path wraps an index beyond the table (as 3FS
+ * does, and as a ChainRange's base index is meant to), and 3FS accepts both
+ * at create; a typo would then put stripes on one chain without a word.
+ */
+function checkChainList(ri: RoutingInfo, layout: Layout, indexes: number[]): void {
+  const what = layout.tableId === 0 ? 'chain' : 'chain index'
+  const dup = indexes.find((c, i) => indexes.indexOf(c) !== i)
+  if (dup !== undefined) throw invalidLayout(`the chain list names ${what} ${dup} twice`)
+  if (layout.tableId === 0) return
+  const table = chainTableOf(ri, layout.tableId, layout.tableVersion)
+  if (!table) return
+  const n = table.chains.length
+  const over = indexes.find((c) => c > n)
+  if (over !== undefined) {
+    throw invalidLayout(`chain index ${over} is beyond chain table ${layout.tableId} version ${table.chainTableVersion}, which has ${n} chain${n === 1 ? '' : 's'} (indexes 1..${n})`)
+  }
+}
+
 export class ChainAllocator {
   private readonly roundRobin = new Map<string, number>()
 
@@ -85,6 +105,7 @@ export class ChainAllocator {
     }
     if (layout.chains.type === 'Empty') return
     let ri = await this.checkChainTable(layout)
+    if (layout.chains.type === 'ChainList') checkChainList(ri, layout, layout.chains.chainIndexes)
     let ids: number[]
     try {
       ids = stripeChainIds(ri, layout)

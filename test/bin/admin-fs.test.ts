@@ -46,6 +46,10 @@ test.serial('admin mkdir -p with layout flags, unknown chain tables and versions
   await fails(t, adm('mkdir', '--chain-table-id', '1', '--chain-table-ver', '7', '--chunk-size', '64K', '--stripe-size', '1', '/ad/d7'), 1, notFound('1 version 7'))
   await fails(t, adm('create', '--chain-table-id', '9', '--chunk-size', '64K', '--stripe-size', '2', '/ad/f5'), 1, notFound('9'))
   await fails(t, adm('create', '--chain-table-id', '9', '--chain-list', '1', '--chunk-size', '64K', '/ad/f6'), 1, notFound('9'))
+  // a chain list beyond the table or naming an index twice: refused, naming the table's size
+  await fails(t, adm('create', '--chain-table-id', '1', '--chain-list', '1,70', '--chunk-size', '64K', '/ad/cl3'), 1, /^strata: META_INVALID_ARGUMENT: invalid layout: chain index 70 is beyond chain table 1 version 1, which has \d+ chains? \(indexes 1\.\.\d+\)$/m)
+  await fails(t, adm('create', '--chain-table-id', '1', '--chain-list', '1,1', '--chunk-size', '64K', '/ad/cl4'), 1, /^strata: META_INVALID_ARGUMENT: invalid layout: the chain list names chain index 1 twice$/m)
+  await fails(t, adm('stat', '/ad/cl3'), 1, /^strata: META_NOT_FOUND: /m)
   const dir = tempDir(t)
   const small = path.join(dir, 'small.txt')
   fs.writeFileSync(small, 'hello\n')
