@@ -161,7 +161,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
     .option('-u, --uid <uid>', 'new owner', intArg('--uid'))
     .option('-g, --gid <gid>', 'new group', intArg('--gid'))
     .option('-p, --perm <octal>', 'new permission', permArg('--perm'))
-    .option('--iflags <n>', 'new iflags', intArg('--iflags'))
+    .option('--iflags <n>', 'new iflags (decimal or 0x hex, as stat prints them)', intArg('--iflags', { hex: true, max: 0xffffffff }))
     .option('--json', 'print JSON')
     .action((path: string, o, cmd: Command) => {
       if (o.uid === undefined && o.gid === undefined && o.perm === undefined && o.iflags === undefined) {

@@ -54,7 +54,7 @@ export function printAction(r: ActionResult<unknown>, json: boolean | undefined)
 
 // --- argument parsers for commander (failures are usage errors)
 
-export function intArg(what: string, opts: { min?: number; max?: number } = {}): (v: string) => number {
+export function intArg(what: string, opts: { min?: number; max?: number; hex?: boolean } = {}): (v: string) => number {
   return (v: string) => {
     try {
       return parseUint(v, what, opts)

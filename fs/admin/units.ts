@@ -51,10 +51,14 @@ export function formatSize(n: number): string {
 }
 
 /** A non-negative decimal integer (ids, counts); anything else is refused. */
-export function parseUint(text: string | number, what: string, opts: { min?: number; max?: number } = {}): number {
+/** `hex`: 0x… is accepted too (flag words, which stat prints in hex). */
+export function parseUint(text: string | number, what: string, opts: { min?: number; max?: number; hex?: boolean } = {}): number {
   const s = String(text).trim()
   const min = opts.min ?? 0
-  if (!/^\d+$/.test(s)) throw new StrataError('INVALID_ARGUMENT', `${what} must be ${min > 0 ? `an integer ≥ ${min}` : 'a non-negative integer'}, got "${text}"`)
+  const isHex = !!opts.hex && /^0x[0-9a-f]+$/i.test(s)
+  if (!isHex && !/^\d+$/.test(s)) {
+    throw new StrataError('INVALID_ARGUMENT', `${what} must be ${min > 0 ? `an integer ≥ ${min}` : 'a non-negative integer'}${opts.hex ? ' (decimal or 0x hex)' : ''}, got "${text}"`)
+  }
   const v = Number(s)
   const max = opts.max ?? Number.MAX_SAFE_INTEGER
   if (!Number.isSafeInteger(v) || v < min || v > max) throw new StrataError('INVALID_ARGUMENT', `${what} must be in [${min}, ${max}], got ${s}`)

@@ -134,6 +134,8 @@ test('admin FS commands: a bad or unreachable --mgmtd-address fails at once; --t
     [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'stat', '--inode', '18446744073709551616'], 2, /^strata: usage: stat --inode: "18446744073709551616" is not an inode id/m],
     [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'stat', '--inode', '0x10000000000000000'], 2, /^strata: usage: stat --inode: "0x10000000000000000" is not an inode id/m],
     [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'set-perm', '/x'], 2, /^strata: usage: set-perm needs at least one of/m],
+    [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'set-perm', '--iflags', '0x1g', '/x'], 2, /--iflags must be a non-negative integer \(decimal or 0x hex\), got "0x1g"/m],
+    [['admin', '--mgmtd-address', `127.0.0.1:${port}`, 'set-perm', '--iflags', '0x100000000', '/x'], 2, /--iflags must be in \[0, 4294967295\]/m],
   ] as const) {
     await fails(t, [...args], code, re)
   }
