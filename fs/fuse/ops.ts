@@ -22,10 +22,10 @@ import path from 'node:path'
 import { constants as fsc } from 'node:fs'
 import { StrataError, toStrataError } from '../common/errors.js'
 import { BufferPool } from '../common/buffer-pool.js'
-import { MAX_CHUNK_INDEX } from '../common/chunk-id.js'
 import type { Logger } from '../common/log.js'
 import type { FileHandle, FileSystem } from '../client/file/file-system.js'
 import { pathAt } from '../client/file/flags.js'
+import { checkFileSize } from '../client/file/index.js'
 import type { Inode, LockAction, StatFsRsp } from '../meta/protocol.js'
 import { E, toFuseErrno } from './errno.js'
 import type { FuseOperations, FuseStat, FuseStatfs } from './native.js'
@@ -131,27 +131,6 @@ export function utimeToUs(ms: number): number | undefined {
   if (ms === UTIME_OMIT_MS) return undefined
   if (!Number.isFinite(ms) || ms <= UTIME_SENTINEL_MS) return -1
   return Math.round(ms) * 1000
-}
-
-/**
- * The largest length a file of this chunk size may have: 2^32 − 1 chunks
- * (the chunk index is a u32, and a truncate names the first chunk past the
- * end, so index 2^32 − 1 must stay addressable), and no more than a
- * JavaScript number holds exactly (FUSE's 64-bit sizes and offsets arrive as
- * doubles: 2^53 + 1 is 2^53 here).
- */
-export function maxFileSize(chunkSize: number): number {
-  return Math.min(Number.MAX_SAFE_INTEGER, chunkSize * MAX_CHUNK_INDEX)
-}
-
-/**
- * EFBIG (META_FILE_TOO_LARGE) for a length past maxFileSize, as a local
- * filesystem answers truncate and pwrite past its limit; the file client
- * would refuse it as a malformed argument (EINVAL).
- */
-function checkFileSize(end: number, chunkSize: number, what: string): void {
-  const max = maxFileSize(chunkSize)
-  if (!Number.isSafeInteger(end) || end > max) throw new StrataError('META_FILE_TOO_LARGE', `${what} ${end} is past the maximum file size ${max} (chunk size ${chunkSize})`)
 }
 
 function fail(errno: number, msg?: string): never {
@@ -344,14 +323,10 @@ export class StrataFuseOps {
     return served + (await this.fs.read(h.fh, dst.subarray(served), pos + served)).bytesRead
   }
 
-  /** A write, cut at the maximum file size (EFBIG when it starts there or past it). */
+  /** A write (the file client cuts it at the maximum file size: EFBIG when it starts there or past it). */
   private async write(fd: number, src: Buffer, pos: number): Promise<number> {
     if (this.ro) fail(E.EROFS)
-    const fh = this.file(fd)
-    const max = maxFileSize(fh.layout.chunkSize)
-    if (src.length > 0 && pos >= max) checkFileSize(pos + src.length, fh.layout.chunkSize, 'a write to')
-    // a write that crosses the limit writes what fits, as write(2) on a local filesystem does
-    return this.fs.write(fh, src.length > max - pos ? src.subarray(0, Math.max(0, max - pos)) : src, pos)
+    return this.fs.write(this.file(fd), src, pos)
   }
 
   private file(fd: number): FileHandle {
@@ -630,6 +605,7 @@ export class StrataFuseOps {
     const inode = await this.fs.lstat(p)
     if (inode.type === 'Directory') fail(E.EISDIR)
     if (inode.type !== 'File') fail(E.EINVAL)
+    // past the maximum size: EFBIG before any open (the file client checks again)
     if (inode.file) checkFileSize(size, inode.file.layout.chunkSize, 'truncate to')
     // an O_TRUNC open arrives as open + truncate(path): use the open handle (same session, same write state)
     const fh = this.writableHandleOf(inode.id)
@@ -642,7 +618,6 @@ export class StrataFuseOps {
   async ftruncate(p: string, fd: number, size: number): Promise<void> {
     this.checkWritable()
     const fh = this.file(fd)
-    checkFileSize(size, fh.layout.chunkSize, 'truncate to')
     const w = fh.writable ? fh : this.writableHandleOf(fh.inodeId)
     if (w) await this.fs.ftruncate(w, size)
     else await this.fs.truncate(p, size)

@@ -37,6 +37,7 @@ import { StorageClient } from '../storage-client.js'
 import type { RetryPolicy } from '../retry-policy.js'
 import type { ReadMode } from '../target-selection.js'
 import { FileIo, fileLayout } from './file-io.js'
+import { checkFileSize, maxFileSize } from './pieces.js'
 import { inodeAt, isReadAccess, isWriteAccess, normalizePath, parseOpenFlags, pathAt, type OpenFlagsInput } from './flags.js'
 import { InodeState, type SyncKind } from './inode-state.js'
 import { MetaClient, type MetaRetryPolicy } from './meta-client.js'
@@ -490,12 +491,16 @@ export class FileSystem {
   async write(fh: FileHandle, data: Uint8Array | string, position?: number | null): Promise<number> {
     this.checkHandle(fh)
     if (!fh.writable) throw new StrataError('META_BAD_FILE', `${fh.path} is not open for writing`)
-    const buf = typeof data === 'string' ? Buffer.from(data) : Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+    let buf = typeof data === 'string' ? Buffer.from(data) : Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength)
     const state = fh.state
     const direct: Array<Promise<void>> = []
     const n = await state.lock.run(async () => {
       const pos = fh.flags.append ? state.knownLength() : (position ?? fh.position)
       checkOffset(pos)
+      // a write that crosses the maximum size writes what fits, as write(2) does; one that starts there is EFBIG
+      const room = maxFileSize(fh.layout.chunkSize) - pos
+      if (buf.length > 0 && room <= 0) checkFileSize(pos + buf.length, fh.layout.chunkSize, 'a write to')
+      if (buf.length > room) buf = buf.subarray(0, room)
       // a failed flush behind is reported once, by the next call that can; a write
       // over bytes still in flight waits for them, so storage sees the writes in order
       if (state.behindError || state.overlapsBehind(pos, pos + buf.length)) await this.drainBehind(state)
@@ -545,6 +550,7 @@ export class FileSystem {
     this.checkHandle(fh)
     if (!fh.writable) throw new StrataError('META_BAD_FILE', `${fh.path} is not open for writing`)
     checkOffset(length)
+    checkFileSize(length, fh.layout.chunkSize, 'truncate to')
     const state = fh.state
     return state.lock.run(async () => {
       await this.flushLocked(state)
@@ -1007,6 +1013,8 @@ export class FileSystem {
 }
 
 function checkOffset(n: number): void {
+  // past 2^53 a number is no exact offset, and no file is that large (maxFileSize): EFBIG, as for a size past the limit
+  if (Number.isInteger(n) && n > Number.MAX_SAFE_INTEGER) throw new StrataError('META_FILE_TOO_LARGE', `offset ${n} is past the maximum file size ${Number.MAX_SAFE_INTEGER}`)
   if (!Number.isSafeInteger(n) || n < 0) throw new StrataError('META_INVALID_ARGUMENT', `offset must be a non-negative integer, got ${n}`)
 }
 

@@ -72,6 +72,26 @@ export function chunkCount(length: number, chunkSize: number): number {
   return Math.ceil(length / chunkSize)
 }
 
+/**
+ * The largest length a file of this chunk size may have: 2^32 − 1 chunks
+ * (the chunk index is a u32, and a truncate names the first chunk past the
+ * end, so index 2^32 − 1 must stay addressable), and no more than a
+ * JavaScript number holds exactly (FUSE's 64-bit sizes and offsets arrive as
+ * doubles: 2^53 + 1 is 2^53 here).
+ */
+export function maxFileSize(chunkSize: number): number {
+  return Math.min(Number.MAX_SAFE_INTEGER, chunkSize * MAX_CHUNK_INDEX)
+}
+
+/**
+ * META_FILE_TOO_LARGE (EFBIG) for a length or write end past maxFileSize, as
+ * a local filesystem answers truncate and pwrite past its limit.
+ */
+export function checkFileSize(end: number, chunkSize: number, what: string): void {
+  const max = maxFileSize(chunkSize)
+  if (end > max) throw new StrataError('META_FILE_TOO_LARGE', `${what} ${end} is past the maximum file size ${max} (chunk size ${chunkSize})`)
+}
+
 /** The last chunk of a file truncated to `length`: its index and length, or null for length 0. */
 export function lastChunkOf(length: number, chunkSize: number): { index: number; length: number } | null {
   const n = chunkCount(length, chunkSize)

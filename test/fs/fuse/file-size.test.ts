@@ -2,7 +2,7 @@
 // past it fail with EFBIG ("File too large", META_FILE_TOO_LARGE), as on a
 // local filesystem, not EINVAL; a write that crosses it writes what fits.
 import test from 'ava'
-import { maxFileSize } from '../../../fs/fuse/ops.js'
+import { maxFileSize } from '../../../fs/client/file/index.js'
 import { fuseSkipReason, ok, py, sh, startFuseCluster } from './helpers.js'
 
 const skip = fuseSkipReason()

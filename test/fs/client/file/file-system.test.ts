@@ -7,8 +7,18 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { isStrataError } from '../../../../fs/common/errors.js'
 import { chunkIdOf, fileChunkRange } from '../../../../fs/common/chunk-id.js'
 import { inodeStats } from '../../../../fs/client/index.js'
+import { maxFileSize } from '../../../../fs/client/file/index.js'
 import { ServiceId, StorageMethod } from '../../../../fs/common/services.js'
 import { startFsCluster, patternBytes } from './helpers.js'
+
+async function code(p: Promise<unknown>): Promise<string | undefined> {
+  try {
+    await p
+    return undefined
+  } catch (e) {
+    return isStrataError(e) ? e.code : String(e)
+  }
+}
 
 test.serial('write, close, read back; holes read as zeros, reads past EOF are short', async (t) => {
   const c = await startFsCluster(t)
@@ -214,6 +224,23 @@ test.serial('concurrent appenders through one client (open "a", write, close, ov
     t.is(lines.length, 120, `trial ${trial}`)
     t.deepEqual(new Set(lines).size, 120, `trial ${trial}: every record once`)
   }
+})
+
+test.serial('the maximum file size: truncate or write past it is META_FILE_TOO_LARGE, a write crossing it is short', async (t) => {
+  const c = await startFsCluster(t)
+  const fs = c.fs()
+  const fh = await fs.open('/huge', 'w+')
+  const max = maxFileSize(fh.layout.chunkSize)
+  for (const len of [max + 1, 2 ** 53 + 2]) t.is(await code(fs.ftruncate(fh, len)), 'META_FILE_TOO_LARGE', `truncate to ${len}`)
+  t.is(await code(fs.truncate('/huge', max + 1)), 'META_FILE_TOO_LARGE')
+  for (const pos of [max, 2 ** 53 + 2]) t.is(await code(fs.write(fh, 'x', pos)), 'META_FILE_TOO_LARGE', `write at ${pos}`)
+  t.is(await code(fs.write(fh, 'x', -1)), 'META_INVALID_ARGUMENT')
+  t.is(await fs.write(fh, 'xy', max - 1), 1, 'what fits is written')
+  t.is((await fs.fsync(fh)).file!.length, max)
+  t.is((await fs.read(fh, 2, max - 1)).buffer.subarray(0, 1).toString(), 'x')
+  await fs.ftruncate(fh, 0)
+  await fs.close(fh)
+  t.is((await fs.stat('/huge')).file!.length, 0)
 })
 
 test.serial('meta failover: with two meta servers, file operations continue when the one in use goes away', async (t) => {
