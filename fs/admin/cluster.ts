@@ -456,12 +456,21 @@ export async function clusterUp(o: ClusterUpOptions = {}): Promise<ClusterUpResu
   const timeoutMs = o.timeoutMs ?? (settings.timers === 'production' ? 300_000 : 60_000)
   const deadline = t0 + timeoutMs
   const stages = new Stages(o.progress)
-  fs.mkdirSync(dir, { recursive: true })
-  const planned = await stages.run('planning', async () => {
-    const ps = await planProcesses(dir, settings)
-    preflight(ps.map((p) => ({ proc: p.proc, config: () => p.config })))
-    return ps
-  }, (ps) => `${ps.length} processes, ${layout.chains.length} chains`)
+  // the topmost directory this call creates (undefined when DIR existed)
+  const madeDir = fs.mkdirSync(dir, { recursive: true })
+  let planned: Awaited<ReturnType<typeof planProcesses>>
+  try {
+    planned = await stages.run('planning', async () => {
+      const ps = await planProcesses(dir, settings)
+      preflight(ps.map((p) => ({ proc: p.proc, config: () => p.config })))
+      return ps
+    }, (ps) => `${ps.length} processes, ${layout.chains.length} chains`)
+  } catch (e) {
+    // refused before anything was written or started (ports, preflight): leave no empty DIR behind,
+    // but only a directory this call made — an existing DIR is the caller's
+    if (madeDir) fs.rmSync(madeDir, { recursive: true, force: true })
+    throw e
+  }
   const cluster: ClusterFile = {
     version: 1,
     name: o.name ?? path.basename(dir),
