@@ -45,6 +45,37 @@ export function addDaemonRole(name: string, load: () => Promise<Starter>): void 
   roles[name] = load
 }
 
+// What `strata daemon --help` says about each role's JSON config: the keys a
+// daemon refuses to start without, then the ones operators reach for. The
+// types are the reference (named below); `strata cluster up` writes a complete
+// config of every process to DIR/config/<name>.json, the easiest start.
+const ROLE_HELP = `
+Roles and their config (JSON; * = required; the files named hold the full type):
+  mgmtd    the cluster manager (fs/mgmtd/main.ts MgmtdConfig)
+             *nodeId (positive integer), *dataDir, listen (host:port, default 127.0.0.1:0),
+             timers (LOCAL_TIMERS by default), allowHeartbeatFromUnregistered (default true)
+  storage  one storage node (fs/storage/main.ts StorageConfig)
+             *nodeId, *dataDir, *mgmtdAddresses (["host:port", …]), listen, timers,
+             fsync, directWrites, zeroCopyReads (all default true)
+  meta     one metadata server; all of a cluster share one KV (fs/meta/main.ts MetaConfig)
+             *nodeId, *mgmtdAddresses, *kvPath (the shared KV directory), listen, timers,
+             kvDurability (flushed|committed|nosync), profile (local|production), and every
+             meta setting of fs/meta/config.ts (docs/meta.md "Settings")
+  fuse     one FUSE mount (fs/fuse/config.ts FuseDaemonConfig)
+             *mountpoint (absolute), *mgmtdAddresses, stateFile (absolute, outside the mount),
+             clusterDir (its meta servers become fallbacks), nodeId + listen (RPC server),
+             readonly, uid/gid/groups, allowOther, attrTimeout, entryTimeout, periodicSyncMs,
+             writeBufferSize, timers (defaults: FUSE_DEFAULTS; docs/fuse.md)
+  sandbox  the node's sandbox daemon and HTTP API (sandbox/daemon/daemon.ts SandboxDaemonConfig)
+             *nodeId (a name), *listen, *mgmtdAddresses, *fuseMnt (this node's FUSE mount),
+             *stateDir, *tokenFile (created when missing), endpointFile, and the service
+             settings runtime, limits, defaultResources, warmPool, … (docs/sandbox-api.md)
+
+A config that is missing a required key or has a bad value fails with BAD_CONFIG.
+Copies of working configs: DIR/config/<name>.json of a cluster made by \`strata cluster up\`.
+More: docs/cli.md, docs/meta.md, docs/fuse.md, docs/sandbox-api.md.
+`
+
 export function registerDaemonCommand(program: Command): void {
   program
     .command('daemon')
@@ -52,6 +83,7 @@ export function registerDaemonCommand(program: Command): void {
     .argument('<role>', 'which process to run')
     .requiredOption('--config <file>', 'JSON config file of this process')
     .option('--name <name>', 'name used in logs (default: the role)')
+    .addHelpText('after', ROLE_HELP)
     .action(async (role: string, opts: { config: string; name?: string }) => {
       const load = roles[role]
       if (!load) throw new StrataError('INVALID_ARGUMENT', `unknown role "${role}"; known: ${Object.keys(roles).join(', ')}`)
