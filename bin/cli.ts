@@ -1,56 +1,97 @@
 // The `strata` command line. Each command group lives in its own module;
-// this file only wires them into commander.
+// this file only wires them into commander. A group's module (and what it
+// imports: the sandbox daemon, FUSE, image code) is loaded only when that
+// group runs, so `strata fs …` neither pays for nor can be broken by the
+// sandbox daemon's modules. With no group named (`strata --help`, `strata
+// help …`, an unknown command) every group is loaded, for the full listing.
 import { Command } from 'commander'
 import { RELEASE_VERSION } from '../fs/common/config.js'
-import { addDaemonRole, registerDaemonCommand } from './commands/daemon.js'
-import { registerClusterCommands } from './commands/cluster.js'
-import { registerAdminCommands } from './commands/admin.js'
-import { registerFsCommands } from './commands/fs.js'
-import { registerFsMountCommands } from './commands/fs-mount.js'
-import { registerImageCommands } from './commands/image.js'
-import { registerSandboxCommands, registerServeCommand } from './commands/sandbox.js'
-import { registerClusterRole } from '../fs/admin/index.js'
-import { sandboxClusterRole } from '../sandbox/daemon/index.js'
+import { StrataError } from '../fs/common/errors.js'
 import { describeFailure, exitQuietlyOnClosedPipes } from './commands/output.js'
 
-const program = new Command()
-program
-  .name('strata')
-  .description('Strata: sandbox infrastructure on a 3FS-compatible distributed filesystem')
-  .version(RELEASE_VERSION)
-  .showHelpAfterError()
-  // program options only before the command, so subcommand options such as
-  // `admin list-chains -v/--version` are not taken for the program's --version
-  .enablePositionalOptions()
-  // usage errors throw instead of exiting, so they can exit with code 2
-  .exitOverride()
+type Register = (program: Command) => void | Promise<void>
 
-// `cluster up` starts a sandbox node daemon after the FUSE mount
-registerClusterRole(sandboxClusterRole)
-addDaemonRole('sandbox', async () => {
-  const { startSandboxDaemon } = await import('../sandbox/daemon/index.js')
-  return (c, log) => startSandboxDaemon(c, log)
-})
-registerDaemonCommand(program)
-registerClusterCommands(program)
-registerAdminCommands(program)
-registerFsMountCommands(registerFsCommands(program))
-registerImageCommands(program)
-registerSandboxCommands(program)
-registerServeCommand(program)
-
-// A stray argument (`cluster up /some/dir` instead of `--cluster /some/dir`)
-// is a usage error, not something to ignore silently.
-const strict = (c: Command): void => {
-  c.allowExcessArguments(false)
-  for (const sub of c.commands) strict(sub)
+/** `cluster up` starts a sandbox node daemon after the FUSE mount: its cluster role, for the groups that run clusters. */
+async function withSandboxClusterRole(): Promise<void> {
+  const [{ registerClusterRole }, { sandboxClusterRole }] = await Promise.all([import('../fs/admin/index.js'), import('../sandbox/daemon/index.js')])
+  registerClusterRole(sandboxClusterRole)
 }
-strict(program)
 
-exitQuietlyOnClosedPipes()
+// in the order `strata --help` lists them
+const GROUPS: Array<[string, () => Promise<Register>]> = [
+  ['daemon', async () => {
+    const { addDaemonRole, registerDaemonCommand } = await import('./commands/daemon.js')
+    addDaemonRole('sandbox', async () => {
+      const { startSandboxDaemon } = await import('../sandbox/daemon/index.js')
+      return (c, log) => startSandboxDaemon(c, log)
+    })
+    return registerDaemonCommand
+  }],
+  ['cluster', async () => {
+    await withSandboxClusterRole()
+    return (await import('./commands/cluster.js')).registerClusterCommands
+  }],
+  ['admin', async () => (await import('./commands/admin.js')).registerAdminCommands],
+  ['fs', async () => {
+    const [{ registerFsCommands }, { registerFsMountCommands }] = await Promise.all([import('./commands/fs.js'), import('./commands/fs-mount.js')])
+    return (program) => void registerFsMountCommands(registerFsCommands(program))
+  }],
+  ['image', async () => (await import('./commands/image.js')).registerImageCommands],
+  ['sandbox', async () => {
+    await withSandboxClusterRole()
+    return (await import('./commands/sandbox.js')).registerSandboxCommands
+  }],
+  ['serve', async () => {
+    await withSandboxClusterRole()
+    return (await import('./commands/sandbox.js')).registerServeCommand
+  }],
+]
+
+/** A module that fails to load (a half-built dist/, a missing native addon) is one line and exit 1, not a Node stack trace. */
+async function load(name: string, loader: () => Promise<Register>): Promise<Register> {
+  try {
+    return await loader()
+  } catch (e) {
+    throw new StrataError('INTERNAL', `cannot load the ${name} commands: ${e instanceof Error ? e.message : String(e)}`, { cause: e })
+  }
+}
+
+/** The command group argv names: the first argument that is not an option (program options come before it). */
+function groupOf(argv: string[]): string | undefined {
+  return argv.slice(2).find((a) => !a.startsWith('-'))
+}
+
+async function main(): Promise<void> {
+  const program = new Command()
+  program
+    .name('strata')
+    .description('Strata: sandbox infrastructure on a 3FS-compatible distributed filesystem')
+    .version(RELEASE_VERSION)
+    .showHelpAfterError()
+    // program options only before the command, so subcommand options such as
+    // `admin list-chains -v/--version` are not taken for the program's --version
+    .enablePositionalOptions()
+    // usage errors throw instead of exiting, so they can exit with code 2
+    .exitOverride()
+
+  const named = groupOf(process.argv)
+  const wanted = GROUPS.filter(([name]) => name === named)
+  for (const [name, loader] of wanted.length ? wanted : GROUPS) await (await load(name, loader))(program)
+
+  // A stray argument (`cluster up /some/dir` instead of `--cluster /some/dir`)
+  // is a usage error, not something to ignore silently.
+  const strict = (c: Command): void => {
+    c.allowExcessArguments(false)
+    for (const sub of c.commands) strict(sub)
+  }
+  strict(program)
+
+  exitQuietlyOnClosedPipes()
+  await program.parseAsync(process.argv)
+}
 
 // Errors print `strata: CODE: message` and exit 1; usage errors exit 2.
-program.parseAsync(process.argv).catch((e: unknown) => {
+main().catch((e: unknown) => {
   const { message, exitCode } = describeFailure(e)
   if (message) process.stderr.write(`${message}\n`)
   process.exit(exitCode)

@@ -46,3 +46,61 @@ test('strata daemon --help documents every role with its required config keys an
     t.regex(r.stdout, /DIR\/config\/<name>\.json/)
   }
 })
+
+// A module hook for the child: records every module URL the CLI loads into $STRATA_TEST_LOADED,
+// and fails the one whose URL ends with $STRATA_TEST_BREAK as a half-built dist/ would.
+const HOOKS = `
+import fs from 'node:fs'
+export async function load(url, context, next) {
+  if (process.env.STRATA_TEST_LOADED) fs.appendFileSync(process.env.STRATA_TEST_LOADED, url + '\\n')
+  if (process.env.STRATA_TEST_BREAK && url.endsWith(process.env.STRATA_TEST_BREAK)) {
+    return { format: 'module', source: 'const userOf = 1\\nconst userOf = 2\\n', shortCircuit: true }
+  }
+  return next(url, context)
+}`
+
+async function withHooks(t: import('ava').ExecutionContext, args: string[], env: Record<string, string>) {
+  const fs = await import('node:fs')
+  const os = await import('node:os')
+  const path = await import('node:path')
+  const { strata } = await import('./helpers.js')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-cli-hooks-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  fs.writeFileSync(path.join(dir, 'hooks.mjs'), HOOKS)
+  fs.writeFileSync(path.join(dir, 'register.mjs'), `import { register } from 'node:module'\nregister(${JSON.stringify(new URL(`file://${path.join(dir, 'hooks.mjs')}`).href)})\n`)
+  const loaded = path.join(dir, 'loaded.txt')
+  fs.writeFileSync(loaded, '')
+  const r = await strata(args, { env: { ...process.env, ...env, STRATA_TEST_LOADED: loaded, NODE_OPTIONS: `--import ${path.join(dir, 'register.mjs')}` } })
+  return { ...r, loaded: fs.readFileSync(loaded, 'utf8').split('\n').filter(Boolean) }
+}
+
+test('a command loads only its own group: strata fs loads no sandbox, image or cluster module', async (t) => {
+  const r = await withHooks(t, ['fs', '--help'], {})
+  t.is(r.code, 0, r.stderr)
+  t.true(r.loaded.some((u) => u.endsWith('/dist/bin/commands/fs.js')), 'the fs group was loaded')
+  for (const bad of ['/dist/sandbox/daemon/', '/dist/bin/commands/sandbox.js', '/dist/bin/commands/image.js', '/dist/bin/commands/cluster.js']) {
+    t.deepEqual(r.loaded.filter((u) => u.includes(bad)), [], bad)
+  }
+  // with no group named, all of them are there for the listing
+  const all = await withHooks(t, ['--help'], {})
+  t.is(all.code, 0)
+  for (const g of ['fs', 'admin', 'cluster', 'image', 'sandbox', 'daemon']) t.regex(all.stdout, new RegExp(`^  ${g}\\b`, 'm'), g)
+})
+
+test('a module that fails to load is strata: INTERNAL: … and exit 1, not a stack trace; other groups still run', async (t) => {
+  const broken = await withHooks(t, ['fs', 'ls', '/'], { STRATA_TEST_BREAK: '/dist/bin/commands/fs.js' })
+  t.is(broken.code, 1)
+  t.regex(broken.stderr, /^strata: INTERNAL: cannot load the fs commands: .*userOf/m)
+  t.notRegex(broken.stderr, /^\s+at /m, 'no stack trace')
+  // the sandbox daemon's modules broken (the case seen): fs commands do not notice
+  const fsOk = await withHooks(t, ['fs', '--help'], { STRATA_TEST_BREAK: '/dist/sandbox/daemon/http.js' })
+  t.is(fsOk.code, 0, fsOk.stderr)
+  const sb = await withHooks(t, ['sandbox', '--help'], { STRATA_TEST_BREAK: '/dist/sandbox/daemon/http.js' })
+  t.is(sb.code, 1)
+  t.regex(sb.stderr, /^strata: INTERNAL: cannot load the sandbox commands: /m)
+  // the CLI's own entry module
+  const cli = await withHooks(t, ['--help'], { STRATA_TEST_BREAK: '/dist/bin/cli.js' })
+  t.is(cli.code, 1)
+  t.regex(cli.stderr, /^strata: INTERNAL: cannot load the strata CLI: /m)
+  t.notRegex(cli.stderr, /^\s+at /m)
+})
