@@ -67,7 +67,12 @@ async function main(): Promise<void> {
     .name('strata')
     .description('Strata: sandbox infrastructure on a 3FS-compatible distributed filesystem')
     .version(RELEASE_VERSION)
-    .showHelpAfterError()
+    // every usage error, commander's own (a missing argument, an unknown option, an
+    // option parser's InvalidArgumentError) included, is one `strata: usage: …` line
+    // (exit 2), like the ones the commands raise; the commands inherit this when they
+    // are created below
+    .showHelpAfterError(false)
+    .configureOutput({ outputError: (str, write) => write(str.replace(/^error: /, 'strata: usage: ')) })
     // program options only before the command, so subcommand options such as
     // `admin list-chains -v/--version` are not taken for the program's --version
     .enablePositionalOptions()

@@ -35,7 +35,7 @@ import {
 } from '../../fs/admin/index.js'
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
 import { StrataError } from '../../fs/common/errors.js'
-import { choiceArg, intArg, intListArg, out, printAction, printJson, printListing, readInput, sizeArg, sizeListArg, UsageError } from './output.js'
+import { addressListArg, choiceArg, chunkIdArg, intArg, intListArg, out, printAction, printJson, printListing, readInput, sizeArg, sizeListArg, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 
 interface GlobalOpts {
@@ -78,7 +78,7 @@ export function registerAdminCommands(program: Command): void {
     .description('3FS admin_cli commands against a cluster (same names, arguments, CSV formats and columns)')
     .enablePositionalOptions(false)
     .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
-    .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory')
+    .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
     .option('--timeout <seconds>', 'deadline of each RPC (FS commands: of each meta or storage request, retries included)', intArg('--timeout', { min: 1 }), 10)
     .option('--json', 'print JSON records instead of the table')
     .addHelpText(
@@ -322,7 +322,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
     .command('query-chunk')
     .description("a chunk's metadata on every target of its chain (head first); --path/--chunk-index computes chain and chunk id from a file's layout")
     .option('-c, --chain-id <id>', 'chain holding the chunk', intArg('--chain-id', { min: 1 }))
-    .option('--chunk <id>', 'chunk id: 32 hex digits (dashes allowed) or 0x<inode>-<track>-<index>')
+    .option('--chunk <id>', 'chunk id: 32 hex digits (dashes allowed) or 0x<inode>-<track>-<index>', chunkIdArg)
     .option('--path <path>', 'instead of -c/--chunk: a file in the DFS …')
     .option('--chunk-index <i>', '… and the index of its chunk', intArg('--chunk-index'))
     .option('--json', 'print JSON records')

@@ -11,7 +11,7 @@ import { formatBytes } from '../../sandbox/image/progress.js'
 import { LAYER_KINDS, formatImageRef, parseImageRef, type ImageManifest, type LayerKind } from '../../sandbox/image/types.js'
 import { secondsSince, withImageStore } from './image-store.js'
 import { registerImageTransfer } from './image-transfer.js'
-import { choiceArg, out, printJson } from './output.js'
+import { addressListArg, choiceArg, out, printJson } from './output.js'
 
 function short(digest: string): string {
   return digest.slice('sha256:'.length, 'sha256:'.length + 12)
@@ -46,8 +46,8 @@ export function registerImageCommands(program: Command): Command {
     .description('images: EROFS layers in the DFS (/strata/images), OCI import and export, compose, push and pull')
     .enablePositionalOptions(false)
     .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
-    .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory')
-    .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)')
+    .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
+    .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)', addressListArg)
     .option(
       '--timeout <seconds>',
       'how long one DFS operation may retry; push and pull: how long the object store or registry may leave a request unanswered or a body without bytes before the command fails (not retried)',

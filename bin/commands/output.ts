@@ -6,6 +6,8 @@ import { InvalidArgumentError } from 'commander'
 import { StrataError, fromSystemError, isStrataError } from '../../fs/common/errors.js'
 import { formatListing, formatTable, parseSize, parseUint, type ActionResult, type Listing, type ProgressSink } from '../../fs/admin/index.js'
 import { parseImageRef } from '../../sandbox/image/types.js'
+import { parseAddress } from '../../fs/rpc/index.js'
+import { parseChunkIdString } from '../../fs/common/chunk-id.js'
 
 /** A mistake in how the command was invoked: printed as `strata: usage: …`, exit code 2. */
 export class UsageError extends Error {
@@ -63,6 +65,26 @@ export function intArg(what: string, opts: { min?: number; max?: number; hex?: b
     }
   }
 }
+
+/** A parser that keeps the string, refusing what `check` throws on as a usage error. */
+function checkedArg(check: (v: string) => unknown): (v: string) => string {
+  return (v: string) => {
+    try {
+      check(v)
+    } catch (e) {
+      throw new InvalidArgumentError((e as StrataError).reason ?? String(e))
+    }
+    return v
+  }
+}
+
+/** `--mgmtd-address` / `--meta-address`: a comma-separated host:port list, checked here. */
+export const addressListArg = checkedArg((v) => {
+  for (const a of v.split(',')) if (a.trim() !== '') parseAddress(a.trim())
+})
+
+/** `--chunk`: a chunk id in either of its written forms. */
+export const chunkIdArg = checkedArg(parseChunkIdString)
 
 export function intListArg(what: string): (v: string, prev: number[] | undefined) => number[] {
   const one = intArg(what)

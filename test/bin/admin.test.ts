@@ -144,7 +144,9 @@ test.serial('the 3FS deploy flow by hand: init-cluster, create-target, upload-ch
   t.is(qj.targets[0].meta.checksum, crc32c(data).toString(16).padStart(8, '0'))
   const missing = records((await ok(t, [...A, 'query-chunk', '-c', String(chainId), '--chunk', formatChunkId(chunkIdOf(0x10n, 4))])).split('\n').slice(1).join('\n'))
   t.true(missing.every((r) => r.Error === 'CHUNK_NOT_FOUND'))
-  t.regex((await strata([...A, 'query-chunk', '-c', String(chainId), '--chunk', 'zz'])).stderr, /^strata: INVALID_ARGUMENT: not a chunk id/)
+  const badChunk = await strata([...A, 'query-chunk', '-c', String(chainId), '--chunk', 'zz'])
+  t.is(badChunk.code, 2)
+  t.regex(badChunk.stderr, /^strata: usage: option '--chunk <id>' argument 'zz' is invalid\. not a chunk id/)
 
   const dump = await ok(t, [...A, 'dump-chunkmeta'])
   t.deepEqual(table(dump)[0], ['ChainId', 'TargetId', 'ChunkId', 'Size', 'ChunkSize', 'CommitVer', 'UpdateVer', 'ChainVer', 'Checksum', 'State', 'RecycleState'])

@@ -104,3 +104,22 @@ test('a module that fails to load is strata: INTERNAL: … and exit 1, not a sta
   t.regex(cli.stderr, /^strata: INTERNAL: cannot load the strata CLI: /m)
   t.notRegex(cli.stderr, /^\s+at /m)
 })
+
+test('every usage error is one strata: usage: line and exit 2, commander\'s own included (no help text)', async (t) => {
+  const { strata } = await import('./helpers.js')
+  for (const args of [
+    ['cluster', 'kill', '--signal', 'BOGUS', '--node', 'x'],
+    ['admin', 'set-config', '-t', 'BOGUS'],
+    ['admin', 'dump-chunkmeta', '-c', 'abc'],
+    ['admin', '--mgmtd-address', 'garbage', 'list-chains'],
+    ['fs', 'ls', '--bogus'],
+    ['image', 'import'],
+    ['sandbox', 'create', '--memory', '4'],
+  ]) {
+    const r = await strata(args)
+    t.is(r.code, 2, `${args.join(' ')}: ${r.stderr}`)
+    t.regex(r.stderr, /^strata: usage: /, args.join(' '))
+    t.is(r.stderr.trim().split('\n').length, 1, `${args.join(' ')}: one line: ${r.stderr}`)
+    t.notRegex(r.stderr, /^Usage: |^error: /m, args.join(' '))
+  }
+})
