@@ -81,15 +81,17 @@ export interface MgmtdReachability {
 }
 
 /**
- * CLUSTER_UNREACHABLE (wrapping `err`) when `err` says the request's server
- * is unreachable and mgmtd has refused every connection for at least
+ * CLUSTER_UNREACHABLE (wrapping `err`) when the request's server refused the
+ * connection and mgmtd has refused every connection for at least
  * orphanTimeoutMs: the whole cluster is stopped, and retrying for the rest
  * of a 60 s budget would only keep the caller (a FUSE request, a process in
  * D state) waiting. null otherwise, and always when orphanTimeoutMs is 0. A
- * failover with mgmtd up is never cut short by this.
+ * failover with mgmtd up is never cut short by this, and neither is a server
+ * that is there but slow (a TIMEOUT, a dropped connection): a stopped
+ * cluster refuses connections, and the retry after a dropped one says so.
  */
 export function clusterGone(err: StrataError, mgmtd: MgmtdReachability | undefined, orphanTimeoutMs: number, what: string): StrataError | null {
-  if (!(orphanTimeoutMs > 0) || typeof mgmtd?.unreachableForMs !== 'function' || !TRANSPORT.includes(err.code as ErrorCode)) return null
+  if (!(orphanTimeoutMs > 0) || typeof mgmtd?.unreachableForMs !== 'function' || err.code !== 'RPC_CONNECT_FAILED') return null
   const ms = mgmtd.unreachableForMs()
   if (ms < orphanTimeoutMs) return null
   return new StrataError('CLUSTER_UNREACHABLE', `${what}: ${err.reason}; mgmtd has refused connections for ${Math.round(ms / 1000)} s: is the cluster running? (strata cluster status)`, { cause: err })

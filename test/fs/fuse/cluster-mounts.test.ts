@@ -221,7 +221,7 @@ t('fs umount stops the daemon when its mount is dead or its config is gone', asy
   t.falsy(findMount(m2))
 })
 
-test('clusterGone: only a transport failure with mgmtd refusing connections for orphanTimeoutMs gives up', async (t) => {
+test('clusterGone: only a refused connection with mgmtd refusing connections for orphanTimeoutMs gives up', async (t) => {
   const [port] = await pickFreePorts(1)
   const rpc = new RpcClient({ connectTimeoutMs: 500, minBackoffMs: 10, maxBackoffMs: 10 })
   const mgmtd = new MgmtdClient({ addresses: [`127.0.0.1:${port}`], rpc })
@@ -237,6 +237,8 @@ test('clusterGone: only a transport failure with mgmtd refusing connections for 
   t.is(clusterGone(refused, mgmtd, 0, 'read'), null, '0 turns it off')
   t.is(clusterGone(refused, mgmtd, 60_000, 'read'), null, 'not for long enough yet')
   t.is(clusterGone(new StrataError('CHAIN_UNAVAILABLE', 'no serving target'), mgmtd, 10, 'read'), null, 'not for an answer of a live server')
+  // a server that is there but slow (a loaded machine) is not a stopped cluster
+  for (const code of ['TIMEOUT', 'RPC_CONNECTION_CLOSED', 'RPC_SEND_FAILED'] as const) t.is(clusterGone(new StrataError(code, 'slow'), mgmtd, 10, 'read'), null, code)
   const gone = clusterGone(refused, mgmtd, 10, 'read')
   t.is(gone?.code, 'CLUSTER_UNREACHABLE')
   t.is(gone?.cause, refused)
