@@ -182,7 +182,14 @@ export async function offlineTarget(s: AdminSession, a: OfflineTargetArgs): Prom
   let nodeId = a.nodeId
   if (nodeId === undefined) {
     nodeId = ti?.nodeId || (await listOrphanTargets(s)).find((t) => t.targetId === a.targetId)?.nodeId
-    if (!nodeId) throw new StrataError('MGMTD_TARGET_NOT_FOUND', `target ${a.targetId}: node id is unknown (pass --node-id)`)
+    if (!nodeId) {
+      throw new StrataError(
+        'MGMTD_TARGET_NOT_FOUND',
+        ti
+          ? `target ${a.targetId} is in chain ${ti.chainId} but no storage node has reported it, so its node is unknown (pass --node-id)`
+          : `target ${a.targetId} is unknown to mgmtd: it is in no chain and no storage node reports it (list-targets, list-targets --orphan; pass --node-id to ask a node directly)`,
+      )
+    }
   }
   const chain = ti ? ri.chains[String(ti.chainId)] : undefined
   if (chain && !a.force) {
@@ -202,9 +209,32 @@ export async function offlineTarget(s: AdminSession, a: OfflineTargetArgs): Prom
 export async function removeTarget(s: AdminSession, a: { nodeId: number; targetId: number; force?: boolean }): Promise<ActionResult<{ targetId: number; nodeId: number }>> {
   const ri = await fetchRouting(s)
   const ti = ri.targets[String(a.targetId)]
-  if (ti && ti.publicState !== 'OFFLINE' && !a.force) {
-    throw new StrataError('MGMTD_REFUSED', `target ${a.targetId} is ${ti.publicState} in chain ${ti.chainId}; offline it and remove it from the chain first (or --force)`)
+  const orphan = ti ? undefined : (await listOrphanTargets(s)).find((t) => t.targetId === a.targetId)
+  const knownNode = ti?.nodeId || orphan?.nodeId
+  if (knownNode && knownNode !== a.nodeId) {
+    throw new StrataError('MGMTD_TARGET_NOT_FOUND', `target ${a.targetId} is on node ${knownNode}, not on node ${a.nodeId} (pass --node-id ${knownNode})`)
   }
+  if (ti && ti.publicState !== 'OFFLINE' && !a.force) throw new StrataError('MGMTD_REFUSED', removeRefusal(ri, a.targetId, ti.chainId, ti.publicState))
   await storageCall(s, nodeAddress(s, ri, a.nodeId), StorageMethod.removeTarget, { targetId: a.targetId, force: !!a.force })
+  // The node heartbeats at once without the target; wait (briefly) until
+  // mgmtd has taken that in, so a following list-targets --orphan or
+  // update-chain add sees the removal.
+  if (!ti) {
+    const end = Date.now() + 5000
+    while (Date.now() < end && (await listOrphanTargets(s)).some((t) => t.targetId === a.targetId)) await new Promise((r) => setTimeout(r, 50))
+  }
   return { lines: [[`Remove target ${a.targetId} of ${a.nodeId} succeeded`]], result: { targetId: a.targetId, nodeId: a.nodeId } }
+}
+
+/** Why remove-target refuses a target its chain still uses, and what the operator can do. */
+export function removeRefusal(ri: RoutingInfo, targetId: number, chainId: number, state: PublicTargetState): string {
+  const chain = ri.chains[String(chainId)]
+  const n = chain?.targets.length ?? 0
+  if (state === 'LASTSRV') {
+    if (n <= 1) {
+      return `target ${targetId} is LASTSRV in chain ${chainId}, the chain's only target: it holds the chain's only copy of the data, and a chain's only target cannot be taken out of it; --force removes it anyway and the chain's data is lost`
+    }
+    return `target ${targetId} is LASTSRV in chain ${chainId}: it was the last to serve and holds the chain's newest data; if its disk is lost, run rotate-lastsrv ${chainId} first, or pass --force (its data is lost)`
+  }
+  return `target ${targetId} is ${state} in chain ${chainId}; offline it first (offline-target --target-id ${targetId}) or take it out of the chain (update-chain ${chainId} ${targetId} -m remove), or pass --force`
 }

@@ -55,8 +55,10 @@ export interface MgmtdOptions {
 interface NodeRuntime {
   info: NodeInfo
   lastHbVersion: number
-  /** monotonic ms of the last accepted heartbeat */
+  /** monotonic ms of the last accepted heartbeat (or of registration/mgmtd start: the failure check counts from there) */
   lastSeen: number
+  /** monotonic ms of the last heartbeat actually accepted from the node; null if none since mgmtd started */
+  lastHeartbeat: number | null
 }
 
 interface TargetRuntime {
@@ -102,7 +104,7 @@ export class MgmtdService {
       // Until it heartbeats again a node is CONNECTING; the failure check
       // counts from mgmtd's start, so a restart does not fail healthy nodes.
       const info: NodeInfo = n.status === 'DISABLED' ? n : { ...n, status: n.nodeId === opts.nodeId ? 'PRIMARY_MGMTD' : 'HEARTBEAT_CONNECTING' }
-      this.nodes.set(n.nodeId, { info, lastHbVersion: 0, lastSeen: t0 })
+      this.nodes.set(n.nodeId, { info, lastHbVersion: 0, lastSeen: t0, lastHeartbeat: null })
     }
     for (const t of s.chainTables) this.chainTables.set(`${t.chainTableId}:${t.chainTableVersion}`, t)
     for (const c of s.chains) this.chains.set(c.chainId, c)
@@ -137,7 +139,7 @@ export class MgmtdService {
       configVersion: this.configs.get('MGMTD')?.configVersion ?? 0,
       releaseVersion: RELEASE_VERSION,
     }
-    this.nodes.set(self.nodeId, { info: self, lastHbVersion: 0, lastSeen: now() })
+    this.nodes.set(self.nodeId, { info: self, lastHbVersion: 0, lastSeen: now(), lastHeartbeat: now() })
     this.commit([{ kind: 'node', value: self }], true)
 
     const M = MgmtdMethod
@@ -256,8 +258,9 @@ export class MgmtdService {
       if (old.info.status === 'DISABLED') throw new StrataError('MGMTD_NODE_DISABLED', `node ${p.nodeId} is disabled`)
       if (p.hbVersion <= old.lastHbVersion) throw new StrataError('MGMTD_STALE_HEARTBEAT', `last ${old.lastHbVersion}, got ${p.hbVersion}`)
     }
+    const seenIds = new Set<number>()
     if (p.targets) {
-      const seen = new Set<number>()
+      const seen = seenIds
       for (const t of p.targets) {
         if (seen.has(t.targetId)) throw new StrataError('INVALID_ARGUMENT', `duplicated target ${t.targetId} in heartbeat`)
         seen.add(t.targetId)
@@ -285,7 +288,7 @@ export class MgmtdService {
       mutations.push({ kind: 'node', value: info })
       visible = true
     }
-    this.nodes.set(p.nodeId, { info, lastHbVersion: p.hbVersion, lastSeen: t })
+    this.nodes.set(p.nodeId, { info, lastHbVersion: p.hbVersion, lastSeen: t, lastHeartbeat: t })
     if (!persistentChanged) this.snapshot = null // lastHeartbeatTime moved; same version
 
     for (const ht of p.targets ?? []) {
@@ -312,6 +315,29 @@ export class MgmtdService {
       rt.usedSize = ht.usedSize
       rt.lastSeen = t
       rt.reported = true
+    }
+    if (p.targets && p.type === 'STORAGE') {
+      // A storage node reports all of its targets in every heartbeat, so one
+      // it used to report and no longer does was removed (remove-target, or
+      // its disk is gone). Out of a chain it is forgotten at once, so it
+      // neither stays listed as an orphan nor can be added to a chain; in a
+      // chain it is OFFLINE at once (the chain keeps its id until
+      // update-chain remove).
+      for (const [tid, rt] of this.targets) {
+        if (rt.stored.nodeId !== p.nodeId || seenIds.has(tid)) continue
+        if (!this.inAnyChain(tid)) {
+          this.targets.delete(tid)
+          mutations.push({ kind: 'delTarget', targetId: tid })
+          visible = true
+          this.log.info('target no longer reported by its node: forgotten', { targetId: tid, nodeId: p.nodeId })
+        } else if (rt.localState !== 'OFFLINE' || !rt.reported) {
+          rt.localState = 'OFFLINE'
+          rt.usedSize = 0
+          rt.reported = true
+          this.dirtyChains.add(rt.stored.chainId)
+          visible = true
+        }
+      }
     }
     if (mutations.length || visible) this.commit(mutations, visible)
     this.maybeEndBootstrap()
@@ -433,7 +459,7 @@ export class MgmtdService {
       configVersion: 0,
       releaseVersion: '',
     }
-    this.nodes.set(p.nodeId, { info, lastHbVersion: 0, lastSeen: now() })
+    this.nodes.set(p.nodeId, { info, lastHbVersion: 0, lastSeen: now(), lastHeartbeat: null })
     this.commit([{ kind: 'node', value: info }], true)
     return { nodeId: p.nodeId }
   }
@@ -441,7 +467,14 @@ export class MgmtdService {
   unregisterNode(p: NodeIdReq): { ok: true } {
     const n = this.nodes.get(p?.nodeId)
     if (!n) throw new StrataError('MGMTD_NODE_NOT_FOUND', `node ${p?.nodeId} is not registered`)
-    if (n.info.status === 'HEARTBEAT_CONNECTED') throw new StrataError('MGMTD_REFUSED', `node ${p.nodeId} is still heartbeating`)
+    // A live node is never forgotten: mgmtd itself (it is answering this
+    // request), and any node that is CONNECTED or heartbeated within the
+    // failure interval (e.g. one disabled a moment ago).
+    if (p.nodeId === this.opts.nodeId || n.info.status === 'PRIMARY_MGMTD') {
+      throw new StrataError('MGMTD_REFUSED', `node ${p.nodeId} is the primary mgmtd (the node answering this request); it cannot be unregistered`)
+    }
+    const alive = n.info.status === 'HEARTBEAT_CONNECTED' || (n.lastHeartbeat !== null && now() - n.lastHeartbeat < this.opts.timers.heartbeatFailIntervalMs)
+    if (alive) throw new StrataError('MGMTD_REFUSED', `node ${p.nodeId} is still heartbeating; stop it and wait until list-nodes shows HEARTBEAT_FAILED`)
     this.nodes.delete(p.nodeId)
     this.commit([{ kind: 'delNode', nodeId: p.nodeId }], true)
     return { ok: true }
@@ -562,8 +595,13 @@ export class MgmtdService {
         if (c.targets.some((t) => t.targetId === p.targetId)) throw new StrataError('MGMTD_TARGET_EXISTED', `target ${p.targetId} is in chain ${c.chainId}`)
       }
       // a target no storage node ever reported would sit in the chain OFFLINE for good
-      if (!this.targets.has(p.targetId)) {
+      const known = this.targets.get(p.targetId)
+      if (!known) {
         throw new StrataError('MGMTD_TARGET_NOT_FOUND', `target ${p.targetId} is unknown to mgmtd: create it on its storage node first (create-target); once reported it is listed by list-targets --orphan`)
+      }
+      // known from mgmtd's store only: no storage node has reported it since mgmtd started
+      if (!known.reported) {
+        throw new StrataError('MGMTD_TARGET_NOT_FOUND', `target ${p.targetId} is not reported by any storage node (node ${known.stored.nodeId} has not reported it since mgmtd started); start the node, or create the target on it (create-target)`)
       }
       targets = [...targets, { targetId: p.targetId, publicState: 'OFFLINE' }]
     } else if (p.mode === 'remove') {
@@ -641,6 +679,11 @@ export class MgmtdService {
     this.sessions.set(p.clientId, s)
     if (!old) this.commit([{ kind: 'session', value: s }], false)
     return { ok: true }
+  }
+
+  private inAnyChain(targetId: number): boolean {
+    for (const c of this.chains.values()) if (c.targets.some((t) => t.targetId === targetId)) return true
+    return false
   }
 
   private orphanTargets(): TargetInfo[] {

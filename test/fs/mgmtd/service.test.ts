@@ -5,6 +5,7 @@ import path from 'node:path'
 import { spawn } from 'node:child_process'
 import { startMgmtd, MgmtdClient, type HeartbeatTarget } from '../../../fs/mgmtd/index.js'
 import { isStrataError } from '../../../fs/common/errors.js'
+import { MgmtdMethod } from '../../../fs/common/services.js'
 import type { RoutingInfo } from '../../../fs/common/types.js'
 
 // generous fail interval: on a loaded 2-core machine a healthy heartbeat can be late by hundreds of ms
@@ -204,4 +205,69 @@ test('real mgmtd process: SIGKILL and restart keeps state', async (t) => {
   p.kill('SIGTERM')
   const code = await new Promise((r) => p.once('exit', (c) => r(c)))
   t.is(code, 0)
+})
+
+test('unregister-node refuses live nodes: the primary mgmtd itself, a heartbeating node, one disabled a moment ago', async (t) => {
+  const dir = tmp(t)
+  const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
+  const client = new MgmtdClient({ addresses: [m.address] })
+  t.teardown(async () => {
+    client.close()
+    await m.close()
+  })
+  const self = await t.throwsAsync(client.unregisterNode({ nodeId: 1 }))
+  t.true(isStrataError(self, 'MGMTD_REFUSED'), String(self))
+  t.regex(self!.message, /primary mgmtd/)
+  t.truthy((await client.refresh()).nodes[1], 'mgmtd is still listed')
+
+  const hb = { nodeId: 7, type: 'STORAGE' as const, hbVersion: 1, timestamp: Date.now(), address: 'x:1', hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't' }
+  await client.heartbeat(hb)
+  t.true(isStrataError(await t.throwsAsync(client.unregisterNode({ nodeId: 7 })), 'MGMTD_REFUSED'), 'connected')
+  await client.disableNode({ nodeId: 7 })
+  t.true(isStrataError(await t.throwsAsync(client.unregisterNode({ nodeId: 7 })), 'MGMTD_REFUSED'), 'disabled, but heartbeated within the fail interval')
+
+  // a node that never heartbeated (registered only) can be forgotten
+  await client.registerNode({ nodeId: 8, type: 'META' })
+  await client.unregisterNode({ nodeId: 8 })
+  t.falsy((await client.refresh()).nodes[8])
+  t.true(isStrataError(await t.throwsAsync(client.unregisterNode({ nodeId: 8 })), 'MGMTD_NODE_NOT_FOUND'))
+})
+
+test('a target its storage node stops reporting is forgotten (orphan) or OFFLINE at once (in a chain); update-chain add refuses it', async (t) => {
+  const dir = tmp(t)
+  const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
+  const client = new MgmtdClient({ addresses: [m.address] })
+  t.teardown(async () => {
+    client.close()
+    await m.close()
+  })
+  const orphans = async () => (await client.call<{ targets: Array<{ targetId: number }> }>(MgmtdMethod.listOrphanTargets, {})).targets.map((x) => x.targetId).sort()
+  let hbv = 0
+  const report = (tids: number[]) =>
+    client.heartbeat({
+      nodeId: 10001, type: 'STORAGE', hbVersion: ++hbv, timestamp: Date.now(), address: 'x:1', hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't',
+      targets: tids.map((targetId) => ({ targetId, localState: 'UPTODATE' as const, chainId: targetId === 101 ? 1 : 9, diskIndex: 0, usedSize: 5 })),
+    })
+  await report([101, 601])
+  await client.setChains({ chains: [{ chainId: 1, targets: [101] }] })
+  t.deepEqual(await orphans(), [601])
+  // 601 removed on the node (remove-target): the next heartbeat lacks it
+  await report([101])
+  t.deepEqual(await orphans(), [], 'forgotten at once, not kept as a stale orphan')
+  const add = await t.throwsAsync(client.updateChain({ chainId: 1, targetId: 601, mode: 'add' }))
+  t.true(isStrataError(add, 'MGMTD_TARGET_NOT_FOUND'), String(add))
+  t.deepEqual((await client.refresh()).chains[1]!.targets.map((x) => x.targetId), [101], 'chain unchanged')
+  // a chain target the node stops reporting goes OFFLINE at once
+  await report([])
+  const ri = await client.refresh()
+  t.is(ri.targets[101]!.localState, 'OFFLINE')
+  // and the forgetting is persisted: a restarted mgmtd does not bring 601 back
+  await m.close()
+  const m2 = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
+  const c2 = new MgmtdClient({ addresses: [m2.address] })
+  t.teardown(async () => {
+    c2.close()
+    await m2.close()
+  })
+  t.deepEqual((await c2.call<{ targets: unknown[] }>(MgmtdMethod.listOrphanTargets, {})).targets, [])
 })
