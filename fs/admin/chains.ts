@@ -4,7 +4,7 @@
 
 import { StrataError } from '../common/errors.js'
 import { chainStatus, latestChainTable, type ChainInfo, type ChainTable, type LocalTargetState, type PublicTargetState, type RoutingInfo } from '../common/types.js'
-import { formatChainTableCsv, formatChainsCsv, parseChainTableCsv, parseChainsCsv, validateChainTable, validateChains, type ChainCsvRow, type KnownTopology } from './csv.js'
+import { formatChainTableCsv, formatChainsCsv, parseChainTableCsvLines, parseChainsCsv, validateChainTable, validateChains, type ChainCsvRow, type KnownTopology } from './csv.js'
 import { fetchRouting, listOrphanTargets, type AdminSession } from './session.js'
 import type { ActionResult, Listing } from './table.js'
 
@@ -51,19 +51,19 @@ export async function uploadChainTable(
   o: { desc?: string; source?: string } = {},
 ): Promise<ActionResult<{ chainTableId: number; chainTableVersion: number; chains: number[] }>> {
   const source = o.source ?? 'chain table CSV'
-  const ids = parseChainTableCsv(csvText, source)
-  return uploadChainTableIds(s, tableId, ids, { ...o, source })
+  const { ids, lines } = parseChainTableCsvLines(csvText, source)
+  return uploadChainTableIds(s, tableId, ids, { ...o, source, lines })
 }
 
 export async function uploadChainTableIds(
   s: AdminSession,
   tableId: number,
   ids: number[],
-  o: { desc?: string; source?: string } = {},
+  o: { desc?: string; source?: string; lines?: readonly number[] } = {},
 ): Promise<ActionResult<{ chainTableId: number; chainTableVersion: number; chains: number[] }>> {
   if (!Number.isInteger(tableId) || tableId <= 0) throw new StrataError('INVALID_ARGUMENT', `chain table id must be a positive integer, got ${tableId}`)
   const ri = await fetchRouting(s)
-  validateChainTable(ids, new Set(Object.values(ri.chains).map((c) => c.chainId)), o.source ?? 'chain table CSV')
+  validateChainTable(ids, new Set(Object.values(ri.chains).map((c) => c.chainId)), o.source ?? 'chain table CSV', o.lines)
   const rsp = await s.mgmtd.setChainTable({ chainTableId: tableId, chains: ids, ...(o.desc !== undefined ? { desc: o.desc } : {}) })
   return {
     lines: [[`Upload chain table ${tableId} of version ${rsp.chainTableVersion} succeeded`]],

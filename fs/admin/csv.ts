@@ -54,12 +54,12 @@ function parseId(source: string, l: Line, col: number, what: string, max: number
 /** Parses and checks a chains CSV on its own (header, shape, numbers, duplicates). */
 export function parseChainsCsv(text: string, source = 'chains CSV'): ChainCsvRow[] {
   const lines = splitLines(text)
-  if (lines.length === 0) throw invalid(source, 'the file is empty (expected header ChainId,TargetId[,TargetId…])')
+  if (lines.length === 0) throw invalid(source, 'line 1: the file is empty (expected header ChainId,TargetId[,TargetId…])')
   const header = lines[0]!
-  if (header.cells[0] !== 'ChainId') throw invalid(source, `column[0] expected 'ChainId', got '${header.cells[0]}'`)
-  if (header.cells.length === 1) throw invalid(source, 'no TargetId columns in the header')
+  if (header.cells[0] !== 'ChainId') throw invalid(source, `line ${header.line}: column[0] expected 'ChainId', got '${header.cells[0]}'`)
+  if (header.cells.length === 1) throw invalid(source, `line ${header.line}: no TargetId columns in the header`)
   header.cells.forEach((c, i) => {
-    if (i > 0 && c !== 'TargetId') throw invalid(source, `column[${i}] expected 'TargetId', got '${c}'`)
+    if (i > 0 && c !== 'TargetId') throw invalid(source, `line ${header.line}: column[${i}] expected 'TargetId', got '${c}'`)
   })
   if (lines.length === 1) throw invalid(source, 'no chains after the header')
   const rows: ChainCsvRow[] = []
@@ -88,14 +88,20 @@ export function parseChainsCsv(text: string, source = 'chains CSV'): ChainCsvRow
 
 /** Parses and checks a chain table CSV (header `ChainId`, unique positive ids). */
 export function parseChainTableCsv(text: string, source = 'chain table CSV'): ChainId[] {
+  return parseChainTableCsvLines(text, source).ids
+}
+
+/** parseChainTableCsv, also giving the 1-based file line of each id (for later error messages). */
+export function parseChainTableCsvLines(text: string, source = 'chain table CSV'): { ids: ChainId[]; lines: number[] } {
   const lines = splitLines(text)
   if (lines.length === 0) throw invalid(source, 'the file is empty (expected header ChainId)')
   const header = lines[0]!
   if (header.cells.length !== 1 || header.cells[0] !== 'ChainId') {
-    throw invalid(source, `expected the single column 'ChainId', got '${header.cells.join(',')}'`)
+    throw invalid(source, `line ${header.line}: expected the single column 'ChainId', got '${header.cells.join(',')}'`)
   }
   if (lines.length === 1) throw invalid(source, 'no chains after the header')
   const ids: number[] = []
+  const at: number[] = []
   const seen = new Map<number, number>()
   for (const l of lines.slice(1)) {
     if (l.cells.length !== 1) throw invalid(source, `line ${l.line}: expected 1 column, got ${l.cells.length}`)
@@ -103,8 +109,9 @@ export function parseChainTableCsv(text: string, source = 'chain table CSV'): Ch
     if (seen.has(id)) throw invalid(source, `line ${l.line}: duplicate chain ${id} (also on line ${seen.get(id)})`)
     seen.set(id, l.line)
     ids.push(id)
+    at.push(l.line)
   }
-  return ids
+  return { ids, lines: at }
 }
 
 export function formatChainsCsv(chains: ReadonlyArray<{ chainId: number; targets: readonly number[] }>): string {
@@ -153,6 +160,15 @@ export function validateChains(rows: readonly ChainCsvRow[], known: KnownTopolog
 }
 
 /** Checks a chain table against the cluster's chains. */
-export function validateChainTable(chainIds: readonly ChainId[], knownChains: ReadonlySet<ChainId> | Map<ChainId, unknown>, source = 'chain table CSV'): void {
-  for (const id of chainIds) if (!knownChains.has(id)) throw invalid(source, `unknown chain ${id} (upload it first: strata admin upload-chains)`)
+export function validateChainTable(
+  chainIds: readonly ChainId[],
+  knownChains: ReadonlySet<ChainId> | Map<ChainId, unknown>,
+  source = 'chain table CSV',
+  /** each id's file line (parseChainTableCsvLines); ids from no file (cluster layout) have none */
+  lines?: readonly number[],
+): void {
+  chainIds.forEach((id, i) => {
+    const at = lines?.[i] !== undefined ? `line ${lines[i]}: ` : ''
+    if (!knownChains.has(id)) throw invalid(source, `${at}unknown chain ${id} (upload it first: strata admin upload-chains)`)
+  })
 }

@@ -5,6 +5,7 @@ import {
   formatChainTableCsv,
   formatChainsCsv,
   parseChainTableCsv,
+  parseChainTableCsvLines,
   parseChainsCsv,
   validateChainTable,
   validateChains,
@@ -75,4 +76,15 @@ test('chains are validated against the cluster: unknown targets, targets of othe
   refused(t, () => validateChains(parseChainsCsv('ChainId,TargetId,TargetId\n1,101,102\n'), known), /chain 1 already exists with targets 101,201/)
   t.notThrows(() => validateChainTable([1], new Set([1, 2])))
   refused(t, () => validateChainTable([1, 3], new Set([1, 2])), /unknown chain 3/)
+})
+
+test('header errors and upload-chain-table unknown chains carry the documented line L: prefix', (t) => {
+  refused(t, () => parseChainsCsv('ChainId,Target,TargetId\n5,1,2\n', 'badhdr.csv'), /^INVALID_ARGUMENT: invalid badhdr\.csv: line 1: column\[1\] expected 'TargetId', got 'Target'/)
+  refused(t, () => parseChainsCsv('Chain,TargetId\n5,1\n', 'h.csv'), /^INVALID_ARGUMENT: invalid h\.csv: line 1: column\[0\] expected 'ChainId'/)
+  refused(t, () => parseChainsCsv('ChainId\n5\n', 'h.csv'), /^INVALID_ARGUMENT: invalid h\.csv: line 1: no TargetId columns/)
+  refused(t, () => parseChainTableCsv('ChainId,X\n5\n', 't.csv'), /^INVALID_ARGUMENT: invalid t\.csv: line 1: expected the single column 'ChainId'/)
+  // line numbers survive blank lines before the row
+  const { ids, lines } = parseChainTableCsvLines('ChainId\n1\n\n777\n', 't.csv')
+  t.deepEqual(ids, [1, 777])
+  refused(t, () => validateChainTable(ids, new Set([1]), 't.csv', lines), /^INVALID_ARGUMENT: invalid t\.csv: line 4: unknown chain 777/)
 })
