@@ -93,7 +93,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('init-cluster')
     .description('record the root layout defaults (chain table, chunk size, stripe size) and optional per-type configs')
-    .argument('<chainTableId>', 'chain table of the root directory layout', intArg('chainTableId', { min: 1 }))
+    .argument('<chainTableId>', 'chain table of the root directory layout', intArg('chainTableId', { min: 1, max: U32_MAX }))
     .argument('<chunkSize>', 'default chunk size, a power of two (65536, 64K, 1M)', sizeArg('chunkSize'))
     .argument('<stripeSize>', 'default number of chains a file stripes over', intArg('stripeSize', { min: 1 }))
     .option('--mgmtd <file>', 'store this file as the MGMTD config (alias --mgmtd-config-path)')
@@ -132,7 +132,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('register-node')
     .description('register a node id with a type before it first heartbeats')
-    .argument('<nodeId>', 'node id', intArg('nodeId', { min: 1 }))
+    .argument('<nodeId>', 'node id', intArg('nodeId', { min: 1, max: U32_MAX }))
     .argument('<type>', `node type: ${NODE_TYPES.join(' | ')}`, nodeTypeArg('type'))
     .option('--json', 'print JSON')
     .action((nodeId: number, type: NodeType, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await registerNode(s, nodeId, type), json)))
@@ -140,7 +140,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('unregister-node')
     .description('forget a node that no longer heartbeats')
-    .argument('<nodeId>', 'node id', intArg('nodeId', { min: 1 }))
+    .argument('<nodeId>', 'node id', intArg('nodeId', { min: 1, max: U32_MAX }))
     .option('--json', 'print JSON')
     .action((nodeId: number, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await unregisterNode(s, nodeId), json)))
 

@@ -20,9 +20,9 @@ export async function initCluster(s: AdminSession, a: InitClusterArgs): Promise<
   if (!Number.isInteger(a.chainTableId) || a.chainTableId <= 0) throw new StrataError('INVALID_ARGUMENT', `chainTableId must be a positive integer, got ${a.chainTableId}`)
   if (!isPowerOfTwo(a.chunkSize)) throw new StrataError('INVALID_ARGUMENT', `chunkSize must be a power of two, got ${a.chunkSize}`)
   if (!Number.isInteger(a.stripeSize) || a.stripeSize <= 0) throw new StrataError('INVALID_ARGUMENT', `stripeSize must be a positive integer, got ${a.stripeSize}`)
+  const cur = (await s.mgmtd.clusterInfo()).init
   if (!a.allowExisted) {
     // re-running the deploy script with the same settings is not an error
-    const cur = (await s.mgmtd.clusterInfo()).init
     if (cur && cur.chainTableId === a.chainTableId && cur.chunkSize === a.chunkSize && cur.stripeSize === a.stripeSize) {
       return {
         lines: [[`Filesystem already initialized with root directory layout: chain table ${a.chainTableId}, chunksize ${a.chunkSize} (${formatSize(a.chunkSize)}), stripesize ${a.stripeSize}`]],
@@ -37,8 +37,11 @@ export async function initCluster(s: AdminSession, a: InitClusterArgs): Promise<
     }
   }
   const init = await s.mgmtd.initCluster(a)
+  const layout = `chain table ${a.chainTableId}, chunksize ${a.chunkSize} (${formatSize(a.chunkSize)}), stripesize ${a.stripeSize}`
   return {
-    lines: [[`Init filesystem, root directory layout: chain table ${a.chainTableId}, chunksize ${a.chunkSize} (${formatSize(a.chunkSize)}), stripesize ${a.stripeSize}`]],
+    // meta takes the layout when it creates the root directory: over an
+    // earlier init, an existing root keeps the layout it was created with
+    lines: [[cur ? `Stored root directory layout: ${layout}; an existing root directory keeps the layout it was created with (see stat --display-layout /)` : `Init filesystem, root directory layout: ${layout}`]],
     result: init as ClusterInit,
   }
 }

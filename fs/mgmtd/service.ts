@@ -505,6 +505,17 @@ export class MgmtdService {
     }
     if (!Number.isInteger(p.stripeSize) || p.stripeSize <= 0) throw new StrataError('INVALID_ARGUMENT', 'stripeSize must be a positive integer')
     if (this.init && !p.allowExisted) throw new StrataError('MGMTD_ALREADY_INITIALIZED', 'cluster already initialized')
+    // The first init normally comes before any chain table exists (3FS
+    // deploy order); a re-init must name a table that exists, and no layout
+    // may stripe over more chains than its table has.
+    let table: ChainTable | undefined
+    for (const t of this.chainTables.values()) if (t.chainTableId === p.chainTableId && (!table || t.chainTableVersion > table.chainTableVersion)) table = t
+    if (!table && this.init) {
+      throw new StrataError('MGMTD_CHAIN_TABLE_NOT_FOUND', `chain table ${p.chainTableId} does not exist (upload it first: upload-chain-table)`)
+    }
+    if (table && p.stripeSize > table.chains.length) {
+      throw new StrataError('INVALID_ARGUMENT', `stripe size ${p.stripeSize} exceeds the ${table.chains.length} chains of table ${p.chainTableId}`)
+    }
     this.init = { chainTableId: p.chainTableId, chunkSize: p.chunkSize, stripeSize: p.stripeSize, initializedAt: Date.now() }
     this.commit([{ kind: 'init', value: this.init }], false)
     return this.init
