@@ -161,7 +161,7 @@ export function rotateAsPreferredOrder<T extends ChainTargetState>(oldTargets: r
  * the old LASTSRV had. No-op unless the head is LASTSRV and there are >= 2
  * targets.
  */
-export function rotateLastSrv<T extends ChainTargetState>(oldTargets: readonly T[]): T[] {
+export function rotateLastSrv<T extends Pick<ChainTargetState, 'targetId' | 'publicState'>>(oldTargets: readonly T[]): T[] {
   if (oldTargets.length < 2 || oldTargets[0]!.publicState !== 'LASTSRV') return oldTargets.slice()
   const rotated = [...oldTargets.slice(1), oldTargets[0]!]
   return rotated.map((t, i) => ({ ...t, publicState: i === 0 ? 'LASTSRV' : 'OFFLINE' }) as T)

@@ -20,7 +20,7 @@ import {
   type TargetInfo,
 } from '../common/types.js'
 import type { RpcServer } from '../rpc/index.js'
-import { generateNewChain } from './chain-state.js'
+import { chainChanged, generateNewChain, rotateLastSrv } from './chain-state.js'
 import { MgmtdStore, type Mutation, type StoredConfig, type StoredTarget } from './store.js'
 import type {
   ClientSession,
@@ -644,13 +644,9 @@ export class MgmtdService {
   rotateLastSrv(p: RotateLastSrvReq): { chainVersion: number } {
     const chain = this.chains.get(p?.chainId)
     if (!chain) throw new StrataError('MGMTD_CHAIN_NOT_FOUND', `chain ${p?.chainId} does not exist`)
-    const idx = chain.targets.findIndex((t) => t.publicState === 'LASTSRV')
-    if (idx < 0) throw new StrataError('MGMTD_REFUSED', `chain ${p.chainId} has no LASTSRV target`)
-    if (chain.targets.length < 2) throw new StrataError('MGMTD_REFUSED', `chain ${p.chainId} has a single target`)
-    const last = chain.targets[idx]!
-    const rest = chain.targets.filter((_, i) => i !== idx)
-    const promoted = { targetId: rest[0]!.targetId, publicState: 'LASTSRV' as const }
-    const targets = [promoted, ...rest.slice(1), { targetId: last.targetId, publicState: 'OFFLINE' as const }]
+    // 3FS RotateLastSrvOperation: a chain whose head is not LASTSRV (or that has one target) is left as it is, and that is no error
+    const targets = rotateLastSrv(chain.targets)
+    if (!chainChanged(chain.targets, targets)) return { chainVersion: chain.chainVersion }
     const next: ChainInfo = { ...chain, chainVersion: chain.chainVersion + 1, targets }
     this.chains.set(chain.chainId, next)
     this.dirtyChains.add(chain.chainId)
