@@ -133,6 +133,9 @@ function isMetaCode(e: unknown, ...codes: string[]): boolean {
  * The image store. Methods throw StrataError with IMAGE_* codes for image
  * problems and the DFS client's codes (META_*, RPC_*) for transport problems.
  */
+/** How a layer was built from its tar, beyond the default (uncompressed EROFS): the `--compress` algorithm. */
+export type LayerVariant = 'lz4' | 'lz4hc'
+
 export class ImageStore {
   readonly fs: FileSystem
   readonly root: string
@@ -161,8 +164,9 @@ export class ImageStore {
     return `${this.root}/tags/${encodeTagDir(name)}/${tag}`
   }
 
-  diffIdPath(diffId: string): string {
-    return `${this.root}/diffids/sha256/${digestHex(diffId)}`
+  /** Where the layer built from diffId's tar is recorded: one record per build variant (uncompressed, `--compress lz4`, …). */
+  diffIdPath(diffId: string, variant?: LayerVariant): string {
+    return `${this.root}/diffids/sha256/${digestHex(diffId)}${variant ? `.${variant}` : ''}`
   }
 
   leasePath(holder: string, digest: string): string {
@@ -732,21 +736,26 @@ export class ImageStore {
 
   // --- diffId cache
 
-  /** The layer built from an uncompressed layer tar with this diffId, if that layer is still stored. */
-  async lookupDiffId(diffId: string): Promise<string | null> {
+  /**
+   * The layer built from an uncompressed layer tar with this diffId (with
+   * `variant`'s compression; none by default), if that layer is still stored.
+   * Each variant has its own record, so an import never reuses a layer built
+   * another way (a plain import an lz4 layer, or the other way round).
+   */
+  async lookupDiffId(diffId: string, variant?: LayerVariant): Promise<string | null> {
     assertDigest(diffId, 'diffId')
-    const b = await this.#readSmall(this.diffIdPath(diffId))
+    const b = await this.#readSmall(this.diffIdPath(diffId, variant))
     if (!b) return null
     const d = b.toString('utf8').trim()
     if (!isDigest(d)) return null
     return (await this.hasBlob(d)) ? d : null
   }
 
-  async recordDiffId(diffId: string, layerDigest: string): Promise<void> {
+  async recordDiffId(diffId: string, layerDigest: string, variant?: LayerVariant): Promise<void> {
     assertDigest(diffId, 'diffId')
     assertDigest(layerDigest, 'layer digest')
     await this.open()
-    await this.#writeAtomic(this.diffIdPath(diffId), `${layerDigest}\n`)
+    await this.#writeAtomic(this.diffIdPath(diffId, variant), `${layerDigest}\n`)
   }
 
   // --- leases

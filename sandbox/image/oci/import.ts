@@ -310,8 +310,8 @@ class ImportRun {
   async #stored(file: string, b: { digest: string; size: number; existed: boolean }, diffId: string, task: ProgressTask): Promise<{ digest: string; size: number; diffId: string }> {
     if (!b.existed) this.createdBlobs.add(b.digest)
     await fs.promises.rm(file, { force: true })
-    if ((await this.store.lookupDiffId(diffId)) !== b.digest) {
-      await this.store.recordDiffId(diffId, b.digest)
+    if ((await this.store.lookupDiffId(diffId, this.opts.compress)) !== b.digest) {
+      await this.store.recordDiffId(diffId, b.digest, this.opts.compress)
       this.recorded.set(diffId, b.digest)
     }
     task.done(b.existed ? `layer ${shortDigest(b.digest)} already stored` : `built ${formatBytes(b.size)} layer ${shortDigest(b.digest)}`)
@@ -355,7 +355,7 @@ class ImportRun {
 
   /** A stored layer for `diffId`, leased, if the store has one. */
   async reuse(diffId: string): Promise<{ digest: string; size: number } | null> {
-    const d = await this.store.lookupDiffId(diffId)
+    const d = await this.store.lookupDiffId(diffId, this.opts.compress)
     if (!d) return null
     await this.lease(d)
     const st = await this.store.statBlob(d)
@@ -383,7 +383,7 @@ class ImportRun {
       const others = new Set((await this.store.listLeases().catch(() => [])).filter((l) => l.holder !== this.holder).map((l) => l.digest))
       if (this.createdManifest && !others.has(this.createdManifest)) await this.store.fs.unlink(this.store.manifestPath(this.createdManifest)).catch(noop)
       for (const d of this.createdBlobs) if (!others.has(d)) await this.store.fs.unlink(this.store.blobPath(d)).catch(noop)
-      for (const [diffId, d] of this.recorded) if (!others.has(d)) await this.store.fs.unlink(this.store.diffIdPath(diffId)).catch(noop)
+      for (const [diffId, d] of this.recorded) if (!others.has(d)) await this.store.fs.unlink(this.store.diffIdPath(diffId, this.opts.compress)).catch(noop)
     }
     for (const d of this.leased) await this.store.removeLease(this.holder, d).catch(noop)
     if (this.workDir) await fs.promises.rm(this.workDir, { recursive: true, force: true }).catch(noop)

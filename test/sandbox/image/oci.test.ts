@@ -180,4 +180,14 @@ test.serial('dedup: the same import twice is stored once; two images sharing a b
   await t.throwsAsync(importPath(store, fx.layout, { name: 'dedup/c', workDir: dir }), { code: 'INVALID_ARGUMENT' })
   const again = await importPath(store, fx.layout, { name: 'dedup/c', ref: FIXTURE_TAG, workDir: dir })
   t.is(again.digest, a1.digest)
+
+  // a compressed import of the same layers builds its own (lz4) layers and reuses none of the plain
+  // ones; a plain import afterwards still gets the plain layers, the same manifest as before
+  const lz4 = await importPath(store, fx.layout, { name: 'dedup/lz4', ref: FIXTURE_TAG, workDir: dir, compress: 'lz4' })
+  t.is(lz4.layersReused, 0)
+  t.true(lz4.manifest.layers.every((l, i) => l.digest !== a1.manifest.layers[i]!.digest))
+  t.is((await importPath(store, fx.layout, { name: 'dedup/lz4', tag: 'again', ref: FIXTURE_TAG, workDir: dir, compress: 'lz4' })).layersReused, 3, 'lz4 layers are reused by lz4 imports')
+  const plainAgain = await importPath(store, fx.layout, { name: 'dedup/c', ref: FIXTURE_TAG, workDir: dir })
+  t.is(plainAgain.layersReused, 3)
+  t.is(plainAgain.digest, a1.digest, 'the same path imported the same way gives the same manifest')
 })
