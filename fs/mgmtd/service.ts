@@ -506,11 +506,13 @@ export class MgmtdService {
     if (!Number.isInteger(p.stripeSize) || p.stripeSize <= 0) throw new StrataError('INVALID_ARGUMENT', 'stripeSize must be a positive integer')
     if (this.init && !p.allowExisted) throw new StrataError('MGMTD_ALREADY_INITIALIZED', 'cluster already initialized')
     // The first init normally comes before any chain table exists (3FS
-    // deploy order); a re-init must name a table that exists, and no layout
-    // may stripe over more chains than its table has.
+    // deploy order), and a deploy script run again repeats it as it was; a
+    // re-init that moves the root layout to another table must name one that
+    // exists (a typo would otherwise be stored), and no layout may stripe over
+    // more chains than its table has.
     let table: ChainTable | undefined
     for (const t of this.chainTables.values()) if (t.chainTableId === p.chainTableId && (!table || t.chainTableVersion > table.chainTableVersion)) table = t
-    if (!table && this.init) {
+    if (!table && this.init && this.init.chainTableId !== p.chainTableId) {
       throw new StrataError('MGMTD_CHAIN_TABLE_NOT_FOUND', `chain table ${p.chainTableId} does not exist (upload it first: upload-chain-table)`)
     }
     if (table && p.stripeSize > table.chains.length) {

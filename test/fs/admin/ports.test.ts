@@ -2,24 +2,37 @@
 // range, distinct within a call and across concurrent processes, reserved
 // against other callers, and stale reservations reclaimed.
 import test from 'ava'
-import { execFile, spawnSync } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
-import { promisify } from 'node:util'
 import { pickFreePorts, portRange } from '../../../fs/admin/index.js'
 import { tmpDir } from '../../helpers/procs.js'
 
-const run = promisify(execFile)
 const PORTS_MODULE = new URL('../../../fs/admin/ports.js', import.meta.url).href
 
-/** pickFreePorts(n) in another process with its own reservation directory setting. */
-async function pickIn(dir: string, n: number): Promise<number[]> {
-  const { stdout } = await run(process.execPath, ['--input-type=module', '-e', `
+/**
+ * pickFreePorts(n) in another process with its own reservation directory
+ * setting; the process stays alive until `release` resolves (a reservation
+ * whose owner has exited is free again, as it should be: its owner is not
+ * going to bind the port).
+ */
+function pickIn(dir: string, n: number, release: Promise<void>): Promise<number[]> {
+  const child = spawn(process.execPath, ['--input-type=module', '-e', `
     const { pickFreePorts } = await import(${JSON.stringify(PORTS_MODULE)})
     console.log(JSON.stringify(await pickFreePorts(${n})))
-  `], { env: { ...process.env, STRATA_PORT_RESERVATIONS: dir } })
-  return JSON.parse(stdout) as number[]
+    process.stdin.resume()
+    process.stdin.on('end', () => process.exit(0))
+  `], { env: { ...process.env, STRATA_PORT_RESERVATIONS: dir }, stdio: ['pipe', 'pipe', 'inherit'] })
+  void release.then(() => child.stdin!.end())
+  return new Promise((resolve, reject) => {
+    let out = ''
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString()
+      if (out.includes('\n')) resolve(JSON.parse(out) as number[])
+    })
+    child.once('exit', (code) => reject(new Error(`picker exited ${code} before printing its ports`)))
+  })
 }
 
 test('ports come from below the ephemeral range, distinct, bindable, each reserved for its caller', async (t) => {
@@ -28,8 +41,12 @@ test('ports come from below the ephemeral range, distinct, bindable, each reserv
   const lo = Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0])
   t.is(last, lo - 1)
   t.true(first >= 1024 && first < last)
-  // eight processes at once, 12 ports each: no port handed out twice
-  const all = (await Promise.all(Array.from({ length: 8 }, () => pickIn(dir, 12)))).flat()
+  // eight processes at once, 12 ports each, all alive until every one has its ports: no port handed out twice
+  let release!: () => void
+  const released = new Promise<void>((r) => (release = r))
+  t.teardown(() => release())
+  const all = (await Promise.all(Array.from({ length: 8 }, () => pickIn(dir, 12, released)))).flat()
+  release()
   t.is(new Set(all).size, all.length)
   for (const p of all) t.true(p >= first && p <= last, `${p} in range`)
   // every one has a reservation naming a (now gone) process

@@ -272,7 +272,7 @@ test('a target its storage node stops reporting is forgotten (orphan) or OFFLINE
   t.deepEqual((await c2.call<{ targets: unknown[] }>(MgmtdMethod.listOrphanTargets, {})).targets, [])
 })
 
-test('init-cluster over an earlier init: the chain table must exist, the stripe must fit its chains', async (t) => {
+test('init-cluster over an earlier init: another chain table must exist, the stripe must fit its chains', async (t) => {
   const dir = tmp(t)
   const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
   const client = new MgmtdClient({ addresses: [m.address] })
@@ -280,8 +280,10 @@ test('init-cluster over an earlier init: the chain table must exist, the stripe 
     client.close()
     await m.close()
   })
-  // the first init comes before any chain table (deploy order)
+  // the first init comes before any chain table (deploy order), and so may a second with the same table
   await client.initCluster({ chainTableId: 1, chunkSize: 65536, stripeSize: 1 })
+  await client.initCluster({ chainTableId: 1, chunkSize: 65536, stripeSize: 2, allowExisted: true })
+  t.true(isStrataError(await t.throwsAsync(client.initCluster({ chainTableId: 9, chunkSize: 65536, stripeSize: 1, allowExisted: true })), 'MGMTD_CHAIN_TABLE_NOT_FOUND'), 'another table that does not exist')
   await client.setChains({ chains: [{ chainId: 1, targets: [101] }, { chainId: 2, targets: [201] }] })
   await client.setChainTable({ chainTableId: 1, chains: [1, 2] })
   const missing = await t.throwsAsync(client.initCluster({ chainTableId: 77, chunkSize: 65536, stripeSize: 1, allowExisted: true }))
