@@ -6,6 +6,7 @@ import type { Command } from 'commander'
 import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError } from '../../fs/common/errors.js'
+import { UsageError } from './output.js'
 
 type Starter = (config: any, log: ReturnType<typeof createLogger>, configFile: string) => Promise<{ close(): Promise<void> }>
 
@@ -86,7 +87,7 @@ export function registerDaemonCommand(program: Command): void {
     .addHelpText('after', ROLE_HELP)
     .action(async (role: string, opts: { config: string; name?: string }) => {
       const load = roles[role]
-      if (!load) throw new StrataError('INVALID_ARGUMENT', `unknown role "${role}"; known: ${Object.keys(roles).join(', ')}`)
+      if (!load) throw new UsageError(`unknown role "${role}"; known: ${Object.keys(roles).join(', ')}`)
       let config: unknown
       try {
         config = JSON.parse(fs.readFileSync(opts.config, 'utf8'))
@@ -95,6 +96,7 @@ export function registerDaemonCommand(program: Command): void {
       }
       const log = createLogger(opts.name ?? role)
       const start = await load()
-      await runDaemon(log, () => start(config, log, opts.config))
+      // a start-up failure is `strata: CODE: message` (exit 1), in the daemon's log too when cluster up started it
+      await runDaemon(log, () => start(config, log, opts.config), { throwStartError: true })
     })
 }

@@ -73,12 +73,13 @@ function registryOptions(o: TransferCliOpts): RegistryOptions {
   }
 }
 
-function transferOpts(c: Command): Command {
-  return c
-    .option('--endpoint <url>', 's3: endpoint URL (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the AWS profile, then AWS)')
+/** The options push and pull share; `push` adds the ones only an upload has (--part-size). */
+function transferOpts(c: Command, push = false): Command {
+  c.option('--endpoint <url>', 's3: endpoint URL (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the AWS profile, then AWS)')
     .option('--region <region>', 's3: region (default: $AWS_REGION, the AWS profile, then us-east-1)')
     .option('--force-path-style', 's3: address buckets as ENDPOINT/BUCKET (most local S3 servers need it)')
-    .option('--part-size <size>', 's3 push: multipart part size, 5M to 5G (default 16M); a blob no larger goes in one PUT', sizeArg('--part-size'))
+  if (push) c.option('--part-size <size>', 's3: multipart part size, 5M to 5G (default 16M); a blob no larger goes in one PUT', sizeArg('--part-size'))
+  return c
     .option('--concurrency <n>', 's3: object requests in flight (default 4); docker pull: layer downloads at once (default 3); docker push does not use it', intArg('--concurrency', { min: 1, max: 64 }))
     .option('--insecure', 'docker: plain http to the registry (default: http only for localhost and 127.x)')
     .option('--username <user>', 'docker: registry user (default: $STRATA_REGISTRY_USER, then auths in $REGISTRY_AUTH_FILE or ~/.docker/config.json)')
@@ -94,6 +95,7 @@ export function registerImageTransfer(image: Command): void {
       .description('copy a stored image to an object store (s3://) or a registry (docker://); run it again after an interruption: blobs already there are skipped, an unfinished s3 multipart upload goes on from the parts already uploaded')
       .argument('<image>', 'NAME[:TAG] or NAME@sha256:…')
       .argument('<destination>', 's3://BUCKET[/PREFIX] or docker://HOST[:PORT]/REPO[:TAG]'),
+    true,
   )
     .addHelpText(
       'after',
