@@ -1,7 +1,7 @@
 // POSIX operations through a FUSE mount, driven from child processes.
 import test from 'ava'
 import fs from 'node:fs'
-import { fuseSkipReason, ok, py, sh, startFuseCluster } from './helpers.js'
+import { fuseSkipReason, ok, py, sh, startFuseCluster, PY_EXPECT_ERR } from './helpers.js'
 
 const skip = fuseSkipReason()
 const t = skip ? test.skip : test.serial
@@ -11,13 +11,7 @@ if (skip) console.log(`FUSE tests skipped: ${skip}`)
 const POSIX = String.raw`
 import errno, os, stat, sys, time
 m = sys.argv[1]
-def expect_err(code, fn, *a):
-    try:
-        fn(*a)
-    except OSError as e:
-        assert e.errno == code, (fn.__name__, a, errno.errorcode.get(e.errno), 'want', errno.errorcode[code])
-        return
-    raise AssertionError(('no error', fn.__name__, a, 'want', errno.errorcode[code]))
+${PY_EXPECT_ERR}
 
 d = os.path.join(m, 'd')
 os.mkdir(d, 0o755)

@@ -3,7 +3,7 @@
 // local filesystem, not EINVAL; a write that crosses it writes what fits.
 import test from 'ava'
 import { maxFileSize } from '../../../fs/client/file/index.js'
-import { fuseSkipReason, ok, py, sh, startFuseCluster } from './helpers.js'
+import { fuseSkipReason, ok, py, sh, startFuseCluster, PY_EXPECT_ERR } from './helpers.js'
 
 const skip = fuseSkipReason()
 const t = skip ? test.skip : test.serial
@@ -12,13 +12,7 @@ if (skip) console.log(`FUSE tests skipped: ${skip}`)
 const SCRIPT = String.raw`
 import errno, os, sys
 f, mx = sys.argv[1], int(sys.argv[2])
-def expect_err(code, fn, *a):
-    try:
-        fn(*a)
-    except OSError as e:
-        assert e.errno == code, (fn.__name__, a, errno.errorcode.get(e.errno), 'want', errno.errorcode[code])
-        return
-    raise AssertionError(('no error', fn.__name__, a, 'want', errno.errorcode[code]))
+${PY_EXPECT_ERR}
 EFBIG = errno.EFBIG
 expect_err(EFBIG, os.truncate, f, 2**53 + 1)
 expect_err(EFBIG, os.truncate, f, 2**53)

@@ -179,3 +179,15 @@ export function ok(t: ExecutionContext, r: ShResult, what: string): void {
 }
 
 export { patternBytes } from '../../helpers/random.js'
+
+/**
+ * A python helper the mount scripts share (they need `import errno`):
+ * expect_err(ERRNO, fn, *args) passes when fn(*args) fails with exactly that errno.
+ */
+export const PY_EXPECT_ERR = String.raw`def expect_err(code, fn, *a):
+    try:
+        fn(*a)
+    except OSError as e:
+        assert e.errno == code, (fn.__name__, a, errno.errorcode.get(e.errno), 'want', errno.errorcode[code])
+        return
+    raise AssertionError(('no error', fn.__name__, a, 'want', errno.errorcode[code]))`

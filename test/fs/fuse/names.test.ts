@@ -4,7 +4,7 @@
 // it used to be decoded lossily (b'c\xff' and b'c\xfe' both became
 // "c\uFFFD", so the second create replaced the first file).
 import test from 'ava'
-import { fuseSkipReason, ok, py, startFuseCluster } from './helpers.js'
+import { fuseSkipReason, ok, py, startFuseCluster, PY_EXPECT_ERR } from './helpers.js'
 
 const skip = fuseSkipReason()
 const t = skip ? test.skip : test.serial
@@ -13,13 +13,7 @@ if (skip) console.log(`FUSE tests skipped: ${skip}`)
 const SCRIPT = String.raw`
 import errno, os, sys
 os.chdir(sys.argv[1])
-def expect_err(code, fn, *a):
-    try:
-        fn(*a)
-    except OSError as e:
-        assert e.errno == code, (fn.__name__, a, errno.errorcode.get(e.errno), 'want', errno.errorcode[code])
-        return
-    raise AssertionError(('no error', fn.__name__, a, 'want', errno.errorcode[code]))
+${PY_EXPECT_ERR}
 
 def write(p, data):
     with open(p, 'wb') as f:

@@ -28,6 +28,18 @@ async function until<T>(fn: () => Promise<T | undefined | false>, ms = 30000): P
 }
 
 /** A fake-free storage node: a heartbeat loop reporting the given target states. */
+/** A mgmtd (node 1) in a temp dir with a client of it, both closed at teardown. */
+async function mgmtdWithClient(t: any) {
+  const dir = tmp(t)
+  const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
+  const client = new MgmtdClient({ addresses: [m.address] })
+  t.teardown(async () => {
+    client.close()
+    await m.close()
+  })
+  return { dir, m, client }
+}
+
 function heartbeater(client: MgmtdClient, nodeId: number, targets: () => HeartbeatTarget[]) {
   let hb = Date.now()
   let stopped = false
@@ -109,13 +121,7 @@ test('chain state follows heartbeats: failure, sync, serving; versions bump only
 })
 
 test('invalid requests are refused with codes', async (t) => {
-  const dir = tmp(t)
-  const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
-  const client = new MgmtdClient({ addresses: [m.address] })
-  t.teardown(async () => {
-    client.close()
-    await m.close()
-  })
+  const { client } = await mgmtdWithClient(t)
   await client.setChains({ chains: [{ chainId: 1, targets: [1, 2] }] })
   t.true(isStrataError(await t.throwsAsync(client.setChains({ chains: [{ chainId: 2, targets: [2, 3] }] })), 'MGMTD_INVALID_CHAIN'), 'target reused')
   t.true(isStrataError(await t.throwsAsync(client.setChains({ chains: [{ chainId: 3, targets: [4, 4] }] })), 'MGMTD_INVALID_CHAIN'), 'duplicate target')
@@ -208,13 +214,7 @@ test('real mgmtd process: SIGKILL and restart keeps state', async (t) => {
 })
 
 test('unregister-node refuses live nodes: the primary mgmtd itself, a heartbeating node, one disabled a moment ago', async (t) => {
-  const dir = tmp(t)
-  const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
-  const client = new MgmtdClient({ addresses: [m.address] })
-  t.teardown(async () => {
-    client.close()
-    await m.close()
-  })
+  const { client } = await mgmtdWithClient(t)
   const self = await t.throwsAsync(client.unregisterNode({ nodeId: 1 }))
   t.true(isStrataError(self, 'MGMTD_REFUSED'), String(self))
   t.regex(self!.message, /primary mgmtd/)
@@ -234,13 +234,7 @@ test('unregister-node refuses live nodes: the primary mgmtd itself, a heartbeati
 })
 
 test('a target its storage node stops reporting is forgotten (orphan) or OFFLINE at once (in a chain); update-chain add refuses it', async (t) => {
-  const dir = tmp(t)
-  const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
-  const client = new MgmtdClient({ addresses: [m.address] })
-  t.teardown(async () => {
-    client.close()
-    await m.close()
-  })
+  const { dir, m, client } = await mgmtdWithClient(t)
   const orphans = async () => (await client.call<{ targets: Array<{ targetId: number }> }>(MgmtdMethod.listOrphanTargets, {})).targets.map((x) => x.targetId).sort()
   let hbv = 0
   const report = (tids: number[]) =>
@@ -273,13 +267,7 @@ test('a target its storage node stops reporting is forgotten (orphan) or OFFLINE
 })
 
 test('init-cluster over an earlier init: another chain table must exist, the stripe must fit its chains', async (t) => {
-  const dir = tmp(t)
-  const m = await startMgmtd({ nodeId: 1, dataDir: dir, listen: '127.0.0.1:0', timers })
-  const client = new MgmtdClient({ addresses: [m.address] })
-  t.teardown(async () => {
-    client.close()
-    await m.close()
-  })
+  const { client } = await mgmtdWithClient(t)
   // the first init comes before any chain table (deploy order), and so may a second with the same table
   await client.initCluster({ chainTableId: 1, chunkSize: 65536, stripeSize: 1 })
   await client.initCluster({ chainTableId: 1, chunkSize: 65536, stripeSize: 2, allowExisted: true })

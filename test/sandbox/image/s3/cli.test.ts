@@ -72,7 +72,9 @@ test.serial('push and pull SIGKILLed mid-transfer resume when run again; the res
   t.deepEqual(fs.readdirSync(path.join(home, '.strata', 's3-uploads')), [], 'journal removed')
   t.true(fs.existsSync(s3.objectPath(tagKey('cache', 'team/web', 'v2'))))
 
-  const pull = ['image', ...B.cliArgs, 'pull', '--json', ...common, `s3://${s3.bucket}/cache/team/web:v2`, '--name', 'web']
+  // --part-size is push's
+  const pullCommon = ['--force-path-style', '--concurrency', '1']
+  const pull = ['image', ...B.cliArgs, 'pull', '--json', ...pullCommon, `s3://${s3.bucket}/cache/team/web:v2`, '--name', 'web']
   const down0 = s3.bytesDown()
   const firstPull = launch(pull, env)
   t.teardown(() => kill(firstPull.child))
@@ -96,7 +98,7 @@ test.serial('push and pull SIGKILLed mid-transfer resume when run again; the res
   for (const [d, bytes] of f.layers) t.true((await blobBytes(storeB2, d)).equals(bytes))
 
   // text output and a pull that has everything already
-  const again = await strata(['image', ...B.cliArgs, 'pull', ...common, `s3://${s3.bucket}/cache/team/web:v2`], { env })
+  const again = await strata(['image', ...B.cliArgs, 'pull', ...pullCommon, `s3://${s3.bucket}/cache/team/web:v2`], { env })
   t.is(again.code, 0, again.stderr)
   t.regex(again.stdout, /^pulled s3:\/\/images\/cache\/team\/web:v2 as team\/web:v2 \(sha256:[0-9a-f]{64}\): 0 blob\(s\) fetched, 2 already stored/)
   t.notRegex(again.stderr + first.stderr() + firstPull.stderr(), /NodeVersionSupportWarning|Warning:/)
