@@ -55,7 +55,8 @@ function retryToken(count: number): RetryToken {
 
 /**
  * The SDK's standard retries (transient, throttling and server errors, up
- * to `maxAttempts`), except that a timed-out attempt is final: the SDK
+ * to `maxAttempts`), except that an answer "not implemented" (501/405) and a
+ * timed-out attempt are final: the SDK
  * would wait the whole timeout again on each attempt, against a server that
  * accepts connections and never answers several minutes in all.
  */
@@ -65,7 +66,9 @@ function retryStrategy(maxAttempts: number) {
     acquireInitialRetryToken: async (_scope: string): Promise<RetryToken> => retryToken(0),
     refreshRetryTokenForRetry: async (token: RetryToken, info: { errorType: string; error?: unknown }): Promise<RetryToken> => {
       const next = token.getRetryCount() + 1
-      if (next >= maxAttempts || info.errorType === 'CLIENT_ERROR' || isTimeout(info.error)) throw new Error('no more attempts')
+      // a server that does not implement a request (s3rver's ListMultipartUploads: 501) answers the same
+      // every time; push falls back at once, so asking again only waits out the backoff (~4 s)
+      if (next >= maxAttempts || info.errorType === 'CLIENT_ERROR' || isTimeout(info.error) || isNotImplemented(info.error)) throw new Error('no more attempts')
       return retryToken(next)
     },
     recordSuccess: (_token: RetryToken): void => {},
