@@ -845,22 +845,29 @@ function underTrash(ancestors: Inode[]): boolean {
   return n >= 2 && ancestors[n - 1]!.id === ROOT_INODE && ancestors[n - 2]!.directory?.name === 'trash'
 }
 
-/** The ancestors of a directory up to its tree root, loaded into the read-conflict set (3FS Inode::loadAncestors). */
-/** Absolute path of `name` in directory `parent`, from the parents' names (snapshot reads: no conflicts added). */
+/**
+ * Absolute path of `name` in directory `parent`, from the parents' names. It
+ * is only recorded (gc-list), so its reads are snapshot reads: an unlink must
+ * not conflict with every change to a directory above it.
+ */
 async function origPathOf(txn: ReadWriteTxn, parent: InodeId, name: string): Promise<string> {
   let orig = name
-  for (const a of await loadAncestors(txn, parent)) if (!isTreeRoot(a.id)) orig = `${a.directory!.name}/${orig}`
+  for (const a of await loadAncestors(txn, parent, true)) if (!isTreeRoot(a.id)) orig = `${a.directory!.name}/${orig}`
   return `/${orig}`
 }
 
-export async function loadAncestors(txn: ReadWriteTxn, parent: InodeId): Promise<Inode[]> {
+/**
+ * The ancestors of a directory up to its tree root, loaded into the
+ * read-conflict set (3FS Inode::loadAncestors), or with snapshot reads.
+ */
+export async function loadAncestors(txn: ReadWriteTxn, parent: InodeId, snapshot = false): Promise<Inode[]> {
   const out: Inode[] = []
   const seen = new Set<InodeId>()
   let cur = parent
   for (;;) {
     if (seen.has(cur)) throw inconsistent('directory tree contains a loop')
     seen.add(cur)
-    const inode = await loadInode(txn, cur, false)
+    const inode = await loadInode(txn, cur, snapshot)
     if (!inode) throw new StrataError('META_NOT_FOUND', `directory ${hexId(cur)} not found`)
     if (inode.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `${hexId(cur)} is not a directory`)
     out.push(inode)
