@@ -8,7 +8,7 @@ import { pipeline } from 'node:stream/promises'
 import { InvalidArgumentError, type Command } from 'commander'
 import { formatTable, readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
 import { runDaemon } from '../../fs/common/daemon.js'
-import { StrataError, fromSystemError, isStrataError } from '../../fs/common/errors.js'
+import { StrataError, fromSystemError, isStrataError, systemErrorWords } from '../../fs/common/errors.js'
 import { createLogger } from '../../fs/common/log.js'
 import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
 import { extractTarSafely } from '../../sandbox/sdk/extract.js'
@@ -56,8 +56,7 @@ function listenArg(v: string): string {
 function localError(e: unknown, what: string): unknown {
   const sys = fromSystemError(e)
   if (!sys) return e
-  const words = /^E[A-Z0-9]+: ([^,]+)/.exec((e as Error).message)?.[1] ?? (e as Error).message
-  return new StrataError(sys.code, `${what}: ${words}`, { cause: e })
+  return new StrataError(sys.code, `${what}: ${systemErrorWords(e)}`, { cause: e })
 }
 
 function local<T>(what: string, fn: () => T): T {

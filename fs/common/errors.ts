@@ -246,6 +246,16 @@ export function fromSystemError(e: unknown): StrataError | null {
   return new StrataError(SYSTEM_ERRORS[ne.code] ?? 'IO_ERROR', ne.message, { cause: e })
 }
 
+/**
+ * What a Node system error says, in words: "no such file or directory" for
+ * Node's "ENOENT: no such file or directory, open '/x'" (for a message that
+ * names the path itself); any other error's message as it is.
+ */
+export function systemErrorWords(e: unknown): string {
+  const msg = (e as Error)?.message ?? String(e)
+  return /^E[A-Z0-9]+: ([^,]+)/.exec(msg)?.[1] ?? msg
+}
+
 /** Turns any thrown value into a StrataError, keeping the original as `cause`. */
 export function toStrataError(e: unknown, fallback: ErrorCode = 'INTERNAL'): StrataError {
   if (e instanceof StrataError) return e

@@ -12,7 +12,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { Readable, Writable } from 'node:stream'
-import { StrataError } from '../../fs/common/errors.js'
+import { StrataError, systemErrorWords } from '../../fs/common/errors.js'
 import { readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
 import type { FileEntry } from '../backends/agent/index.js'
 import { TOKEN_FILE, SANDBOX_ROLE, validateCreate, validateExec, validateListFilter } from '../daemon/index.js'
@@ -111,9 +111,7 @@ export function resolveConnection(o: StrataOptions = {}): { endpoint: string; to
       try {
         token = fs.readFileSync(path.join(dir, TOKEN_FILE), 'utf8').trim()
       } catch (e) {
-        // Node's "ENOENT: no such file or directory, open '…'" in words, the path being in the message already
-        const why = /^E[A-Z0-9]+: ([^,]+)/.exec((e as Error).message)?.[1] ?? (e as Error).message
-        throw new StrataError('UNAUTHENTICATED', `no token given and none readable at ${path.join(dir, TOKEN_FILE)}: ${why}`, { cause: e })
+        throw new StrataError('UNAUTHENTICATED', `no token given and none readable at ${path.join(dir, TOKEN_FILE)}: ${systemErrorWords(e)}`, { cause: e })
       }
     }
   }
