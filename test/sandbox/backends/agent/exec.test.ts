@@ -224,10 +224,12 @@ rt(title('a client that goes away kills its exec; a background writer does not h
 
 rt(title('a fork bomb hits the pids limit; the agent keeps answering and the timeout cleans it up'), async (t) => {
   const c = await startAgentContainer(t, { rootfs: busyboxRootfs(t) }) // pids limit 512
-  // the main shell then spins on builtins (a fork would fail) until the timeout kills the group
-  // (the timeout leaves the bomb time to reach the limit on a loaded machine; the cgroup's own
-  // counters are read, not a scan of /proc, which itself slows down with 500 processes)
-  const bomb = c.client.exec('f() { f | f & }; f; while :; do :; done', { timeoutMs: 8000 })
+  // the bomb is started from a subshell (the main shell's one fork comes before any bomb process,
+  // so it cannot be refused: a shell whose own fork is refused exits 2); the main shell then spins
+  // on builtins until the timeout kills the group (the timeout leaves the bomb time to reach the
+  // limit on a loaded machine; the cgroup's own counters are read, not a scan of /proc, which
+  // itself slows down with 500 processes)
+  const bomb = c.client.exec('(f() { f | f & }; f); while :; do :; done', { timeoutMs: 8000 })
   // (awaited below; a failed assertion before that must not leave its rejection unhandled when teardown closes the client)
   bomb.catch(() => undefined)
   // the limit refused forks; the count stays at it (it also drops at once: a bomb process whose
