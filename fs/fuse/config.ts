@@ -63,6 +63,15 @@ export interface FuseDaemonConfig {
    * layer at 16 MiB against ~3% at 128 KiB.
    */
   maxReadahead?: number
+  /**
+   * largest READ the kernel sends, bytes (a multiple of 4 KiB up to 1 MiB).
+   * libfuse 2 alone gets 128 KiB; Strata's build of the addon raises the
+   * kernel's limit to 1 MiB (native/fuse/fuse-native.c, change 5), so a
+   * sequential reader's 1 MiB read is one request, not eight.
+   */
+  maxRead?: number
+  /** largest WRITE the kernel sends, bytes (a multiple of 4 KiB up to 1 MiB), as maxRead */
+  maxWrite?: number
   /** whole-chunk read-ahead for read-only handles read sequentially (fs/fuse/read-ahead.ts); default true */
   chunkReadAhead?: boolean
   /** bytes the mount's chunk read-ahead may hold at once; default 64 MiB */
@@ -111,6 +120,8 @@ export const FUSE_DEFAULTS = {
   opTimeoutMs: 0,
   orphanTimeoutMs: 5000,
   maxReadahead: 1024 * 1024,
+  maxRead: 1024 * 1024,
+  maxWrite: 1024 * 1024,
   chunkReadAhead: true,
   chunkReadAheadBudget: 64 * 1024 * 1024,
   chunkReadAheadWindow: 4,
@@ -130,6 +141,15 @@ function num(v: unknown, name: string, dflt: number, opts: { min?: number; integ
   if (opts.integer && !Number.isInteger(v)) bad(`${name} must be an integer, got ${v}`)
   if (v < (opts.min ?? 0)) bad(`${name} must be at least ${opts.min ?? 0}, got ${v}`)
   return v
+}
+
+/** The largest FUSE request the kernel may send: whole pages, at most the 256 the addon asks for. */
+export const FUSE_MAX_REQUEST = 1024 * 1024
+
+function requestSize(v: unknown, name: string, dflt: number): number {
+  const n = num(v, name, dflt, { integer: true, min: 4096 })
+  if (n % 4096 !== 0 || n > FUSE_MAX_REQUEST) bad(`${name} must be a multiple of 4096 from 4096 to ${FUSE_MAX_REQUEST}, got ${n}`)
+  return n
 }
 
 function bool(v: unknown, name: string, dflt: boolean): boolean {
@@ -174,6 +194,8 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
     opTimeoutMs: num(c.opTimeoutMs, 'opTimeoutMs', FUSE_DEFAULTS.opTimeoutMs, { integer: true }),
     orphanTimeoutMs: num(c.orphanTimeoutMs, 'orphanTimeoutMs', FUSE_DEFAULTS.orphanTimeoutMs, { integer: true }),
     maxReadahead: num(c.maxReadahead, 'maxReadahead', FUSE_DEFAULTS.maxReadahead, { integer: true }),
+    maxRead: requestSize(c.maxRead, 'maxRead', FUSE_DEFAULTS.maxRead),
+    maxWrite: requestSize(c.maxWrite, 'maxWrite', FUSE_DEFAULTS.maxWrite),
     chunkReadAhead: bool(c.chunkReadAhead, 'chunkReadAhead', FUSE_DEFAULTS.chunkReadAhead),
     chunkReadAheadBudget: num(c.chunkReadAheadBudget, 'chunkReadAheadBudget', FUSE_DEFAULTS.chunkReadAheadBudget, { integer: true }),
     chunkReadAheadWindow: num(c.chunkReadAheadWindow, 'chunkReadAheadWindow', FUSE_DEFAULTS.chunkReadAheadWindow, { integer: true, min: 1 }),
@@ -211,14 +233,15 @@ export function fuseTimeout(seconds: number): number {
 
 /**
  * The libfuse options fuse-native cannot name, appended to fsname (the
- * option string is joined verbatim): 128 KiB writes instead of 4 KiB
- * (big_writes), readahead, no negative caching (another client may create
+ * option string is joined verbatim): writes and reads of maxWrite and
+ * maxRead bytes (big_writes: more than 4 KiB per WRITE; the addon lets the
+ * kernel go past libfuse 2's 128 KiB), readahead, no negative caching (another client may create
  * the name any time), and auto_cache: an open keeps the file's page cache
  * when its mtime and size are what the kernel cached, instead of dropping
  * it at every open, so the sandboxes of a node that open one dataset file
  * read it from the DFS once, not once each.
  */
 export function extraFuseOptions(c: ResolvedFuseConfig): string {
-  const extra = ['big_writes', 'max_write=131072', `max_readahead=${c.maxReadahead}`, 'negative_timeout=0', 'auto_cache']
+  const extra = ['big_writes', `max_write=${c.maxWrite}`, `max_read=${c.maxRead}`, `max_readahead=${c.maxReadahead}`, 'negative_timeout=0', 'auto_cache']
   return ['strata', ...extra].join(',')
 }

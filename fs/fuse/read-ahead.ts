@@ -1,7 +1,8 @@
 // Chunk read-ahead for sequential readers of the FUSE mount.
 //
-// A libfuse 2 daemon gets at most 128 KiB per READ, so a 1 MiB chunk read
-// sequentially arrives as 8 requests, and each used to become its own
+// The kernel sends a sequential reader's data in READs of at most maxRead
+// (1 MiB; 128 KiB before the addon's change 5), so a 4 MiB chunk read
+// sequentially arrives as several requests, and each used to become its own
 // storage RPC for a piece of the chunk (a piece costs the storage node a
 // CRC32C pass, the client another). For a handle read sequentially, the
 // whole chunk is read once instead (a whole-chunk read returns the checksum
@@ -95,7 +96,7 @@ const KEEP_BEHIND = 2
  */
 const MIN_RUN = 256 * 1024
 
-/** The smallest piece of a chunk fetched where a run begins; pieces are multiples of a FUSE READ (128 KiB). */
+/** The smallest piece of a chunk fetched where a run begins; pieces are multiples of 128 KiB (libfuse 2's READ size, and a divisor of every larger one the kernel sends). */
 const MIN_PIECE = 512 * 1024
 const PIECE_ALIGN = 128 * 1024
 
@@ -107,7 +108,7 @@ const PIECE_ALIGN = 128 * 1024
  */
 const MAX_RANGES = 16
 
-/** What the kernel may have in flight for one reader past the chunks read ahead (12 × 128 KiB, rounded up). */
+/** What the kernel may have in flight for one reader past the chunks read ahead (two readahead windows of 1 MiB; 12 × 128 KiB before change 5). */
 const KERNEL_SPAN = 2 * 1024 * 1024
 
 export interface ReadAheadStats {

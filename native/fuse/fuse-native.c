@@ -1,5 +1,5 @@
 // Strata's build of fuse-native's addon: fuse-native 2.2.6 (MIT License,
-// https://github.com/fuse-friends/fuse-native) with four changes, marked
+// https://github.com/fuse-friends/fuse-native) with five changes, marked
 // "Strata:" below.
 //
 // 1. libfuse's multithreaded loop starts a worker thread whenever none is idle
@@ -40,6 +40,16 @@
 // symlink target or xattr name that is not valid UTF-8 is refused with EILSEQ
 // before the request leaves the libfuse thread; xattr values are bytes and are
 // not checked.
+//
+// 5. Requests of up to 1 MiB. libfuse 2.9 speaks FUSE protocol 7.19 and never
+// offers FUSE_MAX_PAGES (7.28), so the kernel split every READ and WRITE into
+// 128 KiB (32 pages): a 1 MiB sequential read was 8 READs, each a wakeup of a
+// libfuse thread, a request parsed and a reply written. The mount's channel
+// is Strata's own (the same /dev/fuse descriptor, libfuse's receive and send
+// done here) so that the INIT reply can carry FUSE_MAX_PAGES with 256 pages
+// when the kernel offers it; the mount options max_read and max_write still
+// bound each request (fs/fuse/config.ts sets them), and libfuse's receive
+// buffers are sized for a 1 MiB WRITE.
 
 #define FUSE_USE_VERSION 29
 
@@ -57,9 +67,11 @@
 #include <fuse_opt.h>
 #include <fuse_common.h>
 #include <fuse_lowlevel.h>
+#include <fuse_kernel.h>
 
 #include <unistd.h>
 #include <sys/wait.h>
+#include <sys/uio.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
@@ -1129,11 +1141,117 @@ static void* start_fuse_thread (void *data) {
   fuse_thread_t *ft = (fuse_thread_t *) data;
   fuse_loop_mt(ft->fuse);
 
+  // Strata: ft->ch is libfuse's kernel channel (it owns the descriptor: unmounted, closed and freed
+  // here); the session's channel is Strata's, freed with the session by fuse_destroy
   fuse_unmount(ft->mnt, ft->ch);
-  fuse_session_remove_chan(ft->ch);
   fuse_destroy(ft->fuse);
 
   return NULL;
+}
+
+// Strata: the mount's channel (change 5 at the top)
+#define STRATA_FUSE_MAX_PAGES 256              // the kernel's own limit (fs.fuse.max_pages_limit): 1 MiB
+#define STRATA_FUSE_MAX_PAGES_FLAG (1u << 22)  // FUSE_MAX_PAGES, protocol 7.28
+#define STRATA_FUSE_INIT_OUT_SIZE 64           // struct fuse_init_out since 7.23
+#define STRATA_FUSE_BUFSIZE (STRATA_FUSE_MAX_PAGES * 4096 + 0x1000)  // a 1 MiB WRITE and its headers
+
+typedef struct {
+  uint64_t init_unique;  // the kernel's INIT request while its reply is pending, when it offered FUSE_MAX_PAGES (atomic)
+} strata_chan_t;
+
+// libfuse 2.9's receive on the kernel channel, with the INIT request noted
+static int strata_chan_receive (struct fuse_chan **chp, char *buf, size_t size) {
+  struct fuse_chan *ch = *chp;
+  struct fuse_session *se = fuse_chan_session(ch);
+  strata_chan_t *sc = (strata_chan_t *) fuse_chan_data(ch);
+  ssize_t res;
+  int err;
+
+restart:
+  res = read(fuse_chan_fd(ch), buf, size);
+  err = errno;
+  if (fuse_session_exited(se)) return 0;
+  if (res == -1) {
+    if (err == ENOENT) goto restart;  // the request was interrupted
+    if (err == ENODEV) {              // unmounted
+      fuse_session_exit(se);
+      return 0;
+    }
+    if (err != EINTR && err != EAGAIN) perror("fuse: reading device");
+    return -err;
+  }
+  if ((size_t) res < sizeof(struct fuse_in_header)) {
+    fprintf(stderr, "short read on fuse device\n");
+    return -EIO;
+  }
+  struct fuse_in_header *in = (struct fuse_in_header *) buf;
+  if (in->opcode == FUSE_INIT && (size_t) res >= sizeof(struct fuse_in_header) + sizeof(struct fuse_init_in)) {
+    struct fuse_init_in *arg = (struct fuse_init_in *) (buf + sizeof(struct fuse_in_header));
+    if (arg->major == 7 && arg->minor >= 28 && (arg->flags & STRATA_FUSE_MAX_PAGES_FLAG)) {
+      __atomic_store_n(&sc->init_unique, in->unique, __ATOMIC_RELEASE);
+    }
+  }
+  return res;
+}
+
+static int strata_chan_write (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
+  if (iov == NULL) return 0;
+  ssize_t res = writev(fuse_chan_fd(ch), iov, count);
+  int err = errno;
+  if (res == -1) {
+    struct fuse_session *se = fuse_chan_session(ch);
+    // ENOENT: the request was interrupted
+    if (se != NULL && !fuse_session_exited(se) && err != ENOENT) perror("fuse: writing device");
+    return -err;
+  }
+  return 0;
+}
+
+// libfuse 2.9's send, with the INIT reply widened to the 7.23 layout carrying FUSE_MAX_PAGES
+static int strata_chan_send (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
+  strata_chan_t *sc = (strata_chan_t *) fuse_chan_data(ch);
+  uint64_t init = __atomic_load_n(&sc->init_unique, __ATOMIC_ACQUIRE);
+  if (init != 0 && iov != NULL && count == 2 && iov[0].iov_len == sizeof(struct fuse_out_header)) {
+    const struct fuse_out_header *oh = (const struct fuse_out_header *) iov[0].iov_base;
+    if (oh->unique == init) {
+      __atomic_store_n(&sc->init_unique, 0, __ATOMIC_RELEASE);
+      if (oh->error == 0 && iov[1].iov_len >= sizeof(struct fuse_init_out) && iov[1].iov_len <= STRATA_FUSE_INIT_OUT_SIZE) {
+        unsigned char out[STRATA_FUSE_INIT_OUT_SIZE];
+        memset(out, 0, sizeof(out));
+        memcpy(out, iov[1].iov_base, iov[1].iov_len);
+        struct fuse_init_out *o = (struct fuse_init_out *) out;
+        o->flags |= STRATA_FUSE_MAX_PAGES_FLAG;
+        uint16_t max_pages = STRATA_FUSE_MAX_PAGES;
+        memcpy(out + 28, &max_pages, sizeof(max_pages));  // fuse_init_out.max_pages (after time_gran)
+        struct fuse_out_header h = *oh;
+        h.len = sizeof(h) + sizeof(out);
+        struct iovec wide[2] = { { &h, sizeof(h) }, { out, sizeof(out) } };
+        return strata_chan_write(ch, wide, 2);
+      }
+    }
+  }
+  return strata_chan_write(ch, iov, count);
+}
+
+// the descriptor is the kernel channel's
+static void strata_chan_destroy (struct fuse_chan *ch) {
+  free(fuse_chan_data(ch));
+}
+
+static struct fuse_chan_ops strata_chan_ops = {
+  .receive = strata_chan_receive,
+  .send = strata_chan_send,
+  .destroy = strata_chan_destroy,
+};
+
+static struct fuse_chan *strata_chan_new (struct fuse_chan *kern) {
+  strata_chan_t *sc = (strata_chan_t *) calloc(1, sizeof(strata_chan_t));
+  if (sc == NULL) return NULL;
+  size_t bufsize = fuse_chan_bufsize(kern);
+  if (bufsize < STRATA_FUSE_BUFSIZE) bufsize = STRATA_FUSE_BUFSIZE;
+  struct fuse_chan *ch = fuse_chan_new(&strata_chan_ops, fuse_chan_fd(kern), bufsize, sc);
+  if (ch == NULL) free(sc);
+  return ch;
 }
 
 NAPI_METHOD(fuse_native_mount) {
@@ -1209,7 +1327,14 @@ NAPI_METHOD(fuse_native_mount) {
     return NULL;
   }
 
-  struct fuse *fuse = fuse_new(ch, &args, &ops, sizeof(struct fuse_operations), ft);
+  // Strata: the session runs on Strata's channel over the same descriptor (change 5 at the top)
+  struct fuse_chan *sch = strata_chan_new(ch);
+  if (sch == NULL) {
+    fuse_unmount(mnt, ch);
+    napi_throw_error(env, "fuse failed", "fuse failed");
+    return NULL;
+  }
+  struct fuse *fuse = fuse_new(sch, &args, &ops, sizeof(struct fuse_operations), ft);
 
   uv_mutex_init(&(ft->mut));
   uv_sem_init(&(ft->sem), 0);
@@ -1228,6 +1353,7 @@ NAPI_METHOD(fuse_native_mount) {
   int err = uv_async_init(uv_default_loop(), &(ft->async), (uv_async_cb) fuse_native_async_init);
 
   if (fuse == NULL || err < 0) {
+    if (fuse == NULL) fuse_unmount(mnt, ch);  // Strata: an option libfuse refused left a dead mount behind
     napi_throw_error(env, "fuse failed", "fuse failed");
     return NULL;
   }

@@ -110,7 +110,14 @@ test('config: defaults, validation, FUSE option strings', (t) => {
   const opts = extraFuseOptions(c)
   t.regex(opts, /^strata,/)
   t.regex(opts, /big_writes/)
-  t.regex(opts, /max_write=131072/)
+  // 1 MiB requests (the addon raises the kernel's 128 KiB limit), bounded by the options libfuse passes on
+  t.regex(opts, /(^|,)max_write=1048576(,|$)/)
+  t.regex(opts, /(^|,)max_read=1048576(,|$)/)
+  t.regex(extraFuseOptions(resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: ['127.0.0.1:1'], maxRead: 131072, maxWrite: 65536 })), /max_write=65536,max_read=131072/)
+  for (const bad of [0, 4095, 6000, 2 * 1024 * 1024, 1.5, '1M']) {
+    t.throws(() => resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: ['127.0.0.1:1'], maxRead: bad as number }), { code: 'BAD_CONFIG' }, String(bad))
+    t.throws(() => resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: ['127.0.0.1:1'], maxWrite: bad as number }), { code: 'BAD_CONFIG' }, String(bad))
+  }
   // the page cache survives an open of an unchanged file (sandboxes sharing a dataset read it once)
   t.regex(opts, /(^|,)auto_cache(,|$)/)
   t.regex(mountName('/tmp/a b/c'), /^mount-tmp_a_b_c-[0-9a-f]{8}$/)
