@@ -66,6 +66,8 @@ export class RpcClient {
     const signal = options.signal
     if (signal?.aborted) throw new StrataError('CANCELLED', 'call cancelled before it started', { cause: signal.reason })
     const conn = await this.connection(address, deadline, signal)
+    // an abort while the connection was being made fired no listener of this call: nothing is sent
+    if (signal?.aborted) throw new StrataError('CANCELLED', `call ${service}.${method} to ${address} cancelled`, { cause: signal.reason })
     const remaining = Math.max(1, Math.round(deadline - performance.now()))
     const { id, promise } = conn.request(service, method, payload, remaining, options.sink, options.alignAttachments)
     let timer: NodeJS.Timeout | undefined

@@ -105,6 +105,17 @@ test('a handler that reads its signal only after the caller cancelled sees it ab
   t.is(seen.aborted, 1)
 })
 
+test('a call aborted while its connection is being made is cancelled and never sent', async (t) => {
+  const { client, address } = await setup(t)
+  const ac = new AbortController()
+  // the client has no connection to the server yet: the abort lands while call() awaits it
+  const p = client.call(address, SVC, 6, { ms: 50 }, { signal: ac.signal })
+  ac.abort()
+  t.true(isStrataError(await t.throwsAsync(p), 'CANCELLED'))
+  // the connection made meanwhile serves the next call
+  t.deepEqual(await client.call(address, SVC, 1, 2), { echo: 2 })
+})
+
 test('oversized frame is refused before buffering and only that connection closes', async (t) => {
   const { client, address } = await setup(t, { maxFrameBytes: 1024 * 1024 })
   const [host, port] = address.split(':')
