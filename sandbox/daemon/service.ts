@@ -672,7 +672,9 @@ export class SandboxService {
       return new StrataError('SANDBOX_GONE', `sandbox ${id} stopped (${stop.reason}: ${stop.message})`, { ...opt, detail: { state: 'stopped', stop } })
     }
     const why = l.info.stop ?? (l.stopping ? l.stopCause : undefined)
-    return new StrataError('SANDBOX_GONE', `sandbox ${id} is ${l.stopping ? 'stopping' : l.info.state}${why ? ` (${why.reason}: ${why.message})` : ''}`,
+    // one wording for a stopped sandbox, whether or not the reaper has recorded its stop yet (above)
+    const state = l.stopping ? 'is stopping' : l.info.state === 'stopped' ? 'stopped' : `is ${l.info.state}`
+    return new StrataError('SANDBOX_GONE', `sandbox ${id} ${state}${why ? ` (${why.reason}: ${why.message})` : ''}`,
       { ...opt, detail: { state: l.info.state, ...(l.info.stop ? { stop: l.info.stop } : {}) } })
   }
 
