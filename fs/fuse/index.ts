@@ -2,7 +2,7 @@
 export { startFuseDaemon, type FuseDaemon } from './daemon.js'
 export { readFuseState, writeFuseState, type FuseState } from './state.js'
 export { resolveFuseConfig, extraFuseOptions, fuseTimeout, FUSE_DEFAULTS, type FuseDaemonConfig, type ResolvedFuseConfig } from './config.js'
-export { StrataFuseOps, inodeToStat, toStatfs, utimeToUs, UTIME_SENTINEL_MS, VIRT_DIR, VIRT_ROOT, RMRF_DIR, LOCK_XATTR, type FuseOpsOptions, type FuseOpsStats } from './ops.js'
+export { StrataFuseOps, inodeToStat, toStatfs, VIRT_DIR, VIRT_ROOT, RMRF_DIR, LOCK_XATTR, type FuseOpsOptions, type FuseOpsStats } from './ops.js'
 export { toFuseErrno, errnoByName, E as FUSE_ERRNO } from './errno.js'
 export { PathCache, parentOf, nameOf, childOf } from './path-cache.js'
 export { loadFuse, fuseAvailable, fuseErrnoTable, type FuseOperations, type FuseStat, type FuseStatfs, type FuseOptions } from './native.js'

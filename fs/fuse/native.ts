@@ -13,8 +13,9 @@
 //    does not know (big_writes, max_write, negative_timeout, …) ride along in
 //    `fsname` after a comma;
 //  - the FUSE request context (caller uid/gid/pid) is not exposed;
-//  - create() receives no open flags; utimens() passes atime twice (the
-//    mtime argument is the atime);
+//  - create() receives no open flags;
+//  - times cross as one number each; Strata's build of the addon gives that
+//    number its own meaning (times.ts);
 //  - Fuse.unmount runs `fusermount -uz`, which Debian's fuse3 does not ship
 //    (it has fusermount3), so the daemon unmounts by itself.
 
@@ -34,10 +35,10 @@ export interface FuseStat {
   rdev?: number
   blksize?: number
   blocks?: number
-  /** ms since the epoch (fuse-native accepts numbers or Dates) */
-  atime: number | Date
-  mtime: number | Date
-  ctime: number | Date
+  /** wire times (times.ts: µs since the epoch + 2^52), which Strata's build of the addon decodes */
+  atime: number
+  mtime: number
+  ctime: number
 }
 
 export interface FuseStatfs {

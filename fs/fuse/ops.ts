@@ -32,6 +32,7 @@ import type { FuseOperations, FuseStat, FuseStatfs } from './native.js'
 import { PathCache, childOf, parentOf } from './path-cache.js'
 import { READ_AHEAD_DEFAULTS, ReadAhead, ReadAheadBudget, type ReadAheadOptions, type ReadAheadStats } from './read-ahead.js'
 import type { FastReadStats, FastReads } from './fast-reads.js'
+import { msToWire, usToWire, wireToSetattrUs } from './times.js'
 
 export const VIRT_DIR = '3fs-virt'
 export const VIRT_ROOT = `/${VIRT_DIR}`
@@ -46,8 +47,6 @@ const S_IFLNK = 0o120000
 const UNCHANGED_ID = 0xffffffff
 const O_ACCMODE = 3
 
-/** fuse-native turns UTIME_NOW (tv_sec 0, tv_nsec 2^30 − 1) into this many ms. */
-export const UTIME_SENTINEL_MS = Math.floor(((1 << 30) - 1) / 1e6)
 
 /** errnos that are answers, not failures (logged at debug only) */
 const EXPECTED = new Set<number>([-38, -2, -17, -20, -21, -39, -61, -95, -37, -13, -1, -22, -40, -36, -18, -31, -30, -9, -27])
@@ -100,15 +99,15 @@ export function inodeToStat(inode: Inode): FuseStat {
     nlink: Math.max(1, inode.nlink),
     blksize: inode.type === 'File' ? Math.min(inode.file?.layout.chunkSize ?? 4096, 1 << 20) : 4096,
     blocks: Math.ceil(size / 512),
-    atime: Math.floor(inode.atime / 1000),
-    mtime: Math.floor(inode.mtime / 1000),
-    ctime: Math.floor(inode.ctime / 1000),
+    atime: usToWire(inode.atime),
+    mtime: usToWire(inode.mtime),
+    ctime: usToWire(inode.ctime),
   }
 }
 
 function virtDirStat(perm: number): FuseStat {
   // 3FS: 2023-06-01 as the virtual inodes' time
-  const t = Date.UTC(2023, 5, 1)
+  const t = msToWire(Date.UTC(2023, 5, 1))
   return { mode: S_IFDIR | perm, uid: 0, gid: 0, size: 4096, nlink: 2, blksize: 4096, blocks: 8, atime: t, mtime: t, ctime: t }
 }
 
@@ -123,15 +122,6 @@ export function toStatfs(s: StatFsRsp): FuseStatfs {
   return { bsize, frsize: bsize, blocks, bfree, bavail: bfree, files, ffree: files, favail: files, fsid: 0x8f3f5fff, flag: 0, namemax: 255 }
 }
 
-/** What Strata's build of the fuse-native addon passes for UTIME_OMIT (native/fuse/fuse-native.c). */
-export const UTIME_OMIT_MS = Number.MAX_SAFE_INTEGER
-
-/** utimens ms → meta µs: undefined for UTIME_OMIT (leave it), -1 ("now") for the UTIME_NOW sentinel and anything below it. */
-export function utimeToUs(ms: number): number | undefined {
-  if (ms === UTIME_OMIT_MS) return undefined
-  if (!Number.isFinite(ms) || ms <= UTIME_SENTINEL_MS) return -1
-  return Math.round(ms) * 1000
-}
 
 function fail(errno: number, msg?: string): never {
   throw Object.assign(new Error(msg ?? `errno ${errno}`), { fuseErrno: errno })
@@ -356,7 +346,7 @@ export class StrataFuseOps {
     if (parentOf(p) === RMRF_DIR) {
       const link = this.rmrfLinks.get(p)
       if (link && link.until > performance.now()) {
-        const t = Date.now()
+        const t = msToWire(Date.now())
         return { mode: S_IFLNK | 0o777, uid: this.opts.uid, gid: this.opts.gid, size: Buffer.byteLength(link.target), nlink: 1, atime: t, mtime: t, ctime: t }
       }
       this.rmrfLinks.delete(p)
@@ -399,10 +389,10 @@ export class StrataFuseOps {
           cb,
           p,
         ),
-      // fuse-native passes the atime in both arguments (its mtime is lost); see docs/fuse.md
+      // each time as itself, UTIME_OMIT and UTIME_NOW as sentinels (times.ts; the addon's changes 3 and 6)
       utimens: (p, atime, mtime, cb) => {
-        const a = utimeToUs(atime)
-        const m = utimeToUs(mtime)
+        const a = wireToSetattrUs(atime)
+        const m = wireToSetattrUs(mtime)
         this.run('utimens', () => this.setattr(p, { ...(a === undefined ? {} : { atime: a }), ...(m === undefined ? {} : { mtime: m }) }), cb, p)
       },
       truncate: (p, size, cb) => this.run('truncate', () => this.truncate(p, size), cb, p),

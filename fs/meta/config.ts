@@ -28,7 +28,12 @@ export interface MetaSettings {
   idemExpireMs: number
   /** expired idempotency records are cleaned this often (3FS idempotent_record_clean) */
   idemCleanIntervalMs: number
-  /** mtime/ctime/atime resolution (3FS time_granularity) */
+  /**
+   * mtime/ctime/atime resolution (3FS time_granularity, 1 s there). 1 ms
+   * here: a FUSE mount keeps a file's page cache across opens while its mtime
+   * and size look unchanged (auto_cache), so with whole seconds a same-size
+   * rewrite through another mount within one second was never seen.
+   */
   timeGranularityMs: number
   /** statFs answers from a cache at most this old (3FS statfs_cache_time) */
   statfsCacheMs: number
@@ -66,7 +71,7 @@ export const DEFAULT_META_SETTINGS: MetaSettings = {
   syncOnPruneSession: true,
   idemExpireMs: 30 * 60_000,
   idemCleanIntervalMs: 60_000,
-  timeGranularityMs: 1000,
+  timeGranularityMs: 1,
   statfsCacheMs: 1000,
   statfsUpdateIntervalMs: 1000,
   distributorUpdateIntervalMs: 500,

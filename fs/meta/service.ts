@@ -107,8 +107,9 @@ function optU32(v: unknown, what: string): number | undefined {
 
 function optTime(v: unknown, what: string): number | undefined {
   if (v === undefined || v === null) return undefined
-  if (typeof v !== 'number' || !Number.isFinite(v) || (v < 0 && v !== -1)) throw bad(`${what} must be µs since the epoch or -1 (now)`)
-  return Math.floor(v)
+  // 3FS's UtcTime is signed µs: times before 1970 are times; -1 alone means "now" (SETATTR_TIME_NOW)
+  if (typeof v !== 'number' || !Number.isSafeInteger(v)) throw bad(`${what} must be µs since the epoch (an integer) or -1 (now)`)
+  return v
 }
 
 function user(p: unknown): UserInfo {

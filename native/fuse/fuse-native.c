@@ -1,5 +1,5 @@
 // Strata's build of fuse-native's addon: fuse-native 2.2.6 (MIT License,
-// https://github.com/fuse-friends/fuse-native) with five changes, marked
+// https://github.com/fuse-friends/fuse-native) with six changes, marked
 // "Strata:" below.
 //
 // 1. libfuse's multithreaded loop starts a worker thread whenever none is idle
@@ -50,6 +50,13 @@
 // when the kernel offers it; the mount options max_read and max_write still
 // bound each request (fs/fuse/config.ts sets them), and libfuse's receive
 // buffers are sized for a 1 MiB WRITE.
+//
+// 6. Times crossed as ms since the epoch in an unsigned number: sub-ms parts
+// were lost, times before 1970 wrapped, and utimens's UTIME_NOW became ~1 s
+// after the epoch, so the JavaScript side took the real times 0 and 1 s for
+// "now" (`tar --mtime=@0` extracted files with the current time). A time now
+// crosses as µs since the epoch plus 2^52, with UTIME_OMIT and UTIME_NOW as
+// values of their own (fs/fuse/times.ts says the same on the other side).
 
 #define FUSE_USE_VERSION 29
 
@@ -318,25 +325,45 @@ static uint64_t uint32s_to_uint64 (uint32_t **ints) {
   return high * 4294967296 + low;
 }
 
-static void uint32s_to_timespec (struct timespec* ts, uint32_t** ints) {
-  uint64_t ms = uint32s_to_uint64(ints);
-  ts->tv_sec = ms / 1000;
-  ts->tv_nsec = (ms % 1000) * 1000000;
-}
-
-static uint64_t timespec_to_uint64 (const struct timespec* ts) {
-  uint64_t ms = (ts->tv_sec * 1000) + (ts->tv_nsec / 1000000);
-  return ms;
-}
-
-// Strata: UTIME_OMIT as a value of its own (2^53 - 1 ms, exact in a JavaScript
-// number; fs/fuse/ops.ts UTIME_OMIT_MS); UTIME_NOW arrives as fuse-native sent it
+// Strata: a time crosses as µs since the epoch plus 2^52, one exact positive
+// JavaScript number for every time from 1827 to 2112, with UTIME_OMIT and
+// UTIME_NOW as values of their own above that range (change 6 at the top;
+// fs/fuse/times.ts is the other side)
 #ifndef UTIME_OMIT
 #define UTIME_OMIT ((1l << 30) - 2l)
 #endif
-#define STRATA_UTIME_OMIT_MS 9007199254740991ULL
+#ifndef UTIME_NOW
+#define UTIME_NOW ((1l << 30) - 1l)
+#endif
+#define STRATA_TIME_BIAS 4503599627370496LL  // 2^52
+#define STRATA_TIME_OMIT 9007199254740991ULL // 2^53 - 1
+#define STRATA_TIME_NOW 9007199254740990ULL  // 2^53 - 2
+
+static void uint32s_to_timespec (struct timespec* ts, uint32_t** ints) {
+  int64_t us = (int64_t) uint32s_to_uint64(ints) - STRATA_TIME_BIAS;
+  int64_t sec = us / 1000000;
+  int64_t rem = us % 1000000;
+  if (rem < 0) {
+    rem += 1000000;
+    sec -= 1;
+  }
+  ts->tv_sec = (time_t) sec;
+  ts->tv_nsec = (long) (rem * 1000);
+}
+
 static uint64_t utime_to_uint64 (const struct timespec* ts) {
-  return ts->tv_nsec == UTIME_OMIT ? STRATA_UTIME_OMIT_MS : timespec_to_uint64(ts);
+  if (ts->tv_nsec == UTIME_OMIT) return STRATA_TIME_OMIT;
+  if (ts->tv_nsec == UTIME_NOW) return STRATA_TIME_NOW;
+  const int64_t max_us = (int64_t) STRATA_TIME_NOW - 1 - STRATA_TIME_BIAS;
+  const int64_t min_us = 1 - STRATA_TIME_BIAS;
+  int64_t sec = (int64_t) ts->tv_sec;
+  int64_t us;
+  if (sec > max_us / 1000000) us = max_us;
+  else if (sec < min_us / 1000000) us = min_us;
+  else us = sec * 1000000 + ts->tv_nsec / 1000;
+  if (us > max_us) us = max_us;
+  if (us < min_us) us = min_us;
+  return (uint64_t) (us + STRATA_TIME_BIAS);
 }
 
 static void populate_stat (uint32_t *ints, struct stat* stat) {

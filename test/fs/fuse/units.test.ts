@@ -12,7 +12,8 @@ import { fuseAvailable, fuseErrnoTable } from '../../../fs/fuse/native.js'
 import { PathCache, childOf, parentOf } from '../../../fs/fuse/path-cache.js'
 import { connectionId, parseMountinfo } from '../../../fs/fuse/mounts.js'
 import { extraFuseOptions, fuseTimeout, resolveFuseConfig } from '../../../fs/fuse/config.js'
-import { StrataFuseOps, UTIME_OMIT_MS, UTIME_SENTINEL_MS, inodeToStat, toStatfs, utimeToUs } from '../../../fs/fuse/ops.js'
+import { StrataFuseOps, inodeToStat, toStatfs } from '../../../fs/fuse/ops.js'
+import { TIME_BIAS, TIME_NOW, TIME_OMIT, usToWire, wireToSetattrUs } from '../../../fs/fuse/times.js'
 import { mountName } from '../../../fs/fuse/control.js'
 
 test('every catalogue errno maps to the same negative number fuse-native uses (EAGAIN, retried out by the client, is EIO)', (t) => {
@@ -145,7 +146,7 @@ test('attributes, statfs and utimens conversions', (t) => {
   t.is(f.mode, 0o100644)
   t.is(f.size, 1234)
   t.is(f.uid, 1)
-  t.is(f.mtime, (T + 1000) / 1000)
+  t.is(f.mtime, T + 1000 + TIME_BIAS)
   t.is(f.blocks, 3)
   t.is(inodeToStat(inode(6n, 'Directory')).mode, 0o040755)
   const l = inodeToStat(inode(7n, 'Symlink'))
@@ -155,9 +156,18 @@ test('attributes, statfs and utimens conversions', (t) => {
   t.true(s.blocks < 2 ** 32)
   t.is(s.blocks * s.bsize, 2 ** 50)
   t.is(s.bfree * s.bsize, 2 ** 49)
-  t.is(utimeToUs(UTIME_SENTINEL_MS), -1)
-  t.is(utimeToUs(UTIME_OMIT_MS), undefined)
-  t.is(utimeToUs(1_500_000_000_000), 1_500_000_000_000_000)
+  // times cross the addon as µs + 2^52 with two sentinels (fs/fuse/times.ts); 0 and 1 s are times, not "now"
+  t.is(wireToSetattrUs(TIME_NOW), -1)
+  t.is(wireToSetattrUs(TIME_OMIT), undefined)
+  for (const us of [0, 1_000_000, 1_500_000_000_123_456, -5_000_000, -315_619_200_000_000]) {
+    t.true(Number.isSafeInteger(usToWire(us)) && usToWire(us) > 0 && usToWire(us) < TIME_NOW, String(us))
+    t.is(wireToSetattrUs(usToWire(us)), us)
+  }
+  // meta's own "now" (-1 µs) is never sent for a real time
+  t.is(wireToSetattrUs(usToWire(-1)), -2)
+  // out of range: clamped, never a sentinel
+  t.is(usToWire(1e300), TIME_NOW - 1)
+  t.is(usToWire(-1e300), 1)
 })
 
 /** A FileSystem stand-in recording what the operations asked for. */
