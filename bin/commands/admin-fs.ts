@@ -41,7 +41,7 @@ interface GlobalOpts {
  * (the meta client would otherwise retry, finding no meta server, for its
  * whole budget); --timeout is the budget of each meta or storage request.
  */
-function fsSession(cmd: Command, run: (f: FsAdminSession, json: boolean) => Promise<void>): Promise<void> {
+export function fsSession(cmd: Command, run: (f: FsAdminSession, json: boolean) => Promise<void>): Promise<void> {
   const g = cmd.optsWithGlobals() as GlobalOpts
   const mgmtdAddresses = g.mgmtdAddress ? g.mgmtdAddress.split(',').map((x) => x.trim()).filter(Boolean) : undefined
   return withAdminSession(

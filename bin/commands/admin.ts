@@ -37,6 +37,7 @@ import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
 import { StrataError } from '../../fs/common/errors.js'
 import { addressListArg, choiceArg, chunkIdArg, intArg, intListArg, out, printAction, printJson, printListing, readInput, sizeArg, sizeListArg, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
+import { registerAdminSessionCommands } from './admin-sessions.js'
 
 interface GlobalOpts {
   cluster?: string
@@ -394,6 +395,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
     })
 
   registerAdminFsCommands(admin)
+  registerAdminSessionCommands(admin)
 }
 
 function dumpTemplate(file: string | undefined, template: string): void {

@@ -86,6 +86,7 @@ export const MetaMethod = {
   gcList: 100,
   listSessions: 101,
   dumpInodes: 102,
+  dumpSessions: 103,
 } as const
 
 /** Core service (10001), served by every process. Fault hooks are ours (ids ≥ 100). */

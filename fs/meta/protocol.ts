@@ -378,3 +378,22 @@ export interface DumpInodesRsp {
   /** pass back as `cursor` for the next page; null when there is none */
   cursor: string | null
 }
+
+/** ours: admin dump-session — the write sessions in KV key order (inode, then session), paged */
+export interface DumpSessionsReq {
+  /** only the sessions of this inode (a range scan of its INOS prefix) */
+  inode?: InodeId
+  /** only the sessions of this client */
+  clientId?: string
+  /** at most this many sessions (default 1000, at most 10000) */
+  limit?: number
+  /** exclusive cursor: the `next` of the previous page */
+  prev?: { inode: InodeId; session: string } | null
+}
+export interface DumpSessionsRsp {
+  sessions: FileSessionRecord[]
+  /** more sessions may follow (a page also ends after a bounded number of records scanned) */
+  more: boolean
+  /** when more: the last record examined; pass as `prev` */
+  next: { inode: InodeId; session: string } | null
+}

@@ -27,6 +27,7 @@ import { ChainAllocator } from './chains.js'
 import { decodeDirEntry, decodeInode, decodeValue, encodeValue } from './codec.js'
 import type { MetaSettings } from './config.js'
 import { Distributor } from './distributor.js'
+import { dumpSessions, parseDumpSessionsReq } from './dump-sessions.js'
 import { FileHelper } from './file-helper.js'
 import { GcManager, parseGcEntry } from './gc.js'
 import { InodeIdAllocator } from './inode-alloc.js'
@@ -384,6 +385,7 @@ export class MetaService {
       [M.gcList]: (p: unknown) => this.gcList(p),
       [M.listSessions]: (p: unknown) => this.listSessions(p),
       [M.dumpInodes]: (p: unknown) => this.dumpInodes(p),
+      [M.dumpSessions]: (p: unknown) => dumpSessions(this.o.kv, parseDumpSessionsReq(p, toInodeId)),
     })
     const T = this.o.timers
     const S = this.o.settings

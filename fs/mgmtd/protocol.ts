@@ -100,6 +100,12 @@ export interface ClientSession {
   start: number
   lastExtend: number
   description: string
+  /** when the client process started (ms; 3FS clientStart); absent from clients that do not say */
+  clientStart?: number
+  /** the client's release (3FS releaseVersion) */
+  releaseVersion?: string
+  /** the config version the client runs with (3FS configVersion; 0: none) */
+  configVersion?: number
 }
 export interface ExtendClientSessionReq {
   clientId: string
@@ -107,9 +113,14 @@ export interface ExtendClientSessionReq {
   hostname: string
   pid: number
   description?: string
+  clientStart?: number
+  releaseVersion?: string
+  configVersion?: number
 }
 export interface ListClientSessionsRsp {
   sessions: ClientSession[]
+  /** mgmtd is bootstrapping (3FS): the list may be incomplete */
+  bootstrapping?: boolean
 }
 
 /** Root layout defaults written by `init-cluster <chainTableId> <chunkSize> <stripeSize>`. */

@@ -160,7 +160,7 @@ export class MgmtdService {
       [M.getConfig]: (p: GetConfigReq) => this.getConfig(p),
       [M.getConfigVersions]: () => ({ versions: Object.fromEntries([...this.configs].map(([k, v]) => [k, v.configVersion])) }),
       [M.extendClientSession]: (p: ExtendClientSessionReq) => this.extendClientSession(p),
-      [M.listClientSessions]: () => ({ sessions: [...this.sessions.values()] }),
+      [M.listClientSessions]: () => ({ sessions: [...this.sessions.values()], bootstrapping: this.bootstrapping }),
       [M.getClientSession]: (p: { clientId: string }) => {
         const s = this.sessions.get(p?.clientId)
         if (!s) throw new StrataError('MGMTD_CLIENT_SESSION_NOT_FOUND', `no session for client ${p?.clientId}`)
@@ -684,6 +684,9 @@ export class MgmtdService {
       start: old?.start ?? Date.now(),
       lastExtend: Date.now(),
       description: p.description ?? '',
+      ...(typeof p.clientStart === 'number' && Number.isFinite(p.clientStart) ? { clientStart: p.clientStart } : {}),
+      ...(typeof p.releaseVersion === 'string' ? { releaseVersion: p.releaseVersion } : {}),
+      ...(typeof p.configVersion === 'number' && Number.isInteger(p.configVersion) ? { configVersion: p.configVersion } : {}),
     }
     this.sessions.set(p.clientId, s)
     if (!old) this.commit([{ kind: 'session', value: s }], false)

@@ -10,6 +10,7 @@
 
 import os from 'node:os'
 import { randomUUID } from 'node:crypto'
+import { RELEASE_VERSION } from '../../common/config.js'
 import { ERRORS, StrataError, isErrorCode, toStrataError, type ErrorCode } from '../../common/errors.js'
 import { MetaMethod, ServiceId } from '../../common/services.js'
 import type { NodeInfo, NodeType, RoutingInfo } from '../../common/types.js'
@@ -169,6 +170,8 @@ export class MetaClient {
   private readonly random: () => number
   private readonly nodeType: NodeType
   private readonly description: string
+  /** when this client started (ms): list-clients' ClientStart */
+  private readonly startedAt = Date.now()
   /** address → ms (monotonic) until which it is avoided */
   private readonly failed = new Map<string, number>()
   private preferred: string | undefined
@@ -224,6 +227,8 @@ export class MetaClient {
         hostname: this.hostname,
         pid: process.pid,
         description: this.description,
+        clientStart: this.startedAt,
+        releaseVersion: RELEASE_VERSION,
       })
       this.counters.sessionExtends++
       return true
