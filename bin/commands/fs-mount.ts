@@ -11,6 +11,7 @@ import { runDaemon } from '../../fs/common/daemon.js'
 import { mountBackground, mountRecord, planMount, preflightMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
 import { forgetMount, recordMount } from '../../fs/fuse/cluster-mounts.js'
 import { intArg, out, printJson, sizeArg } from './output.js'
+import { MAX_WRITE_BUFFER_SIZE } from '../../fs/client/index.js'
 import { fsUser } from './fs.js'
 
 interface MountCliOpts {
@@ -33,12 +34,23 @@ interface MountCliOpts {
   waitTimeout?: number
 }
 
+/** The longest time Node's timers hold (2^31 − 1 ms): a longer one fires at once. */
+const MAX_SECONDS = 2147483
+
 function secondsArg(what: string): (v: string) => number {
   return (v: string) => {
     const n = Number(v)
-    if (!/^\d+(\.\d+)?$/.test(v.trim()) || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${what} must be a non-negative number of seconds, got "${v}"`)
+    if (!/^\d+(\.\d+)?$/.test(v.trim()) || !Number.isFinite(n) || n < 0 || n > MAX_SECONDS) {
+      throw new InvalidArgumentError(`${what} must be a number of seconds from 0 to ${MAX_SECONDS}, got "${v}"`)
+    }
     return n
   }
+}
+
+function writeBufferArg(v: string): number {
+  const n = sizeArg('--write-buffer')(v)
+  if (n > MAX_WRITE_BUFFER_SIZE) throw new InvalidArgumentError(`--write-buffer must be at most 64M, got "${v}"`)
+  return n
 }
 
 /** Adds mount/umount to the `fs` command group (creates the group when it does not exist yet). */
@@ -51,14 +63,14 @@ export function registerFsMountCommands(parent: Command): void {
     .option('--attr-timeout <s>', 'kernel attribute cache and daemon path cache lifetime in seconds (0: no caching)', secondsArg('--attr-timeout'))
     .option('--entry-timeout <s>', 'kernel name cache lifetime in seconds (0: no caching)', secondsArg('--entry-timeout'))
     .option('--periodic-sync-ms <n>', 'send length hints and flush write buffers this often (0: off; default 5000)', intArg('--periodic-sync-ms', { min: 0 }))
-    .option('--write-buffer <size>', "per-file write buffer (default 1M, raised to the file's chunk size up to 16M so each flush is whole chunks; 0: write through)", sizeArg('--write-buffer'))
+    .option('--write-buffer <size>', "per-file write buffer (default 1M, at most 64M; raised to the file's chunk size up to 16M so each flush is whole chunks; 0: write through)", writeBufferArg)
     .option('--write-behind <n>', 'full write buffers of one file flushed to storage while the writer goes on (default 4; 0: each waits for storage)', intArg('--write-behind', { min: 0 }))
     .option('--readonly', 'refuse every change with EROFS')
     .option('--no-allow-other', 'only the mounting user may use the mount (default: others too, when root)')
     .option('--default-permissions', 'let the kernel check permission bits for each caller')
     .option('--op-timeout <s>', 'fail a FUSE request after this many seconds (default 0: never; storage failover then shows as latency)', secondsArg('--op-timeout'))
     .option('--orphan-timeout <s>', 'once mgmtd has refused connections this long (the cluster is stopped), requests whose servers are unreachable fail with ENOTCONN instead of waiting out the 60 s failover budget (default 5; 0: wait)', secondsArg('--orphan-timeout'))
-    .option('--wait-timeout <s>', 'how long to wait for the mount to come up', intArg('--wait-timeout', { min: 1 }), 60)
+    .option('--wait-timeout <s>', 'how long to wait for the mount to come up', intArg('--wait-timeout', { min: 1, max: MAX_SECONDS }), 60)
     .option('--foreground', 'run the daemon in this process until SIGTERM (exit 0) or Ctrl-C (exit 130)')
     .addHelpText(
       'after',
@@ -115,7 +127,7 @@ export function registerFsMountCommands(parent: Command): void {
     .alias('unmount')
     .description('unmount: stop the FUSE daemon serving the mount point (SIGTERM: it flushes and unmounts), whether its mount is alive or dead; clear a mount whose daemon died')
     .argument('<mountpoint>', 'the mount point')
-    .option('--wait <s>', 'seconds to wait for the daemon to exit after SIGTERM before SIGKILL (a daemon that survives SIGKILL is an error)', intArg('--wait', { min: 1 }), 20)
+    .option('--wait <s>', 'seconds to wait for the daemon to exit after SIGTERM before SIGKILL (a daemon that survives SIGKILL is an error)', intArg('--wait', { min: 1, max: MAX_SECONDS }), 20)
     .action(async (mountpoint: string, _o: unknown, cmd: Command) => {
       const o = cmd.opts() as { wait?: number }
       const g = cmd.optsWithGlobals() as MountCliOpts

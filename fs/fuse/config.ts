@@ -8,6 +8,7 @@ import type { Timers } from '../common/config.js'
 import type { RetryPolicy } from '../client/retry-policy.js'
 import type { MetaRetryPolicy } from '../client/file/meta-client.js'
 import type { ReadMode } from '../client/target-selection.js'
+import { MAX_WRITE_BUFFER_SIZE } from '../client/index.js'
 
 export interface FuseDaemonConfig {
   /** absolute mount point (created when missing) */
@@ -152,6 +153,12 @@ function requestSize(v: unknown, name: string, dflt: number): number {
   return n
 }
 
+function writeBufferSize(v: unknown): number {
+  const n = num(v, 'writeBufferSize', FUSE_DEFAULTS.writeBufferSize, { integer: true })
+  if (n > MAX_WRITE_BUFFER_SIZE) bad(`writeBufferSize must be at most ${MAX_WRITE_BUFFER_SIZE} (64 MiB), got ${n}`)
+  return n
+}
+
 function bool(v: unknown, name: string, dflt: boolean): boolean {
   if (v === undefined || v === null) return dflt
   if (typeof v !== 'boolean') bad(`${name} must be true or false`)
@@ -182,7 +189,7 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
     entryTimeout: num(c.entryTimeout, 'entryTimeout', FUSE_DEFAULTS.entryTimeout),
     periodicSyncMs: num(c.periodicSyncMs, 'periodicSyncMs', FUSE_DEFAULTS.periodicSyncMs, { integer: true }),
     periodicSyncLimit: num(c.periodicSyncLimit, 'periodicSyncLimit', FUSE_DEFAULTS.periodicSyncLimit, { integer: true, min: 1 }),
-    writeBufferSize: num(c.writeBufferSize, 'writeBufferSize', FUSE_DEFAULTS.writeBufferSize, { integer: true }),
+    writeBufferSize: writeBufferSize(c.writeBufferSize),
     writeBehind: num(c.writeBehind, 'writeBehind', FUSE_DEFAULTS.writeBehind, { integer: true }),
     syncOnStat: bool(c.syncOnStat, 'syncOnStat', FUSE_DEFAULTS.syncOnStat),
     uid,

@@ -115,6 +115,10 @@ test('every usage error is one strata: usage: line and exit 2, commander\'s own 
     ['fs', 'ls', '--bogus'],
     ['image', 'import'],
     ['sandbox', 'create', '--memory', '4'],
+    // beyond what a Buffer or Node's timers hold: refused, not accepted and then failing every request
+    ['fs', 'mount', '/tmp/strata-never-mounted', '--write-buffer', '1T'],
+    ['fs', 'mount', '/tmp/strata-never-mounted', '--op-timeout', '3000000'],
+    ['fs', 'mount', '/tmp/strata-never-mounted', '--orphan-timeout', '2147484'],
   ]) {
     const r = await strata(args)
     t.is(r.code, 2, `${args.join(' ')}: ${r.stderr}`)

@@ -31,7 +31,7 @@ export {
 } from './file-system.js'
 export { FileIo, assembleRead, fileLayout, type FileReadOptions, type WriteOptions } from './file-io.js'
 export { chainTableOf, stripeChainIds, planPieces, chunkCount, lastChunkOf, maxFileSize, checkFileSize, readOutcome, type ChunkPiece, type ReadOutcome } from './pieces.js'
-export { WriteBuffer, bufferedWrite, DEFAULT_WRITE_BUFFER_SIZE, MAX_CHUNK_WRITE_BUFFER, type FlushFn } from './write-buffer.js'
+export { WriteBuffer, bufferedWrite, DEFAULT_WRITE_BUFFER_SIZE, MAX_CHUNK_WRITE_BUFFER, MAX_WRITE_BUFFER_SIZE, type FlushFn } from './write-buffer.js'
 export { InodeState, Mutex, mergeHint, type SyncKind } from './inode-state.js'
 export {
   parseOpenFlags,

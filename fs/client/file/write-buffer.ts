@@ -16,6 +16,12 @@ import { StrataError } from '../../common/errors.js'
 export const DEFAULT_WRITE_BUFFER_SIZE = 1024 * 1024
 /** A buffer grows to its file's chunk size up to this much; larger chunks take several flushes. */
 export const MAX_CHUNK_WRITE_BUFFER = 16 * 1024 * 1024
+/**
+ * The largest write buffer a client takes: one per file being written, so a
+ * mount writing many files at once holds that many (and a Buffer cannot
+ * exceed 4 GiB at all: a larger setting made every write fail with EIO).
+ */
+export const MAX_WRITE_BUFFER_SIZE = 64 * 1024 * 1024
 /** Memory taken by a buffer's first bytes; it grows to the capacity once a file writes more (small files stay small). */
 const FIRST_ALLOCATION = 1024 * 1024
 
@@ -40,7 +46,9 @@ export class WriteBuffer {
    * holds (one 4 MiB chunk; sixteen 64 KiB ones for a 1 MiB buffer).
    */
   constructor(size = DEFAULT_WRITE_BUFFER_SIZE, chunkSize = 0) {
-    if (!Number.isSafeInteger(size) || size < 0) throw new StrataError('INVALID_ARGUMENT', `write buffer size must be a non-negative integer, got ${size}`)
+    if (!Number.isSafeInteger(size) || size < 0 || size > MAX_WRITE_BUFFER_SIZE) {
+      throw new StrataError('INVALID_ARGUMENT', `write buffer size must be an integer from 0 to ${MAX_WRITE_BUFFER_SIZE} (64M), got ${size}`)
+    }
     if (!Number.isSafeInteger(chunkSize) || chunkSize < 0) throw new StrataError('INVALID_ARGUMENT', `chunk size must be a non-negative integer, got ${chunkSize}`)
     this.capacity = size > 0 && chunkSize > 0 ? Math.max(size, Math.min(chunkSize, MAX_CHUNK_WRITE_BUFFER)) : size
     this.align = size > 0 && chunkSize > 0 ? chunkSize * Math.max(1, Math.floor(this.capacity / chunkSize)) : 0

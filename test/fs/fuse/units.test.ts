@@ -101,6 +101,8 @@ test('config: defaults, validation, FUSE option strings', (t) => {
   t.is(c.attrTimeout, 1)
   t.is(c.periodicSyncMs, 5000)
   t.is(c.writeBufferSize, 1 << 20)
+  t.is(resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: ['127.0.0.1:1'], writeBufferSize: 64 << 20 }).writeBufferSize, 64 << 20)
+  t.throws(() => resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: ['127.0.0.1:1'], writeBufferSize: 2 ** 40 }), { code: 'BAD_CONFIG' })
   t.is(c.opTimeoutMs, 0)
   t.throws(() => resolveFuseConfig({ mountpoint: 'rel', mgmtdAddresses: ['127.0.0.1:1'] }), { message: /absolute/ })
   t.throws(() => resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: [] }), { message: /mgmtdAddresses/ })
