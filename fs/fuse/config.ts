@@ -242,13 +242,14 @@ export function fuseTimeout(seconds: number): number {
  * The libfuse options fuse-native cannot name, appended to fsname (the
  * option string is joined verbatim): writes and reads of maxWrite and
  * maxRead bytes (big_writes: more than 4 KiB per WRITE; the addon lets the
- * kernel go past libfuse 2's 128 KiB), readahead, no negative caching (another client may create
+ * kernel go past libfuse 2's 128 KiB), st_ino from the daemon (use_ino: the
+ * 3FS inode id, the same for every hard link of a file), readahead, no negative caching (another client may create
  * the name any time), and auto_cache: an open keeps the file's page cache
  * when its mtime and size are what the kernel cached, instead of dropping
  * it at every open, so the sandboxes of a node that open one dataset file
  * read it from the DFS once, not once each.
  */
 export function extraFuseOptions(c: ResolvedFuseConfig): string {
-  const extra = ['big_writes', `max_write=${c.maxWrite}`, `max_read=${c.maxRead}`, `max_readahead=${c.maxReadahead}`, 'negative_timeout=0', 'auto_cache']
+  const extra = ['use_ino', 'big_writes', `max_write=${c.maxWrite}`, `max_read=${c.maxRead}`, `max_readahead=${c.maxReadahead}`, 'negative_timeout=0', 'auto_cache']
   return ['strata', ...extra].join(',')
 }

@@ -86,12 +86,30 @@ export interface FuseOpsStats {
   readAhead: ReadAheadStats & { bytesHeld: number; buffers: { hits: number; misses: number; freeBytes: number }; native: FastReadStats | null }
 }
 
+/** st_ino of the virtual directories and the rm-rf links: above every id 3FS hands out (INODE_NORMAL_MAX) */
+const VIRT_ROOT_INO = 0xffffffffffffff01n
+const RMRF_DIR_INO = 0xffffffffffffff02n
+const RMRF_LINK_INO = 0xfffffffe00000000n
+
+/**
+ * st_ino as the addon takes it (native/fuse/fuse-native.c, change 7): the
+ * 3FS inode id, so every hard link of a file has the same st_ino, split into
+ * fuse-native's 32-bit `ino` field and its `dev` field, which carries the
+ * high half (the kernel sets st_dev itself). The root's id 0 is reported as
+ * 1: tools read an inode number of 0 as "no file".
+ */
+export function inoFields(id: bigint): { dev: number; ino: number } {
+  const v = id === 0n ? 1n : BigInt.asUintN(64, id)
+  return { dev: Number(v >> 32n), ino: Number(v & 0xffffffffn) }
+}
+
 /** The attributes FUSE reports for an inode. */
 export function inodeToStat(inode: Inode): FuseStat {
   const typeBits = inode.type === 'File' ? S_IFREG : inode.type === 'Directory' ? S_IFDIR : S_IFLNK
   const size =
     inode.type === 'File' ? (inode.file?.length ?? 0) : inode.type === 'Symlink' ? Buffer.byteLength(inode.symlink?.target ?? '') : 4096
   return {
+    ...inoFields(inode.id),
     mode: typeBits | (inode.acl.perm & 0o7777),
     uid: inode.acl.uid,
     gid: inode.acl.gid,
@@ -105,10 +123,17 @@ export function inodeToStat(inode: Inode): FuseStat {
   }
 }
 
-function virtDirStat(perm: number): FuseStat {
+function virtDirStat(perm: number, ino: bigint): FuseStat {
   // 3FS: 2023-06-01 as the virtual inodes' time
   const t = msToWire(Date.UTC(2023, 5, 1))
-  return { mode: S_IFDIR | perm, uid: 0, gid: 0, size: 4096, nlink: 2, blksize: 4096, blocks: 8, atime: t, mtime: t, ctime: t }
+  return { ...inoFields(ino), mode: S_IFDIR | perm, uid: 0, gid: 0, size: 4096, nlink: 2, blksize: 4096, blocks: 8, atime: t, mtime: t, ctime: t }
+}
+
+/** FNV-1a of a string's UTF-8 bytes: distinct st_ino for distinct rm-rf links */
+function hash32(s: string): number {
+  let h = 0x811c9dc5
+  for (const b of Buffer.from(s)) h = Math.imul(h ^ b, 0x01000193) >>> 0
+  return h
 }
 
 /** statfs numbers in 32-bit fields (fuse-native): the block size grows until the block counts fit. */
@@ -341,13 +366,13 @@ export class StrataFuseOps {
   }
 
   private virtualStat(p: string): FuseStat {
-    if (p === VIRT_ROOT) return virtDirStat(0o555)
-    if (p === RMRF_DIR) return virtDirStat(0o777)
+    if (p === VIRT_ROOT) return virtDirStat(0o555, VIRT_ROOT_INO)
+    if (p === RMRF_DIR) return virtDirStat(0o777, RMRF_DIR_INO)
     if (parentOf(p) === RMRF_DIR) {
       const link = this.rmrfLinks.get(p)
       if (link && link.until > performance.now()) {
         const t = msToWire(Date.now())
-        return { mode: S_IFLNK | 0o777, uid: this.opts.uid, gid: this.opts.gid, size: Buffer.byteLength(link.target), nlink: 1, atime: t, mtime: t, ctime: t }
+        return { ...inoFields(RMRF_LINK_INO | BigInt(hash32(p))), mode: S_IFLNK | 0o777, uid: this.opts.uid, gid: this.opts.gid, size: Buffer.byteLength(link.target), nlink: 1, atime: t, mtime: t, ctime: t }
       }
       this.rmrfLinks.delete(p)
     }
@@ -452,11 +477,11 @@ export class StrataFuseOps {
 
   async readdir(p: string): Promise<{ names: string[]; stats: FuseStat[] }> {
     if (p === VIRT_ROOT) {
-      const d = virtDirStat(0o555)
-      return { names: ['.', '..', 'rm-rf'], stats: [d, d, virtDirStat(0o777)] }
+      const d = virtDirStat(0o555, VIRT_ROOT_INO)
+      return { names: ['.', '..', 'rm-rf'], stats: [d, d, virtDirStat(0o777, RMRF_DIR_INO)] }
     }
     if (p === RMRF_DIR) {
-      const d = virtDirStat(0o777)
+      const d = virtDirStat(0o777, RMRF_DIR_INO)
       return { names: ['.', '..'], stats: [d, d] }
     }
     if (this.isVirtual(p)) fail(E.ENOENT)
@@ -474,12 +499,12 @@ export class StrataFuseOps {
         if (!this.writers.has(inode.id)) this.cache.set(child, inode)
         stats.push(inodeToStat(inode))
       } else {
-        stats.push({ ...self, mode: e.type === 'Directory' ? S_IFDIR | 0o755 : e.type === 'Symlink' ? S_IFLNK | 0o777 : S_IFREG | 0o644 })
+        stats.push({ ...self, ...inoFields(e.id), mode: e.type === 'Directory' ? S_IFDIR | 0o755 : e.type === 'Symlink' ? S_IFLNK | 0o777 : S_IFREG | 0o644 })
       }
     })
     if (p === '/') {
       names.push(VIRT_DIR)
-      stats.push(virtDirStat(0o555))
+      stats.push(virtDirStat(0o555, VIRT_ROOT_INO))
     }
     return { names, stats }
   }

@@ -1,5 +1,5 @@
 // Strata's build of fuse-native's addon: fuse-native 2.2.6 (MIT License,
-// https://github.com/fuse-friends/fuse-native) with six changes, marked
+// https://github.com/fuse-friends/fuse-native) with seven changes, marked
 // "Strata:" below.
 //
 // 1. libfuse's multithreaded loop starts a worker thread whenever none is idle
@@ -57,6 +57,15 @@
 // "now" (`tar --mtime=@0` extracted files with the current time). A time now
 // crosses as µs since the epoch plus 2^52, with UTIME_OMIT and UTIME_NOW as
 // values of their own (fs/fuse/times.ts says the same on the other side).
+//
+// 7. st_ino was a 32-bit field, too small for 3FS inode ids, so the mount ran
+// without use_ino and libfuse numbered each name itself: two hard links of a
+// file had different st_ino, and every tool that finds hard links by
+// (st_dev, st_ino) saw separate files (git clone of a repository on the mount
+// failed, rsync -H left its temporary links behind, tar and cp -a copied each
+// link's data). The slot fuse-native calls dev (the kernel fills in st_dev
+// itself) now carries the high 32 bits, and the mount uses use_ino: st_ino
+// is the 3FS inode id (fs/fuse/ops.ts inoFields).
 
 #define FUSE_USE_VERSION 29
 
@@ -371,9 +380,12 @@ static void populate_stat (uint32_t *ints, struct stat* stat) {
   stat->st_uid = *ints++;
   stat->st_gid = *ints++;
   stat->st_size = uint32s_to_uint64(&ints);
-  stat->st_dev = *ints++;
+  // Strata: the slot fuse-native calls dev carries st_ino's high half (change 7 at the top; the
+  // kernel sets a FUSE file's st_dev itself)
+  uint64_t ino_high = *ints++;
+  stat->st_dev = 0;
   stat->st_nlink = *ints++;
-  stat->st_ino = *ints++;
+  stat->st_ino = (ino_high << 32) | *ints++;
   stat->st_rdev = *ints++;
   stat->st_blksize = *ints++;
   stat->st_blocks = uint32s_to_uint64(&ints);

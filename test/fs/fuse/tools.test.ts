@@ -106,6 +106,40 @@ t('git clone onto the mount, git fsck, commit, gc', async (t) => {
   t.is(work.stdout.trim(), '17')
 })
 
+t('hard links share st_ino (the 3FS inode id): git clone of a repository on the mount, rsync -aH run twice, tar and du see links', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount()
+  const local = tmpDir(t, 'strata-fuse-links-')
+  const env = { GIT_AUTHOR_NAME: 't', GIT_AUTHOR_EMAIL: 't@e', GIT_COMMITTER_NAME: 't', GIT_COMMITTER_EMAIL: 't@e', HOME: local, GIT_CONFIG_NOSYSTEM: '1' }
+  const m = a.mnt
+  // st_ino: one per file, not per name; the root is 1, never 0
+  const ino = await sh(`echo x > ${m}/f && ln ${m}/f ${m}/g && stat -c %i ${m}/f ${m}/g ${m} && ls -i ${m} | awk '$2 == "f" || $2 == "g" {print $1}'`)
+  ok(t, ino, 'stat')
+  const [fi, gi, root, lf, lg] = ino.stdout.trim().split('\n')
+  t.is(fi, gi)
+  t.is(root, '1')
+  t.deepEqual([lf, lg], [fi, fi], 'readdir reports the same inode numbers')
+  // git clone of a local repository hard-links its objects and checks each by inode ("hardlink different from source")
+  const clone = await sh(
+    `cd ${m} && git init -q -b main repo && cd repo && seq 1 1000 > a && git add a && git commit -qm one && git gc -q && cd .. && git clone -q repo repo2 && cd repo2 && git fsck --full --strict && git log --oneline | wc -l`,
+    { env },
+  )
+  ok(t, clone, 'git clone on the mount')
+  t.is(clone.stdout.trim(), '1')
+  // rsync -aH: a second and third run find the links in place and leave no temporary names behind
+  ok(t, await sh(`mkdir ${local}/src && echo z > ${local}/src/f1 && ln ${local}/src/f1 ${local}/src/hard1 && for i in 1 2 3; do rsync -aH ${local}/src/ ${m}/rsh/ || exit 1; done`), 'rsync -aH')
+  const names = await sh(`ls -A ${m}/rsh`)
+  t.deepEqual(names.stdout.trim().split('\n'), ['f1', 'hard1'])
+  const rs = await sh(`stat -c %i ${m}/rsh/f1 ${m}/rsh/hard1`)
+  const [r1, r2] = rs.stdout.trim().split('\n')
+  t.is(r1, r2, 'rsync -H made a link')
+  // tar archives the second name as a link; du counts the file once
+  const tar = await sh(`tar -C ${m} -cvvf ${local}/l.tar f g && du -b -s -c ${m}/f ${m}/g | tail -1`)
+  ok(t, tar, 'tar + du')
+  t.regex(tar.stdout, /g link to f/)
+  t.regex(tar.stdout, /^2\s+total$/m)
+})
+
 t('fio verify jobs on the mount', async (t) => {
   const c = await startFuseCluster(t)
   const a = await c.mount()
