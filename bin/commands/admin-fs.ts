@@ -222,10 +222,21 @@ GcDir/Name is INVALID_ARGUMENT.`,
 
   admin
     .command('session-prune')
-    .description('remove write sessions of dead clients (not alive in mgmtd), or of one client')
-    .option('--client-id <id>', 'prune this client\'s sessions')
+    .description('remove write sessions of dead clients (not alive in mgmtd), or of one dead client (root only)')
+    .option('--client-id <id>', 'prune this dead client\'s sessions')
     .option('--session <ids...>', 'only these sessions (needs --client-id)')
     .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      `
+A write session keeps GC from removing the chunks of a file that was unlinked
+while open for writing; pruning it lets GC collect them. So only root (uid 0)
+may prune (others get META_NOT_PERMITTED), and meta refuses to prune the
+sessions of a client mgmtd still lists as alive, with or without --session
+(META_CLIENT_ALIVE: "client ID is alive ..."): a live client closes its own
+sessions. Meta prunes dead clients' sessions by itself too, once their mgmtd
+client session has expired.`,
+    )
     .action(async (o, cmd: Command) => {
       if (o.session && !o.clientId) throw new UsageError('session-prune: --session needs --client-id (sessions are per client)')
       return fsSession(cmd, async (f, json) =>

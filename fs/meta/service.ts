@@ -22,7 +22,7 @@ import { StorageClient } from '../client/index.js'
 import type { KeyValue, KvEngine, RangeOptions, ReadWriteTxn } from '../kv/types.js'
 import { MgmtdClient } from '../mgmtd/index.js'
 import { RpcClient, type RpcServer } from '../rpc/index.js'
-import { GC_ROOT_ACL, ROOT_ACL } from './acl.js'
+import { GC_ROOT_ACL, ROOT_ACL, isRoot } from './acl.js'
 import { ChainAllocator } from './chains.js'
 import { decodeDirEntry, decodeInode, decodeValue, encodeValue } from './codec.js'
 import type { MetaSettings } from './config.js'
@@ -81,6 +81,11 @@ import {
 } from './protocol.js'
 
 // --- request normalization
+
+/** Admin operations that act on every user's files (or show them) are root's (EPERM otherwise, as chown). */
+function requireRoot(u: UserInfo, what: string): void {
+  if (!isRoot(u)) throw new StrataError('META_NOT_PERMITTED', `only root may ${what} (uid ${u.uid})`)
+}
 
 function bad(msg: string): StrataError {
   return new StrataError('META_INVALID_ARGUMENT', msg)
@@ -666,6 +671,8 @@ export class MetaService {
 
   private async pruneSession(p: unknown) {
     const r = base<PruneSessionReq>(p)
+    // pruning drops what keeps GC off a file that is still written: an administrator's act
+    requireRoot(r.user, 'prune write sessions')
     if (typeof r.clientId !== 'string' || !r.clientId) throw bad('clientId required')
     const only = Array.isArray(r.sessions) ? r.sessions.map(String) : []
     return { pruned: await this.sessions.pruneClient(r.clientId, only) }
