@@ -198,7 +198,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
 
   admin
     .command('gc-list')
-    .description('removed files and trees waiting for GC: GcDir Name Inode Type OrigPath User RemovedAt')
+    .description('removed files and trees waiting for GC: GcDir Name Inode Type OrigPath User RemovedAt (root only)')
     .option('-l, --limit <n>', 'at most this many entries (default: all)', intArg('--limit', { min: 1 }))
     .option('-p, --prev <GcDir/Name>', 'continue after this entry: its GcDir and Name joined by "/"')
     .option('--json', 'print JSON: {entries, more, next}')
@@ -210,7 +210,9 @@ Entries are listed by GcDir, then Name. When -l cut the listing, a last row
 before it (JSON: "more": true and "next": "GcDir/Name"). RemovedAt is when the
 last link went; the Name's timestamp is when GC is due (it moves on each retry
 of an entry that is still busy, e.g. a file open for writing). A -p that is not
-GcDir/Name is INVALID_ARGUMENT.`,
+GcDir/Name is INVALID_ARGUMENT. Only root (uid 0) may list: the GC root is
+mode 0700 and OrigPath names files removed from private directories; other
+users get META_NOT_PERMITTED.`,
     )
     .action((o, cmd: Command) =>
       fsSession(cmd, async (f, json) => {

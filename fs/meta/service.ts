@@ -688,7 +688,10 @@ export class MetaService {
   // --- admin helpers (ids ≥ 100)
 
   private async gcList(p: unknown): Promise<GcListRsp> {
-    const r = (p ?? {}) as GcListReq
+    const r = base<GcListReq & ReqBase>(p)
+    // the GC root is 0700 root: its entries (original paths of files removed from private
+    // directories, their owners) are for root only, as a list of the GC directories is
+    requireRoot(r.user, 'list the GC directories')
     const limit = typeof r.limit === 'number' && r.limit > 0 ? r.limit : 0
     let prevDir = ''
     let prevName = ''
