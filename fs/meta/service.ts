@@ -101,6 +101,9 @@ export function toInodeId(v: unknown, what = 'inode id'): InodeId {
   throw bad(`${what} must be an unsigned 64-bit integer, got ${typeof v === 'object' ? JSON.stringify(v) : String(v)}`)
 }
 
+/** (uid_t)-1 / (gid_t)-1 */
+const NO_ID = 0xffffffff
+
 function u32(v: unknown, what: string): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 0xffffffff) throw bad(`${what} must be a u32`)
   return v
@@ -657,6 +660,9 @@ export class MetaService {
     else delete req.flags
     for (const k of ['uid', 'gid', 'perm', 'iflags', 'dynStripe'] as const) {
       const v = optU32(r[k], k)
+      // (uid_t)-1 is chown(2)'s "leave unchanged", never an owner: storing it would give the
+      // inode an owner no process has (clients leave the field out to keep it unchanged)
+      if ((k === 'uid' || k === 'gid') && v === NO_ID) throw bad(`${k} ${NO_ID} is (${k === 'uid' ? 'uid_t' : 'gid_t'})-1, chown's "unchanged" value, not a valid ${k === 'uid' ? 'owner' : 'group'}`)
       if (v !== undefined) req[k] = v
       else delete req[k]
     }
