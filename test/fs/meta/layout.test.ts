@@ -171,3 +171,15 @@ test.serial("inheritable iflags ('I' 0x1000, 's' 0x1) go to every new file and d
   t.is((await c.create('/inh-none/f', { flags: { access: 'r', create: true } })).stat.acl.iflags, 0)
   t.is((await c.mkdirs('/inh-none/d')).acl.iflags, 0)
 })
+
+test.serial('a directory layout whose stripe exceeds its table is kept, as in 3FS; files in it fail at create, naming both numbers', async (t) => {
+  const c = m.client()
+  // 3FS MkdirsOp checks an Empty layout's fields only (ChainAllocator::checkLayoutValid): with
+  // version 0 the directory follows the table's latest version, which may be widened later
+  const wide = { tableId: 1, tableVersion: 0, chunkSize: CHUNK, stripeSize: 8, chains: { type: 'Empty' as const } }
+  t.is((await c.mkdirs('/wide8', { layout: wide })).directory!.layout.stripeSize, 8)
+  const e = await t.throwsAsync(c.create('/wide8/f', { flags: { access: 'r', create: true } }))
+  t.is((e as { code?: string }).code, 'META_INVALID_ARGUMENT')
+  t.regex((e as { reason?: string }).reason ?? '', /try to allocate 8 chains from table 1, found 4/)
+  t.is(await codeOf(c.stat('/wide8/f')), 'META_NOT_FOUND')
+})
