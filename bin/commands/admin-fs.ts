@@ -198,7 +198,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
 
   admin
     .command('gc-list')
-    .description('removed files and trees waiting for GC: GcDir Name Inode Type OrigPath User RemovedAt')
+    .description('removed files and trees waiting for GC: GcDir Name Inode Type OrigPath User RemovedAt (root only)')
     .option('-l, --limit <n>', 'at most this many entries (default: all)', intArg('--limit', { min: 1 }))
     .option('-p, --prev <GcDir/Name>', 'continue after this entry: its GcDir and Name joined by "/"')
     .option('--json', 'print JSON: {entries, more, next}')
@@ -210,7 +210,9 @@ Entries are listed by GcDir, then Name. When -l cut the listing, a last row
 before it (JSON: "more": true and "next": "GcDir/Name"). RemovedAt is when the
 last link went; the Name's timestamp is when GC is due (it moves on each retry
 of an entry that is still busy, e.g. a file open for writing). A -p that is not
-GcDir/Name is INVALID_ARGUMENT.`,
+GcDir/Name is INVALID_ARGUMENT. Only root (uid 0) may list: the GC root is
+mode 0700 and OrigPath names files removed from private directories; other
+users get META_NOT_PERMITTED.`,
     )
     .action((o, cmd: Command) =>
       fsSession(cmd, async (f, json) => {
@@ -222,10 +224,21 @@ GcDir/Name is INVALID_ARGUMENT.`,
 
   admin
     .command('session-prune')
-    .description('remove write sessions of dead clients (not alive in mgmtd), or of one client')
-    .option('--client-id <id>', 'prune this client\'s sessions')
+    .description('remove write sessions of dead clients (not alive in mgmtd), or of one dead client (root only)')
+    .option('--client-id <id>', 'prune this dead client\'s sessions')
     .option('--session <ids...>', 'only these sessions (needs --client-id)')
     .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      `
+A write session keeps GC from removing the chunks of a file that was unlinked
+while open for writing; pruning it lets GC collect them. So only root (uid 0)
+may prune (others get META_NOT_PERMITTED), and meta refuses to prune the
+sessions of a client mgmtd still lists as alive, with or without --session
+(META_CLIENT_ALIVE: "client ID is alive ..."): a live client closes its own
+sessions. Meta prunes dead clients' sessions by itself too, once their mgmtd
+client session has expired.`,
+    )
     .action(async (o, cmd: Command) => {
       if (o.session && !o.clientId) throw new UsageError('session-prune: --session needs --client-id (sessions are per client)')
       return fsSession(cmd, async (f, json) =>

@@ -510,7 +510,8 @@ export function parseGcCursor(text: string): { gcDir: string; name: string } {
 /**
  * `session-prune`: removes the write sessions of clients mgmtd no longer
  * lists as alive (or of one client with --client-id, optionally only some
- * sessions). Prints `num sessions N`.
+ * sessions). Prints `num sessions N`. Meta enforces the rules (root only,
+ * never a live client's sessions), so every client of it gets them.
  */
 export async function adminSessionPrune(f: FsAdminSession, o: { clientId?: string; sessions?: string[] } = {}): Promise<ActionResult<{ pruned: number; clients: string[] }>> {
   if (o.sessions?.length && !o.clientId) throw new StrataError('INVALID_ARGUMENT', 'session-prune: --session needs --client-id (sessions are per client)')
@@ -523,7 +524,14 @@ export async function adminSessionPrune(f: FsAdminSession, o: { clientId?: strin
   }
   let pruned = 0
   for (const clientId of clients) {
-    const rsp = await f.meta.pruneSession({ clientId, sessions: o.clientId ? (o.sessions ?? []) : [] })
+    let rsp: { pruned?: number }
+    try {
+      rsp = await f.meta.pruneSession({ clientId, sessions: o.clientId ? (o.sessions ?? []) : [] })
+    } catch (e) {
+      // without --client-id: a client that came back since mgmtd was asked is simply not dead
+      if (!o.clientId && toStrataError(e).code === 'META_CLIENT_ALIVE') continue
+      throw e
+    }
     pruned += typeof rsp?.pruned === 'number' ? rsp.pruned : 0
   }
   return { lines: [['num sessions', String(pruned)]], result: { pruned, clients } }

@@ -313,7 +313,10 @@ export class MetaStore {
       await this.ctx.chains.checkLayoutValid(layout)
     }
     const id = await this.allocateInodeId(txn)
-    const acl = { uid: req.user.uid, gid: req.user.gid, perm: req.perm & ALLPERMS, iflags: 0 }
+    // the inheritable iflags ('I', 's') go to every child, files as directories (ref/3fs.md §2.3):
+    // 3FS keeps a file's iflags 0 and marks 's' in the inode id (new chunk engine); Strata has one
+    // chunk engine, so the flag is kept in the acl, where stat shows it (docs/meta.md, deviations)
+    const acl = { uid: req.user.uid, gid: req.user.gid, perm: req.perm & ALLPERMS, iflags: parent.acl.iflags & FS_FL_INHERITABLE }
     // BSD group semantics below a set-group-id directory
     if (parent.acl.perm & S_ISGID) acl.gid = parent.acl.gid
     const inode = newFile(id, acl, layout, this.now())

@@ -22,7 +22,7 @@ import { StorageClient } from '../client/index.js'
 import type { KeyValue, KvEngine, RangeOptions, ReadWriteTxn } from '../kv/types.js'
 import { MgmtdClient } from '../mgmtd/index.js'
 import { RpcClient, type RpcServer } from '../rpc/index.js'
-import { GC_ROOT_ACL, ROOT_ACL } from './acl.js'
+import { GC_ROOT_ACL, ROOT_ACL, isRoot } from './acl.js'
 import { ChainAllocator } from './chains.js'
 import { decodeDirEntry, decodeInode, decodeValue, encodeValue } from './codec.js'
 import type { MetaSettings } from './config.js'
@@ -83,6 +83,11 @@ import {
 
 // --- request normalization
 
+/** Admin operations that act on every user's files (or show them) are root's (EPERM otherwise, as chown). */
+function requireRoot(u: UserInfo, what: string): void {
+  if (!isRoot(u)) throw new StrataError('META_NOT_PERMITTED', `only root may ${what} (uid ${u.uid})`)
+}
+
 function bad(msg: string): StrataError {
   return new StrataError('META_INVALID_ARGUMENT', msg)
 }
@@ -96,6 +101,9 @@ export function toInodeId(v: unknown, what = 'inode id'): InodeId {
   if (typeof v === 'string' && /^(0x[0-9a-fA-F]{1,16}|\d{1,20})$/.test(v)) return BigInt(v)
   throw bad(`${what} must be an unsigned 64-bit integer, got ${typeof v === 'object' ? JSON.stringify(v) : String(v)}`)
 }
+
+/** (uid_t)-1 / (gid_t)-1 */
+const NO_ID = 0xffffffff
 
 function u32(v: unknown, what: string): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 0xffffffff) throw bad(`${what} must be a u32`)
@@ -655,6 +663,9 @@ export class MetaService {
     else delete req.flags
     for (const k of ['uid', 'gid', 'perm', 'iflags', 'dynStripe'] as const) {
       const v = optU32(r[k], k)
+      // (uid_t)-1 is chown(2)'s "leave unchanged", never an owner: storing it would give the
+      // inode an owner no process has (clients leave the field out to keep it unchanged)
+      if ((k === 'uid' || k === 'gid') && v === NO_ID) throw bad(`${k} ${NO_ID} is (${k === 'uid' ? 'uid_t' : 'gid_t'})-1, chown's "unchanged" value, not a valid ${k === 'uid' ? 'owner' : 'group'}`)
       if (v !== undefined) req[k] = v
       else delete req[k]
     }
@@ -669,6 +680,8 @@ export class MetaService {
 
   private async pruneSession(p: unknown) {
     const r = base<PruneSessionReq>(p)
+    // pruning drops what keeps GC off a file that is still written: an administrator's act
+    requireRoot(r.user, 'prune write sessions')
     if (typeof r.clientId !== 'string' || !r.clientId) throw bad('clientId required')
     const only = Array.isArray(r.sessions) ? r.sessions.map(String) : []
     return { pruned: await this.sessions.pruneClient(r.clientId, only) }
@@ -684,7 +697,10 @@ export class MetaService {
   // --- admin helpers (ids ≥ 100)
 
   private async gcList(p: unknown): Promise<GcListRsp> {
-    const r = (p ?? {}) as GcListReq
+    const r = base<GcListReq & ReqBase>(p)
+    // the GC root is 0700 root: its entries (original paths of files removed from private
+    // directories, their owners) are for root only, as a list of the GC directories is
+    requireRoot(r.user, 'list the GC directories')
     const limit = typeof r.limit === 'number' && r.limit > 0 ? r.limit : 0
     let prevDir = ''
     let prevName = ''

@@ -7,6 +7,7 @@
 // file left open by a crashed writer ends with its exact length; otherwise it
 // is just deleted. Pruning a session lets GC remove the file's chunks.
 
+import { StrataError } from '../common/errors.js'
 import type { Logger } from '../common/log.js'
 import type { RoutingInfo } from '../common/types.js'
 import type { KvEngine } from '../kv/types.js'
@@ -69,9 +70,7 @@ export class SessionManager {
     if (!ri || ri.bootstrapping || firstMeta(ri) !== this.o.nodeId) return 0
     this.stats.scans++
     const started = nowUs()
-    const { sessions } = await this.o.mgmtd.listClientSessions()
-    const cutoff = Date.now() - this.o.settings.sessionTimeoutMs
-    const active = new Set(sessions.filter((s) => s.lastExtend >= cutoff).map((s) => s.clientId.toLowerCase()))
+    const active = await this.liveClients()
     const minAgeUs = this.o.settings.sessionPruneMinAgeMs * 1000
     const dead = await this.listAll((s) => !active.has(String(s.clientId).toLowerCase()) && s.timestamp + minAgeUs < started)
     let n = 0
@@ -82,8 +81,32 @@ export class SessionManager {
     return n
   }
 
-  /** Prunes the sessions of one client (all of them, or the listed ones). */
+  /**
+   * Ids (lower case) of the clients mgmtd lists as alive: a client session
+   * extended within sessionTimeoutMs. The scan prunes only sessions of
+   * clients outside this set, and so does an explicit prune.
+   */
+  async liveClients(): Promise<Set<string>> {
+    const { sessions } = await this.o.mgmtd.listClientSessions()
+    const cutoff = Date.now() - this.o.settings.sessionTimeoutMs
+    return new Set(sessions.filter((s) => s.lastExtend >= cutoff).map((s) => s.clientId.toLowerCase()))
+  }
+
+  /**
+   * Prunes the sessions of one client (all of them, or the listed ones) —
+   * only when mgmtd no longer lists the client as alive: the sessions of a
+   * live writer are what keeps GC from removing the chunks of a file it
+   * still writes (unlinked while open), and its later flush would write
+   * chunks for an inode that no longer exists. A failure to ask mgmtd
+   * fails the prune.
+   */
   async pruneClient(clientId: string, only: string[]): Promise<number> {
+    if ((await this.liveClients()).has(clientId.toLowerCase())) {
+      throw new StrataError(
+        'META_CLIENT_ALIVE',
+        `client ${clientId} is alive (mgmtd lists its client session): its write sessions are pruned only once it is dead (its session expired after ${this.o.settings.sessionTimeoutMs} ms)`,
+      )
+    }
     const want = new Set(only)
     const found = await this.listAll((s) => s.clientId === clientId && (want.size === 0 || want.has(s.session)))
     let n = 0

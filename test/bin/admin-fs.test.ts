@@ -1,14 +1,16 @@
 // `strata admin` FS commands (and a few `fs` ones) as an operator runs them:
 // mkdir -p with layout flags, chain table versions that do not exist,
-// gc-list paging, address and timeout handling, usage errors, and messages
-// that name the caller's path.
+// gc-list paging, address and timeout handling, usage errors, messages that
+// name the caller's path, and what only root may do (session-prune, gc-list,
+// as uid 65534 through setpriv).
 
 import test, { type ExecutionContext } from 'ava'
+import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { startMetaCluster } from '../helpers/meta-cluster.js'
 import { freePort } from '../helpers/procs.js'
-import { loneMgmtd, ok, strata, table, tempDir, until } from './helpers.js'
+import { STRATA, loneMgmtd, ok, strata, table, tempDir, until, type Run } from './helpers.js'
 
 const RETRY_MS = 60_000
 
@@ -108,6 +110,52 @@ test.serial('admin gc-list: more and a ... row when -l cuts the listing, -p GcDi
   t.deepEqual(names, renamed.entries.map((e: { gcDir: string; name: string }) => `${e.gcDir}/${e.name}`), 'every entry once, in order')
   await fails(t, adm('gc-list', '-p', 'bogus'), 1, /^strata: INVALID_ARGUMENT: bad gc-list cursor "bogus", expected GcDir\/Name/m)
   await fails(t, adm('gc-list', '-p', 'GC-Node-101.1/'), 1, /^strata: INVALID_ARGUMENT: bad gc-list cursor/m)
+})
+
+/** Runs `strata …args` as uid/gid 65534 with no groups (setpriv), as an unprivileged operator would. */
+function asNobody(args: string[]): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, STRATA, ...args], { timeout: 90_000 }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 128) : 0
+      resolve({ code, stdout: String(stdout), stderr: String(stderr) })
+    })
+  })
+}
+
+test.serial('admin session-prune and gc-list are root\'s; session-prune never takes a live client\'s sessions; set-perm refuses uid/gid 4294967295', async (t) => {
+  t.timeout(3 * 60_000)
+  const { m, adm } = await cluster(t)
+  // a live writer (it extends its mgmtd client session, as the FUSE daemon does) with a file open for writing, then unlinked
+  const w = m.client()
+  const f = (await w.create('/lw', { session: 'lw-1' })).stat
+  t.teardown(() => w.close(f.id, 'lw-1', false).catch(() => undefined))
+  await ok(t, adm('rm', '/lw'))
+
+  const notPermitted = (what: string) => new RegExp(`^strata: META_NOT_PERMITTED: only root may ${what} \\(uid 65534\\)$`, 'm')
+  const nobody = async (args: string[], re: RegExp) => {
+    const r = await asNobody(args)
+    t.is(r.code, 1, `${args.join(' ')}: ${r.stderr}`)
+    t.regex(r.stderr, re, args.join(' '))
+  }
+  await nobody(adm('session-prune', '--client-id', w.clientId), notPermitted('prune write sessions'))
+  await nobody(adm('session-prune', '--client-id', w.clientId, '--session', 'lw-1'), notPermitted('prune write sessions'))
+  await nobody(adm('gc-list'), notPermitted('list the GC directories'))
+  // root: not the sessions of a client mgmtd lists as alive, with or without --session
+  const alive = new RegExp(`^strata: META_CLIENT_ALIVE: client ${w.clientId} is alive \\(mgmtd lists its client session\\)`, 'm')
+  await fails(t, adm('session-prune', '--client-id', w.clientId), 1, alive)
+  await fails(t, adm('session-prune', '--client-id', w.clientId, '--session', 'lw-1'), 1, alive)
+  // without --client-id only dead clients are pruned: the live writer keeps its session
+  t.is(JSON.parse(await ok(t, adm('session-prune', '--json'))).pruned, 0)
+  t.deepEqual((await w.sessions({ inode: f.id })).map((s) => s.session), ['lw-1'])
+  t.true(JSON.parse(await ok(t, adm('gc-list', '--json'))).entries.some((e: { origPath: string }) => e.origPath === '/lw'), 'root lists, the entry still waits')
+  t.regex(await ok(t, adm('session-prune', '--help')), /only root \(uid 0\)\s+may prune/)
+  t.regex(await ok(t, adm('gc-list', '--help')), /Only root \(uid 0\) may list/)
+
+  // (uid_t)-1 is chown's "unchanged", never an owner
+  await ok(t, adm('mkdir', '/ids'))
+  await fails(t, adm('set-perm', '--uid', '4294967295', '/ids'), 1, /^strata: META_INVALID_ARGUMENT: uid 4294967295 is \(uid_t\)-1, chown's "unchanged" value, not a valid owner$/m)
+  await fails(t, adm('set-perm', '--gid', '4294967295', '/ids'), 1, /^strata: META_INVALID_ARGUMENT: gid 4294967295 is \(gid_t\)-1, chown's "unchanged" value, not a valid group$/m)
+  t.like(JSON.parse(await ok(t, adm('stat', '--json', '/ids'))), { uid: 0, gid: 0 })
 })
 
 /** ms of a GC entry name's µs timestamp */

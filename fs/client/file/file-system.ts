@@ -879,15 +879,16 @@ export class FileSystem {
     return (await this.meta.setAttr({ path: pathAt(path), flags: { followLastSymlink: true }, perm: mode & 0o7777 })).stat
   }
 
-  /** uid/gid undefined or -1: unchanged. */
+  /** uid/gid undefined, -1 or 0xffffffff ((uid_t)-1, as chown(2)): unchanged. */
   async chown(path: string, uid?: number, gid?: number): Promise<Inode> {
     this.checkOpen()
+    const given = (id: number | undefined): id is number => id !== undefined && id >= 0 && id !== 0xffffffff
     return (
       await this.meta.setAttr({
         path: pathAt(path),
         flags: { followLastSymlink: true },
-        ...(uid !== undefined && uid >= 0 ? { uid } : {}),
-        ...(gid !== undefined && gid >= 0 ? { gid } : {}),
+        ...(given(uid) ? { uid } : {}),
+        ...(given(gid) ? { gid } : {}),
       })
     ).stat
   }

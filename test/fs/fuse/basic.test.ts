@@ -119,6 +119,9 @@ st = os.stat(g)
 assert (st.st_uid, st.st_gid) == (1234, 5678), (st.st_uid, st.st_gid)
 os.chown(g, -1, 42)
 assert (os.stat(g).st_uid, os.stat(g).st_gid) == (1234, 42)
+# the kernel passes (uid_t)-1 for the id chown leaves alone: never sent to meta as an owner
+os.chown(g, 4321, -1)
+assert (os.stat(g).st_uid, os.stat(g).st_gid) == (4321, 42), (os.stat(g).st_uid, os.stat(g).st_gid)
 os.lchown(os.path.join(d, 'dangling'), 7, 8)
 assert os.lstat(os.path.join(d, 'dangling')).st_uid == 7
 os.utime(g, (1500000000, 1500000000))

@@ -71,6 +71,25 @@ test.serial('gcList: more, the GcDir/Name cursor, and a RemovedAt that stays the
   t.is(await codeOf(c.call(MetaMethod.gcList, { prev: 'GC-Node-101.1/' }, { once: true })), 'META_INVALID_ARGUMENT')
 })
 
+test.serial('gcList is root\'s: the GC root is 0700 and OrigPath names files removed from private directories', async (t) => {
+  const c = m.client()
+  const u = { uid: 1000, gid: 1000, groups: [] }
+  await c.mkdirs('/priv', { perm: 0o777 })
+  const a = m.client(u)
+  await a.mkdirs('/priv/mine', { perm: 0o700 })
+  const f = (await a.create('/priv/mine/secret-name', { session: 'sp' })).stat
+  t.teardown(() => a.close(f.id, 'sp', false).catch(() => undefined))
+  await a.remove('/priv/mine/secret-name')
+  t.is((await c.gcList()).find((e) => e.inode === f.id)?.origPath, '/priv/mine/secret-name')
+  for (const user of [u, { uid: 65534, gid: 65534, groups: [] }, { uid: 1, gid: 0, groups: [0] }]) {
+    const e = await t.throwsAsync(c.call(MetaMethod.gcList, {}, { user, once: true }))
+    t.is((e as { code?: string }).code, 'META_NOT_PERMITTED', `uid ${user.uid}`)
+    t.is((e as { reason?: string }).reason, `only root may list the GC directories (uid ${user.uid})`)
+  }
+  // the same for a listing of the GC root itself (what admin gc-list falls back to)
+  t.is(await codeOf(c.call(MetaMethod.list, { path: { parent: 1n }, prev: '', limit: 0, status: false }, { user: u, once: true })), 'META_NO_PERMISSION')
+})
+
 test.serial('gcList: a file removed through its last hard link or replaced by a rename shows its full original path', async (t) => {
   const c = m.client()
   const gcList = (body: { limit?: number; prev?: string }) => c.call<GcListRsp>(MetaMethod.gcList, body)

@@ -13,6 +13,8 @@ import { codeOf } from '../../helpers/meta-client.js'
 import { until } from '../../helpers/procs.js'
 
 const FS_CHAIN_ALLOCATION_FL = 0x1000
+const FS_NEW_CHUNK_ENGINE = 0x1
+const FS_HUGE_FILE_FL = 0x40000
 const CHUNK = 65536
 
 /** §2.6: stripe chain ids from (baseIndex, seed) and the table, computed independently of fs/meta. */
@@ -146,4 +148,38 @@ test.serial('a chain table or table version that does not exist is MGMTD_CHAIN_T
   t.is((await c.create('/v1', { ...r, layout: empty(1, 1) })).stat.file!.layout.tableVersion, 1)
   // list names the path it was given, not an inode id
   t.is(await err(c.list('/v1')), 'META_NOT_DIRECTORY: /v1 is not a directory')
+})
+
+test.serial("inheritable iflags ('I' 0x1000, 's' 0x1) go to every new file and directory below, other flags to none (ref §2.3)", async (t) => {
+  const c = m.client()
+  await c.mkdirs('/inh-s')
+  // the acceptance case: 's' alone
+  await c.setAttr('/inh-s', { iflags: FS_NEW_CHUNK_ENGINE })
+  t.is((await c.create('/inh-s/f', { flags: { access: 'r', create: true } })).stat.acl.iflags, FS_NEW_CHUNK_ENGINE, 'file')
+  t.is((await c.mkdirs('/inh-s/d')).acl.iflags, FS_NEW_CHUNK_ENGINE, 'directory')
+  t.is((await c.create('/inh-s/d/g', { flags: { access: 'w', create: true } })).stat.acl.iflags, FS_NEW_CHUNK_ENGINE, 'file two levels down')
+  t.is((await c.mkdirs('/inh-s/p/q', { recursive: true })).acl.iflags, FS_NEW_CHUNK_ENGINE, 'mkdir -p')
+  // both, next to one that is not inherited
+  await c.mkdirs('/inh-all')
+  await c.setAttr('/inh-all', { iflags: FS_NEW_CHUNK_ENGINE | FS_CHAIN_ALLOCATION_FL | FS_HUGE_FILE_FL })
+  t.is((await c.create('/inh-all/f', { flags: { access: 'r', create: true } })).stat.acl.iflags, FS_NEW_CHUNK_ENGINE | FS_CHAIN_ALLOCATION_FL)
+  t.is((await c.mkdirs('/inh-all/d')).acl.iflags, FS_NEW_CHUNK_ENGINE | FS_CHAIN_ALLOCATION_FL)
+  // a symlink's acl is fixed (0777, no flags), as in 3FS
+  t.is((await c.symlink('/inh-all/l', 'f')).acl.iflags, 0)
+  // none set: none inherited
+  await c.mkdirs('/inh-none')
+  t.is((await c.create('/inh-none/f', { flags: { access: 'r', create: true } })).stat.acl.iflags, 0)
+  t.is((await c.mkdirs('/inh-none/d')).acl.iflags, 0)
+})
+
+test.serial('a directory layout whose stripe exceeds its table is kept, as in 3FS; files in it fail at create, naming both numbers', async (t) => {
+  const c = m.client()
+  // 3FS MkdirsOp checks an Empty layout's fields only (ChainAllocator::checkLayoutValid): with
+  // version 0 the directory follows the table's latest version, which may be widened later
+  const wide = { tableId: 1, tableVersion: 0, chunkSize: CHUNK, stripeSize: 8, chains: { type: 'Empty' as const } }
+  t.is((await c.mkdirs('/wide8', { layout: wide })).directory!.layout.stripeSize, 8)
+  const e = await t.throwsAsync(c.create('/wide8/f', { flags: { access: 'r', create: true } }))
+  t.is((e as { code?: string }).code, 'META_INVALID_ARGUMENT')
+  t.regex((e as { reason?: string }).reason ?? '', /try to allocate 8 chains from table 1, found 4/)
+  t.is(await codeOf(c.stat('/wide8/f')), 'META_NOT_FOUND')
 })

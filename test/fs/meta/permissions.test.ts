@@ -104,3 +104,22 @@ test.serial('permission matrix: uid 1000 vs 1001, sticky, setgid, immutable, roo
   t.is((await b.stat('/home/open/f')).type, 'File')
   t.is(await codeOf(b.list('/home/open')), 'META_NO_PERMISSION')
 })
+
+test.serial('setAttr refuses uid and gid 4294967295 ((uid_t)-1, chown\'s "unchanged"), from root too; everything else stays', async (t) => {
+  const root = m.client()
+  await root.mkdirs('/ids')
+  const f = (await root.create('/ids/f', { flags: { access: 'r', create: true } })).stat
+  await root.setAttr('/ids/f', { uid: 1000, gid: 1000 })
+  const err = async (p: Promise<unknown>) => {
+    const e = await t.throwsAsync(p)
+    return `${(e as { code?: string }).code}: ${(e as { reason?: string }).reason}`
+  }
+  t.is(await err(root.setAttr('/ids/f', { uid: 0xffffffff })), 'META_INVALID_ARGUMENT: uid 4294967295 is (uid_t)-1, chown\'s "unchanged" value, not a valid owner')
+  t.is(await err(root.setAttr('/ids/f', { gid: 0xffffffff })), 'META_INVALID_ARGUMENT: gid 4294967295 is (gid_t)-1, chown\'s "unchanged" value, not a valid group')
+  t.is(await codeOf(root.setAttr('/ids/f', { uid: 0xffffffff, gid: 5, perm: 0o600 })), 'META_INVALID_ARGUMENT', 'the whole request is refused')
+  t.is(await codeOf(root.setAttr('/ids', { gid: 0xffffffff })), 'META_INVALID_ARGUMENT', 'directories too')
+  const st = await root.statById(f.id)
+  t.deepEqual([st.acl.uid, st.acl.gid, st.acl.perm], [1000, 1000, 0o644])
+  // the largest real ids are fine
+  t.deepEqual((await root.setAttr('/ids/f', { uid: 0xfffffffe, gid: 0xfffffffe })).acl.uid, 0xfffffffe)
+})

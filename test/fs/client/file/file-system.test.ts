@@ -113,6 +113,11 @@ test.serial('namespace: mkdir -p, readdir pages, rename, symlink/readlink, link,
   t.is((await fs.chmod('/a/f01', 0o600)).acl.perm, 0o600)
   const own = await fs.chown('/a/f01', 1234, 5678)
   t.deepEqual([own.acl.uid, own.acl.gid], [1234, 5678])
+  // -1 and (uid_t)-1 leave the id as it is (chown(2)); meta refuses 4294967295 as an owner
+  t.deepEqual((await fs.chown('/a/f01', 0xffffffff, 77)).acl.uid, 1234)
+  t.deepEqual((await fs.chown('/a/f01', 4321, 0xffffffff)).acl.gid, 77)
+  t.deepEqual((await fs.chown('/a/f01', -1, 5678)).acl.uid, 4321)
+  await fs.chown('/a/f01', 1234)
   const when = Date.UTC(2020, 0, 2, 3, 4, 5)
   const ut = await fs.utimes('/a/f01', when, when)
   t.is(Math.floor(ut.mtime / 1000), when)
