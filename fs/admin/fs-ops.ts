@@ -43,8 +43,9 @@ export function openFsAdminSession(s: AdminSession, o: { user?: Partial<UserInfo
     ...(o.user ? { user: o.user } : {}),
     // one-shot commands keep no file open; they need no client session
     sessionExtendIntervalMs: 0,
-    // --timeout is the budget of each request, retries included (as for `fs` commands)
-    retry: { rpcTimeoutMs: s.timeoutMs, totalMs: s.timeoutMs },
+    // --timeout is the budget of each request, retries included (as for `fs` commands); a server that
+    // has not answered within a quarter of it gets company (MetaClient.attemptTimeoutFor)
+    retry: { totalMs: s.timeoutMs },
     description: 'strata admin',
   })
   const storage = new StorageClient({ mgmtd: s.mgmtd, rpc: s.rpc, clientId: meta.clientId, retry: { deadlineMs: s.timeoutMs, readDeadlineMs: s.timeoutMs } })

@@ -85,7 +85,15 @@ export interface AuthenticateRsp {
 }
 
 export interface MetaRetryPolicy {
-  /** one RPC attempt */
+  /**
+   * How long one meta server gets to answer before the same request (same
+   * uuid) also goes to another one; the first server stays in the race.
+   * At most a quarter of the call's budget (attemptTimeoutFor). Default 5 s:
+   * a meta server that works answers an ordinary request within its own
+   * operationTimeoutMs (5 s), with the result or TIMEOUT.
+   */
+  attemptTimeoutMs: number
+  /** longest wait for one server's answer to one request (capped by what is left of the budget) */
   rpcTimeoutMs: number
   /** overall budget of one logical operation, retries included */
   totalMs: number
@@ -98,7 +106,9 @@ export interface MetaRetryPolicy {
 }
 
 export const DEFAULT_META_RETRY: MetaRetryPolicy = {
-  rpcTimeoutMs: 10_000,
+  attemptTimeoutMs: 5_000,
+  // a slow answer counts until the budget ends (hung servers are left behind by attemptTimeoutMs)
+  rpcTimeoutMs: 60_000,
   totalMs: 60_000,
   initialDelayMs: 50,
   maxDelayMs: 1_000,
@@ -140,11 +150,44 @@ export interface MetaCallOptions {
 
 const TRANSPORT = new Set<ErrorCode>(['RPC_CONNECT_FAILED', 'RPC_SEND_FAILED', 'RPC_CONNECTION_CLOSED', 'TIMEOUT', 'RPC_UNKNOWN_SERVICE'])
 const FAST = new Set<ErrorCode>(['META_BUSY', 'KV_CONFLICT', 'RPC_SEND_FAILED'])
+/** the request may have reached the server, which did not answer */
+const SENT_UNANSWERED = new Set<ErrorCode>(['TIMEOUT', 'RPC_CONNECTION_CLOSED', 'RPC_SEND_FAILED', 'KV_COMMIT_UNKNOWN'])
+/** methods that change nothing (a lost answer leaves nothing behind) */
+const READ_ONLY = new Set<number>([
+  MetaMethod.statFs,
+  MetaMethod.stat,
+  MetaMethod.list,
+  MetaMethod.getRealPath,
+  MetaMethod.authenticate,
+  MetaMethod.batchStat,
+  MetaMethod.batchStatByPath,
+  MetaMethod.gcList,
+  MetaMethod.listSessions,
+  MetaMethod.dumpInodes,
+])
+
+type Attempt<Rsp> = { address: string; ok: true; rsp: Rsp } | { address: string; ok: false; err: StrataError }
+
+/** The first of `attempts` to settle, or null after `ms` (Infinity: no timer). */
+function firstOf<T>(attempts: Promise<T>[], ms: number): Promise<T | null> {
+  if (!(ms < Infinity)) return Promise.race(attempts)
+  let timer: NodeJS.Timeout | undefined
+  const wake = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), Math.max(0, ms))
+  })
+  return Promise.race([...attempts, wake]).finally(() => clearTimeout(timer))
+}
+
+function formatMs(ms: number): string {
+  return ms >= 1000 ? `${Math.round(ms / 100) / 10} s` : `${Math.round(ms)} ms`
+}
 
 export interface MetaClientStats {
   calls: number
   retries: number
   failovers: number
+  /** requests sent to a further server because the one working on them had not answered within the attempt timeout */
+  hedges: number
   failures: number
   sessionExtends: number
   sessionExtendFailures: number
@@ -178,7 +221,7 @@ export class MetaClient {
   private sessionTimer: NodeJS.Timeout | null = null
   private closed = false
   private readonly closeCtl = new AbortController()
-  readonly counters: MetaClientStats = { calls: 0, retries: 0, failovers: 0, failures: 0, sessionExtends: 0, sessionExtendFailures: 0 }
+  readonly counters: MetaClientStats = { calls: 0, retries: 0, failovers: 0, hedges: 0, failures: 0, sessionExtends: 0, sessionExtendFailures: 0 }
 
   constructor(opts: MetaClientOptions) {
     if (!opts.mgmtd && !opts.addresses?.length) throw new StrataError('INVALID_ARGUMENT', 'MetaClient needs a MgmtdClient or meta server addresses')
@@ -280,7 +323,27 @@ export class MetaClient {
 
   // --- the retry loop
 
-  /** Fills ReqBase (one request uuid for every attempt) and runs the call with failover and retries. */
+  /**
+   * How long one server gets to answer a call with this budget before the
+   * same request also goes to another server: attemptTimeoutMs, but at most
+   * a quarter of the budget, so a small budget still leaves room for the
+   * other servers.
+   */
+  attemptTimeoutFor(budgetMs: number): number {
+    return Math.max(1, Math.min(this.policy.attemptTimeoutMs, Math.floor(budgetMs / 4)))
+  }
+
+  /**
+   * Fills ReqBase (one request uuid for every attempt) and runs the call with
+   * failover and retries. An attempt that has not been answered after
+   * attemptTimeoutFor(budget) is not abandoned: the same request (same uuid)
+   * also goes to the next server, and the first answer wins. A hung server
+   * (SIGSTOP, a stuck host: its connections stay open, nothing answers) thus
+   * costs one attempt timeout, not the budget, and a server that is merely
+   * slow still answers. Both may execute it; the idempotency records (and
+   * the natural idempotency of reads, open, sync and close) make that one
+   * application. The losing attempts are cancelled once an answer is in.
+   */
   async call<Rsp>(method: number, body: object, opts: MetaCallOptions = {}): Promise<Rsp> {
     if (this.closed) throw new StrataError('CLOSED', 'meta client closed')
     const req: ReqBase & Record<string, unknown> = {
@@ -290,60 +353,121 @@ export class MetaClient {
       uuid: opts.uuid ?? randomUUID(),
     }
     this.counters.calls++
-    const deadline = performance.now() + (opts.totalMs ?? this.policy.totalMs)
+    const budgetMs = opts.totalMs ?? this.policy.totalMs
+    const deadline = performance.now() + budgetMs
+    const hedgeMs = this.attemptTimeoutFor(budgetMs)
+    // aborts the attempts still in flight when the call is over (and follows the caller's signal)
+    const ctl = new AbortController()
+    const onAbort = () => ctl.abort(opts.signal!.reason)
+    if (opts.signal) {
+      if (opts.signal.aborted) throw new StrataError('CANCELLED', 'meta call cancelled', { cause: opts.signal.reason })
+      opts.signal.addEventListener('abort', onAbort, { once: true })
+    }
+    const inflight = new Map<string, Promise<Attempt<Rsp>>>()
+    let attempts = 0
+    let failed = 0
+    let serverCount = 0
     let lastErr: StrataError | undefined
+    // a request went out and its answer never came: it may have been applied
+    let unanswered = false
     let refresh = false
-    for (let attempt = 1; ; attempt++) {
-      if (this.closed) throw new StrataError('CLOSED', 'meta client closed')
-      if (opts.signal?.aborted) throw new StrataError('CANCELLED', 'meta call cancelled', { cause: opts.signal.reason })
-      const servers = await this.servers(refresh)
-      refresh = false
-      const address = servers[0]
-      let err: StrataError
-      if (!address) {
-        err = new StrataError('RPC_CONNECT_FAILED', 'no meta server known (routing info lists no connected META node)')
-        refresh = true
-      } else {
-        try {
-          const timeoutMs = Math.max(1, Math.min(this.policy.rpcTimeoutMs, deadline - performance.now()))
-          const rsp = await this.rpc.call<Rsp>(address, ServiceId.Meta, method, req, opts.signal ? { timeoutMs, signal: opts.signal } : { timeoutMs })
-          this.failed.delete(address)
-          this.preferred = address
-          return rsp
-        } catch (e) {
-          err = toStrataError(e)
-          if (err.code === 'CANCELLED' || err.code === 'CLOSED') throw err
-          if (TRANSPORT.has(err.code)) {
-            this.markFailed(address)
-            refresh = !this.explicit
+    let nextStart = 0
+    const fail = (err: StrataError): never => {
+      this.counters.failures++
+      throw err
+    }
+    try {
+      for (;;) {
+        if (this.closed) throw new StrataError('CLOSED', 'meta client closed')
+        if (opts.signal?.aborted) throw new StrataError('CANCELLED', 'meta call cancelled', { cause: opts.signal.reason })
+        let now = performance.now()
+        if (now >= nextStart && now < deadline) {
+          const servers = await this.servers(refresh)
+          refresh = false
+          serverCount = servers.length
+          const address = servers.find((a) => !inflight.has(a))
+          now = performance.now()
+          if (address) {
+            if (inflight.size > 0) {
+              // hedge: the servers working on it stay in the race, but later calls avoid them for a while
+              this.counters.hedges++
+              for (const slow of inflight.keys()) this.markFailed(slow)
+            }
+            attempts++
+            const timeoutMs = Math.max(1, Math.round(Math.min(this.policy.rpcTimeoutMs, deadline - now)))
+            inflight.set(address, this.attempt<Rsp>(address, method, req, timeoutMs, ctl.signal))
+            nextStart = now + hedgeMs
+          } else if (inflight.size === 0) {
+            lastErr = new StrataError('RPC_CONNECT_FAILED', 'no meta server known (routing info lists no connected META node)')
+            refresh = true
+            failed++
+            nextStart = now + this.backoff(lastErr, failed, serverCount)
+          } else {
+            // every server known is working on it already: look again later
+            nextStart = now + hedgeMs
           }
         }
+        if (inflight.size === 0) {
+          if (nextStart >= deadline || now >= deadline) break
+          if (attempts > 0 || failed > 0) this.counters.retries++
+          await this.sleep(nextStart - now, opts.signal)
+          continue
+        }
+        // wait for an answer, or until the next attempt is due (none after the deadline:
+        // the attempts in flight end by then on their own timeouts)
+        const wakeAt = nextStart < deadline && now < deadline ? nextStart : Infinity
+        const outcome = await firstOf([...inflight.values()], wakeAt - performance.now())
+        if (!outcome) continue
+        inflight.delete(outcome.address)
+        if (outcome.ok) {
+          this.failed.delete(outcome.address)
+          this.preferred = outcome.address
+          return outcome.rsp
+        }
+        const err = outcome.err
+        if (err.code === 'CANCELLED' || err.code === 'CLOSED') throw err
+        if (SENT_UNANSWERED.has(err.code)) unanswered = true
+        if (TRANSPORT.has(err.code)) {
+          this.markFailed(outcome.address)
+          refresh = !this.explicit
+        }
+        lastErr = err
+        const retryable = TRANSPORT.has(err.code) || (isErrorCode(err.code) && ERRORS[err.code].retryable)
+        if (!retryable) fail(err)
+        failed++
+        // with mgmtd gone, another meta server may still answer: give up once this call tried each one
+        const gone = attempts >= serverCount && inflight.size === 0 ? clusterGone(err, this.mgmtd, this.policy.orphanTimeoutMs, `meta ${methodNameOf(method)}`) : null
+        if (gone) fail(gone)
+        nextStart = Math.min(nextStart, performance.now() + this.backoff(err, failed, serverCount))
       }
-      lastErr = err
-      const retryable = TRANSPORT.has(err.code) || (isErrorCode(err.code) && ERRORS[err.code].retryable)
-      if (!retryable) {
-        this.counters.failures++
-        throw err
-      }
-      // with mgmtd gone, another meta server may still answer: give up once this call tried each one
-      const gone = attempt >= servers.length ? clusterGone(err, this.mgmtd, this.policy.orphanTimeoutMs, `meta ${methodNameOf(method)}`) : null
-      if (gone) {
-        this.counters.failures++
-        throw gone
-      }
-      const fast = FAST.has(err.code) || (TRANSPORT.has(err.code) && servers.length > 1 && attempt <= servers.length)
-      const base = fast ? this.policy.fastDelayMs : Math.min(this.policy.maxDelayMs, this.policy.initialDelayMs * 2 ** Math.min(attempt - 1, 20))
-      const delay = base * (0.5 + this.random() * 0.5)
-      if (performance.now() + delay >= deadline) {
-        this.counters.failures++
-        throw new StrataError(lastErr.code, `${lastErr.reason} (meta ${methodNameOf(method)}: gave up after ${attempt} attempt${attempt === 1 ? '' : 's'})`, {
-          cause: lastErr,
-          ...(lastErr.detail ? { detail: lastErr.detail } : {}),
-        })
-      }
-      this.counters.retries++
-      await this.sleep(delay, opts.signal)
+      const err = lastErr ?? new StrataError('TIMEOUT', `no meta server answered within ${budgetMs} ms`)
+      const applied = unanswered && !READ_ONLY.has(method) ? '; a server received the request and did not answer, so it may have been applied' : ''
+      return fail(
+        new StrataError(err.code, `${err.reason} (meta ${methodNameOf(method)}: gave up after ${attempts} attempt${attempts === 1 ? '' : 's'} in ${formatMs(budgetMs)}${applied})`, {
+          cause: err,
+          ...(err.detail ? { detail: err.detail } : {}),
+        }),
+      )
+    } finally {
+      opts.signal?.removeEventListener('abort', onAbort)
+      // answered (or given up): the attempts still in flight are of no use any more
+      if (inflight.size > 0) ctl.abort(new StrataError('CANCELLED', 'answered by another meta server'))
     }
+  }
+
+  /** One RPC to one server; never rejects. */
+  private attempt<Rsp>(address: string, method: number, req: object, timeoutMs: number, signal: AbortSignal): Promise<Attempt<Rsp>> {
+    return this.rpc.call<Rsp>(address, ServiceId.Meta, method, req, { timeoutMs, signal }).then(
+      (rsp) => ({ address, ok: true as const, rsp }),
+      (e) => ({ address, ok: false as const, err: toStrataError(e) }),
+    )
+  }
+
+  /** Delay before the next attempt after the `failed`-th failure. */
+  private backoff(err: StrataError, failed: number, serverCount: number): number {
+    const fast = FAST.has(err.code) || (TRANSPORT.has(err.code) && serverCount > 1 && failed <= serverCount)
+    const base = fast ? this.policy.fastDelayMs : Math.min(this.policy.maxDelayMs, this.policy.initialDelayMs * 2 ** Math.min(failed - 1, 20))
+    return base * (0.5 + this.random() * 0.5)
   }
 
   private sleep(ms: number, signal?: AbortSignal): Promise<void> {
