@@ -21,6 +21,7 @@ import {
   type LayoutArgs,
 } from '../../fs/admin/fs-ops.js'
 import { checkMgmtdReachable } from '../../fs/client/index.js'
+import { checkFileCreatePath } from '../../fs/client/file/flags.js'
 import { StrataError } from '../../fs/common/errors.js'
 import { InvalidArgumentError } from 'commander'
 import { UsageError, intArg, out, printAction, printJson, printListing, sizeArg } from './output.js'
@@ -116,12 +117,14 @@ coreutils instead). Missing parents get the same layout as PATH.`,
       .option('-p, --perm <octal>', 'permission (default 0644)', permArg('--perm')),
   )
     .option('--json', 'print JSON')
-    .action((path: string, o, cmd: Command) =>
-      fsSession(cmd, async (f, json) => {
+    .action((path: string, o, cmd: Command) => {
+      // `/d/x/` names a directory: EISDIR as open(2) with O_CREAT, naming the path typed (meta would see `/d/x/.`)
+      checkFileCreatePath(path)
+      return fsSession(cmd, async (f, json) => {
         const layout = await resolveLayoutArgs(f, path, layoutArgsOf(o))
         printAction(await adminCreate(f, path, { ...(o.perm !== undefined ? { perm: o.perm } : {}), ...(layout ? { layout } : {}) }), json)
-      }),
-    )
+      })
+    })
 
   admin
     .command('ls')

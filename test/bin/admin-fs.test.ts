@@ -148,3 +148,17 @@ test('admin FS commands: a bad or unreachable --mgmtd-address fails at once; --t
   const took = Date.now() - t0
   t.true(took < 10_000, `--timeout 2 took ${took} ms`)
 })
+
+/** `strata admin --mgmtd-address A …` where nothing listens at A: a value that got past parsing fails with RPC_CONNECT_FAILED, exit 1. */
+async function deadAdmin(): Promise<(...a: string[]) => string[]> {
+  const port = await freePort()
+  return (...a: string[]) => ['admin', '--mgmtd-address', `127.0.0.1:${port}`, ...a]
+}
+
+test('admin create PATH/: a path that must name a file but ends like a directory is META_IS_DIRECTORY naming the path typed', async (t) => {
+  const adm = await deadAdmin()
+  // EISDIR as open(2) with O_CREAT says; meta alone saw /d1/x/. and answered "path: file name is ."
+  for (const p of ['/d1/x/', '/d1/x/.', '/']) {
+    await fails(t, adm('create', p), 1, new RegExp(`^strata: META_IS_DIRECTORY: ${p.replace(/\./g, '\\.')}: cannot create a file there: a path ending in .* names a directory$`, 'm'))
+  }
+})

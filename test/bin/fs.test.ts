@@ -176,6 +176,12 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
     t.is(r.code, 1, a.join(' '))
     t.regex(r.stderr, re, a.join(' '))
   }
+  // a file path ending like a directory: EISDIR naming the path typed, on an existing directory and a missing name alike
+  for (const p of ['/d/', '/d/new/']) {
+    const r = await strata(adm('create', p))
+    t.is(r.code, 1, p)
+    t.regex(r.stderr, new RegExp(`^strata: META_IS_DIRECTORY: ${p}: cannot create a file there`, 'm'))
+  }
   const ls = table(await ok(t, adm('ls', '/d')))
   t.deepEqual(ls[0], ['Name', 'Type', 'Inode'])
   t.deepEqual(
