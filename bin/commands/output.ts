@@ -106,6 +106,31 @@ export function intListArg(what: string, opts: { min?: number; max?: number; str
 export const U32_MAX = 0xffff_ffff
 
 /**
+ * The largest delay Node's timers hold: 2^31-1 ms. A longer one is cut to
+ * 1 ms with a TimeoutOverflowWarning, so a deadline beyond it would fire at once.
+ */
+export const MAX_TIMER_MS = 0x7fff_ffff
+/** MAX_TIMER_MS in whole seconds (2147483 s, about 24.8 days). */
+export const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000)
+
+/**
+ * A whole number of seconds that becomes a timer (`--timeout`, `--grace`, …):
+ * beyond MAX_TIMER_SECONDS is a usage error that says why.
+ */
+export function timerSecondsArg(what: string, opts: { min?: number } = {}): (v: string) => number {
+  const min = opts.min ?? 1
+  return (v: string) => {
+    const s = v.trim()
+    if (!/^\d+$/.test(s)) throw new InvalidArgumentError(`${what} must be a whole number of seconds in [${min}, ${MAX_TIMER_SECONDS}], got ${JSON.stringify(v)}`)
+    const n = Number(s)
+    if (n < min || n > MAX_TIMER_SECONDS) {
+      throw new InvalidArgumentError(`${what} must be in [${min}, ${MAX_TIMER_SECONDS}] seconds (timers hold at most 2^31-1 ms), got ${s}`)
+    }
+    return n
+  }
+}
+
+/**
  * A file layout's chunk size: a size (64K, 1M, 65536) within a u32, which is
  * what a layout holds, so at most 2G (2^31, the largest power of two in a u32).
  * The power-of-two rule is the operation's (INVALID_ARGUMENT, exit 1).

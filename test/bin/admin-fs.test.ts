@@ -216,6 +216,31 @@ test('admin options that name one thing two ways, where one would be ignored: re
   for (const [args, re] of rows) await fails(t, args, 2, re)
 })
 
+test('timer options of every group (--timeout, --grace, --wait): at most 2147483 s, what a timer holds, as a usage error; the largest works without TimeoutOverflowWarning', async (t) => {
+  t.timeout(2 * 60_000)
+  const port = await freePort()
+  const adm = await deadAdmin()
+  const dir = tempDir(t)
+  // 99999999999 printed TimeoutOverflowWarning three times and the deadline became 1 ms
+  const timer = (opt: string, min = 1) => usage(new RegExp(`${opt} must be in \\[${min}, 2147483\\] seconds \\(timers hold at most 2\\^31-1 ms\\), got \\d+$`))
+  const rows: Array<[string[], RegExp]> = [
+    [['admin', '--mgmtd-address', `127.0.0.1:${port}`, '--timeout', '99999999999', 'ls', '/'], timer('--timeout')],
+    [adm('list-nodes', '--timeout', '2147484'), timer('--timeout')],
+    [['fs', 'ls', '/', '--mgmtd-address', `127.0.0.1:${port}`, '--timeout', '2147484'], timer('--timeout')],
+    [['image', 'ls', '--mgmtd-address', `127.0.0.1:${port}`, '--timeout', '2147484'], timer('--timeout')],
+    [['cluster', 'up', '--dir', path.join(dir, 'c'), '--base-port', '65535', '--timeout', '2147484'], timer('--timeout')],
+    [['cluster', 'start', '--dir', path.join(dir, 'c'), '--node', 'mgmtd', '--timeout', '2147484'], timer('--timeout')],
+    [['cluster', 'down', '--dir', path.join(dir, 'c'), '--grace', '2147484'], timer('--grace', 0)],
+    [['fs', 'umount', path.join(dir, 'mnt'), '--wait', '2147484'], timer('--wait')],
+  ]
+  for (const [args, re] of rows) await fails(t, args, 2, re)
+  t.false(fs.existsSync(path.join(dir, 'c')), 'cluster up refused before it made anything')
+  const { A } = await loneMgmtd(t)
+  const r = await strata([...A, '--timeout', '2147483', 'list-nodes'])
+  t.is(r.code, 0, r.stderr)
+  t.notRegex(r.stderr, /TimeoutOverflowWarning/)
+})
+
 test('admin create PATH/: a path that must name a file but ends like a directory is META_IS_DIRECTORY naming the path typed', async (t) => {
   const adm = await deadAdmin()
   // EISDIR as open(2) with O_CREAT says; meta alone saw /d1/x/. and answered "path: file name is ."

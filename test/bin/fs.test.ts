@@ -241,6 +241,12 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
   t.deepEqual(gct[0], ['GcDir', 'Name', 'Inode', 'Type', 'OrigPath', 'User', 'RemovedAt'])
   const pr = JSON.parse(await ok(t, adm('session-prune', '--json')))
   t.is(typeof pr.pruned, 'number')
+  // the largest --timeout: every timer holds it (before the bound, 99999999999 warned TimeoutOverflowWarning and became 1 ms)
+  for (const a of [['admin', ...args, '--timeout', '2147483', 'ls', '/'], ['fs', ...args, '--timeout', '2147483', 'ls', '/']]) {
+    const r = await strata(a)
+    t.is(r.code, 0, `${a.join(' ')}: ${r.stderr}`)
+    t.notRegex(r.stderr, /TimeoutOverflowWarning/, a.join(' '))
+  }
   t.deepEqual(table(await ok(t, adm('session-prune')))[0]?.slice(0, 2), ['num', 'sessions'])
 })
 
