@@ -37,8 +37,8 @@ interface GlobalOpts {
 
 /**
  * Opens an admin session plus a file client from the admin group's global
- * options. As `fs` commands: a malformed mgmtd address is INVALID_ARGUMENT and
- * a cluster whose mgmtd accepts no connection RPC_CONNECT_FAILED, both at once
+ * options. As `fs` commands: a malformed mgmtd address is a usage error (the
+ * option's parser) and a cluster whose mgmtd accepts no connection RPC_CONNECT_FAILED, both at once
  * (the meta client would otherwise retry, finding no meta server, for its
  * whole budget); --timeout is the budget of each meta or storage request.
  */

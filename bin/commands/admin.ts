@@ -35,7 +35,7 @@ import {
 } from '../../fs/admin/index.js'
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
 import { StrataError } from '../../fs/common/errors.js'
-import { addressListArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, out, printAction, printJson, printListing, readInput, timerSecondsArg, U32_MAX, UsageError } from './output.js'
+import { addressListArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, U32_MAX, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 
 interface GlobalOpts {
@@ -85,7 +85,14 @@ export function registerAdminCommands(program: Command): void {
       'after',
       `
 Output is whitespace-aligned like admin_cli; --json (on any command) prints records.
-Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
+Errors print "strata: CODE: message" and exit 1; usage errors exit 2 (a malformed
+argument, or a number beyond its range: ids of chains, tables and nodes are u32,
+--timeout at most ${MAX_TIMER_SECONDS} s, what a timer holds).
+
+The filesystem commands (mkdir, create, ls, stat, set-perm, rm, mv, gc-list,
+session-prune, query-chunk --path) act as the calling user: each request carries
+this process's uid, gid and supplementary groups, and meta checks permissions
+against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     )
 
   // --- cluster and nodes

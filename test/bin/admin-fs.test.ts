@@ -248,3 +248,11 @@ test('admin create PATH/: a path that must name a file but ends like a directory
     await fails(t, adm('create', p), 1, new RegExp(`^strata: META_IS_DIRECTORY: ${p.replace(/\./g, '\\.')}: cannot create a file there: a path ending in .* names a directory$`, 'm'))
   }
 })
+
+test('strata admin --help says the filesystem commands act as the calling user (no --uid/--gid/--groups)', async (t) => {
+  const help = await strata(['admin', '--help'])
+  t.is(help.code, 0)
+  const text = help.stdout.replace(/\s+/g, ' ')
+  t.regex(text, /filesystem commands .* act as the calling user: each request carries this process's uid, gid and supplementary groups/)
+  t.regex(text, /no --uid\/--gid\/--groups/)
+})
