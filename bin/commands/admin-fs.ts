@@ -21,9 +21,10 @@ import {
   type LayoutArgs,
 } from '../../fs/admin/fs-ops.js'
 import { checkMgmtdReachable } from '../../fs/client/index.js'
+import { checkFileCreatePath } from '../../fs/client/file/flags.js'
 import { StrataError } from '../../fs/common/errors.js'
 import { InvalidArgumentError } from 'commander'
-import { UsageError, intArg, out, printAction, printJson, printListing, sizeArg } from './output.js'
+import { U32_MAX, UsageError, chainListArg, chunkSizeArg, dfsPathArg, intArg, out, printAction, printJson, printListing, uuidArg } from './output.js'
 
 const U64_MAX = 0xffff_ffff_ffff_ffffn
 
@@ -36,8 +37,8 @@ interface GlobalOpts {
 
 /**
  * Opens an admin session plus a file client from the admin group's global
- * options. As `fs` commands: a malformed mgmtd address is INVALID_ARGUMENT and
- * a cluster whose mgmtd accepts no connection RPC_CONNECT_FAILED, both at once
+ * options. As `fs` commands: a malformed mgmtd address is a usage error (the
+ * option's parser) and a cluster whose mgmtd accepts no connection RPC_CONNECT_FAILED, both at once
  * (the meta client would otherwise retry, finding no meta server, for its
  * whole budget); --timeout is the budget of each meta or storage request.
  */
@@ -65,18 +66,18 @@ function permArg(what: string): (v: string) => number {
 
 function addLayoutOptions(c: Command): Command {
   return c
-    .option('--chain-table-id <id>', 'chain table of the layout', intArg('--chain-table-id', { min: 1, max: 0xffffffff }))
-    .option('--chain-table-ver <ver>', 'chain table version (default: the latest; one that does not exist is MGMTD_CHAIN_TABLE_NOT_FOUND)', intArg('--chain-table-ver'))
-    .option('--chain-list <ids>', 'explicit chains, comma separated (1,2,3); with a table: table indexes')
-    .option('--chunk-size <size>', 'chunk size, a power of two (64K, 1M …)', sizeArg('--chunk-size'))
-    .option('--stripe-size <n>', 'chains a file stripes over', intArg('--stripe-size', { min: 1 }))
+    .option('--chain-table-id <id>', 'chain table of the layout (1 to 2^32-1)', intArg('--chain-table-id', { min: 1, max: U32_MAX }))
+    .option('--chain-table-ver <ver>', 'chain table version (0 to 2^32-1; default and 0: the latest; one that does not exist is MGMTD_CHAIN_TABLE_NOT_FOUND)', intArg('--chain-table-ver', { max: U32_MAX }))
+    .option('--chain-list <ids>', 'explicit chains, comma separated (1,2,3); with a table: table indexes', chainListArg('--chain-list'))
+    .option('--chunk-size <size>', 'chunk size, a power of two up to 2G (64K, 1M …)', chunkSizeArg('--chunk-size'))
+    .option('--stripe-size <n>', 'chains a file stripes over (1 to 2^32-1)', intArg('--stripe-size', { min: 1, max: U32_MAX }))
 }
 
 function layoutArgsOf(o: Record<string, unknown>): LayoutArgs {
   const a: LayoutArgs = {}
   if (o.chainTableId !== undefined) a.chainTableId = o.chainTableId as number
   if (o.chainTableVer !== undefined) a.chainTableVer = o.chainTableVer as number
-  if (o.chainList !== undefined) a.chainList = o.chainList as string
+  if (o.chainList !== undefined) a.chainList = o.chainList as number[]
   if (o.chunkSize !== undefined) a.chunkSize = o.chunkSize as number
   if (o.stripeSize !== undefined) a.stripeSize = o.stripeSize as number
   return a
@@ -87,7 +88,7 @@ export function registerAdminFsCommands(admin: Command): void {
     admin
       .command('mkdir')
       .description('create a directory (3FS mkdir); layout flags set the default layout of its files')
-      .argument('<path>', 'directory to create')
+      .argument('<path>', 'directory to create', dfsPathArg('path'))
       .option('-p, --recursive', 'create missing parents too (an existing PATH is still META_EXISTS, as in 3FS)')
       .option('-r', 'same as -p')
       .option('--perm <octal>', 'permission (default 0755)', permArg('--perm')),
@@ -112,21 +113,23 @@ coreutils instead). Missing parents get the same layout as PATH.`,
     admin
       .command('create')
       .description('create an empty file (3FS create); layout flags choose its chain table, chunk size and stripe')
-      .argument('<path>', 'file to create')
+      .argument('<path>', 'file to create', dfsPathArg('path'))
       .option('-p, --perm <octal>', 'permission (default 0644)', permArg('--perm')),
   )
     .option('--json', 'print JSON')
-    .action((path: string, o, cmd: Command) =>
-      fsSession(cmd, async (f, json) => {
+    .action((path: string, o, cmd: Command) => {
+      // `/d/x/` names a directory: EISDIR as open(2) with O_CREAT, naming the path typed (meta would see `/d/x/.`)
+      checkFileCreatePath(path)
+      return fsSession(cmd, async (f, json) => {
         const layout = await resolveLayoutArgs(f, path, layoutArgsOf(o))
         printAction(await adminCreate(f, path, { ...(o.perm !== undefined ? { perm: o.perm } : {}), ...(layout ? { layout } : {}) }), json)
-      }),
-    )
+      })
+    })
 
   admin
     .command('ls')
     .description('list a directory: Name Type Inode (-s adds Modified Length Permission)')
-    .argument('[path]', 'directory', '/')
+    .argument('[path]', 'directory (default /)', dfsPathArg('path'), '/')
     .option('-l, --limit <n>', 'at most this many entries', intArg('--limit', { min: 1 }))
     .option('-s, --status', 'also show each entry\'s inode attributes')
     .option('--json', 'print JSON records')
@@ -137,7 +140,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
   admin
     .command('stat')
     .description('inode attributes: Type Inode NLink Permission IFlags Uid Gid Access Change Modified Length …; --display-layout adds Layout-* rows')
-    .argument('<path>', 'path (or inode id with --inode)')
+    .argument('<path>', 'path (or inode id with --inode)', dfsPathArg('path'))
     .option('-L, --follow-link', 'follow a symlink at the end of the path')
     .option('--display-layout', 'show the layout: Layout-ChainTable Layout-ChainTableVersion Layout-ChunkSize Layout-StripeSize Layout-Type … Layout-Chains')
     .option('--display-chain-list', 'same as --display-layout')
@@ -157,11 +160,11 @@ coreutils instead). Missing parents get the same layout as PATH.`,
   admin
     .command('set-perm')
     .description('change owner, group, permission or iflags (3FS set-perm)')
-    .argument('<path>', 'path')
-    .option('-u, --uid <uid>', 'new owner', intArg('--uid'))
-    .option('-g, --gid <gid>', 'new group', intArg('--gid'))
+    .argument('<path>', 'path', dfsPathArg('path'))
+    .option('-u, --uid <uid>', 'new owner (0 to 2^32-1)', intArg('--uid', { max: U32_MAX }))
+    .option('-g, --gid <gid>', 'new group (0 to 2^32-1)', intArg('--gid', { max: U32_MAX }))
     .option('-p, --perm <octal>', 'new permission', permArg('--perm'))
-    .option('--iflags <n>', 'new iflags (decimal or 0x hex, as stat prints them)', intArg('--iflags', { hex: true, max: 0xffffffff }))
+    .option('--iflags <n>', 'new iflags (decimal or 0x hex, as stat prints them)', intArg('--iflags', { hex: true, max: U32_MAX }))
     .option('--json', 'print JSON')
     .action((path: string, o, cmd: Command) => {
       if (o.uid === undefined && o.gid === undefined && o.perm === undefined && o.iflags === undefined) {
@@ -183,7 +186,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
   admin
     .command('rm')
     .description('remove a file, symlink or empty directory; -r a whole tree (moved to GC atomically)')
-    .argument('<path>', 'path')
+    .argument('<path>', 'path', dfsPathArg('path'))
     .option('-r, --recursive', 'remove a non-empty directory')
     .option('--json', 'print JSON')
     .action((path: string, o, cmd: Command) => fsSession(cmd, async (f, json) => printAction(await adminRm(f, path, { recursive: !!o.recursive }), json)))
@@ -191,8 +194,8 @@ coreutils instead). Missing parents get the same layout as PATH.`,
   admin
     .command('mv')
     .description('rename (POSIX semantics: an existing destination is replaced atomically)')
-    .argument('<src>', 'source path')
-    .argument('<dst>', 'destination path')
+    .argument('<src>', 'source path', dfsPathArg('src'))
+    .argument('<dst>', 'destination path', dfsPathArg('dst'))
     .option('--json', 'print JSON')
     .action((src: string, dst: string, _o, cmd: Command) => fsSession(cmd, async (f, json) => printAction(await adminMv(f, src, dst), json)))
 
@@ -225,8 +228,8 @@ users get META_NOT_PERMITTED.`,
   admin
     .command('session-prune')
     .description('remove write sessions of dead clients (not alive in mgmtd), or of one dead client (root only)')
-    .option('--client-id <id>', 'prune this dead client\'s sessions')
-    .option('--session <ids...>', 'only these sessions (needs --client-id)')
+    .option('--client-id <uuid>', 'prune this dead client\'s sessions (a client id is a UUID)', uuidArg('--client-id'))
+    .option('--session <ids...>', 'only these sessions (needs --client-id)', sessionIdsArg)
     .option('--json', 'print JSON')
     .addHelpText(
       'after',
@@ -245,6 +248,12 @@ client session has expired.`,
         printAction(await adminSessionPrune(f, { ...(o.clientId ? { clientId: o.clientId } : {}), ...(o.session ? { sessions: o.session } : {}) }), json),
       )
     })
+}
+
+/** `--session <ids...>`: an empty session id names no session (it would prune nothing, silently). */
+function sessionIdsArg(v: string, prev: string[] | undefined): string[] {
+  if (v.trim() === '') throw new InvalidArgumentError('--session ids must not be empty')
+  return [...(prev ?? []), v]
 }
 
 /** `query-chunk --path P --chunk-index I` (called from admin.ts's query-chunk). */

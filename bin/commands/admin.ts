@@ -35,7 +35,7 @@ import {
 } from '../../fs/admin/index.js'
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
 import { StrataError } from '../../fs/common/errors.js'
-import { addressListArg, choiceArg, chunkIdArg, intArg, intListArg, out, printAction, printJson, printListing, readInput, sizeArg, sizeListArg, UsageError } from './output.js'
+import { addressListArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, U32_MAX, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 import { registerAdminSessionCommands } from './admin-sessions.js'
 
@@ -63,8 +63,8 @@ function refuseJson(cmd: Command, name: string): void {
   if ((cmd.optsWithGlobals() as GlobalOpts).json) throw new UsageError(`${name} writes CSV; --json is not supported`)
 }
 
-/** 3FS chain table ids are u32. */
-const U32_MAX = 0xffffffff
+/** 3FS's ids of chains, chain tables (and their versions) and nodes are u32; 0 names none of them. */
+const u32Id = (what: string) => intArg(what, { min: 1, max: U32_MAX })
 
 const NODE_TYPE_CHOICES = [...NODE_TYPES, 'CLIENT_AGENT'] as const
 
@@ -80,13 +80,20 @@ export function registerAdminCommands(program: Command): void {
     .enablePositionalOptions(false)
     .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
-    .option('--timeout <seconds>', 'deadline of each RPC (FS commands: of each meta or storage request, retries included)', intArg('--timeout', { min: 1 }), 10)
+    .option('--timeout <seconds>', 'deadline of each RPC (FS commands: of each meta or storage request, retries included)', timerSecondsArg('--timeout'), 10)
     .option('--json', 'print JSON records instead of the table')
     .addHelpText(
       'after',
       `
 Output is whitespace-aligned like admin_cli; --json (on any command) prints records.
-Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
+Errors print "strata: CODE: message" and exit 1; usage errors exit 2 (a malformed
+argument, or a number beyond its range: ids of chains, tables and nodes are u32,
+--timeout at most ${MAX_TIMER_SECONDS} s, what a timer holds).
+
+The filesystem commands (mkdir, create, ls, stat, set-perm, rm, mv, gc-list,
+session-prune, query-chunk --path) act as the calling user: each request carries
+this process's uid, gid and supplementary groups, and meta checks permissions
+against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     )
 
   // --- cluster and nodes
@@ -94,9 +101,9 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('init-cluster')
     .description('record the root layout defaults (chain table, chunk size, stripe size) and optional per-type configs')
-    .argument('<chainTableId>', 'chain table of the root directory layout', intArg('chainTableId', { min: 1, max: U32_MAX }))
-    .argument('<chunkSize>', 'default chunk size, a power of two (65536, 64K, 1M)', sizeArg('chunkSize'))
-    .argument('<stripeSize>', 'default number of chains a file stripes over', intArg('stripeSize', { min: 1 }))
+    .argument('<chainTableId>', 'chain table of the root directory layout', u32Id('chainTableId'))
+    .argument('<chunkSize>', 'default chunk size, a power of two up to 2G (65536, 64K, 1M)', chunkSizeArg('chunkSize'))
+    .argument('<stripeSize>', 'default number of chains a file stripes over', intArg('stripeSize', { min: 1, max: U32_MAX }))
     .option('--mgmtd <file>', 'store this file as the MGMTD config (alias --mgmtd-config-path)')
     .option('--meta <file>', 'store this file as the META config')
     .option('--storage <file>', 'store this file as the STORAGE config')
@@ -133,7 +140,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('register-node')
     .description('register a node id with a type before it first heartbeats')
-    .argument('<nodeId>', 'node id', intArg('nodeId', { min: 1, max: U32_MAX }))
+    .argument('<nodeId>', 'node id', u32Id('nodeId'))
     .argument('<type>', `node type: ${NODE_TYPES.join(' | ')}`, nodeTypeArg('type'))
     .option('--json', 'print JSON')
     .action((nodeId: number, type: NodeType, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await registerNode(s, nodeId, type), json)))
@@ -141,7 +148,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('unregister-node')
     .description('forget a node that no longer heartbeats')
-    .argument('<nodeId>', 'node id', intArg('nodeId', { min: 1, max: U32_MAX }))
+    .argument('<nodeId>', 'node id', u32Id('nodeId'))
     .option('--json', 'print JSON')
     .action((nodeId: number, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await unregisterNode(s, nodeId), json)))
 
@@ -150,11 +157,11 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('create-target')
     .description('create one storage target on a storage node (StorageSerde createTarget)')
-    .requiredOption('--node-id <id>', 'storage node holding the target', intArg('--node-id', { min: 1 }))
-    .requiredOption('--disk-index <d>', 'disk index on that node', intArg('--disk-index'))
+    .requiredOption('--node-id <id>', 'storage node holding the target', u32Id('--node-id'))
+    .requiredOption('--disk-index <d>', 'disk index on that node', intArg('--disk-index', { max: U32_MAX }))
     .requiredOption('--target-id <id>', 'target id', intArg('--target-id', { min: 1 }))
-    .requiredOption('--chain-id <id>', 'chain the target will serve', intArg('--chain-id', { min: 1 }))
-    .option('--chunk-size <sizes...>', 'chunk sizes the target prepares for (64K 1M …)', sizeListArg('--chunk-size'))
+    .requiredOption('--chain-id <id>', 'chain the target will serve', u32Id('--chain-id'))
+    .option('--chunk-size <sizes...>', 'chunk sizes the target prepares for (64K 1M …)', chunkSizeListArg('--chunk-size'))
     .option('--add-chunk-size', 'accepted for compatibility')
     .option('--use-new-chunk-engine', 'accepted for compatibility (there is one engine)')
     .option('--json', 'print JSON')
@@ -167,10 +174,10 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('create-targets')
     .description("create all of a node's targets: per a chains CSV (ids decoded with the deploy formula), else per the cluster layout, else per routing info")
-    .requiredOption('--node-id <id>', 'storage node', intArg('--node-id', { min: 1 }))
-    .option('--disk-index <d...>', 'only these disk indexes', intListArg('--disk-index'))
+    .requiredOption('--node-id <id>', 'storage node', u32Id('--node-id'))
+    .option('--disk-index <d...>', 'only these disk indexes', intListArg('--disk-index', { max: U32_MAX, strict: true }))
     .option('--chains <csv>', 'chains CSV (ChainId,TargetId,…) listing the targets')
-    .option('--chunk-size <sizes...>', 'chunk sizes the targets prepare for', sizeListArg('--chunk-size'))
+    .option('--chunk-size <sizes...>', 'chunk sizes the targets prepare for', chunkSizeListArg('--chunk-size'))
     .option('--allow-existing-target', 'accepted for compatibility (re-creating an existing target is a no-op)')
     .option('--add-chunk-size', 'accepted for compatibility')
     .option('--use-new-chunk-engine', 'accepted for compatibility')
@@ -193,21 +200,22 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('list-targets')
     .description('targets in chain order: TargetId ChainId Role PublicState LocalState NodeId DiskIndex UsedSize')
-    .option('-c, --chain-id <id>', 'only this chain', intArg('--chain-id', { min: 1 }))
+    .option('-c, --chain-id <id>', 'only this chain', u32Id('--chain-id'))
     .option('--orphan', 'targets that belong to no chain: TargetId LocalState NodeId DiskIndex UsedSize')
     .option('--json', 'print JSON records')
-    .action((o, cmd: Command) =>
-      session(cmd, async (s, json) => {
+    .action((o, cmd: Command) => {
+      if (o.orphan && o.chainId !== undefined) throw new UsageError('list-targets: --orphan lists the targets that belong to no chain; -c cannot be used with it')
+      return session(cmd, async (s, json) => {
         if (o.orphan) return printListing(await listOrphans(s), json)
         printListing(await listTargets(s, o.chainId !== undefined ? { chainId: o.chainId } : {}), json)
-      }),
-    )
+      })
+    })
 
   admin
     .command('offline-target')
     .description('take a target offline on its storage node; refused for the only SERVING replica of a chain unless --force')
     .requiredOption('--target-id <id>', 'target', intArg('--target-id', { min: 1 }))
-    .option('--node-id <id>', 'its storage node (default: from routing info)', intArg('--node-id', { min: 1 }))
+    .option('--node-id <id>', 'its storage node (default: from routing info)', u32Id('--node-id'))
     .option('--force', 'also when it is the last SERVING replica (the chain becomes unavailable)')
     .option('--json', 'print JSON')
     .action((o, cmd: Command) =>
@@ -217,7 +225,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('remove-target')
     .description('delete an OFFLINE target and its data from its storage node')
-    .requiredOption('--node-id <id>', 'storage node', intArg('--node-id', { min: 1 }))
+    .requiredOption('--node-id <id>', 'storage node', u32Id('--node-id'))
     .requiredOption('--target-id <id>', 'target', intArg('--target-id', { min: 1 }))
     .option('--force', 'also when the chain still lists it as not OFFLINE')
     .option('--json', 'print JSON')
@@ -235,6 +243,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
     .action((file: string | undefined, o, cmd: Command) => {
       if (o.dumpTemplate) {
         refuseJson(cmd, 'upload-chains -d')
+        if (o.setPreferredTargetOrder) throw new UsageError('upload-chains -d writes a template; --set-preferred-target-order cannot be used with it')
         return dumpTemplate(file, CHAINS_CSV_TEMPLATE)
       }
       if (!file) throw new UsageError('upload-chains needs <csv-file-path> (or -d to print a template)')
@@ -252,6 +261,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
     .action((tableArg: string | undefined, file: string | undefined, o, cmd: Command) => {
       if (o.dumpTemplate) {
         refuseJson(cmd, 'upload-chain-table -d')
+        if (o.desc !== undefined) throw new UsageError('upload-chain-table -d writes a template; --desc cannot be used with it')
         // `-d PATH` as upload-chains -d takes it; `-d ID PATH` as 3FS's admin_cli
         const dest = file ?? (tableArg !== undefined && !/^\d+$/.test(tableArg) ? tableArg : undefined)
         return dumpTemplate(dest, CHAIN_TABLE_CSV_TEMPLATE)
@@ -265,8 +275,8 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('list-chains')
     .description('chains: ChainId ChainTable ChainTableVersion ChainVersion Status PreferredOrder Target… (targets as id(PUBLIC-LOCAL), head first)')
-    .option('-t, --table-id <id>', 'only the chains of this chain table, in table order', intArg('--table-id', { min: 1 }))
-    .option('-v, --version <ver>', 'with -t: this table version (default latest)', intArg('--version', { min: 1 }))
+    .option('-t, --table-id <id>', 'only the chains of this chain table, in table order', u32Id('--table-id'))
+    .option('-v, --version <ver>', 'with -t: this table version (default latest)', u32Id('--version'))
     .option('--json', 'print JSON records')
     .action((o, cmd: Command) => {
       if (o.version !== undefined && o.tableId === undefined) throw new UsageError('list-chains -v needs -t')
@@ -284,7 +294,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('update-chain')
     .description('add a target to a chain (it joins OFFLINE and syncs) or remove one')
-    .argument('<chainId>', 'chain', intArg('chainId', { min: 1 }))
+    .argument('<chainId>', 'chain', u32Id('chainId'))
     .argument('<targetId>', 'target', intArg('targetId', { min: 1 }))
     .requiredOption('-m, --mode <mode>', 'add | remove', choiceArg('--mode', ['add', 'remove'] as const))
     .option('--json', 'print JSON')
@@ -293,7 +303,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('rotate-lastsrv')
     .description('when the LASTSRV target of a chain is lost for good, make the next target LASTSRV')
-    .argument('<chainId>', 'chain', intArg('chainId', { min: 1 }))
+    .argument('<chainId>', 'chain', u32Id('chainId'))
     .option('--json', 'print JSON')
     .action((chainId: number, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await rotateLastSrv(s, chainId), json)))
 
@@ -309,9 +319,9 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('dump-chain-table')
     .description('write a chain table version as an upload-chain-table CSV (stdout without a file)')
-    .argument('<tableId>', 'chain table', intArg('tableId', { min: 1, max: U32_MAX }))
+    .argument('<tableId>', 'chain table', u32Id('tableId'))
     .argument('[csv-file-path]', 'output file')
-    .option('-v, --version <ver>', 'table version (default latest)', intArg('--version', { min: 1 }))
+    .option('-v, --version <ver>', 'table version (default latest)', u32Id('--version'))
     .action((tableId: number, file: string | undefined, o, cmd: Command) => {
       refuseJson(cmd, 'dump-chain-table')
       return session(cmd, async (s) => writeOrPrint(file, await dumpChainTable(s, tableId, o.version)))
@@ -322,12 +332,17 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('query-chunk')
     .description("a chunk's metadata on every target of its chain (head first); --path/--chunk-index computes chain and chunk id from a file's layout")
-    .option('-c, --chain-id <id>', 'chain holding the chunk', intArg('--chain-id', { min: 1 }))
+    .option('-c, --chain-id <id>', 'chain holding the chunk', u32Id('--chain-id'))
     .option('--chunk <id>', 'chunk id: 32 hex digits (dashes allowed) or 0x<inode>-<track>-<index>', chunkIdArg)
-    .option('--path <path>', 'instead of -c/--chunk: a file in the DFS …')
-    .option('--chunk-index <i>', '… and the index of its chunk', intArg('--chunk-index'))
+    .option('--path <path>', 'instead of -c/--chunk: a file in the DFS …', dfsPathArg('--path'))
+    .option('--chunk-index <i>', '… and the index of its chunk', intArg('--chunk-index', { max: U32_MAX }))
     .option('--json', 'print JSON records')
     .action((o, cmd: Command) => {
+      // two ways to name the chunk: an option of the other way would be ignored, so it is refused
+      if (o.path !== undefined && (o.chainId !== undefined || o.chunk !== undefined)) {
+        throw new UsageError(`query-chunk: --path/--chunk-index and -c/--chunk are two ways to name the chunk; ${o.chainId !== undefined ? '-c' : '--chunk'} cannot be used with --path`)
+      }
+      if (o.path === undefined && o.chunkIndex !== undefined) throw new UsageError('query-chunk: --chunk-index needs --path (with -c, --chunk names the chunk)')
       if (o.path !== undefined) {
         if (o.chunkIndex === undefined) throw new UsageError('query-chunk --path needs --chunk-index')
         return queryChunkOfPath(cmd, o.path, o.chunkIndex)
@@ -344,7 +359,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
   admin
     .command('dump-chunkmeta')
     .description('metadata of every chunk on the SERVING targets of some chains (all by default)')
-    .option('-c, --chain-ids <ids...>', 'only these chains', intListArg('--chain-ids'))
+    .option('-c, --chain-ids <ids...>', 'only these chains', intListArg('--chain-ids', { min: 1, max: U32_MAX, strict: true }))
     .option('-m, --chunkmeta-dir <dir>', 'also write <chain>-<target>.meta files (JSON lines) into this new directory')
     .option('--json', 'print JSON records')
     .action((o, cmd: Command) =>
@@ -379,6 +394,7 @@ Errors print "strata: CODE: message" and exit 1; usage errors exit 2.`,
     .option('-o, --output-file <file>', 'write the config content here')
     .option('--json', 'print JSON')
     .action((o, cmd: Command) => {
+      if (o.type !== undefined && o.nodeType !== undefined && o.type !== o.nodeType) throw new UsageError(`get-config: -t ${o.type} and --node-type ${o.nodeType} name different types; give one`)
       const type = o.type ?? o.nodeType
       if (!type) throw new UsageError('get-config: must specify -t')
       return session(cmd, async (s, json) => {

@@ -19,7 +19,7 @@ import {
   type ClusterStatus,
   type TimerProfile,
 } from '../../fs/admin/index.js'
-import { choiceArg, intArg, out, printJson, progressReporter, sizeArg, warmPoolArg } from './output.js'
+import { choiceArg, intArg, out, printJson, progressReporter, sizeArg, timerSecondsArg, warmPoolArg } from './output.js'
 import { exitOnInterrupt } from './fs.js'
 
 interface DirOpts {
@@ -95,7 +95,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--warm-pool <image=count>', 'the sandbox daemon keeps COUNT sandboxes of IMAGE started ahead of the creates (repeatable; see strata serve --help)', warmPoolArg)
     .option('--no-bootstrap', 'only start the processes; run init-cluster, create-target, upload-chains… yourself (DIR/config has the CSVs)')
     .option('--timers <profile>', 'daemon timers: local (test scale, seconds) or production (3FS defaults)', choiceArg<TimerProfile>('--timers', ['local', 'production']), 'local')
-    .option('--timeout <seconds>', 'give up bootstrapping after this long (default 60, production 300)', intArg('--timeout', { min: 1 }))
+    .option('--timeout <seconds>', 'give up bootstrapping after this long (default 60, production 300)', timerSecondsArg('--timeout'))
     .option('--name <name>', 'cluster name (default: the directory name)')
     .option('--keep-on-failure', 'leave the processes running when the bootstrap fails')
     .option('-q, --quiet', 'no progress output')
@@ -157,7 +157,7 @@ ${DIR_HELP}`,
     .command('down')
     .description('stop every process (SIGTERM, then SIGKILL after the grace period); data is kept')
     .addHelpText('after', '\nMounts made with `strata fs mount MNT --cluster DIR` (recorded in DIR/mounts) are stopped first:\ntheir daemons flush and unmount while meta and storage still serve them; a mount a dead daemon left is cleared.')
-    .option('--grace <seconds>', 'seconds to wait after SIGTERM before SIGKILL', intArg('--grace', { min: 0 }), 10)
+    .option('--grace <seconds>', 'seconds to wait after SIGTERM before SIGKILL', timerSecondsArg('--grace', { min: 0 }), 10)
     .option('--json', 'print the result as JSON')
     .action(async (o, cmd: Command) => {
       const r = await clusterDown({ dir: dirOf(cmd.optsWithGlobals()), graceMs: o.grace * 1000 })
@@ -198,7 +198,7 @@ ${DIR_HELP}`,
     .command('start')
     .description('start one stopped process again with its saved config and port')
     .requiredOption('--node <name>', 'process name, e.g. storage-2')
-    .option('--timeout <seconds>', 'wait this long for it to answer and (storage) to connect to mgmtd', intArg('--timeout', { min: 1 }), 30)
+    .option('--timeout <seconds>', 'wait this long for it to answer and (storage) to connect to mgmtd', timerSecondsArg('--timeout'), 30)
     .option('--json', 'print the result as JSON')
     .action(async (o, cmd: Command) => {
       const r = await clusterStart({ dir: dirOf(cmd.optsWithGlobals()), node: o.node, timeoutMs: o.timeout * 1000 })

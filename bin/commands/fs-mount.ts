@@ -10,7 +10,7 @@ import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { mountBackground, mountRecord, planMount, preflightMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
 import { forgetMount, recordMount } from '../../fs/fuse/cluster-mounts.js'
-import { intArg, out, printJson, sizeArg } from './output.js'
+import { intArg, MAX_TIMER_MS, MAX_TIMER_SECONDS, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 import { MAX_WRITE_BUFFER_SIZE } from '../../fs/client/index.js'
 import { fsUser } from './fs.js'
 
@@ -34,15 +34,12 @@ interface MountCliOpts {
   waitTimeout?: number
 }
 
-/** The longest time Node's timers hold (2^31 − 1 ms): a longer one fires at once. */
-const MAX_SECONDS = 2147483
-
-function secondsArg(what: string): (v: string) => number {
+/** Seconds, fractions allowed; `timer`: it becomes a timer, so at most what one holds (2^31-1 ms). */
+function secondsArg(what: string, opts: { timer?: boolean } = {}): (v: string) => number {
   return (v: string) => {
     const n = Number(v)
-    if (!/^\d+(\.\d+)?$/.test(v.trim()) || !Number.isFinite(n) || n < 0 || n > MAX_SECONDS) {
-      throw new InvalidArgumentError(`${what} must be a number of seconds from 0 to ${MAX_SECONDS}, got "${v}"`)
-    }
+    if (!/^\d+(\.\d+)?$/.test(v.trim()) || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${what} must be a non-negative number of seconds, got "${v}"`)
+    if (opts.timer && n * 1000 > MAX_TIMER_MS) throw new InvalidArgumentError(`${what} must be in [0, ${MAX_TIMER_SECONDS}] seconds (timers hold at most 2^31-1 ms), got ${v.trim()}`)
     return n
   }
 }
@@ -68,9 +65,9 @@ export function registerFsMountCommands(parent: Command): void {
     .option('--readonly', 'refuse every change with EROFS')
     .option('--no-allow-other', 'only the mounting user may use the mount (default: others too, when root)')
     .option('--default-permissions', 'let the kernel check permission bits for each caller')
-    .option('--op-timeout <s>', 'fail a FUSE request after this many seconds (default 0: never; storage failover then shows as latency)', secondsArg('--op-timeout'))
-    .option('--orphan-timeout <s>', 'once mgmtd has refused connections this long (the cluster is stopped), requests whose servers are unreachable fail with ENOTCONN instead of waiting out the 60 s failover budget (default 5; 0: wait)', secondsArg('--orphan-timeout'))
-    .option('--wait-timeout <s>', 'how long to wait for the mount to come up', intArg('--wait-timeout', { min: 1, max: MAX_SECONDS }), 60)
+    .option('--op-timeout <s>', 'fail a FUSE request after this many seconds (default 0: never; storage failover then shows as latency)', secondsArg('--op-timeout', { timer: true }))
+    .option('--orphan-timeout <s>', 'once mgmtd has refused connections this long (the cluster is stopped), requests whose servers are unreachable fail with ENOTCONN instead of waiting out the 60 s failover budget (default 5; 0: wait)', secondsArg('--orphan-timeout', { timer: true }))
+    .option('--wait-timeout <s>', 'how long to wait for the mount to come up', timerSecondsArg('--wait-timeout'), 60)
     .option('--foreground', 'run the daemon in this process until SIGTERM (exit 0) or Ctrl-C (exit 130)')
     .addHelpText(
       'after',
@@ -127,7 +124,7 @@ export function registerFsMountCommands(parent: Command): void {
     .alias('unmount')
     .description('unmount: stop the FUSE daemon serving the mount point (SIGTERM: it flushes and unmounts), whether its mount is alive or dead; clear a mount whose daemon died')
     .argument('<mountpoint>', 'the mount point')
-    .option('--wait <s>', 'seconds to wait for the daemon to exit after SIGTERM before SIGKILL (a daemon that survives SIGKILL is an error)', intArg('--wait', { min: 1, max: MAX_SECONDS }), 20)
+    .option('--wait <s>', 'seconds to wait for the daemon to exit after SIGTERM before SIGKILL (a daemon that survives SIGKILL is an error)', timerSecondsArg('--wait'), 20)
     .action(async (mountpoint: string, _o: unknown, cmd: Command) => {
       const o = cmd.opts() as { wait?: number }
       const g = cmd.optsWithGlobals() as MountCliOpts

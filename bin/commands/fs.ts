@@ -13,7 +13,7 @@ import { StrataError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
-import { addressListArg, intArg, intListArg, out, printJson, sizeArg } from './output.js'
+import { addressListArg, intArg, intListArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -315,7 +315,7 @@ export function registerFsCommands(program: Command): Command {
     .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
     .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)', addressListArg)
-    .option('--timeout <seconds>', 'how long each DFS request may retry before the command fails (put/get: each 8 MiB block); a failing command ends within about this long, plus at most 5 s of cleanup', intArg('--timeout', { min: 1 }), 60)
+    .option('--timeout <seconds>', 'how long each DFS request may retry before the command fails (put/get: each 8 MiB block); a failing command ends within about this long, plus at most 5 s of cleanup', timerSecondsArg('--timeout'), 60)
     .option('--uid <uid>', 'act as this uid (default: the caller\'s)', intArg('--uid'))
     .option('--gid <gid>', 'act as this gid (default: the caller\'s)', intArg('--gid'))
     .option('--groups <gids>', 'supplementary groups, comma separated (default: the caller\'s; none besides --gid when --uid or --gid is given)', intListArg('--groups'))

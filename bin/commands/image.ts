@@ -1,7 +1,7 @@
 // `strata image import|compose|ls|inspect|tag|rm|gc|export` (and push/pull
 // from image-transfer.ts): images in the cluster's store under
 // /strata/images, reached through the file client like `strata fs`.
-import { InvalidArgumentError, type Command } from 'commander'
+import type { Command } from 'commander'
 import { formatTable } from '../../fs/admin/index.js'
 import { StrataError, isStrataError } from '../../fs/common/errors.js'
 import { composeImage } from '../../sandbox/image/compose.js'
@@ -11,7 +11,7 @@ import { formatBytes } from '../../sandbox/image/progress.js'
 import { LAYER_KINDS, formatImageRef, parseImageRef, type ImageManifest, type LayerKind } from '../../sandbox/image/types.js'
 import { secondsSince, withImageStore } from './image-store.js'
 import { registerImageTransfer } from './image-transfer.js'
-import { addressListArg, choiceArg, out, printJson } from './output.js'
+import { addressListArg, choiceArg, out, printJson, timerSecondsArg } from './output.js'
 
 function short(digest: string): string {
   return digest.slice('sha256:'.length, 'sha256:'.length + 12)
@@ -21,15 +21,6 @@ function imageSize(m: ImageManifest): number {
   const seen = new Map<string, number>()
   for (const l of m.layers) seen.set(l.digest, l.size)
   return [...seen.values()].reduce((a, b) => a + b, 0)
-}
-
-/** A whole number of seconds, at least 1 (0 would mean no time at all, not "no limit"). */
-function secondsArg(what: string): (v: string) => number {
-  return (v: string) => {
-    const n = /^\s*\d+\s*$/.test(v) ? Number(v) : NaN
-    if (!Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`${what} must be an integer ≥ 1 (seconds), got ${JSON.stringify(v)}`)
-    return n
-  }
 }
 
 /** NAME[:TAG] of a destination (a digest is not a name). */
@@ -51,7 +42,8 @@ export function registerImageCommands(program: Command): Command {
     .option(
       '--timeout <seconds>',
       'how long one DFS operation may retry; push and pull: how long the object store or registry may leave a request unanswered or a body without bytes before the command fails (not retried)',
-      secondsArg('--timeout'),
+      // at least 1 (0 would mean no time at all, not "no limit"), at most what a timer holds
+      timerSecondsArg('--timeout'),
       60,
     )
     .option('--json', 'print JSON')

@@ -86,9 +86,105 @@ export const addressListArg = checkedArg((v) => {
 /** `--chunk`: a chunk id in either of its written forms. */
 export const chunkIdArg = checkedArg(parseChunkIdString)
 
-export function intListArg(what: string): (v: string, prev: number[] | undefined) => number[] {
-  const one = intArg(what)
+/**
+ * A comma-separated list (repeatable). With `strict` an empty element (`1,,2`,
+ * `1,`, ``) is a usage error instead of being dropped: ids an operator typed
+ * are never skipped silently.
+ */
+export function intListArg(what: string, opts: { min?: number; max?: number; strict?: boolean } = {}): (v: string, prev: number[] | undefined) => number[] {
+  const one = intArg(what, opts)
+  return (v, prev) => {
+    const parts = v.split(',')
+    if (opts.strict && parts.some((x) => x.trim() === '')) {
+      throw new InvalidArgumentError(`${what} wants a comma-separated list of integers in [${opts.min ?? 0}, ${opts.max ?? Number.MAX_SAFE_INTEGER}] with no empty element, got ${JSON.stringify(v)}`)
+    }
+    return [...(prev ?? []), ...parts.filter(Boolean).map(one)]
+  }
+}
+
+/** 3FS ids that are u32: chain ids, chain table ids and versions, node ids, uids and gids, flag words. */
+export const U32_MAX = 0xffff_ffff
+
+/**
+ * The largest delay Node's timers hold: 2^31-1 ms. A longer one is cut to
+ * 1 ms with a TimeoutOverflowWarning, so a deadline beyond it would fire at once.
+ */
+export const MAX_TIMER_MS = 0x7fff_ffff
+/** MAX_TIMER_MS in whole seconds (2147483 s, about 24.8 days). */
+export const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000)
+
+/**
+ * A whole number of seconds that becomes a timer (`--timeout`, `--grace`, …):
+ * beyond MAX_TIMER_SECONDS is a usage error that says why.
+ */
+export function timerSecondsArg(what: string, opts: { min?: number } = {}): (v: string) => number {
+  const min = opts.min ?? 1
+  return (v: string) => {
+    const s = v.trim()
+    if (!/^\d+$/.test(s)) throw new InvalidArgumentError(`${what} must be a whole number of seconds in [${min}, ${MAX_TIMER_SECONDS}], got ${JSON.stringify(v)}`)
+    const n = Number(s)
+    if (n < min || n > MAX_TIMER_SECONDS) {
+      throw new InvalidArgumentError(`${what} must be in [${min}, ${MAX_TIMER_SECONDS}] seconds (timers hold at most 2^31-1 ms), got ${s}`)
+    }
+    return n
+  }
+}
+
+/**
+ * A file layout's chunk size: a size (64K, 1M, 65536) within a u32, which is
+ * what a layout holds, so at most 2G (2^31, the largest power of two in a u32).
+ * The power-of-two rule is the operation's (INVALID_ARGUMENT, exit 1).
+ */
+export const MAX_CHUNK_SIZE = 2 ** 31
+export function chunkSizeArg(what: string): (v: string) => number {
+  const size = sizeArg(what)
+  return (v: string) => {
+    const n = size(v)
+    if (n < 1 || n > MAX_CHUNK_SIZE) throw new InvalidArgumentError(`${what} must be in [1, ${MAX_CHUNK_SIZE}] (at most 2G: chunk sizes are u32 powers of two), got ${v}`)
+    return n
+  }
+}
+
+export function chunkSizeListArg(what: string): (v: string, prev: number[] | undefined) => number[] {
+  const one = chunkSizeArg(what)
   return (v, prev) => [...(prev ?? []), ...v.split(',').filter(Boolean).map(one)]
+}
+
+/**
+ * `--chain-list 1,2,3`: chain ids (u32, from 1), or with a chain table its
+ * 1-based indexes; an empty list or element is a usage error.
+ */
+export function chainListArg(what: string): (v: string) => number[] {
+  return (v: string) => {
+    const parts = v.split(',')
+    return parts.map((x, i) => {
+      const s = x.trim()
+      const n = Number(s)
+      if (!/^\d+$/.test(s) || n < 1 || n > U32_MAX) {
+        const el = s === '' ? `element ${i + 1} is empty` : `element ${i + 1} is ${JSON.stringify(x)}`
+        throw new InvalidArgumentError(`${what} wants comma-separated chain ids (or chain table indexes), each an integer in [1, ${U32_MAX}]; in ${JSON.stringify(v)} ${el}`)
+      }
+      return n
+    })
+  }
+}
+
+/** A path argument of a DFS command: not empty, no NUL byte (neither names anything). */
+export function dfsPathArg(what: string): (v: string) => string {
+  return (v: string) => {
+    if (v === '') throw new InvalidArgumentError(`${what} is empty (a DFS path such as /dir/file)`)
+    if (v.includes('\0')) throw new InvalidArgumentError(`${what} contains a NUL byte`)
+    return v
+  }
+}
+
+/** A client id as clients make them (MetaClient, FUSE daemon: randomUUID), as 3FS's ClientId is a Uuid. */
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+export function uuidArg(what: string): (v: string) => string {
+  return (v: string) => {
+    if (!UUID_RE.test(v.trim())) throw new InvalidArgumentError(`${what} must be a client id, a UUID such as 0f8fad5b-d9cb-469f-a165-70867728950e, got ${JSON.stringify(v)}`)
+    return v.trim().toLowerCase()
+  }
 }
 
 export function sizeArg(what: string): (v: string) => number {

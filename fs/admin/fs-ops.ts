@@ -86,6 +86,11 @@ export function permString(perm: number): string {
   return (perm & 0o7777).toString(8).padStart(4, '0')
 }
 
+/** IFlags as 3FS's stat prints them: `0x%08x`. */
+export function iflagsString(iflags: number): string {
+  return `0x${(iflags >>> 0).toString(16).padStart(8, '0')}`
+}
+
 /** Parses an octal permission like 3FS (`755`, `0644`); throws INVALID_ARGUMENT. */
 export function parsePerm(text: string | number): number {
   const s = String(text).trim()
@@ -262,7 +267,7 @@ export async function adminStat(
     inode: inodeHex(st.id),
     nlink: st.nlink,
     permission: permString(st.acl.perm),
-    iflags: `0x${(st.acl.iflags >>> 0).toString(16).padStart(8, '0')}`,
+    iflags: iflagsString(st.acl.iflags),
     uid: st.acl.uid,
     gid: st.acl.gid,
     access: ymdHMS(Math.floor(st.atime / 1000)),
@@ -308,13 +313,18 @@ export async function adminStat(
   return { lines, result: v }
 }
 
+/** With -s, the fields stat's JSON gives them (numbers, same names): */
 export interface LsRow {
   name: string
   type: InodeType
   inode: string
   modified?: string
-  /** files: `length@truncateVer`; directories `-`; symlinks the target */
-  length?: string
+  /** files: their length; symlinks: the length of their target (as lstat(2)); directories: none */
+  length?: number
+  /** files */
+  truncateVer?: number
+  /** symlinks */
+  target?: string
   permission?: string
 }
 
@@ -331,7 +341,13 @@ export async function adminLs(f: FsAdminSession, path = '/', o: { limit?: number
         const ino: Inode | undefined = page.inodes[i]
         if (ino) {
           row.modified = ymdHMS(Math.floor(ino.mtime / 1000))
-          row.length = ino.type === 'File' ? `${ino.file?.length ?? 0}@${ino.file?.truncateVer ?? 0}` : ino.type === 'Directory' ? '-' : (ino.symlink?.target ?? '')
+          if (ino.type === 'File') {
+            row.length = ino.file?.length ?? 0
+            row.truncateVer = ino.file?.truncateVer ?? 0
+          } else if (ino.type === 'Symlink') {
+            row.target = ino.symlink?.target ?? ''
+            row.length = Buffer.byteLength(row.target)
+          }
           row.permission = permString(ino.acl.perm)
         }
       }
@@ -342,8 +358,20 @@ export async function adminLs(f: FsAdminSession, path = '/', o: { limit?: number
     prev = page.entries[page.entries.length - 1]!.name
   }
   const header = o.status ? ['Name', 'Type', 'Inode', 'Modified', 'Length', 'Permission'] : ['Name', 'Type', 'Inode']
-  const rows = records.map((r) => (o.status ? [r.name, r.type, r.inode, r.modified ?? 'N/A', r.length ?? 'N/A', r.permission ?? 'N/A'] : [r.name, r.type, r.inode]))
+  const rows = records.map((r) => (o.status ? [r.name, r.type, r.inode, r.modified ?? 'N/A', lsLength(r), r.permission ?? 'N/A'] : [r.name, r.type, r.inode]))
   return { header, rows, records }
+}
+
+/**
+ * ls -s's Length column: a file's `length@truncateVer` and a directory's `-`
+ * as 3FS prints them; a symlink's length (its target's), where 3FS prints the
+ * target itself (which may hold spaces and break the columns; stat shows it).
+ */
+function lsLength(r: LsRow): string {
+  if (r.modified === undefined) return 'N/A'
+  if (r.type === 'File') return `${r.length ?? 0}@${r.truncateVer ?? 0}`
+  if (r.type === 'Symlink') return String(r.length ?? 0)
+  return '-'
 }
 
 function inodeResult(verb: string, path: string, st: Inode | null): ActionResult<{ path: string; inode: string | null; type: InodeType | null }> {
@@ -420,7 +448,8 @@ export async function adminSetPerm(f: FsAdminSession, path: string, o: { uid?: n
   ).stat
   return {
     lines: [[`Set permission of ${normalizePath(path)}: uid ${st.acl.uid} gid ${st.acl.gid} perm ${permString(st.acl.perm)}`]],
-    result: { path: normalizePath(path), inode: inodeHex(st.id), uid: st.acl.uid, gid: st.acl.gid, permission: permString(st.acl.perm), iflags: st.acl.iflags },
+    // iflags as stat prints them (and --json gives them): 0x%08x
+    result: { path: normalizePath(path), inode: inodeHex(st.id), uid: st.acl.uid, gid: st.acl.gid, permission: permString(st.acl.perm), iflags: iflagsString(st.acl.iflags) },
   }
 }
 

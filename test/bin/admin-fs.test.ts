@@ -196,3 +196,111 @@ test('admin FS commands: a bad or unreachable --mgmtd-address fails at once; --t
   const took = Date.now() - t0
   t.true(took < 10_000, `--timeout 2 took ${took} ms`)
 })
+
+/** `strata admin --mgmtd-address A …` where nothing listens at A: a value that got past parsing fails with RPC_CONNECT_FAILED, exit 1. */
+async function deadAdmin(): Promise<(...a: string[]) => string[]> {
+  const port = await freePort()
+  return (...a: string[]) => ['admin', '--mgmtd-address', `127.0.0.1:${port}`, ...a]
+}
+
+const usage = (re: RegExp) => new RegExp(`^strata: usage: .*${re.source}`, 'm')
+
+test('admin numbers beyond their real range, malformed or empty lists, empty paths and client ids: usage errors (exit 2) before the cluster is contacted', async (t) => {
+  t.timeout(2 * 60_000)
+  const adm = await deadAdmin()
+  const u32 = (opt: string, min = 0) => usage(new RegExp(`${opt} must be in \\[${min}, 4294967295\\]`))
+  const rows: Array<[string[], RegExp]> = [
+    // ids and flag words that are u32 (as --iflags and --chain-table-id already were)
+    [adm('set-perm', '--uid', '4294967296', '/x'), u32('--uid')],
+    [adm('set-perm', '--gid', '4294967296', '/x'), u32('--gid')],
+    [adm('mkdir', '--stripe-size', '4294967296', '/x'), u32('--stripe-size', 1)],
+    [adm('create', '--stripe-size', '0', '/x'), u32('--stripe-size', 1)],
+    [adm('create', '--chain-table-ver', '4294967296', '/x'), u32('--chain-table-ver')],
+    [adm('query-chunk', '--path', '/x', '--chunk-index', '4294967296'), u32('--chunk-index')],
+    [adm('query-chunk', '-c', '4294967296', '--chunk', '0x1-0-0'), u32('--chain-id', 1)],
+    [adm('list-targets', '-c', '4294967296'), u32('--chain-id', 1)],
+    [adm('update-chain', '4294967296', '1', '-m', 'add'), u32('chainId', 1)],
+    [adm('offline-target', '--target-id', '1', '--node-id', '4294967296'), u32('--node-id', 1)],
+    [adm('list-chains', '-t', '1', '-v', '4294967296'), u32('--version', 1)],
+    [adm('init-cluster', '1', '1M', '4294967296'), u32('stripeSize', 1)],
+    // chunk sizes: a layout holds a u32, so a power of two of at most 2G
+    [adm('create', '--chunk-size', '8G', '/x'), usage(/--chunk-size must be in \[1, 2147483648\] \(at most 2G/)],
+    [adm('mkdir', '--chunk-size', '0', '/x'), usage(/--chunk-size must be in \[1, 2147483648\]/)],
+    [adm('init-cluster', '1', '4G', '2'), usage(/chunkSize must be in \[1, 2147483648\]/)],
+    [adm('create-target', '--node-id', '1', '--disk-index', '0', '--target-id', '1', '--chain-id', '1', '--chunk-size', '4G'), usage(/--chunk-size must be in \[1, 2147483648\]/)],
+    // chain lists: every element a chain id (or table index), none empty or dropped
+    [adm('create', '--chain-list', 'abc', '--chunk-size', '64K', '/x'), usage(/--chain-list wants comma-separated chain ids .*; in "abc" element 1 is "abc"$/)],
+    [adm('create', '--chain-list', '', '--chunk-size', '64K', '/x'), usage(/--chain-list .*; in "" element 1 is empty$/)],
+    [adm('create', '--chain-list', '1000100001,,1000200001', '--chunk-size', '64K', '/x'), usage(/--chain-list .*; in "1000100001,,1000200001" element 2 is empty$/)],
+    [adm('create', '--chain-list', '1,0', '--chunk-size', '64K', '/x'), usage(/element 2 is "0"$/)],
+    [adm('dump-chunkmeta', '-c', '1,,2'), usage(/--chain-ids wants a comma-separated list .* no empty element, got "1,,2"$/)],
+    [adm('create-targets', '--node-id', '1', '--disk-index', '0,'), usage(/--disk-index wants a comma-separated list .* no empty element/)],
+    // empty paths and client ids name nothing
+    [adm('create', ''), usage(/path is empty/)],
+    [adm('mkdir', ''), usage(/path is empty/)],
+    [adm('ls', ''), usage(/path is empty/)],
+    [adm('mv', '', '/y'), usage(/src is empty/)],
+    [adm('query-chunk', '--path', '', '--chunk-index', '0'), usage(/--path is empty/)],
+    [adm('session-prune', '--client-id', ''), usage(/--client-id must be a client id, a UUID such as [0-9a-f-]{36}, got ""$/)],
+    [adm('session-prune', '--client-id', 'not-a-uuid'), usage(/--client-id must be a client id, a UUID/)],
+    [adm('session-prune', '--client-id', '0f8fad5b-d9cb-469f-a165-70867728950e', '--session', ''), usage(/--session ids must not be empty/)],
+  ]
+  for (const [args, re] of rows) await fails(t, args, 2, re)
+})
+
+test('admin options that name one thing two ways, where one would be ignored: refused together as usage errors', async (t) => {
+  t.timeout(2 * 60_000)
+  const adm = await deadAdmin()
+  const rows: Array<[string[], RegExp]> = [
+    // query-chunk --path silently ignored -c
+    [adm('query-chunk', '--path', '/x', '--chunk-index', '0', '-c', '1'), usage(/query-chunk: --path\/--chunk-index and -c\/--chunk are two ways to name the chunk; -c cannot be used with --path/)],
+    [adm('query-chunk', '--path', '/x', '--chunk-index', '0', '--chunk', '0x1-0-0'), usage(/--chunk cannot be used with --path/)],
+    [adm('query-chunk', '-c', '1', '--chunk', '0x1-0-0', '--chunk-index', '3'), usage(/query-chunk: --chunk-index needs --path/)],
+    [adm('list-targets', '--orphan', '-c', '1'), usage(/list-targets: --orphan lists the targets that belong to no chain; -c cannot be used with it/)],
+    [adm('get-config', '-t', 'META', '--node-type', 'STORAGE'), usage(/get-config: -t META and --node-type STORAGE name different types/)],
+    [adm('upload-chains', '-d', '--set-preferred-target-order'), usage(/upload-chains -d writes a template; --set-preferred-target-order cannot be used with it/)],
+    [adm('upload-chain-table', '-d', '--desc', 'x'), usage(/upload-chain-table -d writes a template; --desc cannot be used with it/)],
+  ]
+  for (const [args, re] of rows) await fails(t, args, 2, re)
+})
+
+test('timer options of every group (--timeout, --grace, --wait): at most 2147483 s, what a timer holds, as a usage error; the largest works without TimeoutOverflowWarning', async (t) => {
+  t.timeout(2 * 60_000)
+  const port = await freePort()
+  const adm = await deadAdmin()
+  const dir = tempDir(t)
+  // 99999999999 printed TimeoutOverflowWarning three times and the deadline became 1 ms
+  const timer = (opt: string, min = 1) => usage(new RegExp(`${opt} must be in \\[${min}, 2147483\\] seconds \\(timers hold at most 2\\^31-1 ms\\), got \\d+$`))
+  const rows: Array<[string[], RegExp]> = [
+    [['admin', '--mgmtd-address', `127.0.0.1:${port}`, '--timeout', '99999999999', 'ls', '/'], timer('--timeout')],
+    [adm('list-nodes', '--timeout', '2147484'), timer('--timeout')],
+    [['fs', 'ls', '/', '--mgmtd-address', `127.0.0.1:${port}`, '--timeout', '2147484'], timer('--timeout')],
+    [['image', 'ls', '--mgmtd-address', `127.0.0.1:${port}`, '--timeout', '2147484'], timer('--timeout')],
+    [['cluster', 'up', '--dir', path.join(dir, 'c'), '--base-port', '65535', '--timeout', '2147484'], timer('--timeout')],
+    [['cluster', 'start', '--dir', path.join(dir, 'c'), '--node', 'mgmtd', '--timeout', '2147484'], timer('--timeout')],
+    [['cluster', 'down', '--dir', path.join(dir, 'c'), '--grace', '2147484'], timer('--grace', 0)],
+    [['fs', 'umount', path.join(dir, 'mnt'), '--wait', '2147484'], timer('--wait')],
+  ]
+  for (const [args, re] of rows) await fails(t, args, 2, re)
+  t.false(fs.existsSync(path.join(dir, 'c')), 'cluster up refused before it made anything')
+  const { A } = await loneMgmtd(t)
+  const r = await strata([...A, '--timeout', '2147483', 'list-nodes'])
+  t.is(r.code, 0, r.stderr)
+  t.notRegex(r.stderr, /TimeoutOverflowWarning/)
+})
+
+test('admin create PATH/: a path that must name a file but ends like a directory is META_IS_DIRECTORY naming the path typed', async (t) => {
+  const adm = await deadAdmin()
+  // EISDIR as open(2) with O_CREAT says; meta alone saw /d1/x/. and answered "path: file name is ."
+  for (const p of ['/d1/x/', '/d1/x/.', '/']) {
+    await fails(t, adm('create', p), 1, new RegExp(`^strata: META_IS_DIRECTORY: ${p.replace(/\./g, '\\.')}: cannot create a file there: a path ending in .* names a directory$`, 'm'))
+  }
+})
+
+test('strata admin --help says the filesystem commands act as the calling user (no --uid/--gid/--groups)', async (t) => {
+  const help = await strata(['admin', '--help'])
+  t.is(help.code, 0)
+  const text = help.stdout.replace(/\s+/g, ' ')
+  t.regex(text, /filesystem commands .* act as the calling user: each request carries this process's uid, gid and supplementary groups/)
+  t.regex(text, /no --uid\/--gid\/--groups/)
+})

@@ -159,7 +159,7 @@ test.serial('admin: create with stripe 2 → stat --display-layout → 5 chunks 
 
 test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async (t) => {
   t.timeout(5 * 60_000)
-  const { args } = await cluster(t)
+  const { m, args } = await cluster(t)
   const adm = (...a: string[]) => ['admin', ...args, ...a]
   await ok(t, adm('mkdir', '/d'))
   await ok(t, adm('create', '-p', '600', '/d/a'))
@@ -176,6 +176,12 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
     t.is(r.code, 1, a.join(' '))
     t.regex(r.stderr, re, a.join(' '))
   }
+  // a file path ending like a directory: EISDIR naming the path typed, on an existing directory and a missing name alike
+  for (const p of ['/d/', '/d/new/']) {
+    const r = await strata(adm('create', p))
+    t.is(r.code, 1, p)
+    t.regex(r.stderr, new RegExp(`^strata: META_IS_DIRECTORY: ${p}: cannot create a file there`, 'm'))
+  }
   const ls = table(await ok(t, adm('ls', '/d')))
   t.deepEqual(ls[0], ['Name', 'Type', 'Inode'])
   t.deepEqual(
@@ -185,15 +191,39 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
       ['b', 'File'],
     ],
   )
+  // ls -s --json: numbers under stat's field names (length, truncateVer; a symlink's target); the text keeps 3FS's length@truncateVer
+  await m.client().symlink('/d/ln', '/d/a target')
+  await ok(t, adm('mkdir', '/d/sub'))
   const lss = JSON.parse(await ok(t, adm('ls', '-s', '--json', '/d')))
-  t.like(lss[0], { name: 'a', type: 'File', length: '0@0', permission: '0600' })
+  t.like(lss[0], { name: 'a', type: 'File', length: 0, truncateVer: 0, permission: '0600' })
+  const stA = JSON.parse(await ok(t, adm('stat', '--json', '/d/a')))
+  t.is(lss[0].length, stA.length)
+  t.is(lss[0].truncateVer, stA.truncateVer)
+  const lnRow = lss.find((r: { name: string }) => r.name === 'ln')
+  t.like(lnRow, { type: 'Symlink', length: '/d/a target'.length, target: '/d/a target' })
+  t.is(lnRow.target, JSON.parse(await ok(t, adm('stat', '--json', '/d/ln'))).target)
+  const subRow = lss.find((r: { name: string }) => r.name === 'sub')
+  t.like(subRow, { type: 'Directory' })
+  t.false('length' in subRow, 'a directory has no length, as in stat')
+  // text: a symlink's Length is its length (3FS printed the target there, which broke the columns)
+  const lst = table(await ok(t, adm('ls', '-s', '/d')))
+  t.deepEqual(lst[0], ['Name', 'Type', 'Inode', 'Modified', 'Length', 'Permission'])
+  const col = (name: string) => lst.find((r) => r[0] === name)!
+  t.is(col('a')[5], '0@0')
+  t.is(col('ln')[5], String('/d/a target'.length))
+  t.is(col('ln').length, 7, 'one cell per column')
+  t.is(col('sub')[5], '-')
+  await ok(t, adm('rm', '/d/ln'))
+  await ok(t, adm('rm', '/d/sub'))
   t.is(JSON.parse(await ok(t, adm('ls', '-l', '1', '--json', '/d'))).length, 1)
   const sp = JSON.parse(await ok(t, adm('set-perm', '--uid', '1000', '--gid', '100', '--perm', '644', '/d/a', '--json')))
   t.like(sp, { uid: 1000, gid: 100, permission: '0644' })
   // --iflags takes hex as stat prints it (0x10 is FS_IMMUTABLE_FL: cleared again before the removes below)
-  t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0x10', '/d/a', '--json'))), { iflags: 0x10 })
+  // set-perm --json gives iflags as stat (text and JSON) does
+  t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0x10', '/d/a', '--json'))), { iflags: '0x00000010' })
   t.deepEqual(table(await ok(t, adm('stat', '/d/a'))).find((r) => r[0] === 'IFlags'), ['IFlags', '0x00000010'])
-  t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0', '/d/a', '--json'))), { iflags: 0 })
+  t.is(JSON.parse(await ok(t, adm('stat', '--json', '/d/a'))).iflags, '0x00000010')
+  t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0', '/d/a', '--json'))), { iflags: '0x00000000' })
   await ok(t, adm('mv', '/d/a', '/d/c'))
   const st = JSON.parse(await ok(t, adm('stat', '--json', '/d/c')))
   t.like(st, { type: 'File', uid: 1000, gid: 100, permission: '0644' })
@@ -211,6 +241,12 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
   t.deepEqual(gct[0], ['GcDir', 'Name', 'Inode', 'Type', 'OrigPath', 'User', 'RemovedAt'])
   const pr = JSON.parse(await ok(t, adm('session-prune', '--json')))
   t.is(typeof pr.pruned, 'number')
+  // the largest --timeout: every timer holds it (before the bound, 99999999999 warned TimeoutOverflowWarning and became 1 ms)
+  for (const a of [['admin', ...args, '--timeout', '2147483', 'ls', '/'], ['fs', ...args, '--timeout', '2147483', 'ls', '/']]) {
+    const r = await strata(a)
+    t.is(r.code, 0, `${a.join(' ')}: ${r.stderr}`)
+    t.notRegex(r.stderr, /TimeoutOverflowWarning/, a.join(' '))
+  }
   t.deepEqual(table(await ok(t, adm('session-prune')))[0]?.slice(0, 2), ['num', 'sessions'])
 })
 

@@ -117,6 +117,20 @@ export function plainPath(p: string, cwd = '/'): string {
   return s === '' ? '/' : s
 }
 
+/**
+ * A path a regular file is to be created at. One whose end names a directory
+ * (a trailing slash, a last component '.' or '..', the root) is
+ * META_IS_DIRECTORY (EISDIR), as open(2) with O_CREAT answers for `d/x/`
+ * whether or not x exists; the message names the path as given (meta alone
+ * would see `d/x/.` and complain about a file name '.').
+ */
+export function checkFileCreatePath(p: string, cwd = '/'): void {
+  const n = normalizePath(p, cwd)
+  if (n === '/' || n.endsWith('/') || n.endsWith('/.') || n.endsWith('/..')) {
+    throw new StrataError('META_IS_DIRECTORY', `${p}: cannot create a file there: a path ending in ${n === '/' ? '/' : n.endsWith('/') ? "'/'" : `'${n.slice(n.lastIndexOf('/') + 1)}'`} names a directory`)
+  }
+}
+
 /** PathAt for an absolute path; the root itself is the root inode with no path. */
 export function pathAt(p: string, cwd = '/'): PathAt {
   const n = normalizePath(p, cwd)
