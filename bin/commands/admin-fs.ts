@@ -26,9 +26,10 @@ import { StrataError } from '../../fs/common/errors.js'
 import { InvalidArgumentError } from 'commander'
 import { U32_MAX, UsageError, chainListArg, chunkSizeArg, dfsPathArg, intArg, out, printAction, printJson, printListing, uuidArg } from './output.js'
 
-const U64_MAX = 0xffff_ffff_ffff_ffffn
+export const U64_MAX = 0xffff_ffff_ffff_ffffn
 
-interface GlobalOpts {
+/** the admin group's options every FS command reads */
+export interface GlobalOpts {
   cluster?: string
   mgmtdAddress?: string
   timeout?: number

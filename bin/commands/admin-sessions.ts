@@ -6,17 +6,8 @@ import { InvalidArgumentError, type Command } from 'commander'
 import { withAdminSession } from '../../fs/admin/index.js'
 import { dumpSession, listClients, parseSessionCursor } from '../../fs/admin/client-sessions.js'
 import type { StrataError } from '../../fs/common/errors.js'
-import { fsSession } from './admin-fs.js'
+import { U64_MAX, fsSession, type GlobalOpts } from './admin-fs.js'
 import { UsageError, intArg, out, printJson, printListing } from './output.js'
-
-const U64_MAX = 0xffff_ffff_ffff_ffffn
-
-interface GlobalOpts {
-  cluster?: string
-  mgmtdAddress?: string
-  timeout?: number
-  json?: boolean
-}
 
 function adminSession(cmd: Command, run: (s: Parameters<Parameters<typeof withAdminSession>[1]>[0], json: boolean) => Promise<void>): Promise<void> {
   const g = cmd.optsWithGlobals() as GlobalOpts

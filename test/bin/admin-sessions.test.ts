@@ -14,23 +14,13 @@ import { startMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
 import { freePort } from '../helpers/procs.js'
 import { fuseSkipReason, mountFuse } from '../fs/fuse/helpers.js'
 import { STRATA, ok, strata, table, tempDir, until } from './helpers.js'
+import type { ClientRow } from '../../fs/admin/client-sessions.js'
 
 const LIST_CLIENTS_HEADER = ['ClientId', 'ClientStart', 'SessionStart', 'LastExtend', 'ConfigVersion', 'Hostname', 'Description', 'Tags', 'ReleaseVersion']
 const DUMP_SESSION_HEADER = ['InodeId', 'ClientId', 'SessionId', 'Timestamp']
 
-interface ClientJson {
-  clientId: string
-  type: string
-  hostname: string
-  pid: number
-  description: string
-  clientStart: number | null
-  sessionStart: number
-  lastExtend: number
-  configVersion: number
-  tags: string[]
-  releaseVersion: string
-}
+/** list-clients --json rows: the library's rows as JSON */
+type ClientJson = ClientRow
 interface SessionJson {
   inodeId: string
   clientId: string
