@@ -13,7 +13,7 @@ import { StrataError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
-import { addressListArg, intArg, intListArg, out, printJson, sizeArg } from './output.js'
+import { addressListArg, intArg, out, printJson, sizeArg } from './output.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -34,6 +34,22 @@ interface FsGlobalOpts {
 export function fsUser(g: { uid?: number; gid?: number; groups?: number[] }): { uid?: number; gid?: number; groups?: number[] } | undefined {
   if (g.uid === undefined && g.gid === undefined && g.groups === undefined) return undefined
   return { ...(g.uid !== undefined ? { uid: g.uid } : {}), ...(g.gid !== undefined ? { gid: g.gid } : {}), groups: g.groups ?? [] }
+}
+
+/**
+ * The largest uid or gid `--uid`, `--gid` and `--groups` take: ids are u32 on the wire, and
+ * 4294967295 is (uid_t)-1, which chown(2) reads as "leave unchanged", never a user.
+ */
+export const MAX_ID = 0xfffffffe
+
+/** `--uid`/`--gid`: a u32 id below (uid_t)-1; anything else is a usage error at parse time. */
+function idArg(what: string): (v: string) => number {
+  return intArg(what, { max: MAX_ID })
+}
+
+function idListArg(what: string): (v: string, prev: number[] | undefined) => number[] {
+  const one = idArg(what)
+  return (v, prev) => [...(prev ?? []), ...v.split(',').filter(Boolean).map(one)]
 }
 
 /** Bytes moved per call by put/get. */
@@ -316,9 +332,9 @@ export function registerFsCommands(program: Command): Command {
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
     .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)', addressListArg)
     .option('--timeout <seconds>', 'how long each DFS request may retry before the command fails (put/get: each 8 MiB block); a failing command ends within about this long, plus at most 5 s of cleanup', intArg('--timeout', { min: 1 }), 60)
-    .option('--uid <uid>', 'act as this uid (default: the caller\'s)', intArg('--uid'))
-    .option('--gid <gid>', 'act as this gid (default: the caller\'s)', intArg('--gid'))
-    .option('--groups <gids>', 'supplementary groups, comma separated (default: the caller\'s; none besides --gid when --uid or --gid is given)', intListArg('--groups'))
+    .option('--uid <uid>', 'act as this uid, 0 to 4294967294 (default: the caller\'s)', idArg('--uid'))
+    .option('--gid <gid>', 'act as this gid, 0 to 4294967294 (default: the caller\'s)', idArg('--gid'))
+    .option('--groups <gids>', 'supplementary groups, comma separated (default: the caller\'s; none besides --gid when --uid or --gid is given)', idListArg('--groups'))
     .option('--json', 'print JSON')
     .addHelpText('after', '\nErrors print "strata: CODE: message" and exit 1; usage errors exit 2.')
 
