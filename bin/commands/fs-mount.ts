@@ -4,6 +4,8 @@
 // `cluster down` stops it), waits until the kernel has the mount and prints
 // the daemon's pid; umount stops that daemon (it unmounts and flushes),
 // whether its mount is alive or dead, and clears a mount whose daemon died.
+import fs from 'node:fs'
+import path from 'node:path'
 import type { Command } from 'commander'
 import { InvalidArgumentError } from 'commander'
 import { createLogger } from '../../fs/common/log.js'
@@ -50,6 +52,30 @@ function writeBufferArg(v: string): number {
   return n
 }
 
+/**
+ * The directories of `mountpoint` that do not exist yet (the daemon creates them), deepest
+ * first, so that a mount that does not come up can remove what it made and nothing else.
+ */
+function missingDirs(mountpoint: string): string[] {
+  const missing: string[] = []
+  for (let d = path.resolve(mountpoint); !fs.existsSync(d); d = path.dirname(d)) {
+    missing.push(d)
+    if (path.dirname(d) === d) break
+  }
+  return missing
+}
+
+/** Removes the directories missingDirs listed, as long as they are empty (rmdir never takes anything else). */
+function removeMissingDirs(dirs: string[]): void {
+  for (const d of dirs) {
+    try {
+      fs.rmdirSync(d)
+    } catch {
+      return
+    }
+  }
+}
+
 /** Adds mount/umount to the `fs` command group (creates the group when it does not exist yet). */
 export function registerFsMountCommands(parent: Command): void {
   const g = parent.name() === 'fs' ? parent : (parent.commands.find((c) => c.name() === 'fs') ?? parent.command('fs').description('the DFS as files'))
@@ -92,6 +118,8 @@ export function registerFsMountCommands(parent: Command): void {
         ...(o.orphanTimeout !== undefined ? { extra: { orphanTimeoutMs: Math.round(o.orphanTimeout * 1000) } } : {}),
         timeoutMs: (o.waitTimeout ?? 60) * 1000,
       }
+      // a mount that does not come up leaves only its log: not the mount point directory the daemon made
+      const created = missingDirs(mountpoint)
       if (o.foreground) {
         const plan = planMount(mo)
         await preflightMount(plan)
@@ -99,7 +127,10 @@ export function registerFsMountCommands(parent: Command): void {
         const log = createLogger('fuse')
         const { startFuseDaemon } = await import('../../fs/fuse/daemon.js')
         await runDaemon(log, async () => {
-          const d = await startFuseDaemon(plan.config, log)
+          const d = await startFuseDaemon(plan.config, log).catch((e: unknown) => {
+            removeMissingDirs(created)
+            throw e
+          })
           // recorded in the cluster directory, so `cluster down` stops this process too
           recordMount(plan.clusterDir, mountRecord(plan, process.pid, true))
           out(`mounted ${d.mountpoint} (pid ${process.pid}); stop with Ctrl-C or: strata fs umount ${d.mountpoint}`)
@@ -115,7 +146,10 @@ export function registerFsMountCommands(parent: Command): void {
         })
         return
       }
-      const r = await mountBackground(mo)
+      const r = await mountBackground(mo).catch((e: unknown) => {
+        removeMissingDirs(created)
+        throw e
+      })
       if (o.json) printJson(r)
       else out(`${r.pid}`)
     })

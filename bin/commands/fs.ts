@@ -8,12 +8,12 @@ import { randomBytes } from 'node:crypto'
 import type { Command } from 'commander'
 import { readClusterFile, resolveClusterDir, formatTable, interruptExitCode, interruptible, raceAbort } from '../../fs/admin/index.js'
 import { inodeHex, metaAddressesOf, parseLayoutArgs, parsePerm, permString } from '../../fs/admin/fs-ops.js'
-import { FileSystem, checkMgmtdReachable, inodeStats, normalizePath, plainPath, joinPath, baseName } from '../../fs/client/index.js'
-import { StrataError } from '../../fs/common/errors.js'
+import { FileSystem, checkMgmtdReachable, inodeStats, normalizePath, plainPath, joinPath, baseName, dirName } from '../../fs/client/index.js'
+import { StrataError, fromSystemError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
-import { addressListArg, intArg, intListArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
+import { addressListArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -36,6 +36,22 @@ export function fsUser(g: { uid?: number; gid?: number; groups?: number[] }): { 
   return { ...(g.uid !== undefined ? { uid: g.uid } : {}), ...(g.gid !== undefined ? { gid: g.gid } : {}), groups: g.groups ?? [] }
 }
 
+/**
+ * The largest uid or gid `--uid`, `--gid` and `--groups` take: ids are u32 on the wire, and
+ * 4294967295 is (uid_t)-1, which chown(2) reads as "leave unchanged", never a user.
+ */
+export const MAX_ID = 0xfffffffe
+
+/** `--uid`/`--gid`: a u32 id below (uid_t)-1; anything else is a usage error at parse time. */
+function idArg(what: string): (v: string) => number {
+  return intArg(what, { max: MAX_ID })
+}
+
+function idListArg(what: string): (v: string, prev: number[] | undefined) => number[] {
+  const one = idArg(what)
+  return (v, prev) => [...(prev ?? []), ...v.split(',').filter(Boolean).map(one)]
+}
+
 /** Bytes moved per call by put/get. */
 const IO_STEP = 8 * 1024 * 1024
 
@@ -44,7 +60,7 @@ const IO_STEP = 8 * 1024 * 1024
  * cluster directory (cluster.json), meta servers from routing info (falling
  * back to the meta processes cluster.json lists, or --meta-address).
  */
-export async function withFileSystem<T>(cmd: Command, fn: (fs: FileSystem, json: boolean) => Promise<T>): Promise<T> {
+export async function withFileSystem<T>(cmd: Command, fn: (fs: FileSystem, json: boolean) => Promise<T>, paths: string[] = []): Promise<T> {
   const g = cmd.optsWithGlobals() as FsGlobalOpts
   const split = (s?: string) => (s ? s.split(',').map((x) => x.trim()).filter(Boolean) : [])
   let mgmtdAddresses = split(g.mgmtdAddress)
@@ -76,15 +92,234 @@ export async function withFileSystem<T>(cmd: Command, fn: (fs: FileSystem, json:
   try {
     result = await fn(fsys, !!g.json)
   } catch (e) {
+    const named = await nameDirectories(fsys, e, paths)
     // Failing because the cluster does not answer, closing what is still open would
     // wait as long again (a write handle's close asks storage for the length): the
     // command ends after a bounded try, and meta prunes the sessions of a client
     // that stopped extending them.
     await bounded(fsys.shutdown(), CLEANUP_MS)
-    throw e
+    throw named
   }
   await fsys.shutdown()
   return result
+}
+
+/**
+ * Meta names a directory in a refusal by its inode (`no write permission on directory
+ * 0x0000000000000000`): where the command knows the path the user gave, the error names
+ * the directory on it instead (`directory /`), found by stat'ing the path's ancestors.
+ */
+export async function nameDirectories(fsys: FileSystem, e: unknown, paths: string[]): Promise<unknown> {
+  if (!(e instanceof StrataError) || e.retryable) return e
+  const m = /\bdirectory (0x[0-9a-f]{1,16})\b/.exec(e.reason)
+  if (!m) return e
+  const want = BigInt(m[1]!)
+  for (const p of paths) {
+    let parts: string[]
+    try {
+      parts = plainPath(p).split('/').filter(Boolean)
+    } catch {
+      continue
+    }
+    for (let i = 0; i <= parts.length; i++) {
+      const dir = '/' + parts.slice(0, i).join('/')
+      const id = await bounded2(fsys.stat(dir).then((st) => st.id))
+      if (id === want) return new StrataError(e.code, e.reason.split(`directory ${m[1]}`).join(`directory ${dir}`), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+    }
+  }
+  return e
+}
+
+/** `p`'s value, or undefined when it fails or takes longer than CLEANUP_MS. */
+async function bounded2<T>(p: Promise<T>): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined
+  const v = await Promise.race([p.catch(() => undefined), new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), CLEANUP_MS)))])
+  clearTimeout(timer)
+  return v
+}
+
+/**
+ * A failed operation on a local file (put's source, get's destination) as the catalogue
+ * error the command reports: its errno's code (ENOENT → NOT_FOUND, EACCES →
+ * PERMISSION_DENIED, …), anything else LOCAL_IO_ERROR, which is not retryable (IO_ERROR
+ * is a storage disk's, which the client retries on another replica). A temporary file's
+ * name in the message is replaced by the path the user gave.
+ */
+export function localError(e: unknown, temp?: { tmp: string; dest: string }): unknown {
+  if (e instanceof StrataError) return e
+  const se = fromSystemError(e)
+  if (!se) return e
+  const reason = temp ? se.reason.split(temp.tmp).join(temp.dest) : se.reason
+  return new StrataError(se.code === 'IO_ERROR' ? 'LOCAL_IO_ERROR' : se.code, reason, { cause: e })
+}
+
+/** fs.statSync that says null for a path that does not exist (other failures are localError's). */
+function localStat(p: string): fs.Stats | null {
+  try {
+    return fs.statSync(p)
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null
+    throw localError(e)
+  }
+}
+
+/** Device and process paths (/dev/stdout, /dev/fd/N, /proc/self/fd/N) are written in place, never replaced by a rename. */
+function isDevicePath(p: string): boolean {
+  return /^\/(dev|proc)\//.test(path.resolve(p))
+}
+
+/** Symlinks at the end of a local path, followed (relative targets from the link's directory) up to Linux's 40. */
+function followLocalLinks(p: string): string {
+  let cur = path.resolve(p)
+  for (let hops = 0; ; hops++) {
+    let st: fs.Stats
+    try {
+      st = fs.lstatSync(cur)
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return cur
+      throw localError(e)
+    }
+    if (!st.isSymbolicLink()) return cur
+    if (hops >= 40) throw new StrataError('INVALID_ARGUMENT', `${p}: too many levels of symbolic links`)
+    cur = path.resolve(path.dirname(cur), fs.readlinkSync(cur))
+  }
+}
+
+/** The directory a local file is to be created in: it must exist and be a directory. */
+function checkLocalDir(dir: string): void {
+  const st = localStat(dir)
+  if (!st) throw new StrataError('NOT_FOUND', `local directory ${dir} does not exist`)
+  if (!st.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${dir} is not a directory`)
+}
+
+interface GetResult {
+  path: string
+  local: string
+  bytes: number
+  seconds: number
+  /** the data went to this process's stdout (`-`, /dev/stdout): no summary line is printed into it */
+  toStdout?: boolean
+}
+
+/** Whether `st` is the file open as descriptor `fd`. */
+function sameFile(st: fs.Stats, fd: number): boolean {
+  try {
+    const o = fs.fstatSync(fd)
+    return o.dev === st.dev && o.ino === st.ino
+  } catch {
+    return false
+  }
+}
+
+/**
+ * `fs get`: a regular-file destination (new, or an existing file, through symlinks) is
+ * written to a temporary file beside it (.NAME.strata-get-XXXXXXXX), fsynced and renamed
+ * over it, so that it is either the old file or the complete copy; a failed or
+ * interrupted get removes the temporary. Anything else (stdout, a pipe, a FIFO, a
+ * character device, a path under /dev or /proc) is written in order as the data comes.
+ */
+async function getFile(fsys: FileSystem, dfsPath: string, local: string, signal: AbortSignal): Promise<GetResult> {
+  const fh = await fsys.open(dfsPath, 'r')
+  const t0 = Date.now()
+  let bytes = 0
+  const length = fh.inode.file?.length ?? 0
+  /** Reads the DFS file from the start and hands every block to `write` with its offset. */
+  const copy = async (write: (buf: Buffer, offset: number) => Promise<void>) => {
+    for (;;) {
+      signal.throwIfAborted()
+      const want = Math.max(1, Math.min(IO_STEP, Math.max(length - bytes, 64 * 1024)))
+      const r = await fsys.read(fh, want, bytes)
+      if (r.bytesRead === 0) break
+      await write(r.buffer.subarray(0, r.bytesRead), bytes)
+      bytes += r.bytesRead
+      if (r.bytesRead < want && bytes >= length) break
+    }
+  }
+  try {
+    // `-`, or a path that is this process's stdout (/dev/stdout, /dev/fd/1; a socket there cannot be opened again)
+    const stdoutSt = local === '-' ? null : localStat(local)
+    if (local === '-' || (stdoutSt && !stdoutSt.isDirectory() && isDevicePath(local) && sameFile(stdoutSt, 1))) {
+      await raceAbort(copy((buf) => new Promise<void>((res, rej) => process.stdout.write(buf, (e) => (e ? rej(e) : res())))), signal)
+      return { path: normalizePath(dfsPath), local, bytes, seconds: (Date.now() - t0) / 1000, toStdout: true }
+    }
+    let dest = local
+    let st = stdoutSt
+    if (st?.isDirectory()) {
+      dest = path.join(local, baseName(dfsPath))
+      st = localStat(dest)
+    } else if (!st && /\/\.{0,2}$/.test(local)) {
+      throw new StrataError('NOT_FOUND', `local directory ${local} does not exist`)
+    }
+    if (st?.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${dest} is a directory`)
+    if (st && (!st.isFile() || isDevicePath(dest))) {
+      // a pipe, FIFO, character device or /dev/stdout: written in order, in place (cp does the same)
+      const h = await raceAbort(fs.promises.open(dest, 'w'), signal).catch((e: unknown) => {
+        throw localError(e)
+      })
+      try {
+        await raceAbort(copy((buf) => writeAll(h, buf, null)), signal)
+      } catch (e) {
+        throw localError(e)
+      } finally {
+        await h.close().catch(() => undefined)
+      }
+      return { path: normalizePath(dfsPath), local: dest, bytes, seconds: (Date.now() - t0) / 1000, toStdout: sameFile(st, 1) }
+    }
+    // a regular file, or a new one: a temporary beside the file the path ends at, renamed over it
+    const final = followLocalLinks(dest)
+    checkLocalDir(path.dirname(final))
+    const existing = localStat(final)
+    if (existing && !existing.isFile()) throw new StrataError('INVALID_ARGUMENT', `${dest} is not a regular file`)
+    const tmp = path.join(path.dirname(final), `.${path.basename(final)}.strata-get-${randomBytes(4).toString('hex')}`)
+    let h: fs.promises.FileHandle | undefined
+    try {
+      // a new file gets the DFS file's permission bits less the umask, as cp gives it the source's
+      h = await fs.promises.open(tmp, 'wx', existing ? 0o600 : fh.inode.acl.perm & 0o777)
+      const out = h
+      await raceAbort(
+        (async () => {
+          await copy((buf, offset) => writeAll(out, buf, offset))
+          if (existing) {
+            // the replacement keeps the replaced file's owner (where allowed) and permission
+            if (existing.uid !== process.getuid?.() || existing.gid !== process.getgid?.()) await out.chown(existing.uid, existing.gid).catch(() => undefined)
+            await out.chmod(existing.mode & 0o7777)
+          }
+          await out.sync()
+        })(),
+        signal,
+      )
+      await h.close()
+      h = undefined
+      signal.throwIfAborted()
+      await fs.promises.rename(tmp, final)
+    } catch (e) {
+      await h?.close().catch(() => undefined)
+      await fs.promises.unlink(tmp).catch(() => undefined)
+      throw localError(e, { tmp, dest: final })
+    }
+    await syncDir(path.dirname(final))
+    return { path: normalizePath(dfsPath), local: dest, bytes, seconds: (Date.now() - t0) / 1000 }
+  } finally {
+    await fsys.close(fh)
+  }
+}
+
+/** Writes all of `buf` (a short write goes on where it stopped); position null writes at the file's offset. */
+async function writeAll(h: fs.promises.FileHandle, buf: Buffer, position: number | null): Promise<void> {
+  for (let done = 0; done < buf.length; ) {
+    const { bytesWritten } = await h.write(buf, done, buf.length - done, position === null ? null : position + done)
+    done += bytesWritten
+  }
+}
+
+/** fsync of a directory after a rename in it (best effort: some filesystems refuse it). */
+async function syncDir(dir: string): Promise<void> {
+  try {
+    const d = await fs.promises.open(dir, 'r')
+    await d.sync().finally(() => d.close())
+  } catch {
+    // the rename itself is done
+  }
 }
 
 /** How long cleaning up after a failed command may take (closing files, removing put's temporary). */
@@ -130,26 +365,30 @@ async function putFile(
   dfsPath: string,
   o: { mode?: number; chainTableId?: number; chunkSize?: number; stripeSize?: number },
   signal: AbortSignal,
+  names: string[] = [],
 ): Promise<PutResult> {
-  const fromStdin = local === '-'
+  let fromStdin = local === '-'
+  // stdin, a pipe, a FIFO, a character device: read in order, as it comes; the new file is 0644
+  let sequential = fromStdin
   let localMode = 0o644
   if (!fromStdin) {
-    const st = fs.statSync(local)
-    if (!st.isFile()) throw new StrataError('INVALID_ARGUMENT', `${local} is not a regular file`)
-    localMode = st.mode & 0o7777
+    let st: fs.Stats
+    try {
+      st = fs.statSync(local)
+    } catch (e) {
+      throw localError(e)
+    }
+    if (st.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${local} is a directory`)
+    if (st.isFile() && !isDevicePath(local)) localMode = st.mode & 0o7777
+    else sequential = true
+    // this process's stdin under another name (/dev/stdin, /dev/fd/0): read as stdin (a socket there cannot be opened again)
+    if (sequential && isDevicePath(local) && sameFile(st, 0)) fromStdin = true
   }
-  let target = await dfsTarget(fsys, dfsPath, fromStdin ? 'stdin' : path.basename(local))
-  let existing: Inode | undefined
-  try {
-    existing = await fsys.stat(target)
-  } catch (e) {
-    if (!(e instanceof StrataError) || e.code !== 'META_NOT_FOUND') throw e
-  }
-  if (existing) {
-    if (existing.type !== 'File' || !existing.file) throw new StrataError('META_IS_DIRECTORY', `${target} is not a regular file (${existing.type})`)
-    // replacing a symlink's target file, as writing through the link did
-    if ((await fsys.lstat(target)).type === 'Symlink') target = await fsys.realpath(target)
-  }
+  const named = await dfsTarget(fsys, dfsPath, local === '-' ? 'stdin' : path.basename(local))
+  names.push(named)
+  // a symlink is followed to the file it names, which is replaced, or created when the link dangles
+  const { path: target, inode: existing } = await followDfsLinks(fsys, named)
+  if (existing && (existing.type !== 'File' || !existing.file)) throw new StrataError('META_IS_DIRECTORY', `${target} is not a regular file (${existing.type})`)
   const layout = (await layoutFor(fsys, target, o)) ?? existing?.file?.layout
   const mode = o.mode ?? (existing ? existing.acl.perm & 0o7777 : localMode)
   const dir = target.replace(/\/[^/]*$/, '') || '/'
@@ -163,11 +402,16 @@ async function putFile(
   })
   let bytes = 0
   const copy = async (): Promise<Inode> => {
-    if (fromStdin) {
-      for await (const chunk of process.stdin) {
-        signal.throwIfAborted()
-        await fsys.write(fh, chunk as Buffer, bytes)
-        bytes += (chunk as Buffer).length
+    if (sequential) {
+      const src = fromStdin ? process.stdin : fs.createReadStream(local, { highWaterMark: 1 << 20 })
+      try {
+        for await (const chunk of src) {
+          signal.throwIfAborted()
+          await fsys.write(fh, chunk as Buffer, bytes)
+          bytes += (chunk as Buffer).length
+        }
+      } finally {
+        if (!fromStdin) src.destroy()
       }
     } else {
       const h = await fs.promises.open(local, 'r')
@@ -190,7 +434,9 @@ async function putFile(
     const synced = await fsys.fsync(fh)
     await fsys.close(fh)
     signal.throwIfAborted()
-    await fsys.rename(tmp, target)
+    await fsys.rename(tmp, target).catch((e: unknown) => {
+      throw replaceError(e, tmp, target)
+    })
     return synced
   }
   let st: Inode
@@ -205,9 +451,45 @@ async function putFile(
       })(),
       CLEANUP_MS,
     )
-    throw e
+    throw localError(e)
   }
   return { local, path: target, bytes, length: st.file?.length ?? 0, inode: inodeHex(st.id), seconds: (Date.now() - t0) / 1000 }
+}
+
+/**
+ * Meta refuses put's rename of its temporary over the target in the words of a rename
+ * (`cannot move NAME: sticky directory owned by another user`); the user moved nothing:
+ * the error names the target and says it cannot be replaced.
+ */
+function replaceError(e: unknown, tmp: string, target: string): unknown {
+  if (!(e instanceof StrataError) || e.retryable) return e
+  const why = e.reason.replace(/^cannot move [^:]*: /, '').split(tmp).join(target)
+  return new StrataError(e.code, `cannot replace ${target}: ${why}`, { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+}
+
+/** Symlinks do not nest deeper than this at the end of a put's target (Linux's MAXSYMLINKS). */
+const MAX_LINK_HOPS = 40
+
+/**
+ * Follows symlinks at the end of a DFS path as open(O_CREAT) does: to the file the last
+ * one names (relative targets from the link's directory), which may not exist (a dangling
+ * link: the file is created there). Returns that path and its inode, or null when missing.
+ */
+async function followDfsLinks(fsys: FileSystem, p: string): Promise<{ path: string; inode: Inode | null }> {
+  let cur = p
+  for (let hops = 0; ; hops++) {
+    let st: Inode
+    try {
+      st = await fsys.lstat(cur)
+    } catch (e) {
+      if (e instanceof StrataError && e.code === 'META_NOT_FOUND') return { path: cur, inode: null }
+      throw e
+    }
+    if (st.type !== 'Symlink' || !st.symlink) return { path: cur, inode: st }
+    if (hops >= MAX_LINK_HOPS) throw new StrataError('META_TOO_MANY_SYMLINKS', `${p}: too many levels of symbolic links`)
+    const to = st.symlink.target
+    cur = to.startsWith('/') ? normalizePath(to) : joinPath(dirName(cur), to)
+  }
 }
 
 /**
@@ -217,12 +499,13 @@ async function putFile(
  * the cluster itself (a retryable code: unreachable, timed out) ends the
  * command at once: every later path would wait out the same budget.
  */
-async function eachPath(paths: string[], fn: (p: string) => Promise<void>): Promise<number> {
+async function eachPath(fsys: FileSystem, paths: string[], fn: (p: string) => Promise<void>): Promise<number> {
   let failed = 0
   for (const p of paths) {
     try {
       await fn(p)
-    } catch (e) {
+    } catch (err) {
+      const e = await nameDirectories(fsys, err, [p])
       if (!(e instanceof StrataError) || e.retryable || paths.length === 1) throw e
       process.stderr.write(`strata: ${e.message}\n`)
       failed++
@@ -316,16 +599,16 @@ export function registerFsCommands(program: Command): Command {
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
     .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)', addressListArg)
     .option('--timeout <seconds>', 'how long each DFS request may retry before the command fails (put/get: each 8 MiB block); a failing command ends within about this long, plus at most 5 s of cleanup', timerSecondsArg('--timeout'), 60)
-    .option('--uid <uid>', 'act as this uid (default: the caller\'s)', intArg('--uid'))
-    .option('--gid <gid>', 'act as this gid (default: the caller\'s)', intArg('--gid'))
-    .option('--groups <gids>', 'supplementary groups, comma separated (default: the caller\'s; none besides --gid when --uid or --gid is given)', intListArg('--groups'))
+    .option('--uid <uid>', 'act as this uid, 0 to 4294967294 (default: the caller\'s)', idArg('--uid'))
+    .option('--gid <gid>', 'act as this gid, 0 to 4294967294 (default: the caller\'s)', idArg('--gid'))
+    .option('--groups <gids>', 'supplementary groups, comma separated (default: the caller\'s; none besides --gid when --uid or --gid is given)', idListArg('--groups'))
     .option('--json', 'print JSON')
     .addHelpText('after', '\nErrors print "strata: CODE: message" and exit 1; usage errors exit 2.')
 
   layoutOpts(
     g
       .command('put')
-      .description('copy a local file into the DFS (into DFS_PATH/<name> when DFS_PATH is a directory); "-" reads stdin')
+      .description('copy a local file, pipe or FIFO into the DFS (into DFS_PATH/<name> when DFS_PATH is a directory); "-" reads stdin')
       .argument('<local>', 'local file, or - for stdin')
       .argument('<dfsPath>', 'destination in the DFS')
       .option('--mode <octal>', 'permission of the new file (default: the local file\'s)', permArg)
@@ -340,89 +623,120 @@ the target. A failed or interrupted put (error, --timeout, Ctrl-C, SIGTERM)
 removes the temporary file (best effort) and leaves the target as it was.
 An existing target keeps its layout and permission unless --mode or the layout
 options say otherwise; the new file belongs to the caller. A symlink target is
-followed (its target file is replaced).`,
+followed (the file it names is replaced, or created when the link dangles).
+LOCAL may be anything readable but a directory: a regular file, or stdin ("-",
+/dev/stdin), a pipe or a FIFO, read in order (a new file is then 0644).`,
     )
-    .action((local: string, dfsPath: string, o, cmd: Command) =>
-      exitOnInterrupt(
+    .action((local: string, dfsPath: string, o, cmd: Command) => {
+      // the paths a refusal may name a directory of (the target is known once resolved)
+      const names = [dfsPath]
+      return exitOnInterrupt(
         interruptible('fs put', (signal) =>
-          withFileSystem(cmd, async (fsys, json) => {
-            const r = await putFile(fsys, local, dfsPath, o, signal)
-            if (json) return printJson(r)
-            out(`${local} -> ${r.path}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
-          }),
+          withFileSystem(
+            cmd,
+            async (fsys, json) => {
+              const r = await putFile(fsys, local, dfsPath, o, signal, names)
+              if (json) return printJson(r)
+              out(`${local} -> ${r.path}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
+            },
+            names,
+          ),
         ),
-      ),
-  )
+      )
+    })
 
   g.command('get')
     .description('copy a DFS file to a local file (into LOCAL/<name> when LOCAL is a directory); "-" writes stdout')
     .argument('<dfsPath>', 'file in the DFS')
     .argument('<local>', 'local destination, or - for stdout')
     .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      `
+A regular-file destination is replaced atomically: the data goes to a temporary
+file beside it (.NAME.strata-get-XXXXXXXX), is fsynced, and only then renamed
+over it (a symlink is followed: the file it points to is replaced). A failed or
+interrupted get (error, --timeout, Ctrl-C, SIGTERM) removes the temporary file
+and leaves the destination as it was. A new file gets the DFS file's permission
+less the umask; a replaced one keeps its permission (and owner, where allowed).
+Stdout, pipes, FIFOs, character devices and paths under /dev and /proc are
+written in place, in order.`,
+    )
     .action((dfsPath: string, local: string, _o, cmd: Command) =>
-      withFileSystem(cmd, async (fsys, json) => {
-        const fh = await fsys.open(dfsPath, 'r')
-        const toStdout = local === '-'
-        let dest = local
-        if (!toStdout && fs.existsSync(local) && fs.statSync(local).isDirectory()) dest = path.join(local, baseName(dfsPath))
-        let bytes = 0
-        const t0 = Date.now()
-        try {
-          const h = toStdout ? null : await fs.promises.open(dest, 'w')
-          try {
-            const length = fh.inode.file?.length ?? 0
-            for (;;) {
-              const want = Math.max(1, Math.min(IO_STEP, Math.max(length - bytes, 64 * 1024)))
-              const r = await fsys.read(fh, want, bytes)
-              if (r.bytesRead === 0) break
-              if (h) await h.write(r.buffer, 0, r.bytesRead, bytes)
-              else await new Promise<void>((res, rej) => process.stdout.write(r.buffer, (e) => (e ? rej(e) : res())))
-              bytes += r.bytesRead
-              if (r.bytesRead < want && bytes >= length) break
-            }
-          } finally {
-            await h?.close()
-          }
-        } finally {
-          await fsys.close(fh)
-        }
-        if (toStdout) return
-        const secs = (Date.now() - t0) / 1000
-        if (json) return printJson({ path: normalizePath(dfsPath), local: dest, bytes, seconds: secs })
-        out(`${normalizePath(dfsPath)} -> ${dest}: ${bytes} bytes in ${secs.toFixed(2)} s`)
-      }),
+      exitOnInterrupt(
+        interruptible('fs get', (signal) =>
+          withFileSystem(
+            cmd,
+            async (fsys, json) => {
+              const r = await getFile(fsys, dfsPath, local, signal)
+              if (r.toStdout) return
+              if (json) return printJson({ path: r.path, local: r.local, bytes: r.bytes, seconds: r.seconds })
+              out(`${r.path} -> ${r.local}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
+            },
+            [dfsPath],
+          ),
+        ),
+      ),
     )
 
   g.command('ls')
     .description('list a directory (or show one file); -l long format: mode nlink uid gid size mtime name')
     .argument('[path]', 'DFS path', '/')
     .option('-l, --long', 'long format')
+    .option('-L, --dereference', 'show what symlinks point to, not the links (the path given and, with -l, the entries)')
     .option('--json', 'print JSON records')
+    .addHelpText(
+      'after',
+      `
+As coreutils ls: a symlink given as PATH is followed when it points to a
+directory, whose entries are listed, except with -l, which shows the link itself
+(PATH/ or -L list the directory).`,
+    )
     .action((p: string, o, cmd: Command) =>
-      withFileSystem(cmd, async (fsys, json) => {
-        const st = await fsys.lstat(p)
-        let items: Array<{ name: string; inode: Inode | null; type: string }>
-        if (st.type !== 'Directory') items = [{ name: baseName(p), inode: st, type: st.type }]
-        else {
-          const all = await fsys.readdirAll(p, { status: !!o.long || json })
-          items = all.entries.map((e, i) => ({ name: e.name, inode: all.inodes[i] ?? null, type: e.type }))
-        }
-        if (json) {
-          return printJson(items.map((x) => (x.inode ? inodeRecord(x.name, x.inode) : { name: x.name, type: x.type })))
-        }
-        if (!o.long) return out(items.map((x) => x.name).join('\n'))
-        out(
-          formatTable(
-            items.map((x) => {
-              const i = x.inode
-              if (!i) return ['?', '?', '?', '?', '?', '?', x.name]
-              const s = inodeStats(i)
-              const when = new Date(s.mtimeMs).toISOString().replace('T', ' ').slice(0, 16)
-              return [modeString(i), String(i.nlink), String(i.acl.uid), String(i.acl.gid), String(s.size), when, i.symlink ? `${x.name} -> ${i.symlink.target}` : x.name]
-            }),
-          ),
-        )
-      }),
+      withFileSystem(
+        cmd,
+        async (fsys, json) => {
+          let st = await fsys.lstat(p)
+          // coreutils: a command-line symlink is followed unless -l (or -d/-F) says to show the link; -L always follows
+          if (st.type === 'Symlink' && (o.dereference || !o.long)) {
+            try {
+              st = await fsys.stat(p)
+            } catch (e) {
+              // a dangling link is shown as the link itself, unless -L asked for what it names
+              if (o.dereference || !(e instanceof StrataError) || e.code !== 'META_NOT_FOUND') throw e
+            }
+          }
+          let items: Array<{ name: string; inode: Inode | null; type: string }>
+          if (st.type !== 'Directory') items = [{ name: baseName(p), inode: st, type: st.type }]
+          else {
+            const all = await fsys.readdirAll(p, { status: !!o.long || json })
+            items = all.entries.map((e, i) => ({ name: e.name, inode: all.inodes[i] ?? null, type: e.type }))
+            if (o.dereference && (o.long || json)) {
+              for (const x of items) {
+                if (x.type !== 'Symlink') continue
+                const to = await fsys.stat(joinPath(p, x.name)).catch(() => null)
+                if (to) Object.assign(x, { inode: to, type: to.type })
+              }
+            }
+          }
+          if (json) {
+            return printJson(items.map((x) => (x.inode ? inodeRecord(x.name, x.inode) : { name: x.name, type: x.type })))
+          }
+          if (!o.long) return out(items.map((x) => x.name).join('\n'))
+          out(
+            formatTable(
+              items.map((x) => {
+                const i = x.inode
+                if (!i) return ['?', '?', '?', '?', '?', '?', x.name]
+                const s = inodeStats(i)
+                const when = new Date(s.mtimeMs).toISOString().replace('T', ' ').slice(0, 16)
+                return [modeString(i), String(i.nlink), String(i.acl.uid), String(i.acl.gid), String(s.size), when, i.symlink ? `${x.name} -> ${i.symlink.target}` : x.name]
+              }),
+            ),
+          )
+        },
+        [p],
+      ),
     )
 
   g.command('stat')
@@ -461,7 +775,7 @@ followed (its target file is replaced).`,
           ...(st.directory ? [['Lock', st.directory.lock ? `${st.directory.lock.client} since ${isoTime(st.directory.lock.since)}` : '-']] : []),
         ]
         out(formatTable(rows))
-      }),
+      }, [p]),
     )
 
   g.command('mkdir')
@@ -473,7 +787,7 @@ followed (its target file is replaced).`,
     .action((paths: string[], o, cmd: Command) =>
       withFileSystem(cmd, async (fsys, json) => {
         const made: Array<Record<string, unknown>> = []
-        const failed = await eachPath(paths, async (p) => {
+        const failed = await eachPath(fsys, paths, async (p) => {
           try {
             const st = await fsys.mkdir(p, { mode: o.mode ?? 0o755, recursive: !!o.parents })
             made.push(inodeRecord(normalizePath(p), st))
@@ -496,7 +810,7 @@ followed (its target file is replaced).`,
     .action((paths: string[], o, cmd: Command) =>
       withFileSystem(cmd, async (fsys, json) => {
         const removed: string[] = []
-        const failed = await eachPath(paths, async (p) => {
+        const failed = await eachPath(fsys, paths, async (p) => {
           try {
             if (!o.recursive) {
               const st = await fsys.lstat(p)

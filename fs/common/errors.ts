@@ -25,6 +25,7 @@ export const ERRORS = {
   NOT_IMPLEMENTED: spec(false, 'ENOSYS', 'the operation is not supported'),
   INTERNAL: spec(false, 'EIO', 'an internal invariant was violated'),
   IO_ERROR: spec(true, 'EIO', 'a local disk operation failed'),
+  LOCAL_IO_ERROR: spec(false, 'EIO', "a command's local file (source or destination on this machine) could not be read or written; not retried"),
   NO_SPACE: spec(false, 'ENOSPC', 'the disk is full'),
   CLOSED: spec(false, 'ESHUTDOWN', 'the object was closed'),
   CANCELLED: spec(false, 'EINTR', 'the operation was cancelled'),

@@ -78,7 +78,7 @@ test.serial('fs put/get round trips (large, small, empty, stdin/stdout), ls, sta
   // a bad local path is reported with a catalogue code, not Node's errno name
   const noDir = await strata(fsx('get', '/data/sub/small.txt', path.join(dir, 'no-such-dir', 'x')))
   t.is(noDir.code, 1)
-  t.regex(noDir.stderr, /^strata: NOT_FOUND: ENOENT/m)
+  t.regex(noDir.stderr, /^strata: NOT_FOUND: local directory \S+\/no-such-dir does not exist$/m)
   const noLocal = await strata(fsx('put', path.join(dir, 'no-such-file'), '/data/x'))
   t.is(noLocal.code, 1)
   t.regex(noLocal.stderr, /^strata: NOT_FOUND: /m)

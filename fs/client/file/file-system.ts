@@ -813,6 +813,8 @@ export class FileSystem {
 
   async mkdir(path: string, opts: { mode?: number; recursive?: boolean; layout?: Layout } = {}): Promise<Inode> {
     this.checkOpen()
+    // the root always exists (mkdir(2) says EEXIST; meta's mkdirs has no name to create)
+    if (normalizePath(path) === '/') throw new StrataError('META_EXISTS', '/ exists')
     const rsp = await this.meta.mkdirs({
       path: pathAt(path),
       perm: (opts.mode ?? 0o755) & 0o7777,
