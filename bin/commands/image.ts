@@ -113,9 +113,10 @@ export function registerImageCommands(program: Command): Command {
     .option('--toolkit <image>', 'toolkit image (repeatable, stacked in order)', (v: string, prev: string[] | undefined) => [...(prev ?? []), v])
     .option('--json', 'print JSON')
     .action((nameArg: string, o: { base: string; workspace?: string; toolkit?: string[] }, cmd: Command) =>
-      withImageStore(cmd, async ({ store, json }) => {
+      withImageStore(cmd, async ({ store, json, signal }) => {
         const target = targetName(nameArg, 'image name')
         const r = await composeImage(store, {
+          signal,
           base: o.base,
           ...(o.workspace ? { workspace: o.workspace } : {}),
           ...(o.toolkit ? { toolkits: o.toolkit } : {}),

@@ -739,7 +739,11 @@ export class ImageStore {
     for (const dir of await this.#list(`${this.root}/tags`)) {
       const plain = decodeTagDir(dir)
       if (plain !== null ? !isValidName(plain) || encodeTagDir(plain) !== dir : !/^@[0-9a-f]{64}$/.test(dir)) continue
-      const tags = await this.#list(`${this.root}/tags/${dir}`)
+      // a file where a name's directory belongs names nothing
+      const tags = await this.#list(`${this.root}/tags/${dir}`).catch((e: unknown) => {
+        if (isMetaCode(e, 'META_NOT_DIRECTORY')) return []
+        throw e
+      })
       const recs = await Promise.all(
         tags.filter(isValidTag).map(async (tag) => {
           // a tag removed meanwhile or holding garbage names nothing; any other
