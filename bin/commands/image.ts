@@ -60,7 +60,7 @@ export function registerImageCommands(program: Command): Command {
   g.command('import')
     .description('import a docker-save tarball, OCI archive, OCI layout directory, rootfs tarball (.tar, .tar.gz, .tar.zst) or rootfs directory')
     .argument('<path>', 'what to import')
-    .option('--name <name[:tag]>', 'name of the image (default: the name the archive gives it)')
+    .option('--name <name[:tag]>', 'name of the image (default: every NAME:TAG the archive gives it, or the one --ref picked)')
     .option('--kind <kind>', 'kind of the imported layers: base, workspace or toolkit', choiceArg('--kind', LAYER_KINDS), 'base')
     .option('--squash', 'squash all layers into one')
     .option('--platform <os/arch[/variant]>', 'which platform of the image\'s multi-platform index to take (default linux/amd64; an image for a single platform is taken whatever it is unless this is given)')
@@ -92,6 +92,7 @@ export function registerImageCommands(program: Command): Command {
             image,
             name: r.name,
             tag: r.tag,
+            tags: r.tags ?? [image],
             digest: r.digest,
             source: r.manifest.source,
             layers: r.manifest.layers,
@@ -101,7 +102,8 @@ export function registerImageCommands(program: Command): Command {
             seconds,
           })
         }
-        out(`imported ${image} ${r.digest} (${r.manifest.layers.length} layer(s): ${r.layersBuilt} built, ${r.layersReused} reused; ${formatBytes(imageSize(r.manifest))}) in ${seconds} s`)
+        const also = (r.tags ?? []).slice(1)
+        out(`imported ${image} ${r.digest} (${r.manifest.layers.length} layer(s): ${r.layersBuilt} built, ${r.layersReused} reused; ${formatBytes(imageSize(r.manifest))}) in ${seconds} s${also.length ? `; also tagged ${also.join(' ')}` : ''}`)
       }),
     )
 
