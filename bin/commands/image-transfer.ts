@@ -9,7 +9,7 @@ import type { Command } from 'commander'
 import { StrataError } from '../../fs/common/errors.js'
 import { formatBytes } from '../../sandbox/image/progress.js'
 import { parseS3ImageUrl, parseS3Location, pullS3, pushS3, withPrefix, type S3TransferOptions } from '../../sandbox/image/s3/index.js'
-import { pullRegistry, pushRegistry, type RegistryOptions } from '../../sandbox/image/registry/index.js'
+import { parseRegistryUrl, pullRegistry, pushRegistry, type RegistryOptions } from '../../sandbox/image/registry/index.js'
 import { secondsSince, withImageStore } from './image-store.js'
 import { UsageError, intArg, out, printJson, sizeArg } from './output.js'
 
@@ -109,6 +109,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
       // bad URLs and endpoints fail before the cluster is contacted
       const kind = scheme(dest)
       if (kind === 's3') parseS3Location(dest)
+      else parseRegistryUrl(dest)
       const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
       return withImageStore(cmd, async ({ store, progress, signal, json }) => {
         const t0 = Date.now()
@@ -139,7 +140,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
     if (kind === 's3') {
       const parsed = parseS3ImageUrl(src)
       if (o.prefix !== undefined) withPrefix(parsed, src, o.prefix)
-    }
+    } else parseRegistryUrl(src)
     const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
     return withImageStore(cmd, async ({ store, progress, signal, json }) => {
       const t0 = Date.now()
