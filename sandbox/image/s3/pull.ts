@@ -133,7 +133,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
       bytesReceived: ctx.stats.bytesReceived,
     }
   } catch (e) {
-    if (opts.signal?.aborted) throw cancelled(what)
+    if (opts.signal?.aborted) throw cancelled(what, opts.signal)
     throw atEndpoint(s3Error(e, what), opts.endpoint)
   } finally {
     link.dispose()

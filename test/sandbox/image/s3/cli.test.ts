@@ -210,3 +210,25 @@ test.serial('a registry or S3 endpoint that accepts connections and never answer
     t.true(s < 20, `${c.args.join(' ')} took ${s} s`)
   }
 })
+
+test.serial('Ctrl-C of an s3:// push or pull: exit 130 with "CANCELLED: image CMD interrupted by SIGINT", as every image command, plus that running it again resumes', async (t) => {
+  const silent = await startSilentServer(t)
+  const hostPort = `127.0.0.1:${silent.port}`
+  await publishFixture(t, await A.store(), 'sigint', 'v1', 64 * 1024)
+  const env = { HOME: localTmp(t, 'strata-s3-home-'), AWS_ACCESS_KEY_ID: 'K', AWS_SECRET_ACCESS_KEY: 'S', AWS_REGION: 'us-east-1' }
+  const s3 = ['--endpoint', `http://${hostPort}`, '--force-path-style']
+  for (const [cmd, args] of [
+    ['push', ['push', 'sigint:v1', 's3://bkt/p', ...s3]],
+    ['pull', ['pull', 's3://bkt/p/sigint:v1', ...s3]],
+  ] as const) {
+    const before = silent.connections()
+    // a request is out (the server never answers it): the transfer is under way when the signal comes
+    const { child, stderr } = launch(['image', ...A.cliArgs, ...args], env)
+    t.teardown(() => kill(child))
+    await until(() => silent.connections() > before, 30_000, `${cmd} reached the endpoint`)
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
+    child.kill('SIGINT')
+    t.is(await exited, 130, stderr())
+    t.is(stderr().trim(), `strata: CANCELLED: image ${cmd} interrupted by SIGINT; run the command again to resume`)
+  }
+})
