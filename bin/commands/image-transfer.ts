@@ -8,10 +8,10 @@ import path from 'node:path'
 import type { Command } from 'commander'
 import { StrataError } from '../../fs/common/errors.js'
 import { formatBytes } from '../../sandbox/image/progress.js'
-import { parseS3ImageUrl, parseS3Location, pullS3, pushS3, type S3TransferOptions } from '../../sandbox/image/s3/index.js'
-import { pullRegistry, pushRegistry, type RegistryOptions } from '../../sandbox/image/registry/index.js'
+import { parseS3ImageUrl, parseS3Location, pullS3, pushS3, withPrefix, type S3TransferOptions } from '../../sandbox/image/s3/index.js'
+import { parseRegistryUrl, pullRegistry, pushRegistry, type RegistryOptions } from '../../sandbox/image/registry/index.js'
 import { secondsSince, withImageStore } from './image-store.js'
-import { intArg, out, printJson, sizeArg } from './output.js'
+import { UsageError, intArg, out, printJson, sizeArg } from './output.js'
 
 interface TransferCliOpts {
   endpoint?: string
@@ -24,6 +24,7 @@ interface TransferCliOpts {
   password?: string
   platform?: string
   name?: string
+  prefix?: string
   json?: boolean
 }
 
@@ -108,6 +109,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
       // bad URLs and endpoints fail before the cluster is contacted
       const kind = scheme(dest)
       if (kind === 's3') parseS3Location(dest)
+      else parseRegistryUrl(dest)
       const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
       return withImageStore(cmd, async ({ store, progress, signal, json }) => {
         const t0 = Date.now()
@@ -130,17 +132,22 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
       .description('copy an image from an object store (s3://) or a registry (docker://) into the cluster; an interrupted s3:// pull resumes from the bytes already stored when run again')
       .argument('<source>', 's3://BUCKET[/PREFIX]/NAME[:TAG|@sha256:…] or docker://HOST[:PORT]/REPO[:TAG|@sha256:…]')
       .option('--name <name>', 'local NAME[:TAG] (default: the remote name and tag)')
-      .option('--platform <os/arch[/variant]>', 'docker: which platform\'s image to take from a manifest list or index (default linux/amd64)'),
+      .option('--platform <os/arch[/variant]>', 'docker: which platform\'s image to take from a manifest list or index (default linux/amd64)')
+      .option('--prefix <prefix>', 's3: where PREFIX ends and NAME begins in the URL, when two splits name different images ("" or / for the bucket root)'),
   ).action((src: string, o: TransferCliOpts, cmd: Command) => {
     const kind = scheme(src)
-    if (kind === 's3') parseS3ImageUrl(src)
+    if (o.prefix !== undefined && kind !== 's3') throw new UsageError(`--prefix applies to s3:// URLs only, not ${JSON.stringify(src)}`)
+    if (kind === 's3') {
+      const parsed = parseS3ImageUrl(src)
+      if (o.prefix !== undefined) withPrefix(parsed, src, o.prefix)
+    } else parseRegistryUrl(src)
     const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
     return withImageStore(cmd, async ({ store, progress, signal, json }) => {
       const t0 = Date.now()
       const named = o.name !== undefined ? { name: o.name } : {}
       const r =
         kind === 's3'
-          ? await pullS3(store, src, { ...s3, ...named, progress, signal })
+          ? await pullS3(store, src, { ...s3, ...named, ...(o.prefix !== undefined ? { prefix: o.prefix } : {}), progress, signal })
           : await pullRegistry(store, src, {
               ...registryOptions(o),
               timeoutMs: remoteTimeoutMs(cmd),

@@ -52,7 +52,7 @@ export function registerImageCommands(program: Command): Command {
   g.command('import')
     .description('import a docker-save tarball, OCI archive, OCI layout directory, rootfs tarball (.tar, .tar.gz, .tar.zst) or rootfs directory')
     .argument('<path>', 'what to import')
-    .option('--name <name[:tag]>', 'name of the image (default: the name the archive gives it)')
+    .option('--name <name[:tag]>', 'name of the image (default: every NAME:TAG the archive gives it, or the one --ref picked)')
     .option('--kind <kind>', 'kind of the imported layers: base, workspace or toolkit', choiceArg('--kind', LAYER_KINDS), 'base')
     .option('--squash', 'squash all layers into one')
     .option('--platform <os/arch[/variant]>', 'which platform of the image\'s multi-platform index to take (default linux/amd64; an image for a single platform is taken whatever it is unless this is given)')
@@ -84,6 +84,7 @@ export function registerImageCommands(program: Command): Command {
             image,
             name: r.name,
             tag: r.tag,
+            tags: r.tags ?? [image],
             digest: r.digest,
             source: r.manifest.source,
             layers: r.manifest.layers,
@@ -93,7 +94,8 @@ export function registerImageCommands(program: Command): Command {
             seconds,
           })
         }
-        out(`imported ${image} ${r.digest} (${r.manifest.layers.length} layer(s): ${r.layersBuilt} built, ${r.layersReused} reused; ${formatBytes(imageSize(r.manifest))}) in ${seconds} s`)
+        const also = (r.tags ?? []).slice(1)
+        out(`imported ${image} ${r.digest} (${r.manifest.layers.length} layer(s): ${r.layersBuilt} built, ${r.layersReused} reused; ${formatBytes(imageSize(r.manifest))}) in ${seconds} s${also.length ? `; also tagged ${also.join(' ')}` : ''}`)
       }),
     )
 
@@ -105,9 +107,10 @@ export function registerImageCommands(program: Command): Command {
     .option('--toolkit <image>', 'toolkit image (repeatable, stacked in order)', (v: string, prev: string[] | undefined) => [...(prev ?? []), v])
     .option('--json', 'print JSON')
     .action((nameArg: string, o: { base: string; workspace?: string; toolkit?: string[] }, cmd: Command) =>
-      withImageStore(cmd, async ({ store, json }) => {
+      withImageStore(cmd, async ({ store, json, signal }) => {
         const target = targetName(nameArg, 'image name')
         const r = await composeImage(store, {
+          signal,
           base: o.base,
           ...(o.workspace ? { workspace: o.workspace } : {}),
           ...(o.toolkit ? { toolkits: o.toolkit } : {}),

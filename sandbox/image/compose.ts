@@ -33,6 +33,8 @@ export interface ComposeOptions {
   /** tag the result (default tag `latest`); without a name the manifest is stored untagged */
   name?: string
   tag?: string
+  /** stops the compose before its tag is written; what it stored is removed */
+  signal?: AbortSignal
 }
 
 export interface ComposeResult {
@@ -103,7 +105,11 @@ export async function composeLayers(store: ImageStore, opts: Omit<ComposeOptions
   return { layers, config, parts: out }
 }
 
-/** Composes and stores the image; the tag (if any) is written last. */
+/**
+ * Composes and stores the image; the tag (if any) is written last. On a
+ * failure (or an abort of `signal`) the manifest it stored is removed again,
+ * unless it was stored before or another command leases it meanwhile.
+ */
 export async function composeImage(store: ImageStore, opts: ComposeOptions): Promise<ComposeResult> {
   const { layers, config, parts: out } = await composeLayers(store, opts)
   const manifest: ImageManifest = {
@@ -120,12 +126,29 @@ export async function composeImage(store: ImageStore, opts: ComposeOptions): Pro
   const holder = `${TRANSIENT_LEASE_PREFIX}compose-${process.pid}-${crypto.randomBytes(6).toString('hex')}`
   const digest = sha256Digest(encodeManifest(manifest))
   const leased = [...new Set(layers.map((l) => l.digest)), digest]
+  let created = false
   try {
     for (const d of leased) await store.addLease(holder, d)
+    throwIfAborted(opts.signal)
+    created = !(await store.hasManifest(digest))
     await store.putManifest(manifest)
+    throwIfAborted(opts.signal)
     if (opts.name) await store.setTag(opts.name, opts.tag ?? 'latest', digest)
+    created = false
+  } catch (e) {
+    if (created) {
+      const others = new Set((await store.listLeases().catch(() => [])).filter((l) => l.holder !== holder).map((l) => l.digest))
+      if (!others.has(digest)) await store.fs.unlink(store.manifestPath(digest)).catch(() => undefined)
+    }
+    throw e
   } finally {
     for (const d of leased) await store.removeLease(holder, d).catch(() => undefined)
   }
   return { digest, manifest, parts: out }
+}
+
+function throwIfAborted(signal: AbortSignal | undefined): void {
+  if (!signal?.aborted) return
+  const r: unknown = signal.reason
+  throw r instanceof StrataError ? r : new StrataError('CANCELLED', 'compose cancelled', r === undefined ? undefined : { cause: r })
 }

@@ -116,13 +116,39 @@ export interface TagRecord {
   digest: string
 }
 
-/** `a/b` → `a%2Fb`: one directory level per image name under tags/. */
+/** The longest file name the DFS takes (its NAME_MAX), in bytes. */
+const DFS_NAME_MAX = 255
+/** Prefix of a tag directory named by the sha256 of its image name ('@' never appears in a name). */
+const HASHED_TAG_DIR_PREFIX = '@'
+
+/**
+ * The directory under tags/ that holds an image name's tags: one directory
+ * level per name, `a/b` → `a%2Fb`. A name whose encoding is longer than a
+ * DFS file name may be (a valid name has up to 255 characters, each `/`
+ * becoming three) is `@<sha256 hex of the name>` instead, and its tag files
+ * then also hold the name (see tagFileBody), as the directory name cannot be
+ * turned back into it. Every name that fitted before keeps the directory it
+ * always had, so stores written before hashed directories existed read the same.
+ */
 export function encodeTagDir(name: string): string {
-  return name.replaceAll('/', '%2F')
+  const plain = name.replaceAll('/', '%2F')
+  if (Buffer.byteLength(plain, 'utf8') <= DFS_NAME_MAX) return plain
+  return HASHED_TAG_DIR_PREFIX + crypto.createHash('sha256').update(name).digest('hex')
 }
 
-export function decodeTagDir(dir: string): string {
+/** The name a plain tag directory stands for, or null for a hashed one (its tag files name it). */
+export function decodeTagDir(dir: string): string | null {
+  if (dir.startsWith(HASHED_TAG_DIR_PREFIX)) return null
   return dir.replaceAll('%2F', '/')
+}
+
+function isHashedTagDir(dir: string): boolean {
+  return dir.startsWith(HASHED_TAG_DIR_PREFIX)
+}
+
+/** A tag file's bytes: the digest, and under a hashed directory a second line with the image name. */
+function tagFileBody(name: string, digest: string): string {
+  return isHashedTagDir(encodeTagDir(name)) ? `${digest}\n${name}\n` : `${digest}\n`
 }
 
 function isMetaCode(e: unknown, ...codes: string[]): boolean {
@@ -642,11 +668,30 @@ export class ImageStore {
   /** The manifest digest a tag points at, or null. */
   async getTag(name: string, tag: string): Promise<string | null> {
     checkNameTag(name, tag)
-    const b = await this.#readSmall(this.tagPath(name, tag))
+    const rec = await this.#readTagFile(encodeTagDir(name), tag)
+    if (!rec) return null
+    if (rec.name !== name) throw new StrataError('IMAGE_BAD_MANIFEST', `tag ${name}:${tag} is recorded for the name ${JSON.stringify(rec.name.slice(0, 80))}`)
+    return rec.digest
+  }
+
+  /**
+   * Reads tags/DIR/TAG: its digest, and the name it belongs to (the decoded
+   * DIR, or for a hashed DIR the name on the file's second line, which must
+   * hash to DIR). Null when there is no such file; IMAGE_BAD_MANIFEST when
+   * it holds anything else.
+   */
+  async #readTagFile(dir: string, tag: string): Promise<{ name: string; digest: string } | null> {
+    const b = await this.#readSmall(`${this.root}/tags/${dir}/${tag}`)
     if (!b) return null
-    const d = b.toString('utf8').trim()
-    if (!isDigest(d)) throw new StrataError('IMAGE_BAD_MANIFEST', `tag ${name}:${tag} holds ${JSON.stringify(d.slice(0, 80))}, not a digest`)
-    return d
+    const lines = b.toString('utf8').split('\n')
+    const d = lines[0]!.trim()
+    const plain = decodeTagDir(dir)
+    const shown = plain !== null ? `${plain}:${tag}` : `${dir}/${tag}`
+    if (!isDigest(d)) throw new StrataError('IMAGE_BAD_MANIFEST', `tag ${shown} holds ${JSON.stringify(d.slice(0, 80))}, not a digest`)
+    if (plain !== null) return { name: plain, digest: d }
+    const name = (lines[1] ?? '').trim()
+    if (!isValidName(name) || encodeTagDir(name) !== dir) throw new StrataError('IMAGE_BAD_MANIFEST', `tag ${shown} does not hold the image name its directory is named after`)
+    return { name, digest: d }
   }
 
   /**
@@ -672,7 +717,7 @@ export class ImageStore {
     await this.open()
     if (!(await this.hasManifest(digest))) throw new StrataError('IMAGE_NOT_FOUND', `no manifest ${digest} to tag`)
     await this.#mkdirp(`${this.root}/tags/${encodeTagDir(name)}`)
-    await this.#writeAtomic(this.tagPath(name, tag), `${digest}\n`)
+    await this.#writeAtomic(this.tagPath(name, tag), tagFileBody(name, digest))
   }
 
   /** Removes a tag; IMAGE_NOT_FOUND if it does not exist. */
@@ -692,19 +737,23 @@ export class ImageStore {
   async listTags(): Promise<TagRecord[]> {
     const out: TagRecord[] = []
     for (const dir of await this.#list(`${this.root}/tags`)) {
-      const name = decodeTagDir(dir)
-      if (!isValidName(name)) continue
-      const tags = await this.#list(`${this.root}/tags/${dir}`)
+      const plain = decodeTagDir(dir)
+      if (plain !== null ? !isValidName(plain) || encodeTagDir(plain) !== dir : !/^@[0-9a-f]{64}$/.test(dir)) continue
+      // a file where a name's directory belongs names nothing
+      const tags = await this.#list(`${this.root}/tags/${dir}`).catch((e: unknown) => {
+        if (isMetaCode(e, 'META_NOT_DIRECTORY')) return []
+        throw e
+      })
       const recs = await Promise.all(
         tags.filter(isValidTag).map(async (tag) => {
           // a tag removed meanwhile or holding garbage names nothing; any other
           // failure (storage down) fails the listing: a gc that took an unreadable
           // tag for a missing one would collect what it points at
-          const digest = await this.getTag(name, tag).catch((e: unknown) => {
+          const rec = await this.#readTagFile(dir, tag).catch((e: unknown) => {
             if (isMetaCode(e, 'IMAGE_BAD_MANIFEST')) return null
             throw e
           })
-          return digest ? { name, tag, digest } : null
+          return rec ? { name: rec.name, tag, digest: rec.digest } : null
         }),
       )
       for (const r of recs) if (r) out.push(r)

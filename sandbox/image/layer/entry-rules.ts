@@ -60,3 +60,13 @@ export function badHardlink(rel: string, target: string, prev: Seen | undefined)
   const hint = prev === undefined ? ' (a hard link to a lower layer\'s file cannot be kept in a layer of its own: import the image with --squash)' : ''
   return new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is not an earlier non-directory entry of this layer${hint}`)
 }
+
+/**
+ * A hard link whose target path goes through a symlink (`h2` → `lnk/h`,
+ * where `lnk` is a symlink): nothing is written or linked through a symlink,
+ * whatever the link resolves to, so this is an unsafe path, not a missing
+ * target (and --squash, which would not help, is not suggested).
+ */
+export function hardlinkThroughSymlink(rel: string, target: string, symlink: string): StrataError {
+  return new StrataError('IMAGE_UNSAFE_PATH', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} is under the symlink ${JSON.stringify(symlink)}; no entry may be written or linked through a symlink`)
+}

@@ -203,6 +203,18 @@ function parsePaxTime(s: string, name: string): Timespec {
 
 const NO_XATTRS: ReadonlyMap<string, Buffer> = new Map()
 
+const SPARSE_FILE = 'is a sparse file (tar --sparse): sparse files are not supported; archive the tree without --sparse'
+
+/** Why an entry of typeflag `flag` (a header's byte 156) cannot be read, in words. */
+function unsupportedType(flag: number): string {
+  const c = String.fromCharCode(flag)
+  if (c === 'S') return SPARSE_FILE
+  if (c === 'V') return 'is a volume label (tar --label): volume entries are not supported'
+  if (c === 'M') return 'continues a file from another volume (tar --multi-volume): multi-volume archives are not supported'
+  const shown = flag >= 0x21 && flag <= 0x7e ? `'${c}'` : `0x${flag.toString(16).padStart(2, '0')}`
+  return `unsupported tar entry type ${shown}`
+}
+
 function convertHeader(
   b: Buffer,
   type: RawType,
@@ -227,7 +239,7 @@ function convertHeader(
       t = type
       break
     default:
-      throw bad(`${JSON.stringify(name)}: unsupported tar entry type ${JSON.stringify(type)} (sparse files (tar --sparse) and volume entries are not supported)`)
+      throw bad(`${JSON.stringify(name)}: ${unsupportedType(b[156]!)}`)
   }
   const values = pax?.values
   let xattrs: Map<string, Buffer> = NO_XATTRS as Map<string, Buffer>
@@ -235,7 +247,7 @@ function convertHeader(
     const keys: string[] = []
     for (const k of values.keys()) {
       // PAX sparse formats 1.0 put a placeholder (GNUSparseFile.NNN/NAME) in the header: name the real file
-      if (k.startsWith('GNU.sparse.')) throw bad(`${JSON.stringify(values.get('GNU.sparse.name') ?? name)}: sparse files (tar --sparse) are not supported; archive the tree without --sparse`)
+      if (k.startsWith('GNU.sparse.')) throw bad(`${JSON.stringify(values.get('GNU.sparse.name') ?? name)}: ${SPARSE_FILE}`)
       if (k.startsWith(XATTR_KEY)) keys.push(k)
     }
     if (keys.length) {

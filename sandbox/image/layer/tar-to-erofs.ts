@@ -14,8 +14,8 @@ import { StrataError } from '../../../fs/common/errors.js'
 import { EROFS_UUID } from './erofs.js'
 import { ErofsWriter, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, fitsInline, newNode, xattrAreaSize, type ErofsNode } from './erofs-writer.js'
 import { isOverlayXattr } from './fs-ops.js'
-import { badHardlink, checkRepeat, classifyEntry, dup, type Seen } from './entry-rules.js'
-import { baseOf, normalizeEntryPath, parentOf } from './paths.js'
+import { badHardlink, checkRepeat, classifyEntry, dup, hardlinkThroughSymlink, type Seen } from './entry-rules.js'
+import { ancestorsOf, baseOf, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackStats } from './types.js'
 
@@ -214,7 +214,15 @@ class LayerBuilder {
     const target = normalizeEntryPath(h.linkname, 'hard link target')
     if (target === '') throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link to the root`)
     const prev = this.seen.get(target)
-    if (prev !== 'node') throw badHardlink(rel, target, prev)
+    if (prev !== 'node') {
+      for (const a of ancestorsOf(target)) {
+        const n = this.nodes.get(a)
+        if (!n) break
+        if ((n.mode & S_IFMT) === S_IFLNK) throw hardlinkThroughSymlink(rel, target, a)
+        if (!n.children) break
+      }
+      throw badHardlink(rel, target, prev)
+    }
     return this.nodes.get(target)!
   }
 

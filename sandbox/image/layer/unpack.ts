@@ -19,7 +19,7 @@ import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
 import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, sys, timesOf } from './fs-ops.js'
-import { badHardlink, checkRepeat, classifyEntry, dup, type Seen } from './entry-rules.js'
+import { badHardlink, checkRepeat, classifyEntry, dup, hardlinkThroughSymlink, type Seen } from './entry-rules.js'
 import { ancestorsOf, joinRel, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackOptions, UnpackStats } from './types.js'
@@ -238,6 +238,15 @@ class Unpacker {
     const target = normalizeEntryPath(h.linkname, 'hard link target')
     if (target === '') throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link to the root`)
     const kind = this.seen.get(target)
+    if (kind !== 'node') {
+      // a symlink on the target's path (of this layer, or applying, of a lower one) is unsafe, not a missing target
+      for (const a of ancestorsOf(target)) {
+        const st = lstatOrNull(this.abs(a))
+        if (!st) break
+        if (st.isSymbolicLink()) throw hardlinkThroughSymlink(rel, target, a)
+        if (!st.isDirectory()) break
+      }
+    }
     if (kind === undefined && this.mode === 'apply') {
       if (!this.parents(target, false)) {
         throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: hard link target ${JSON.stringify(target)} does not exist`)

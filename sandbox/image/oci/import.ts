@@ -39,6 +39,7 @@ import {
   MANIFEST_MEDIA_TYPE,
   emptyConfig,
   encodeManifest,
+  isDigest,
   parseImageRef,
   sha256Digest,
   type ImageConfig,
@@ -48,7 +49,7 @@ import {
   type LayerRef,
 } from '../types.js'
 import { openImportInput } from './source.js'
-import type { ReadImageOptions } from './layout.js'
+import { refMatches, type ReadImageOptions } from './layout.js'
 import { parsePlatform } from './platform.js'
 import type { OciImageConfig, OciImageSource, OciLayerSource } from './types.js'
 
@@ -58,6 +59,8 @@ export interface ImportOptions {
   /** tag the image as name:tag (default tag `latest`); without a name the manifest is stored untagged */
   name?: string
   tag?: string
+  /** more NAME:TAGs to point at the image once `name:tag` is written (an archive's other RepoTags) */
+  alsoTag?: Array<{ name: string; tag: string }>
   /** kind of every layer (default base) */
   kind?: LayerKind
   /** squash all layers into one */
@@ -371,9 +374,11 @@ class ImportRun {
     await this.store.putManifest(manifest)
     if (!existed) this.createdManifest = digest
     if (this.opts.name) await this.store.setTag(this.opts.name, this.opts.tag ?? 'latest', digest)
+    // tagged: what it stored is the image's now, whatever happens to the other tags
     this.createdManifest = null
     this.createdBlobs.clear()
     this.recorded.clear()
+    if (this.opts.name) for (const t of this.opts.alsoTag ?? []) await this.store.setTag(t.name, t.tag, digest)
     return { digest, manifest, layersBuilt: this.layersBuilt, layersReused: this.layersReused }
   }
 
@@ -759,6 +764,8 @@ export interface ImportPathOptions extends ImportOptions {
 export interface ImportPathResult extends ImportResult {
   name?: string
   tag?: string
+  /** every NAME:TAG written (`name:tag` first; more when the archive gives the image several names) */
+  tags?: string[]
   sourceType: ImageSource['type']
 }
 
@@ -781,35 +788,52 @@ export async function importPath(store: ImageStore, input: string, opts: ImportP
     checkSignal(opts.signal)
     let name = opts.name
     let tag = opts.tag
+    let alsoTag: Array<{ name: string; tag: string }> = []
     if (!name && inp.kind === 'image') {
-      for (const r of inp.image.refNames ?? []) {
-        // only NAME:TAG forms: an OCI layout's ref.name is often a bare tag
-        if (r.lastIndexOf(':') <= r.lastIndexOf('/')) continue
-        try {
-          const p = parseImageRef(r.replace(/^docker\.io\/library\//, '').replace(/^docker\.io\//, ''))
-          if (p.tag) {
-            name = p.name
-            tag = p.tag
-            break
-          }
-        } catch {
-          // not a usable name (e.g. a bare tag as ref.name): try the next
-        }
+      // the archive's names for the image: every one (as podman load applies every RepoTag), or the
+      // one --ref NAME chose; a --ref that matched only a bare tag leaves all of them to choose from
+      const refs = inp.image.refNames ?? []
+      const chosen = opts.ref && !isDigest(opts.ref) ? usableNames(refs.filter((r) => refMatches(r, opts.ref!))).slice(0, 1) : []
+      const names = chosen.length ? chosen : usableNames(refs)
+      if (names.length) {
+        name = names[0]!.name
+        tag = names[0]!.tag
+        alsoTag = names.slice(1)
       }
     }
     if (!name && opts.requireName) {
       throw new StrataError('IMAGE_INVALID_REFERENCE', `${input} gives the image no name: use --name NAME[:TAG]`)
     }
-    const o: ImportOptions = { ...opts, ...(name ? { name } : {}), ...(tag ? { tag } : {}) }
+    const o: ImportOptions = { ...opts, ...(name ? { name } : {}), ...(tag ? { tag } : {}), ...(alsoTag.length ? { alsoTag } : {}) }
     let r: ImportResult
     if (inp.kind === 'image') r = await importOciImage(store, inp.image, o)
     else if (inp.kind === 'rootfs-tar' && inp.archive) r = await importTarSpeculatively(store, inp.file, inp.ref, inp.archive, o)
     else if (inp.kind === 'rootfs-tar') r = await importRootfsTar(store, inp.file, { type: 'rootfs', ref: inp.ref }, o)
     else r = await importRootfsDir(store, inp.dir, { type: 'rootfs', ref: inp.ref }, o)
-    return { ...r, ...(name ? { name, tag: tag ?? 'latest' } : {}), sourceType: r.manifest.source.type }
+    const tags = name ? [`${name}:${tag ?? 'latest'}`, ...alsoTag.map((x) => `${x.name}:${x.tag}`)] : []
+    return { ...r, ...(name ? { name, tag: tag ?? 'latest', tags } : {}), sourceType: r.manifest.source.type }
   } finally {
     await fs.promises.rm(scratch, { recursive: true, force: true }).catch(noop)
   }
+}
+
+/**
+ * The NAME:TAGs among an archive's names for an image (RepoTags, ref.name), in
+ * order and once each; `docker.io/library/` and `docker.io/` are dropped, and
+ * bare tags (an OCI layout's ref.name often is one) and invalid names skipped.
+ */
+function usableNames(refs: string[]): Array<{ name: string; tag: string }> {
+  const out: Array<{ name: string; tag: string }> = []
+  for (const r of refs) {
+    if (r.lastIndexOf(':') <= r.lastIndexOf('/')) continue
+    try {
+      const p = parseImageRef(r.replace(/^docker\.io\/library\//, '').replace(/^docker\.io\//, ''))
+      if (p.tag && !p.digest && !out.some((x) => x.name === p.name && x.tag === p.tag)) out.push({ name: p.name, tag: p.tag })
+    } catch {
+      // not a usable name: try the next
+    }
+  }
+  return out
 }
 
 /** The reason a speculative rootfs import is stopped with: the tar is an image archive. */

@@ -18,7 +18,7 @@ import {
   layerCompression,
 } from './media-types.js'
 import { sniffCompression } from '../layer/decompress.js'
-import { DEFAULT_PLATFORM, formatPlatform, platformMatches, platformOf, type Platform } from './platform.js'
+import { DEFAULT_PLATFORM, formatPlatform, imagePlatform, platformMatches, platformOf, type Platform } from './platform.js'
 import { MAX_DOCUMENT_BYTES, type OciImageConfig, type OciImageSource, type OciLayerSource } from './types.js'
 
 export interface ReadImageOptions {
@@ -224,7 +224,7 @@ export async function readOciLayout(reader: ArchiveReader, source: ImageSource, 
   }
   const pick = chosen[0]!
   const l = await load(pick)
-  const platform = platformOf(l.config) ?? pick.platform
+  const platform = imagePlatform(pick.platform, platformOf(l.config))
   if (opts.platform && platform && !platformMatches(platform, opts.platform)) {
     throw new StrataError('IMAGE_PLATFORM_NOT_FOUND', `${label}: the image's config is for ${formatPlatform(platform)}, not ${formatPlatform(opts.platform)}`)
   }

@@ -51,3 +51,19 @@ export function platformMatches(have: Platform, want: Platform): boolean {
   const wv = variantOf(want)
   return want.variant === undefined || wv === variantOf(have)
 }
+
+/**
+ * The platform of an image picked from an index entry: the entry's (the index
+ * decides, as podman and skopeo have it), with the variant of the config
+ * when the entry names none. A config that names another os or architecture,
+ * or another variant, wins, so that a check against the wanted platform
+ * refuses it; a config without a variant (common for `linux/arm/v7` images)
+ * does not. Without an entry platform, the config's.
+ */
+export function imagePlatform(entry: Platform | null | undefined, config: Platform | null): Platform | null {
+  if (!entry) return config
+  if (!config) return entry
+  if (config.os !== entry.os || config.architecture !== entry.architecture) return config
+  if (config.variant !== undefined && variantOf(config) !== variantOf(entry)) return config
+  return entry.variant !== undefined ? entry : config
+}

@@ -10,7 +10,7 @@ import { StrataError } from '../../../fs/common/errors.js'
 import { makeDirs } from '../../../fs/common/local-dirs.js'
 import { importOciImage } from '../oci/import.js'
 import { CONFIG_TYPES, INDEX_TYPES, LAYER_MEDIA_TYPES, MANIFEST_TYPES } from '../oci/media-types.js'
-import { DEFAULT_PLATFORM, formatPlatform, parsePlatform, platformMatches, platformOf, type Platform } from '../oci/platform.js'
+import { DEFAULT_PLATFORM, formatPlatform, imagePlatform, parsePlatform, platformMatches, platformOf, type Platform } from '../oci/platform.js'
 import type { OciImageConfig, OciLayerSource } from '../oci/types.js'
 import type { ImageStore } from '../store.js'
 import { DEFAULT_TAG, checkDocumentDigest, isDigest, isValidName, parseImageRef, type LayerKind } from '../types.js'
@@ -190,7 +190,7 @@ export async function pullRegistry(store: ImageStore, url: string, opts: PullOpt
     if (typeof d !== 'string') throw new StrataError('IMAGE_BAD_MANIFEST', `config ${configDesc.digest}: rootfs.diff_ids[${i}] is not a string`)
     checkDocumentDigest(d, `config ${configDesc.digest}: rootfs.diff_ids[${i}]`)
   }
-  const platform = platformOf(config) ?? resolved.platform
+  const platform = imagePlatform(resolved.platform, platformOf(config))
   if (opts.platform !== undefined && platform && !platformMatches(platform, want)) {
     throw new StrataError('IMAGE_PLATFORM_NOT_FOUND', `${url} is ${formatPlatform(platform)}, not ${formatPlatform(want)}`)
   }

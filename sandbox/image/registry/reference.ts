@@ -32,6 +32,8 @@ export function parseRegistryUrl(url: string): RegistryRef {
   let host = rest.slice(0, slash)
   rest = rest.slice(slash + 1)
   if (!HOST_RE.test(host)) bad(`invalid host ${JSON.stringify(host)}`)
+  const port = /:([0-9]+)$/.exec(host)?.[1]
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) bad(`port ${port} is out of range (1-65535)`)
   if (host === 'docker.io' || host === 'index.docker.io') host = 'registry-1.docker.io'
   let digest: string | undefined
   const at = rest.indexOf('@')

@@ -120,7 +120,18 @@ export function isAbort(e: unknown): boolean {
   return n === 'AbortError' || (e as { code?: string })?.code === 'ABORT_ERR'
 }
 
-export function cancelled(what: string): StrataError {
+/**
+ * The CANCELLED a stopped transfer ends with. Stopped by the CLI's Ctrl-C or
+ * SIGTERM (a CANCELLED reason naming the signal), it keeps that wording
+ * (`image push interrupted by SIGINT`), as every other interrupted image
+ * command reports it, and adds that a second run resumes; otherwise `what`
+ * was cancelled.
+ */
+export function cancelled(what: string, signal?: AbortSignal): StrataError {
+  const r: unknown = signal?.reason
+  if (r instanceof StrataError && r.code === 'CANCELLED' && r.detail?.signal !== undefined) {
+    return new StrataError('CANCELLED', `${r.reason}; run the command again to resume`, { detail: r.detail })
+  }
   return new StrataError('CANCELLED', `${what}: cancelled; run the command again to resume`)
 }
 

@@ -7,7 +7,7 @@ import type { S3Client } from '@aws-sdk/client-s3'
 import type { S3ClientInit } from './client.js'
 import type { PullResult, PushResult, S3TransferOptions, TransferStore } from './common.js'
 
-export { parseS3Location, parseS3ImageUrl, blobKey, manifestKey, tagKey, type S3Location, type S3ImageUrl } from './url.js'
+export { parseS3Location, parseS3ImageUrl, withPrefix, blobKey, manifestKey, tagKey, type S3Location, type S3ImageUrl } from './url.js'
 export { DEFAULT_PART_SIZE, MIN_PART_SIZE, type PushResult, type PullResult, type S3TransferOptions, type TransferStore, type TransferProgress } from './common.js'
 export type { S3ClientInit } from './client.js'
 
@@ -17,7 +17,7 @@ export async function pushS3(store: TransferStore, ref: string, url: string, opt
 }
 
 /** See pull.ts. */
-export async function pullS3(store: TransferStore, url: string, opts: S3TransferOptions & { name?: string } = {}): Promise<PullResult> {
+export async function pullS3(store: TransferStore, url: string, opts: S3TransferOptions & { name?: string; prefix?: string } = {}): Promise<PullResult> {
   return (await import('./pull.js')).pullS3(store, url, opts)
 }
 

@@ -10,7 +10,7 @@ import { StrataError, isStrataError } from '../../../fs/common/errors.js'
 import { DEFAULT_TAG, isDigest, parseImageRef, sha256Digest, validateManifest, type LayerRef } from '../types.js'
 import { atEndpoint, createS3Client, isNotFound, isTimeout, s3Error } from './client.js'
 import { Limiter, allOrAbort, cancelled, linkedSignal, shortDigest, type PullResult, type S3TransferOptions, type TransferStore } from './common.js'
-import { blobKey, formatS3, manifestKey, parseS3ImageUrl, tagKey } from './url.js'
+import { blobKey, formatS3, manifestKey, parseS3ImageUrl, tagKey, withPrefix } from './url.js'
 
 /** Largest manifest or tag object accepted. */
 const MAX_MANIFEST_BYTES = 4 * 1024 * 1024
@@ -42,8 +42,8 @@ interface PullCtx {
  * digest: nothing is tagged), IMAGE_BAD_MANIFEST, IMAGE_AUTH_FAILED,
  * IMAGE_REMOTE_ERROR, CANCELLED. Running it again resumes partial blobs.
  */
-export async function pullS3(store: TransferStore, url: string, opts: S3TransferOptions & { name?: string } = {}): Promise<PullResult> {
-  const parsed = parseS3ImageUrl(url)
+export async function pullS3(store: TransferStore, url: string, opts: S3TransferOptions & { name?: string; prefix?: string } = {}): Promise<PullResult> {
+  const parsed = opts.prefix !== undefined ? withPrefix(parseS3ImageUrl(url), url, opts.prefix) : parseS3ImageUrl(url)
   let local: { name: string; tag?: string } | undefined
   if (opts.name !== undefined) {
     const r = parseImageRef(opts.name)
@@ -79,10 +79,12 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
       )
       throw new StrataError('IMAGE_NOT_FOUND', `${url}: no image: looked for ${tried.join('; ')}`)
     }
-    if (found.length > 1) {
+    // splits that all name the same manifest are one image (the longest prefix, listed first, is
+    // taken); splits that name different ones need --prefix
+    if (new Set(found.map((f) => f.digest)).size > 1) {
       throw new StrataError(
         'IMAGE_INVALID_REFERENCE',
-        `${url} is ambiguous: ${found.map((f) => `prefix ${JSON.stringify(f.prefix)} name ${f.name}`).join(' and ')} both exist`,
+        `${url} is ambiguous: ${found.map((f) => `prefix ${JSON.stringify(f.prefix)} name ${f.name} (${shortDigest(f.digest)})`).join(' and ')} both exist; choose one with --prefix ${found.map((f) => JSON.stringify(f.prefix)).join(' or --prefix ')}`,
       )
     }
     const src = found[0]!
@@ -131,7 +133,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
       bytesReceived: ctx.stats.bytesReceived,
     }
   } catch (e) {
-    if (opts.signal?.aborted) throw cancelled(what)
+    if (opts.signal?.aborted) throw cancelled(what, opts.signal)
     throw atEndpoint(s3Error(e, what), opts.endpoint)
   } finally {
     link.dispose()

@@ -157,7 +157,7 @@ export async function pushS3(store: TransferStore, ref: string, url: string, opt
       bytesSent: ctx.stats.bytesSent,
     }
   } catch (e) {
-    if (opts.signal?.aborted) throw cancelled(what)
+    if (opts.signal?.aborted) throw cancelled(what, opts.signal)
     throw atEndpoint(s3Error(e, what), opts.endpoint)
   } finally {
     link.dispose()

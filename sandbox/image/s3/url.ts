@@ -89,6 +89,21 @@ export function parseS3ImageUrl(url: string): S3ImageUrl {
   return { bucket, candidates }
 }
 
+/**
+ * Keeps the one PREFIX/NAME split of a pull URL whose PREFIX is `prefix`
+ * (`--prefix`: '' or '/' is the bucket root; slashes around it are dropped);
+ * IMAGE_INVALID_REFERENCE naming the splits there are when none has it.
+ */
+export function withPrefix(u: S3ImageUrl, url: string, prefix: string): S3ImageUrl {
+  const want = prefix.replace(/^\/+|\/+$/g, '')
+  const kept = u.candidates.filter((c) => c.prefix === want)
+  if (kept.length === 0) {
+    const have = u.candidates.map((c) => JSON.stringify(c.prefix)).join(', ')
+    throw new StrataError('IMAGE_INVALID_REFERENCE', `S3 URL ${JSON.stringify(url)}: --prefix ${JSON.stringify(prefix)} is not a PREFIX of it before a valid image name (it can be ${have})`)
+  }
+  return { bucket: u.bucket, candidates: kept }
+}
+
 function join(prefix: string, rest: string): string {
   return prefix ? `${prefix}/${rest}` : rest
 }

@@ -381,6 +381,19 @@ test.serial('a registry on a port Node\'s fetch blocks (6000): a clear error, no
   t.regex(r.stderr, /^strata: IMAGE_REMOTE_ERROR: .*the port is one the Fetch standard blocks/m)
 })
 
+test.serial('a docker:// URL with a port out of range is IMAGE_INVALID_REFERENCE for pull and push, before the cluster or the network is used', async (t) => {
+  // no cluster at this address: a command that got as far as the cluster would fail otherwise
+  for (const args of [
+    ['pull', 'docker://127.0.0.1:99999/x'],
+    ['push', 'tiny/gz', 'docker://127.0.0.1:99999/x'],
+    ['pull', 'docker://localhost:0/x:1'],
+  ]) {
+    const r = await strata(['image', '--mgmtd-address', '127.0.0.1:1', ...args])
+    t.is(r.code, 1, args.join(' '))
+    t.regex(r.stderr, /^strata: IMAGE_INVALID_REFERENCE: .*port [0-9]+ is out of range/m, args.join(' '))
+  }
+})
+
 test.serial('export refuses a directory or a missing directory as OUT, before any work; compose names a part that adds nothing', async (t) => {
   const dir = localTmp(t)
   const x1 = await strata(['image', ...img.ic.cliArgs, 'export', 'tiny/gz', dir])

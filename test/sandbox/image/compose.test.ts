@@ -135,3 +135,21 @@ test.serial('compose base + workspace + toolkits: no data copied, kinds re-marke
   t.regex(nothing.stderr, /INVALID_ARGUMENT/)
   t.is((await img.store.listBlobs()).length, blobs)
 })
+
+test.serial('a compose that fails once its manifest is stored (the tag cannot be written) removes that manifest: no new <none> in ls -a', async (t) => {
+  const dir = localTmp(t)
+  fs.mkdirSync(path.join(dir, 'root/etc'), { recursive: true })
+  fs.writeFileSync(path.join(dir, 'root/etc/compose-fail'), 'x\n')
+  await importPath(img.store, path.join(dir, 'root'), { name: 'fail/base', workDir: dir })
+  const before = (await img.store.listManifests()).sort()
+  // the name's tag directory is a file: the manifest is stored, then writing the tag fails
+  await img.store.fs.writeFile(`${img.store.root}/tags/fail%2Fblocked`, 'in the way\n')
+  t.teardown(() => img.store.fs.unlink(`${img.store.root}/tags/fail%2Fblocked`).catch(() => undefined))
+  const r = await strata(['image', ...img.ic.cliArgs, 'compose', 'fail/blocked:v1', '--base', 'fail/base'])
+  t.is(r.code, 1)
+  t.regex(r.stderr, /^strata: [A-Z_]+: /)
+  t.deepEqual((await img.store.listManifests()).sort(), before)
+  const all: Array<{ name: string }> = JSON.parse(await ok(t, ['image', ...img.ic.cliArgs, 'ls', '-a', '--json']))
+  t.false(all.some((x) => x.name === '<none>'))
+  t.deepEqual(await img.store.listLeases(), [])
+})

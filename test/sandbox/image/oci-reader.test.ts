@@ -155,7 +155,8 @@ test('multi-platform index: linux/amd64 by default, --platform picks another, a 
   const arm = await openImportInput(layout, dir, { platform: parsePlatform('linux/arm64') })
   if (arm.kind !== 'image') return t.fail()
   t.is(arm.image.source.digest, arm64)
-  t.is(arm.image.source.platform, 'linux/arm64')
+  // the index lists linux/arm64/v8 (the config names no variant): the index's platform is recorded
+  t.is(arm.image.source.platform, 'linux/arm64/v8')
   await t.throwsAsync(openImportInput(layout, dir, { platform: parsePlatform('linux/s390x') }), { code: 'IMAGE_PLATFORM_NOT_FOUND' })
   // the same as an OCI archive (skopeo keeps the whole index with --all)
   const archive = path.join(dir, 'multi.tar')
@@ -308,4 +309,52 @@ test('several images in a layout: INVALID_ARGUMENT without --ref, naming each (d
   const armOfOne = await openImportInput(perPlatform.layout, dir, { platform: parsePlatform('linux/arm64') })
   if (armOfOne.kind !== 'image') return t.fail()
   t.is(armOfOne.image.source.digest, perPlatform.arm64)
+})
+
+/** Stores a copy of manifest `m` of `layout` whose config is changed by `edit`; returns its descriptor. */
+function withConfig(layout: string, m: any, edit: (c: any) => void): any {
+  const blob = (d: string) => path.join(layout, 'blobs/sha256', d.slice('sha256:'.length))
+  const put = (b: Buffer) => {
+    const d = 'sha256:' + crypto.createHash('sha256').update(b).digest('hex')
+    fs.writeFileSync(blob(d), b)
+    return { digest: d, size: b.length }
+  }
+  const manifest = JSON.parse(fs.readFileSync(blob(m.digest), 'utf8'))
+  const config = JSON.parse(fs.readFileSync(blob(manifest.config.digest), 'utf8'))
+  edit(config)
+  manifest.config = { ...manifest.config, ...put(Buffer.from(JSON.stringify(config))) }
+  return { mediaType: m.mediaType, ...put(Buffer.from(JSON.stringify(manifest))) }
+}
+
+test('the index entry\'s platform decides: linux/arm/v7 in the index with a config that names no variant is linux/arm/v7; a config naming another variant or architecture is refused', async (t) => {
+  const dir = localTmp(t)
+  const { layout } = await twoImageLayout(dir, 'arm-variants', (amd) => [amd])
+  const index = JSON.parse(fs.readFileSync(path.join(layout, 'index.json'), 'utf8'))
+  const amd = index.manifests[0]
+  const arm = withConfig(layout, amd, (c) => {
+    c.architecture = 'arm'
+    delete c.variant
+  })
+  const armV6 = withConfig(layout, amd, (c) => {
+    c.architecture = 'arm'
+    c.variant = 'v6'
+  })
+  const name = { 'org.opencontainers.image.ref.name': 'latest' }
+  fs.writeFileSync(
+    path.join(layout, 'index.json'),
+    JSON.stringify({
+      ...index,
+      manifests: [
+        { ...arm, platform: { os: 'linux', architecture: 'arm', variant: 'v7' }, annotations: name },
+        { ...armV6, platform: { os: 'linux', architecture: 'arm', variant: 'v5' }, annotations: name },
+        { ...amd, platform: { os: 'linux', architecture: 'riscv64' }, annotations: name },
+      ],
+    }),
+  )
+  const v7 = await openImportInput(layout, dir, { platform: parsePlatform('linux/arm/v7') })
+  if (v7.kind !== 'image') return t.fail()
+  t.is(v7.image.source.digest, arm.digest)
+  t.is(v7.image.source.platform, 'linux/arm/v7')
+  await t.throwsAsync(openImportInput(layout, dir, { platform: parsePlatform('linux/arm/v5') }), { code: 'IMAGE_PLATFORM_NOT_FOUND', message: /config is for linux\/arm\/v6, not linux\/arm\/v5/ })
+  await t.throwsAsync(openImportInput(layout, dir, { platform: parsePlatform('linux/riscv64') }), { code: 'IMAGE_PLATFORM_NOT_FOUND', message: /config is for linux\/amd64/ })
 })

@@ -191,3 +191,25 @@ test.serial('dedup: the same import twice is stored once; two images sharing a b
   t.is(plainAgain.layersReused, 3)
   t.is(plainAgain.digest, a1.digest, 'the same path imported the same way gives the same manifest')
 })
+
+test.serial('a docker-save tarball whose image has two RepoTags: without --ref both are tagged; --ref by one of them tags that one only', async (t) => {
+  const dir = localTmp(t)
+  const tar = path.join(dir, 'two-tags.tar')
+  await run('skopeo', ['--insecure-policy', 'copy', '-q', '--additional-tag', 'localhost/accc/lay:other', `oci:${fx.ref}`, `docker-archive:${tar}:localhost/accc/lay:v2`])
+  const repoTags = JSON.parse((await run('tar', ['-xOf', tar, 'manifest.json'])).stdout)[0].RepoTags
+  t.deepEqual(repoTags, ['localhost/accc/lay:v2', 'localhost/accc/lay:other'])
+  const all = await fresh()
+  const r = await importPath(all, tar, { workDir: dir })
+  t.deepEqual(r.tags, ['localhost/accc/lay:v2', 'localhost/accc/lay:other'])
+  t.deepEqual((await all.listTags()).map((x) => `${x.name}:${x.tag}=${x.digest}`), [`localhost/accc/lay:other=${r.digest}`, `localhost/accc/lay:v2=${r.digest}`])
+  for (const ref of ['localhost/accc/lay:other', 'accc/lay:other']) {
+    const one = await fresh()
+    const o = await importPath(one, tar, { ref, workDir: dir })
+    t.is(`${o.name}:${o.tag}`, 'localhost/accc/lay:other', ref)
+    t.deepEqual((await one.listTags()).map((x) => `${x.name}:${x.tag}`), ['localhost/accc/lay:other'], ref)
+  }
+  // --name wins over every RepoTag
+  const named = await fresh()
+  await importPath(named, tar, { name: 'mine/lay', tag: 'x', ref: 'accc/lay:other', workDir: dir })
+  t.deepEqual((await named.listTags()).map((x) => `${x.name}:${x.tag}`), ['mine/lay:x'])
+})

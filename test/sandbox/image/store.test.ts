@@ -143,6 +143,52 @@ test.serial('manifests need their layers; tags move atomically; resolve and list
   t.deepEqual(await tmpNames(s), [])
 })
 
+test.serial('names of up to 255 characters are tags like any other (a long name\'s directory is hashed); a name\'s old %2F directory still reads', async (t) => {
+  const s = await fresh()
+  const layer = await s.putBlob(Readable.from([Buffer.from('long-name layer')]))
+  const m = await s.putManifest(manifestOf([layer]))
+  // 128 one-letter components: 255 characters, 509 bytes once every / is %2F (over the DFS's 255)
+  const long = Array.from({ length: 128 }, () => 'a').join('/')
+  const longer = 'localhost:5000/' + 'b'.repeat(120) + '/' + 'c'.repeat(119)
+  t.is(long.length, 255)
+  t.is(longer.length, 255)
+  t.is(await s.getTag(long, 'v1'), null)
+  await t.throwsAsync(s.resolve(`${long}:v1`), { code: 'IMAGE_NOT_FOUND' })
+  await s.setTag(long, 'v1', m.digest)
+  await s.setTag(long, 'v2', m.digest)
+  await s.setTag(longer, 'x', m.digest)
+  await s.setTag('short/name', 'v1', m.digest)
+  t.is(await s.getTag(long, 'v1'), m.digest)
+  t.is((await s.resolve(`${long}:v2`)).digest, m.digest)
+  t.truthy(await s.tagVersion(long, 'v1'))
+  t.deepEqual(
+    (await s.listTags()).map((x) => `${x.name}:${x.tag}`),
+    [`${long}:v1`, `${long}:v2`, `${longer}:x`, 'short/name:v1'],
+  )
+  // a short name keeps the directory it always had
+  t.is(s.tagPath('short/name', 'v1'), `${s.root}/tags/short%2Fname/v1`)
+  t.regex(s.tagPath(long, 'v1'), /\/tags\/@[0-9a-f]{64}\/v1$/)
+  // the tag keeps the manifest from gc; removing the last tags of a name removes it
+  t.deepEqual((await s.gc({ dryRun: true })).removedManifests, [])
+  await s.removeTag(long, 'v1')
+  await s.removeTag(long, 'v2')
+  await t.throwsAsync(s.removeTag(long, 'v2'), { code: 'IMAGE_NOT_FOUND' })
+  t.deepEqual(
+    (await s.listTags()).map((x) => `${x.name}:${x.tag}`),
+    [`${longer}:x`, 'short/name:v1'],
+  )
+  // a tag file of a hashed directory that does not name its image names nothing
+  await s.fs.writeFile(s.tagPath(longer, 'y'), `${m.digest}\nsome/other\n`)
+  await t.throwsAsync(s.getTag(longer, 'y'), { code: 'IMAGE_BAD_MANIFEST' })
+  t.deepEqual((await s.listTags()).map((x) => `${x.name}:${x.tag}`), [`${longer}:x`, 'short/name:v1'])
+  // a store written before hashed directories existed: tags/<name with / as %2F>/<tag> holding the digest alone
+  await s.fs.mkdir(`${s.root}/tags/team%2Fold`, { recursive: true })
+  await s.fs.writeFile(`${s.root}/tags/team%2Fold/v9`, `${m.digest}\n`)
+  t.is((await s.resolve('team/old:v9')).digest, m.digest)
+  t.true((await s.listTags()).some((x) => x.name === 'team/old' && x.tag === 'v9'))
+  t.deepEqual(await tmpNames(s), [])
+})
+
 test.serial('diffId cache, partial blobs, leases and gc', async (t) => {
   const s = await fresh()
   const base = await s.putBlob(Readable.from([Buffer.from('base layer')]))

@@ -11,6 +11,8 @@ export interface BadCase {
   /** Lower layer for apply mode. */
   lower?: (outside: string) => PackEntry[]
   tar: (outside: string) => Promise<Buffer> | Buffer
+  /** what the error message must say, where a case checks it */
+  message?: RegExp
 }
 
 function tarOf(f: (outside: string) => PackEntry[]): (outside: string) => Promise<Buffer> {
@@ -45,6 +47,21 @@ export const badCases: BadCase[] = [
   { name: 'whiteout through a symlink', code: 'IMAGE_UNSAFE_PATH', tar: tarOf((o) => [symlink('a', o), file('a/.wh.keep')]) },
   { name: 'hard link to ../x', code: 'IMAGE_UNSAFE_PATH', tar: tarOf(() => [hardlink('h', '../x')]) },
   { name: 'hard link through a symlink', code: 'IMAGE_UNSAFE_PATH', mode: 'apply', tar: tarOf((o) => [symlink('s', o), hardlink('h', 's/keep')]) },
+  // the target is a file of the layer reached through a symlink of the layer: unsafe, and no --squash hint
+  {
+    name: 'hard link to a file of the layer through a symlink of the layer',
+    code: 'IMAGE_UNSAFE_PATH',
+    message: /^IMAGE_UNSAFE_PATH: "h2": hard link target "lnk\/h" is under the symlink "lnk"; [^]*$(?<!--squash.*)/,
+    tar: tarOf(() => [symlink('lnk', 'etc'), dir('etc'), file('etc/h', 'h'), hardlink('h2', 'lnk/h')]),
+  },
+  {
+    name: 'hard link through a lower layer\'s symlink (squash)',
+    code: 'IMAGE_UNSAFE_PATH',
+    mode: 'apply',
+    message: /"h2": hard link target "lnk\/h" is under the symlink "lnk"/,
+    lower: () => [symlink('lnk', 'etc'), dir('etc'), file('etc/h', 'h')],
+    tar: tarOf(() => [hardlink('h2', 'lnk/h')]),
+  },
   { name: 'hard link to a later entry', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [hardlink('h', 'f'), file('f')]) },
   { name: 'hard link to a directory', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [dir('d'), hardlink('h', 'd')]) },
   { name: 'hard link to a lower file in layer mode', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [hardlink('h', 'etc/passwd')]) },

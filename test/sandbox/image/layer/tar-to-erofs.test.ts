@@ -150,7 +150,7 @@ test('bad input fails with the code unpack gives, and leaves no file behind', as
     n++
     const out = path.join(work, 'out', `case-${n}`)
     fs.mkdirSync(out, { recursive: true })
-    await t.throwsAsync(tarToErofs(streamOf(await c.tar(outside)), path.join(out, 'layer.erofs')), { code: c.code as never }, c.name)
+    await t.throwsAsync(tarToErofs(streamOf(await c.tar(outside)), path.join(out, 'layer.erofs')), { code: c.code as never, ...(c.message ? { message: c.message } : {}) }, c.name)
     t.deepEqual(fs.readdirSync(out), [], c.name)
   }
   t.true(n >= 20)
@@ -167,8 +167,10 @@ test('a sparse file made by GNU tar --sparse (old GNU and PAX 1.0 formats) is IM
     const tar = path.join(work, `${format}.tar`)
     execFileSync('tar', ['--sparse', `--format=${format}`, '-C', tree, '-cf', tar, 'holes'])
     const e = await t.throwsAsync(tarToErofs(fs.createReadStream(tar), path.join(work, `${format}.erofs`)), { code: 'IMAGE_BAD_ARCHIVE' })
-    t.regex(e!.message, /"holes".*sparse files \(tar --sparse\)/, format)
+    t.regex(e!.message, /"holes": is a sparse file \(tar --sparse\): sparse files are not supported/, format)
     t.notRegex(e!.message, /GNUSparseFile/, format)
+    // said in words, not as the reader's internal type name
+    t.notRegex(e!.message, /type null/, format)
     t.false(fs.existsSync(path.join(work, `${format}.erofs`)))
   }
 })

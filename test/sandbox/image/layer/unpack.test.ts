@@ -246,7 +246,7 @@ for (const c of badCases) {
     fs.writeFileSync(path.join(outside, 'keep'), 'keep')
     if (c.lower) await unpackLayer(streamOf(await packTar(c.lower(outside))), dest, { mode: 'apply' })
     const tar = await c.tar(outside)
-    const e = await t.throwsAsync(unpackLayer(streamOf(tar), dest, { mode: c.mode ?? 'layer' }), { code: c.code as never })
+    const e = await t.throwsAsync(unpackLayer(streamOf(tar), dest, { mode: c.mode ?? 'layer' }), { code: c.code as never, ...(c.message ? { message: c.message } : {}) })
     if (c.name.startsWith('garbage') || c.name.startsWith('oversized')) t.truthy((e as Error).cause, 'tar-stream error kept as cause')
     t.deepEqual(fs.readdirSync(base).sort(), ['dest', 'outside'])
     t.deepEqual(fs.readdirSync(outside), ['keep'])

@@ -11,10 +11,11 @@ test('docker:// references: host, port, nested repo, tag, digest, default tag', 
   t.deepEqual(parseRegistryUrl('docker://docker.io/library/busybox:1'), { host: 'registry-1.docker.io', repo: 'library/busybox', tag: '1' })
   t.deepEqual(parseRegistryUrl('docker://[::1]:5000/a/b'), { host: '[::1]:5000', repo: 'a/b', tag: 'latest' })
   t.is(formatRegistryUrl(parseRegistryUrl('docker://h:1/a/b:c')), 'docker://h:1/a/b:c')
+  t.is(parseRegistryUrl('docker://h:65535/a').host, 'h:65535')
 })
 
 test('malformed references are IMAGE_INVALID_REFERENCE', (t) => {
-  for (const bad of ['127.0.0.1:5000/app', 'docker://app', 'docker:///app', 'docker://h/App', 'docker://h/app:', 'docker://h/app@sha256:12', 'docker://h/a//b', 'docker://h:x/a', 'docker://h/app:-x']) {
+  for (const bad of ['127.0.0.1:5000/app', 'docker://app', 'docker:///app', 'docker://h/App', 'docker://h/app:', 'docker://h/app@sha256:12', 'docker://h/a//b', 'docker://h:x/a', 'docker://h/app:-x', 'docker://127.0.0.1:99999/x', 'docker://h:0/x', 'docker://[::1]:65536/x']) {
     t.throws(() => parseRegistryUrl(bad), { code: 'IMAGE_INVALID_REFERENCE' } as never, bad)
   }
 })

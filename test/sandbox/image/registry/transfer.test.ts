@@ -194,6 +194,40 @@ t0('(3) a manifest list (skopeo copy --all of a two-platform index) pulls linux/
   t.deepEqual((await store.getManifest(dock.digest)).manifest.layers.map((l) => l.digest), (await store.getManifest(amd.digest)).manifest.layers.map((l) => l.digest))
 })
 
+t0('(3b) an index entry for linux/arm/v7 whose config names no variant pulls with --platform linux/arm/v7 (the index decides, and is recorded); a config of another architecture is refused', async (t) => {
+  if (!reg) return t.fail('needs test (1)')
+  const dir = localTmp(t, 'strata-reg-')
+  const lay = path.join(dir, 'armv7')
+  const arm = await umociImage(lay, 'arm', [(r) => fs.writeFileSync(path.join(r, 'arch'), 'arm\n')], { architecture: 'arm' })
+  const amd = await umociImage(lay, 'amd', [(r) => fs.writeFileSync(path.join(r, 'arch'), 'amd64\n')], { architecture: 'amd64' })
+  t.is(JSON.parse(layoutBlob(lay, JSON.parse(layoutBlob(lay, arm).toString()).config.digest).toString()).variant, undefined)
+  const mt = 'application/vnd.oci.image.manifest.v1+json'
+  const index = Buffer.from(
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: 'application/vnd.oci.image.index.v1+json',
+      manifests: [
+        { mediaType: mt, digest: arm, size: layoutBlob(lay, arm).length, platform: { os: 'linux', architecture: 'arm', variant: 'v7' } },
+        { mediaType: mt, digest: amd, size: layoutBlob(lay, amd).length, platform: { os: 'linux', architecture: 'arm64', variant: 'v8' } },
+      ],
+    }),
+  )
+  const indexDigest = sha256Digest(index)
+  fs.writeFileSync(path.join(lay, 'blobs/sha256', indexDigest.slice(7)), index)
+  const top = JSON.parse(fs.readFileSync(path.join(lay, 'index.json'), 'utf8')) as { manifests: unknown[] }
+  top.manifests.push({ mediaType: 'application/vnd.oci.image.index.v1+json', digest: indexDigest, size: index.length, annotations: { 'org.opencontainers.image.ref.name': 'multi' } })
+  fs.writeFileSync(path.join(lay, 'index.json'), JSON.stringify(top))
+  await skopeoCopy(`oci:${lay}:multi`, reg.url('armv7/app:v1'), ['--all'])
+
+  const store = await freshStore(t)
+  const r = await pullRegistry(store, reg.url('armv7/app:v1'), { workDir: dir, platform: 'linux/arm/v7' })
+  t.is(r.remoteDigest, arm)
+  t.is(r.platform, 'linux/arm/v7')
+  t.is((await store.getManifest(r.digest)).manifest.source.platform, 'linux/arm/v7')
+  await t.throwsAsync(pullRegistry(store, reg.url('armv7/app:v1'), { workDir: dir, platform: 'linux/arm64', name: 'nope' }), { code: 'IMAGE_PLATFORM_NOT_FOUND', message: /is linux\/amd64, not linux\/arm64/ })
+  t.false((await store.listTags()).some((x) => x.name === 'nope'))
+})
+
 t0('(4) bearer token auth: docker-registry with `auth: token` and a token service; pull and push with credentials, IMAGE_AUTH_FAILED without', async (t) => {
   const dir = localTmp(t, 'strata-reg-')
   const tokens = await startTokenServer(t, { alice: 'secret' })

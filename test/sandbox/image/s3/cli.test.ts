@@ -149,6 +149,45 @@ test.serial('CLI errors: codes on stderr, exit 1; usage errors exit 2', async (t
   t.regex(help.stdout, /--force-path-style/)
 })
 
+test.serial('a pull URL whose PREFIX/NAME splits both exist: the same manifest is no ambiguity; different ones are, and --prefix chooses', async (t) => {
+  const s3 = await startS3(t)
+  const storeA = await A.store()
+  const x = await publishFixture(t, storeA, 'accc/implicit', 'v1', 64 * 1024)
+  const y = await publishFixture(t, storeA, 'bydig/accc/implicit', 'v1', 32 * 1024)
+  t.not(x.digest, y.digest)
+  const env = { ...s3.env, HOME: localTmp(t, 'strata-s3-home-') }
+  const cli = (args: string[]) => strata(['image', ...A.cliArgs, '--json', ...args], { env })
+  const okJson = async (args: string[]) => {
+    const r = await cli(args)
+    t.is(r.code, 0, `${args.join(' ')}: ${r.stderr}`)
+    return JSON.parse(r.stdout)
+  }
+  const pull = (args: string[]) => ['pull', '--force-path-style', ...args]
+  // the report's steps: the image under the bucket root and by digest under bydig/
+  await okJson(['push', '--force-path-style', 'accc/implicit:v1', `s3://${s3.bucket}/`])
+  await okJson(['push', '--force-path-style', `accc/implicit@${x.digest}`, `s3://${s3.bucket}/bydig`])
+  const byDigest = await okJson(pull([`s3://${s3.bucket}/bydig/accc/implicit@${x.digest}`]))
+  t.like(byDigest, { name: 'accc/implicit', digest: x.digest })
+  // two splits naming different images: ambiguous, the message says how to choose
+  await okJson(['push', '--force-path-style', 'accc/implicit:v1', `s3://${s3.bucket}/bydig`])
+  await okJson(['push', '--force-path-style', 'bydig/accc/implicit:v1', `s3://${s3.bucket}/`])
+  const amb = await cli(pull([`s3://${s3.bucket}/bydig/accc/implicit:v1`]))
+  t.is(amb.code, 1)
+  t.regex(amb.stderr, /^strata: IMAGE_INVALID_REFERENCE: .* is ambiguous: .*--prefix "bydig" or --prefix ""/)
+  const inBydig = await okJson(pull(['--prefix', 'bydig', `s3://${s3.bucket}/bydig/accc/implicit:v1`]))
+  t.like(inBydig, { name: 'accc/implicit', tag: 'v1', digest: x.digest })
+  for (const root of ['', '/']) {
+    const atRoot = await okJson(pull(['--prefix', root, '--name', `fromroot${root ? '-slash' : ''}`, `s3://${s3.bucket}/bydig/accc/implicit:v1`]))
+    t.is(atRoot.digest, y.digest)
+  }
+  // a --prefix that is no split of the URL, and --prefix with a registry URL
+  const bad = await cli(pull(['--prefix', 'nope', `s3://${s3.bucket}/bydig/accc/implicit:v1`]))
+  t.is(bad.code, 1)
+  t.regex(bad.stderr, /^strata: IMAGE_INVALID_REFERENCE: .*--prefix "nope" is not a PREFIX/)
+  const docker = await cli(['pull', '--prefix', 'x', 'docker://127.0.0.1:5000/x'])
+  t.is(docker.code, 2, docker.stderr)
+})
+
 test.serial('a registry or S3 endpoint that accepts connections and never answers: push and pull fail IMAGE_REMOTE_ERROR "timed out" after --timeout, naming the URL', async (t) => {
   const silent = await startSilentServer(t)
   const hostPort = `127.0.0.1:${silent.port}`
@@ -169,5 +208,27 @@ test.serial('a registry or S3 endpoint that accepts connections and never answer
     t.regex(r.stderr, /^strata: IMAGE_REMOTE_ERROR: /, c.args.join(' '))
     t.regex(r.stderr, c.where, c.args.join(' '))
     t.true(s < 20, `${c.args.join(' ')} took ${s} s`)
+  }
+})
+
+test.serial('Ctrl-C of an s3:// push or pull: exit 130 with "CANCELLED: image CMD interrupted by SIGINT", as every image command, plus that running it again resumes', async (t) => {
+  const silent = await startSilentServer(t)
+  const hostPort = `127.0.0.1:${silent.port}`
+  await publishFixture(t, await A.store(), 'sigint', 'v1', 64 * 1024)
+  const env = { HOME: localTmp(t, 'strata-s3-home-'), AWS_ACCESS_KEY_ID: 'K', AWS_SECRET_ACCESS_KEY: 'S', AWS_REGION: 'us-east-1' }
+  const s3 = ['--endpoint', `http://${hostPort}`, '--force-path-style']
+  for (const [cmd, args] of [
+    ['push', ['push', 'sigint:v1', 's3://bkt/p', ...s3]],
+    ['pull', ['pull', 's3://bkt/p/sigint:v1', ...s3]],
+  ] as const) {
+    const before = silent.connections()
+    // a request is out (the server never answers it): the transfer is under way when the signal comes
+    const { child, stderr } = launch(['image', ...A.cliArgs, ...args], env)
+    t.teardown(() => kill(child))
+    await until(() => silent.connections() > before, 30_000, `${cmd} reached the endpoint`)
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
+    child.kill('SIGINT')
+    t.is(await exited, 130, stderr())
+    t.is(stderr().trim(), `strata: CANCELLED: image ${cmd} interrupted by SIGINT; run the command again to resume`)
   }
 })
