@@ -50,6 +50,15 @@ test.after.always(async (t) => {
 })
 
 let storeSeq = 0
+/** Stores a multi-platform index in an OCI layout and names it `ref` in the layout's index.json. */
+function addIndex(lay: string, index: Buffer, ref: string): void {
+  const indexDigest = sha256Digest(index)
+  fs.writeFileSync(path.join(lay, 'blobs/sha256', indexDigest.slice(7)), index)
+  const top = JSON.parse(fs.readFileSync(path.join(lay, 'index.json'), 'utf8')) as { manifests: unknown[] }
+  top.manifests.push({ mediaType: 'application/vnd.oci.image.index.v1+json', digest: indexDigest, size: index.length, annotations: { 'org.opencontainers.image.ref.name': ref } })
+  fs.writeFileSync(path.join(lay, 'index.json'), JSON.stringify(top))
+}
+
 function freshStore(t: ExecutionContext<{ ic: ImageCluster }>): Promise<ImageStore> {
   return t.context.ic.store(`/strata/images-reg-${process.pid}-${++storeSeq}`)
 }
@@ -163,11 +172,7 @@ t0('(3) a manifest list (skopeo copy --all of a two-platform index) pulls linux/
     descs.push({ mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: d, size: layoutBlob(lay, d).length, platform: { architecture: arch, os: 'linux', ...(arch === 'arm64' ? { variant: 'v8' } : {}) } })
   }
   const index = Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json', manifests: descs }))
-  const indexDigest = sha256Digest(index)
-  fs.writeFileSync(path.join(lay, 'blobs/sha256', indexDigest.slice(7)), index)
-  const top = JSON.parse(fs.readFileSync(path.join(lay, 'index.json'), 'utf8')) as { manifests: unknown[] }
-  top.manifests.push({ mediaType: 'application/vnd.oci.image.index.v1+json', digest: indexDigest, size: index.length, annotations: { 'org.opencontainers.image.ref.name': 'multi' } })
-  fs.writeFileSync(path.join(lay, 'index.json'), JSON.stringify(top))
+  addIndex(lay, index, 'multi')
   await skopeoCopy(`oci:${lay}:multi`, reg.url('multi/app:v1'), ['--all'])
   const res = await registryGet(reg.host, '/v2/multi/app/manifests/v1', { accept: 'application/vnd.oci.image.index.v1+json' })
   t.is(res.status, 200)
@@ -212,11 +217,7 @@ t0('(3b) an index entry for linux/arm/v7 whose config names no variant pulls wit
       ],
     }),
   )
-  const indexDigest = sha256Digest(index)
-  fs.writeFileSync(path.join(lay, 'blobs/sha256', indexDigest.slice(7)), index)
-  const top = JSON.parse(fs.readFileSync(path.join(lay, 'index.json'), 'utf8')) as { manifests: unknown[] }
-  top.manifests.push({ mediaType: 'application/vnd.oci.image.index.v1+json', digest: indexDigest, size: index.length, annotations: { 'org.opencontainers.image.ref.name': 'multi' } })
-  fs.writeFileSync(path.join(lay, 'index.json'), JSON.stringify(top))
+  addIndex(lay, index, 'multi')
   await skopeoCopy(`oci:${lay}:multi`, reg.url('armv7/app:v1'), ['--all'])
 
   const store = await freshStore(t)
