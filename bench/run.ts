@@ -913,8 +913,12 @@ async function main(): Promise<number> {
   if (args.json) console.log(JSON.stringify(result, null, 2))
   else console.log(textReport(result))
   if (args.updateResults) {
-    // the blocks of the sections asked for (all when none was named); a baseline added for its ratios does not count
-    const asked = args.names.length ? BENCHMARKS.filter((b) => args.names.includes(b.name)) : BENCHMARKS
+    // the blocks of the sections asked for (all when none was named); a baseline added for its ratios does not
+    // count, nor one named next to the benchmarks that require it (`loopback fuse-fio …` used to rewrite the
+    // DFS core block with the loopback row alone)
+    const named = args.names.length ? BENCHMARKS.filter((b) => args.names.includes(b.name)) : BENCHMARKS
+    const required = new Set(named.flatMap((b) => b.requires ?? []))
+    const asked = args.names.length ? named.filter((b) => !required.has(b.name) || named.every((o) => o.section === b.section || !o.requires?.includes(b.name))) : BENCHMARKS
     const sections = [...new Set(asked.map((b) => b.section))]
     for (const sec of sections) {
       const all = BENCHMARKS.filter((b) => b.section === sec)
