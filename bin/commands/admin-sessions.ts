@@ -7,7 +7,7 @@ import { withAdminSession } from '../../fs/admin/index.js'
 import { dumpSession, listClients, parseSessionCursor } from '../../fs/admin/client-sessions.js'
 import type { StrataError } from '../../fs/common/errors.js'
 import { U64_MAX, fsSession, type GlobalOpts } from './admin-fs.js'
-import { UsageError, intArg, out, printJson, printListing } from './output.js'
+import { UsageError, intArg, out, printJson, printListing, uuidArg } from './output.js'
 
 function adminSession(cmd: Command, run: (s: Parameters<Parameters<typeof withAdminSession>[1]>[0], json: boolean) => Promise<void>): Promise<void> {
   const g = cmd.optsWithGlobals() as GlobalOpts
@@ -63,7 +63,7 @@ client list may be incomplete" follows (JSON: "bootstrapping": true).`,
   admin
     .command('dump-session')
     .description('file write sessions meta holds (one per write open): InodeId ClientId SessionId Timestamp')
-    .option('--client-id <id>', 'only the sessions of this client (as list-clients prints it)')
+    .option('--client-id <uuid>', 'only the sessions of this client (as list-clients prints it; a UUID)', uuidArg('--client-id'))
     .option('--inode <id>', 'only the sessions of this inode (decimal or 0x hex)', inodeArg)
     .option('-l, --limit <n>', 'at most this many sessions (default: all)', intArg('--limit', { min: 1 }))
     .option('-p, --prev <InodeId/SessionId>', 'continue after this session (the last row of the previous page)', cursorArg)
@@ -85,7 +85,11 @@ file. A malformed --inode or -p is a usage error.`,
       if (o.prev !== undefined && o.inode !== undefined && parseSessionCursor(o.prev).inode !== o.inode) {
         throw new UsageError('dump-session: -p names a session of another inode than --inode')
       }
-      if (o.output !== undefined && fs.existsSync(o.output)) throw new UsageError(`dump-session: output file ${o.output} already exists`)
+      if (o.output !== undefined) {
+        if (o.output === '') throw new UsageError('dump-session: --output needs a file name')
+        // lstat: a symlink there, dangling or not, is an existing file too
+        if (fs.lstatSync(o.output, { throwIfNoEntry: false })) throw new UsageError(`dump-session: output file ${o.output} already exists`)
+      }
       return fsSession(cmd, async (f, json) => {
         const r = await dumpSession(f, {
           ...(o.clientId !== undefined ? { clientId: o.clientId } : {}),

@@ -116,7 +116,8 @@ const PAGE = 1000
 
 /** dump-session's `-p` cursor: `<InodeId>/<SessionId>` of the last session listed. */
 export function parseSessionCursor(text: string): { inode: InodeId; session: string } {
-  const m = /^\s*(0x[0-9a-fA-F]{1,16}|\d{1,20})\/(.+)$/.exec(text)
+  // one session id after the inode, as dump-session prints it (clients make UUIDs; meta takes any text)
+  const m = /^\s*(0x[0-9a-fA-F]{1,16}|\d{1,20})\/([^/\s]+)\s*$/.exec(text)
   if (!m || BigInt(m[1]!) > 0xffff_ffff_ffff_ffffn) {
     throw new StrataError('INVALID_ARGUMENT', `bad dump-session cursor "${text}", expected InodeId/SessionId of the last session listed (e.g. 0x0000000000001234/<session id>)`)
   }

@@ -19,7 +19,7 @@ import { queryChunk, type QueryChunkRow } from './chunks.js'
 import type { ClusterFile } from './cluster-file.js'
 import { chainTableNotFound } from '../meta/chains.js'
 import { fetchRouting, type AdminSession } from './session.js'
-import { ymdHMS, type ActionResult, type Listing } from './table.js'
+import { timeOf, ymdHMS, type ActionResult, type Listing } from './table.js'
 
 /** An admin session that can also talk to meta and storage as a file client. */
 export interface FsAdminSession {
@@ -270,9 +270,9 @@ export async function adminStat(
     iflags: iflagsString(st.acl.iflags),
     uid: st.acl.uid,
     gid: st.acl.gid,
-    access: ymdHMS(Math.floor(st.atime / 1000)),
-    change: ymdHMS(Math.floor(st.ctime / 1000)),
-    modified: ymdHMS(Math.floor(st.mtime / 1000)),
+    access: timeOf(Math.floor(st.atime / 1000)),
+    change: timeOf(Math.floor(st.ctime / 1000)),
+    modified: timeOf(Math.floor(st.mtime / 1000)),
   }
   const lines: string[][] = [
     ['Type', v.type],
@@ -340,7 +340,7 @@ export async function adminLs(f: FsAdminSession, path = '/', o: { limit?: number
       if (o.status) {
         const ino: Inode | undefined = page.inodes[i]
         if (ino) {
-          row.modified = ymdHMS(Math.floor(ino.mtime / 1000))
+          row.modified = timeOf(Math.floor(ino.mtime / 1000))
           if (ino.type === 'File') {
             row.length = ino.file?.length ?? 0
             row.truncateVer = ino.file?.truncateVer ?? 0

@@ -41,5 +41,12 @@ export function formatListing(l: Listing<unknown>): string {
 /** 3FS UtcTime::YmdHMS: `YYYY-MM-DD HH:MM:SS` in UTC, N/A for 0. */
 export function ymdHMS(ms: number): string {
   if (!ms) return 'N/A'
-  return new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, '')
+  return timeOf(ms)
+}
+
+/** A time that is always set (an inode's times: 0 is 1970-01-01 00:00:00, as `touch -d @0` sets it). */
+export function timeOf(ms: number): string {
+  const d = new Date(ms)
+  if (Number.isNaN(d.getTime())) return String(ms)
+  return d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, '')
 }

@@ -393,7 +393,10 @@ export class MetaService {
       [M.gcList]: (p: unknown) => this.gcList(p),
       [M.listSessions]: (p: unknown) => this.listSessions(p),
       [M.dumpInodes]: (p: unknown) => this.dumpInodes(p),
-      [M.dumpSessions]: (p: unknown) => dumpSessions(this.o.kv, parseDumpSessionsReq(p, toInodeId)),
+      [M.dumpSessions]: (p: unknown) => {
+        requireRoot(base<ReqBase>(p).user, 'list write sessions')
+        return dumpSessions(this.o.kv, parseDumpSessionsReq(p, toInodeId))
+      },
     })
     const T = this.o.timers
     const S = this.o.settings
@@ -739,6 +742,8 @@ export class MetaService {
   }
 
   private async listSessions(p: unknown) {
+    // which client has which file open for writing, for every user: root's, as gc-list and session-prune
+    requireRoot(base<ListSessionsReq & ReqBase>(p).user, 'list write sessions')
     const r = (p ?? {}) as ListSessionsReq
     const limit = typeof r.limit === 'number' && r.limit > 0 ? r.limit : 0
     const inode = optInode(r.inode, 'inode')

@@ -104,7 +104,7 @@ export class SessionManager {
     if ((await this.liveClients()).has(clientId.toLowerCase())) {
       throw new StrataError(
         'META_CLIENT_ALIVE',
-        `client ${clientId} is alive (mgmtd lists its client session): its write sessions are pruned only once it is dead (its session expired after ${this.o.settings.sessionTimeoutMs} ms)`,
+        `client ${clientId} is alive (mgmtd lists its client session): its write sessions are pruned only once it is dead (mgmtd drops a client whose session it has not extended within its client session timeout)`,
       )
     }
     const want = new Set(only)

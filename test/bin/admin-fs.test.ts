@@ -140,6 +140,9 @@ test.serial('admin session-prune and gc-list are root\'s; session-prune never ta
   await nobody(adm('session-prune', '--client-id', w.clientId), notPermitted('prune write sessions'))
   await nobody(adm('session-prune', '--client-id', w.clientId, '--session', 'lw-1'), notPermitted('prune write sessions'))
   await nobody(adm('gc-list'), notPermitted('list the GC directories'))
+  // with nothing of a dead client to prune as well: the refusal does not depend on the cluster's state
+  await nobody(adm('session-prune'), notPermitted('list write sessions'))
+  await nobody(adm('dump-session'), notPermitted('list write sessions'))
   // root: not the sessions of a client mgmtd lists as alive, with or without --session
   const alive = new RegExp(`^strata: META_CLIENT_ALIVE: client ${w.clientId} is alive \\(mgmtd lists its client session\\)`, 'm')
   await fails(t, adm('session-prune', '--client-id', w.clientId), 1, alive)

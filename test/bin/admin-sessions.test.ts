@@ -194,7 +194,18 @@ test('list-clients and dump-session: usage errors exit 2, an unreachable mgmtd e
   await fails(t, [...A, 'dump-session', '--inode', '0x1ffffffffffffffff'], 2, /^strata: usage: .*is not an inode id/m)
   await fails(t, [...A, 'dump-session', '-p', 'garbage'], 2, /^strata: usage: .*bad dump-session cursor "garbage", expected InodeId\/SessionId/m)
   await fails(t, [...A, 'dump-session', '-l', '0'], 2, /^strata: usage: /m)
-  await fails(t, [...A, 'dump-session', '--inode', '0x10', '-p', '0x11/abc'], 2, /^strata: usage: dump-session: -p names a session of another inode than --inode$/m)
+  const S = '0f8fad5b-d9cb-469f-a165-70867728950e'
+  await fails(t, [...A, 'dump-session', '--inode', '0x10', '-p', `0x11/${S}`], 2, /^strata: usage: dump-session: -p names a session of another inode than --inode$/m)
+  // one session id after the inode: nothing more, nothing less
+  for (const bad of [`0x11/${S}/extra`, '0x11/', `0x11/a b`]) await fails(t, [...A, 'dump-session', '-p', bad], 2, /^strata: usage: .*bad dump-session cursor/m)
+  // a client id is a UUID; '' used to turn the filter off and list every session
+  for (const bad of ['notuuid', '']) await fails(t, [...A, 'dump-session', '--client-id', bad], 2, /^strata: usage: .*--client-id must be a client id, a UUID/m)
+  // --output: an empty name, and anything already there (a dangling symlink included) are usage errors
+  const dir = tempDir(t)
+  fs.symlinkSync(path.join(dir, 'nowhere'), path.join(dir, 'dangling'))
+  await fails(t, [...A, 'dump-session', '--output', ''], 2, /^strata: usage: dump-session: --output needs a file name$/m)
+  await fails(t, [...A, 'dump-session', '--output', path.join(dir, 'dangling')], 2, /^strata: usage: dump-session: output file .* already exists$/m)
+  t.false(fs.existsSync(path.join(dir, 'nowhere')))
   await fails(t, [...A, 'list-clients', '--bogus'], 2, /^strata: usage: /m)
   await fails(t, [...A, 'list-clients'], 1, /^strata: RPC_CONNECT_FAILED: /m)
   await fails(t, [...A, 'dump-session'], 1, /^strata: RPC_CONNECT_FAILED: /m)

@@ -1,7 +1,7 @@
 import test from 'ava'
 import os from 'node:os'
 import path from 'node:path'
-import { formatSize, formatTable, parseSignal, parseSize, parseUint, resolveClusterDir, ymdHMS } from '../../../fs/admin/index.js'
+import { formatSize, formatTable, parseSignal, parseSize, parseUint, resolveClusterDir, timeOf, ymdHMS } from '../../../fs/admin/index.js'
 import { isStrataError } from '../../../fs/common/errors.js'
 
 test('sizes with binary suffixes', (t) => {
@@ -35,6 +35,9 @@ test('3FS table printer: columns two spaces wider than their widest cell, last c
   t.is(formatTable([['Id', 'Type'], ['10001', 'STORAGE'], ['1', 'MGMTD']]), 'Id     Type\n10001  STORAGE\n1      MGMTD\n')
   t.is(formatTable([['Succeed'], ['ConfigVersion', '3']]), 'Succeed\nConfigVersion  3\n')
   t.is(ymdHMS(0), 'N/A')
+  // an inode's times are always set: 0 is the epoch (touch -d @0), before it is before it
+  t.is(timeOf(0), '1970-01-01 00:00:00')
+  t.is(timeOf(-315619200000), '1960-01-01 00:00:00')
   t.is(ymdHMS(Date.UTC(2025, 0, 2, 3, 4, 5)), '2025-01-02 03:04:05')
 })
 
