@@ -25,6 +25,7 @@ import { checkFileCreatePath } from '../../fs/client/file/flags.js'
 import { StrataError } from '../../fs/common/errors.js'
 import { InvalidArgumentError } from 'commander'
 import { U32_MAX, UsageError, chainListArg, chunkSizeArg, dfsPathArg, intArg, out, printAction, printJson, printListing, uuidArg } from './output.js'
+import { nameDirectories } from './fs.js'
 
 export const U64_MAX = 0xffff_ffff_ffff_ffffn
 
@@ -50,7 +51,14 @@ export function fsSession(cmd: Command, run: (f: FsAdminSession, json: boolean) 
     { clusterDir: g.cluster ?? null, ...(mgmtdAddresses ? { mgmtdAddresses } : {}), ...(g.timeout ? { timeoutMs: g.timeout * 1000 } : {}) },
     async (s) => {
       await checkMgmtdReachable(s.mgmtdAddresses)
-      return withFsAdminSession(s, (f) => run(f, !!g.json))
+      return withFsAdminSession(s, async (f) => {
+        try {
+          return await run(f, !!g.json)
+        } catch (e) {
+          // meta names a directory by its inode: name it on the paths the command was given, as `strata fs` does
+          throw await nameDirectories(f.fs, e, cmd.args.filter((a) => a.startsWith('/')))
+        }
+      })
     },
   )
 }

@@ -143,6 +143,10 @@ test.serial('admin session-prune and gc-list are root\'s; session-prune never ta
   // with nothing of a dead client to prune as well: the refusal does not depend on the cluster's state
   await nobody(adm('session-prune'), notPermitted('list write sessions'))
   await nobody(adm('dump-session'), notPermitted('list write sessions'))
+  // a refusal names the directory on the path given, not by its inode (as strata fs does)
+  await ok(t, adm('mkdir', '-p', '/priv/inner'))
+  await ok(t, adm('set-perm', '--perm', '0700', '/priv'))
+  await nobody(adm('ls', '/priv/inner'), /^strata: META_NO_PERMISSION: uid 65534 has no --x permission on directory \/priv \(/m)
   // root: not the sessions of a client mgmtd lists as alive, with or without --session
   const alive = new RegExp(`^strata: META_CLIENT_ALIVE: client ${w.clientId} is alive \\(mgmtd lists its client session\\)`, 'm')
   await fails(t, adm('session-prune', '--client-id', w.clientId), 1, alive)
