@@ -10,7 +10,7 @@ import { formatTable, readClusterFile, resolveClusterDir } from '../../fs/admin/
 import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError, fromSystemError, isStrataError, systemErrorWords } from '../../fs/common/errors.js'
 import { createLogger } from '../../fs/common/log.js'
-import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
+import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, validateListFilter, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
 import { extractTarSafely } from '../../sandbox/sdk/extract.js'
 import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
 import { UsageError, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
@@ -354,11 +354,13 @@ Examples:
           : {}),
         ...(o.env ? { env: o.env } : {}),
         ...(o.label ? { labels: o.label } : {}),
-        ...(o.workdir ? { workdir: o.workdir } : {}),
-        ...(o.user ? { user: o.user } : {}),
+        // given at all, even empty: the local check refuses '' (it was dropped, and a retried create
+        // with --idempotency-key '' made a second sandbox)
+        ...(o.workdir !== undefined ? { workdir: o.workdir } : {}),
+        ...(o.user !== undefined ? { user: o.user } : {}),
         ...(o.network ? { network: o.network } : {}),
-        ...(o.hostname ? { hostname: o.hostname } : {}),
-        ...(o.idempotencyKey ? { idempotencyKey: o.idempotencyKey } : {}),
+        ...(o.hostname !== undefined ? { hostname: o.hostname } : {}),
+        ...(o.idempotencyKey !== undefined ? { idempotencyKey: o.idempotencyKey } : {}),
       }
       if (!spec.image && !spec.base) throw new UsageError('give --image or --base')
       if (spec.image && spec.base) throw new UsageError('give --image or --base, not both')
@@ -368,7 +370,8 @@ Examples:
         if (o.count !== undefined) {
           const r = await s.sandboxes.createMany(spec, { count: o.count })
           if (o.json) printJson(r.map((x) => (x.ok ? { ok: true, sandbox: x.sandbox.info } : { ok: false, error: x.error.toWire() })))
-          else for (const x of r) out(x.ok ? x.sandbox.id : `error: ${x.error.message}`)
+          // ids on stdout, one per created sandbox; each failure on stderr as every error is printed
+          else for (const x of r) x.ok ? out(x.sandbox.id) : process.stderr.write(`strata: ${x.error.code}: ${x.error.message}\n`)
           if (r.some((x) => !x.ok)) process.exitCode = 1
           return
         }
@@ -444,8 +447,16 @@ Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .option('--state <state>', 'creating, running or stopped', choiceArg('--state', ['creating', 'running', 'stopped'] as const))
     .option('--json', 'print as JSON')
     .action(async (o, cmd: Command) => {
+      const filter = { ...(o.label ? { labels: o.label } : {}), ...(o.state ? { state: o.state } : {}) }
+      try {
+        validateListFilter(filter)
+      } catch (e) {
+        // what the daemon would refuse is a usage error before anything is sent, as for create
+        if (isStrataError(e, 'INVALID_ARGUMENT')) throw new UsageError(optionName((e as StrataError).reason))
+        throw e
+      }
       await withClient(cmd, async (s) => {
-        const list = (await s.sandboxes.list({ ...(o.label ? { labels: o.label } : {}), ...(o.state ? { state: o.state } : {}) })).map((x) => x.info)
+        const list = (await s.sandboxes.list(filter)).map((x) => x.info)
         if (o.json) printJson(list)
         else out(list.length ? sandboxTable(list) : 'no sandboxes')
       })

@@ -107,6 +107,11 @@ export function validateCreate(body: unknown): CreateSandboxRequest {
       checkMountTarget(m.target, `mounts[${i}].target`)
       return { source, target: m.target as string }
     })
+    const seen = new Set<string>()
+    for (const m of r.mounts) {
+      if (seen.has(m.target)) throw new StrataError('ROOTFS_BAD_MOUNT_TARGET', `dataset target ${m.target} is given twice`, { detail: { target: m.target } })
+      seen.add(m.target)
+    }
   }
   if (body.resources !== undefined) {
     const x = body.resources
@@ -185,6 +190,7 @@ export function validateExec(body: unknown, withStdin: boolean): ExecRequest {
     return a as string
   })
   else return bad('cmd must be a shell string or a non-empty array of arguments')
+  if (Array.isArray(cmd) && cmd[0] === '') bad('cmd[0], the program, must not be empty')
   const r: ExecRequest = { cmd }
   if (body.env !== undefined) r.env = stringMap(body.env, 'env', ENV_KEY, 1024, 128 * 1024)
   if (body.cwd !== undefined) r.cwd = absPath(body.cwd, 'cwd')

@@ -63,8 +63,12 @@ export function checkMountTarget(p: unknown, what = 'dataset target'): string[] 
   if (parts.some((c) => c === '' || c === '.' || c === '..')) fail(`is not a clean absolute path (no empty, '.' or '..' components, no trailing /)`)
   const r = reservedTarget(parts)
   if (r) fail(`is on or below ${r}, which is reserved (${RESERVED_MOUNT_TARGETS.join(', ')})`)
+  if (SANDBOX_FILE_TARGETS.includes(p)) fail(`is the sandbox's own ${p}, which the node mounts there (${SANDBOX_FILE_TARGETS.join(', ')})`)
   return parts
 }
+
+/** Files every sandbox gets from its node, bind-mounted at these paths (sandbox/backends/container/spec.ts etcHosts). */
+export const SANDBOX_FILE_TARGETS: readonly string[] = ['/etc/hosts', '/etc/hostname']
 
 /** Resolves `parts` below `root`, following symlinks inside it (see the file comment). */
 export async function resolveInRoot(root: string, parts: string[], code: ErrorCode, what: string): Promise<Resolved> {

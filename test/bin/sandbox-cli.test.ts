@@ -459,6 +459,19 @@ test('usage errors print "strata: usage: …" (no commander help) and exit 2; lo
   await usage(['sandbox', 'exec', '--cwd', 'rel', id, '--', 'true'], /--cwd must be an absolute path/)
   await usage(['sandbox', '--endpoint', 'notaurl', '--token', 'x', 'ls'], /--endpoint: .*not a URL/)
   await usage(['sandbox', 'exec'], /missing required argument 'id'/)
+  // empty values are refused, not dropped (an empty --idempotency-key made a retry create a second sandbox)
+  for (const opt of ['--user', '--workdir', '--hostname', '--idempotency-key']) await usage(['sandbox', 'create', '--image', 'bb:1', opt, ''], /^strata: usage: /)
+  await usage(['sandbox', 'exec', id, '--', ''], /the program, must not be empty/)
+  await usage(['sandbox', 'ls', '--label', 'bad key=1'], /invalid key "bad key"/)
+  // the node's own files and a target given twice: ROOTFS_BAD_MOUNT_TARGET before anything is sent, as for /proc
+  for (const [args, re] of [
+    [['--mount', '/d:/etc/hostname'], /^strata: ROOTFS_BAD_MOUNT_TARGET: .*sandbox's own \/etc\/hostname/m],
+    [['--mount', '/d:/x', '--mount', '/e:/x'], /^strata: ROOTFS_BAD_MOUNT_TARGET: dataset target \/x is given twice/m],
+  ] as const) {
+    const r = await strata(['sandbox', 'create', '--image', 'bb:1', ...args], { env, timeoutMs: 60_000 })
+    t.is(r.code, 1, r.stderr)
+    t.regex(r.stderr, re)
+  }
   await usage(['sandbox', 'ls', '--bogus'], /unknown option '--bogus'/)
   await usage(['serve', '--warm-pool', 'BAD::x=2'], /--warm-pool "BAD::x=2": invalid image name/)
   await usage(['serve', '--listen', 'bogus'], /--listen: .*"bogus" is not HOST:PORT/)
@@ -492,6 +505,11 @@ run('kill and rm of several ids: every id is tried, each failure reported, the r
   const ids = (await okCli(['sandbox', 'create', '--image', 'bb:1', '--count', '3', '--label', 'm=3'])).trim().split('\n')
   t.is(ids.length, 3)
   const bad = 'sb-zzzzzzzzzzzz'
+  // --count's per-item failures go to stderr as every error does; stdout keeps only ids
+  const none = await cli(['sandbox', 'create', '--image', 'nosuch:1', '--count', '2'])
+  t.is(none.code, 1, none.stderr)
+  t.is(none.stdout, '')
+  t.is(none.stderr.match(/^strata: IMAGE_NOT_FOUND: /gm)?.length, 2, none.stderr)
 
   const k = await cli(['sandbox', 'kill', bad, ids[0]!, 'not-an-id', ids[1]!])
   t.is(k.code, 1, k.stderr)

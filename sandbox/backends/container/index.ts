@@ -35,7 +35,7 @@ import { AgentClient, agentBinaryPath } from '../agent/index.js'
 import type { SandboxBackend, SandboxHandle, SandboxSpec, SandboxStatus } from '../types.js'
 import { etcHosts, ociSpec } from './spec.js'
 
-export { AGENT_PATH_IN_SANDBOX, DOCKER_CAPS, MASKED_PATHS, READONLY_PATHS, ociSpec } from './spec.js'
+export { AGENT_PATH_IN_SANDBOX, DOCKER_CAPS, MASKED_PATHS, READONLY_PATHS, cpuResources, ociSpec } from './spec.js'
 export { DENIED_SYSCALLS, seccompProfile } from './seccomp.js'
 
 const execFileP = promisify(execFile)

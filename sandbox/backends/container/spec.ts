@@ -62,6 +62,15 @@ export function etcHosts(hostname: string): string {
 
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
+/**
+ * The OCI cpu resources of `cpu` CPUs: a CFS quota of that many, and a weight
+ * of 1024 per CPU, which cgroup v1's cpu.shares caps at 262144 (256 CPUs:
+ * runc refused a larger one, so a create asking for 257–1024 CPUs failed).
+ */
+export function cpuResources(cpu: number): { shares: number; quota: number; period: number } {
+  return { shares: Math.min(262144, Math.max(2, Math.round(1024 * cpu))), quota: Math.max(1000, Math.round(cpu * CPU_PERIOD_US)), period: CPU_PERIOD_US }
+}
+
 export function ociSpec(i: OciSpecInput): Record<string, unknown> {
   const env: Record<string, string> = { PATH: DEFAULT_PATH, HOME: '/root', HOSTNAME: i.hostname, ...i.env }
   const namespaces: Array<{ type: string }> = [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }]
@@ -73,9 +82,7 @@ export function ociSpec(i: OciSpecInput): Record<string, unknown> {
     // swap = limit: memory+swap capped at the same value, so no swapping past the limit
     resources.memory = { limit: bytes, swap: bytes }
   }
-  if (r.cpu !== undefined) {
-    resources.cpu = { shares: Math.max(2, Math.round(1024 * r.cpu)), quota: Math.max(1000, Math.round(r.cpu * CPU_PERIOD_US)), period: CPU_PERIOD_US }
-  }
+  if (r.cpu !== undefined) resources.cpu = cpuResources(r.cpu)
   if (r.pids !== undefined) resources.pids = { limit: r.pids }
   const caps = [...DOCKER_CAPS]
   return {

@@ -2,7 +2,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import test from 'ava'
 import { StrataError } from '../../../../fs/common/errors.js'
-import { ContainerBackend } from '../../../../sandbox/backends/container/index.js'
+import { ContainerBackend, cpuResources } from '../../../../sandbox/backends/container/index.js'
 import { busyboxRootfs, hasBusybox } from '../../../helpers/busybox-rootfs.js'
 import { hasRunc } from '../../../helpers/agent-container.js'
 import { tmpDir } from '../../../helpers/procs.js'
@@ -19,6 +19,8 @@ run('container: config.json carries the limits, namespaces and the agent bind mo
   t.deepEqual(cfg.linux.resources.memory, { limit: 128 * 1024 * 1024, swap: 128 * 1024 * 1024 })
   t.deepEqual(cfg.linux.resources.cpu, { shares: 512, quota: 50000, period: 100000 })
   t.deepEqual(cfg.linux.resources.pids, { limit: 100 })
+  // cpu.shares holds at most 262144 (256 CPUs' worth): more CPUs keep the most, the quota says the rest
+  t.deepEqual(cpuResources(1024), { shares: 262144, quota: 102400000, period: 100000 })
   t.deepEqual(cfg.linux.namespaces.map((n: { type: string }) => n.type).sort(), ['ipc', 'mount', 'network', 'pid', 'uts'])
   t.is(cfg.process.args[0], '/.strata/agent')
   // the cgroup the runtime made holds the limits
