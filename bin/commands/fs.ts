@@ -13,7 +13,7 @@ import { StrataError, fromSystemError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
-import { addressListArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
+import { addressListArg, dfsPathArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -102,6 +102,14 @@ export async function withFileSystem<T>(cmd: Command, fn: (fs: FileSystem, json:
   }
   await fsys.shutdown()
   return result
+}
+
+/** A local path argument: '' names no file (it was `INVALID_ARGUMENT:  is not a regular file`, exit 1). */
+function localPathArg(what: string): (v: string) => string {
+  return (v: string) => {
+    if (v === '') throw new InvalidArgumentError(`${what} is empty (a local path, or - for stdin/stdout)`)
+    return v
+  }
 }
 
 /**
@@ -609,8 +617,8 @@ export function registerFsCommands(program: Command): Command {
     g
       .command('put')
       .description('copy a local file, pipe or FIFO into the DFS (into DFS_PATH/<name> when DFS_PATH is a directory); "-" reads stdin')
-      .argument('<local>', 'local file, or - for stdin')
-      .argument('<dfsPath>', 'destination in the DFS')
+      .argument('<local>', 'local file, or - for stdin', localPathArg('<local>'))
+      .argument('<dfsPath>', 'destination in the DFS', dfsPathArg('<dfsPath>'))
       .option('--mode <octal>', 'permission of the new file (default: the local file\'s)', permArg)
       .option('--json', 'print JSON'),
   )
@@ -647,8 +655,8 @@ LOCAL may be anything readable but a directory: a regular file, or stdin ("-",
 
   g.command('get')
     .description('copy a DFS file to a local file (into LOCAL/<name> when LOCAL is a directory); "-" writes stdout')
-    .argument('<dfsPath>', 'file in the DFS')
-    .argument('<local>', 'local destination, or - for stdout')
+    .argument('<dfsPath>', 'file in the DFS', dfsPathArg('<dfsPath>'))
+    .argument('<local>', 'local destination, or - for stdout', localPathArg('<local>'))
     .option('--json', 'print JSON')
     .addHelpText(
       'after',

@@ -76,10 +76,16 @@ interface ClientOpts {
 function client(cmd: Command): Strata {
   const g = cmd.optsWithGlobals() as ClientOpts
   try {
-    return new Strata({ ...(g.cluster ? { cluster: g.cluster } : {}), ...(g.endpoint ? { endpoint: g.endpoint } : {}), ...(g.token ? { token: g.token } : {}) })
+    // given at all, even empty: --token '' is refused, not read as "no token" (which fell back to DIR/sandbox.token)
+    return new Strata({ ...(g.cluster ? { cluster: g.cluster } : {}), ...(g.endpoint !== undefined ? { endpoint: g.endpoint } : {}), ...(g.token !== undefined ? { token: g.token } : {}) })
   } catch (e) {
-    // the constructor refuses only malformed options (--endpoint notaurl); a missing cluster or token keeps its code
-    if (isStrataError(e, 'INVALID_ARGUMENT')) throw new UsageError(`--endpoint: ${(e as StrataError).reason}`)
+    // the constructor refuses only malformed options (--endpoint notaurl); a missing cluster or token keeps its code.
+    // The message names where the bad value came from.
+    if (isStrataError(e, 'INVALID_ARGUMENT')) {
+      const reason = (e as StrataError).reason
+      const from = /\btoken\b/i.test(reason) ? '--token' : g.endpoint === undefined && process.env.STRATA_ENDPOINT !== undefined ? '$STRATA_ENDPOINT' : '--endpoint'
+      throw new UsageError(`${from}: ${reason}`)
+    }
     throw e
   }
 }

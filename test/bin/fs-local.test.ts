@@ -55,6 +55,12 @@ test('--uid, --gid and --groups beyond 4294967294 are usage errors; fs mount wit
   const r = await strata(['fs', '--uid', '99999999999', 'mount', mnt, '--cluster', dir])
   t.is(r.code, 2, r.stderr)
   t.false(fs.existsSync(path.join(dir, 'a')))
+  // an empty path, local or in the DFS, is a usage error before anything is contacted
+  for (const args of [['put', '/etc/hostname', ''], ['put', '', '/x'], ['get', '/x', ''], ['get', '', 'out']]) {
+    const e = await strata(['fs', '--mgmtd-address', '127.0.0.1:1', ...args])
+    t.is(e.code, 2, `${args.join(' ')}: ${e.stderr}`)
+    t.regex(e.stderr, /^strata: usage: .*is empty/m, args.join(' '))
+  }
 })
 
 test.serial('fs get: pipes, FIFOs and /dev/stdout are written in order; a regular file is replaced atomically and survives a failed or interrupted get', async (t) => {

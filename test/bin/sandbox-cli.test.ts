@@ -458,6 +458,13 @@ test('usage errors print "strata: usage: …" (no commander help) and exit 2; lo
   await usage(['sandbox', 'create', '--image', 'BAD::ref'], /--image: invalid image name/)
   await usage(['sandbox', 'exec', '--cwd', 'rel', id, '--', 'true'], /--cwd must be an absolute path/)
   await usage(['sandbox', '--endpoint', 'notaurl', '--token', 'x', 'ls'], /--endpoint: .*not a URL/)
+  // an empty token is refused (it fell back to DIR/sandbox.token); a bad $STRATA_ENDPOINT is named as such
+  await usage(['sandbox', '--token', '', 'ls'], /^strata: usage: --token: .*token must be a non-empty string/)
+  {
+    const r = await strata(['sandbox', '--token', 'x', 'ls'], { env: { ...env, STRATA_ENDPOINT: 'notaurl' }, timeoutMs: 60_000 })
+    t.is(r.code, 2, r.stderr)
+    t.regex(r.stderr, /^strata: usage: \$STRATA_ENDPOINT: endpoint "notaurl" is not a URL/)
+  }
   await usage(['sandbox', 'exec'], /missing required argument 'id'/)
   // empty values are refused, not dropped (an empty --idempotency-key made a retry create a second sandbox)
   for (const opt of ['--user', '--workdir', '--hostname', '--idempotency-key']) await usage(['sandbox', 'create', '--image', 'bb:1', opt, ''], /^strata: usage: /)
