@@ -6,7 +6,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { waitUntilGone } from '../common/daemon.js'
+import { pidAlive, waitUntilGone } from '../common/daemon.js'
 import { StrataError } from '../common/errors.js'
 import type { ClusterProcess } from './cluster-file.js'
 
@@ -36,26 +36,10 @@ export function spawnDaemon(p: ClusterProcess, extraEnv: NodeJS.ProcessEnv = {})
   }
 }
 
-function procState(pid: number): string | undefined {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3)
-  } catch {
-    return undefined
-  }
-}
 
 /** True when `pid` runs and (where /proc exists) its command line names `configFile`. */
 export function isAlive(pid: number | null | undefined, configFile?: string): boolean {
-  if (!pid || pid <= 0) return false
-  try {
-    process.kill(pid, 0)
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false
-  }
-  if (!fs.existsSync('/proc/self')) return true
-  const state = procState(pid)
-  if (state === undefined || state === 'Z' || state === 'X') return false
+  if (!pidAlive(pid)) return false
   if (configFile) {
     try {
       const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')

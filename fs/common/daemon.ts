@@ -6,6 +6,7 @@
 // errors are logged and end the process with a non-zero code so the launcher
 // sees the crash instead of a half-alive node.
 
+import fs from 'node:fs'
 import type { Logger } from './log.js'
 
 export interface Closable {
@@ -122,4 +123,27 @@ export async function waitUntilGone<T>(items: readonly T[], alive: (item: T) => 
     left = left.filter(alive)
   }
   return left
+}
+
+/** The one-letter state of `pid` from /proc (R, S, Z …), undefined when there is no such process or no /proc. */
+export function procState(pid: number): string | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3)
+  } catch {
+    return undefined
+  }
+}
+
+/** True when `pid` runs: signal 0 reaches it (or is refused: someone else's) and it is not a zombie. */
+export function pidAlive(pid: number | null | undefined): boolean {
+  if (!pid || pid <= 0) return false
+  try {
+    process.kill(pid, 0)
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false
+  }
+  if (!fs.existsSync('/proc/self')) return true
+  const s = procState(pid)
+  return s !== undefined && s !== 'Z' && s !== 'X'
 }

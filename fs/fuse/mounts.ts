@@ -9,9 +9,12 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { spawn, spawnSync } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { pidAlive } from '../common/daemon.js'
 import { StrataError } from '../common/errors.js'
 import { MNT, native } from '../common/native.js'
 import { registeredDaemon } from './state.js'
+
+export { pidAlive }
 
 export const FUSE_SUBTYPE = 'strata'
 export const FUSE_FSTYPE = `fuse.${FUSE_SUBTYPE}`
@@ -234,14 +237,6 @@ function readCmdline(pid: number): string[] | null {
   }
 }
 
-function procState(pid: number): string | undefined {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3)
-  } catch {
-    return undefined
-  }
-}
 
 /**
  * Detaches everything mounted at or below `dir`, deepest first (lazy: a
@@ -256,16 +251,6 @@ export function detachAllUnder(dir: string): string[] {
   return below()
 }
 
-export function pidAlive(pid: number | null | undefined): boolean {
-  if (!pid || pid <= 0) return false
-  try {
-    process.kill(pid, 0)
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false
-  }
-  const s = procState(pid)
-  return s !== undefined && s !== 'Z' && s !== 'X'
-}
 
 /** A file-name-safe name for a mount point: mount-<path with _>-<hash> (`fs mount` names the daemon, its config and log so). */
 export function mountName(mountpoint: string): string {

@@ -7,6 +7,7 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs/promises'
 import path from 'node:path'
+import { pidAlive } from '../../../fs/common/daemon.js'
 
 export interface JournalPart {
   size: number
@@ -39,6 +40,7 @@ export class UploadJournal {
   }
 
   async load(endpoint: string, bucket: string, key: string): Promise<UploadJournalEntry | null> {
+    await this.#sweepTemps(this.#file(endpoint, bucket, key))
     try {
       const j = JSON.parse(await fs.readFile(this.#file(endpoint, bucket, key), 'utf8')) as UploadJournalEntry
       if (j.version !== 1 || j.endpoint !== endpoint || j.bucket !== bucket || j.key !== key || typeof j.uploadId !== 'string') return null
@@ -67,5 +69,24 @@ export class UploadJournal {
     await this.#chains.get(file)?.catch(() => undefined)
     this.#chains.delete(file)
     await fs.rm(file, { force: true })
+    await this.#sweepTemps(file)
+  }
+
+  // A process killed between writing its temp file and the rename leaves the
+  // temp behind (the journal itself stays whole); drop those of dead processes.
+  async #sweepTemps(file: string): Promise<void> {
+    const base = path.basename(file)
+    let names: string[]
+    try {
+      names = await fs.readdir(this.#dir)
+    } catch {
+      return
+    }
+    for (const name of names) {
+      const m = name.startsWith(`${base}.`) ? /^\.(\d+)\.tmp$/.exec(name.slice(base.length)) : null
+      if (!m || Number(m[1]) === process.pid || pidAlive(Number(m[1]))) continue
+      await fs.rm(path.join(this.#dir, name), { force: true }).catch(() => undefined)
+    }
   }
 }
+
