@@ -11,7 +11,7 @@ import { formatBytes } from '../../sandbox/image/progress.js'
 import { LAYER_KINDS, formatImageRef, parseImageRef, type ImageManifest, type LayerKind } from '../../sandbox/image/types.js'
 import { secondsSince, withImageStore } from './image-store.js'
 import { registerImageTransfer } from './image-transfer.js'
-import { addressListArg, choiceArg, out, printJson, timerSecondsArg } from './output.js'
+import { EXIT_SIGPIPE, UsageError, addressListArg, choiceArg, out, printJson, timerSecondsArg } from './output.js'
 
 function short(digest: string): string {
   return digest.slice('sha256:'.length, 'sha256:'.length + 12)
@@ -275,19 +275,49 @@ export function registerImageCommands(program: Command): Command {
   g.command('export')
     .description('write an image as an OCI archive (for podman load, skopeo oci-archive:, docker load)')
     .argument('<image>', 'NAME[:TAG] or NAME@sha256:…')
-    .argument('<out>', 'output .tar file')
+    .argument('<out>', 'output .tar file, or - for standard output (not a terminal); the summary (and --json) then goes to stderr')
     .option('--work-dir <dir>', 'local directory for converting layers (default: the system temp dir)')
     .option('--json', 'print JSON')
-    .action((ref: string, outFile: string, o: { workDir?: string }, cmd: Command) =>
-      withImageStore(cmd, async ({ store, json, progress, signal }) => {
+    .action((ref: string, outFile: string, o: { workDir?: string }, cmd: Command) => {
+      const toStdout = outFile === '-'
+      // as `docker save`: an archive is not written to a terminal
+      if (toStdout && process.stdout.isTTY) throw new UsageError('refusing to write the archive to a terminal: redirect standard output, or give a file name instead of -')
+      // the archive owns stdout: what the command says goes to stderr
+      const say = toStdout ? (text: string) => process.stderr.write(`${text}\n`) : out
+      // a reader that goes away (| head) fails the export, which removes its work files, and
+      // then the command ends as SIGPIPE ends a tool (141), not at once from stdout's 'error'
+      let readerGone = false
+      const held = toStdout ? process.stdout.listeners('error') : []
+      const onError = (e: NodeJS.ErrnoException) => {
+        if (e.code !== 'EPIPE') throw e
+        readerGone = true
+      }
+      if (toStdout) {
+        process.stdout.removeAllListeners('error')
+        process.stdout.on('error', onError)
+      }
+      const done = withImageStore(cmd, async ({ store, json, progress, signal }) => {
         const t0 = Date.now()
-        const r = await exportOciArchive(store, ref, outFile, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress, signal })
+        const r = await exportOciArchive(store, ref, toStdout ? process.stdout : outFile, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress, signal }).catch((e: unknown) => {
+          if (toStdout && (readerGone || (e as NodeJS.ErrnoException)?.code === 'EPIPE')) return null
+          throw e
+        })
         progress.stop()
+        if (r === null) {
+          readerGone = true
+          return
+        }
         const seconds = secondsSince(t0)
-        if (json) return printJson({ ...r, out: outFile, seconds })
-        out(`exported ${r.refName ?? r.digest} to ${outFile}: ${r.layers.length} layer(s), ${formatBytes(r.bytes)} in ${seconds} s`)
-      }),
-    )
+        if (json) return say(JSON.stringify({ ...r, out: outFile, seconds }, null, 2))
+        say(`exported ${r.refName ?? r.digest} to ${toStdout ? 'standard output' : outFile}: ${r.layers.length} layer(s), ${formatBytes(r.bytes)} in ${seconds} s`)
+      })
+      return done.finally(() => {
+        if (!toStdout) return
+        process.stdout.off('error', onError)
+        for (const l of held) process.stdout.on('error', l as (e: Error) => void)
+        if (readerGone) process.exit(EXIT_SIGPIPE)
+      })
+    })
 
   registerImageTransfer(g)
   return g

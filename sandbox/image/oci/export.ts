@@ -10,7 +10,8 @@
 // and the same image always exports to the same bytes. The config carries
 // the image's env, entrypoint, cmd, workdir, user and labels and
 // rootfs.diff_ids. The archive is written next to OUT and renamed over it
-// when complete.
+// when complete; or, given a stream instead of OUT (`export NAME -`), written
+// to it as it is made (a failure then leaves the reader a truncated tar).
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
@@ -89,18 +90,23 @@ async function checkOutput(outFile: string): Promise<void> {
   if (!dir.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `cannot write ${outFile}: ${path.dirname(out)} is not a directory`)
 }
 
-/** Writes `ref`'s image to `outFile` as an OCI archive (see the file comment). */
-export async function exportOciArchive(store: ImageStore, ref: string | ImageRef, outFile: string, opts: ExportOptions = {}): Promise<ExportResult> {
+/**
+ * Writes `ref`'s image as an OCI archive (see the file comment) to the file
+ * `out`, or to the stream `out` (standard output; it is not ended).
+ */
+export async function exportOciArchive(store: ImageStore, ref: string | ImageRef, out: string | NodeJS.WritableStream, opts: ExportOptions = {}): Promise<ExportResult> {
   const progress = opts.onProgress ?? NO_PROGRESS
-  await checkOutput(outFile)
+  const outFile = typeof out === 'string' ? out : null
+  if (outFile !== null) await checkOutput(outFile)
   const r = await store.resolve(ref)
   const m = r.manifest
   const refName = opts.refName ?? (r.ref.digest && !r.ref.tag ? null : `${r.ref.name}:${r.ref.tag ?? DEFAULT_TAG}`)
   const base = opts.workDir ?? os.tmpdir()
   await makeDirs(base)
   const work = await fs.promises.mkdtemp(path.join(base, 'strata-export-'))
-  const out = path.resolve(outFile)
-  const tmpOut = path.join(path.dirname(out), `.${path.basename(out)}.${crypto.randomBytes(4).toString('hex')}.tmp`)
+  const dest = outFile === null ? null : path.resolve(outFile)
+  const tmpOut = dest === null ? null : path.join(path.dirname(dest), `.${path.basename(dest)}.${crypto.randomBytes(4).toString('hex')}.tmp`)
+  let bytes = 0
   try {
     // every distinct layer → an uncompressed OCI layer tar in the work dir
     const tars = new Map<string, { file: string; diffId: string; size: number }>()
@@ -158,7 +164,18 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
     // the tar: fixed times and owners, so the same image gives the same bytes
     const mtime = new Date(Date.parse(m.created) || 0)
     const pack = tarStream.pack()
-    const written = pipeline(pack, fs.createWriteStream(tmpOut))
+    const written =
+      tmpOut !== null
+        ? pipeline(pack, fs.createWriteStream(tmpOut))
+        : pipeline(pack, async (src: AsyncIterable<unknown>) => {
+            // into the caller's stream, which stays open (standard output cannot be ended)
+            const sink = out as NodeJS.WritableStream
+            for await (const x of src) {
+              const c = x as Buffer
+              bytes += c.length
+              await new Promise<void>((resolve, reject) => sink.write(c, (e) => (e ? reject(e) : resolve())))
+            }
+          })
     const entry = (name: string, data: Buffer) =>
       new Promise<void>((resolve, reject) => pack.entry({ name, mtime, mode: 0o644, uid: 0, gid: 0 }, data, (e) => (e ? reject(e) : resolve())))
     const fileEntry = async (name: string, file: string, size: number) => {
@@ -192,8 +209,10 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
       failure ??= e
     }
     if (failure !== null) throw failure
-    await fs.promises.rename(tmpOut, out)
-    const bytes = (await fs.promises.stat(out)).size
+    if (tmpOut !== null) {
+      await fs.promises.rename(tmpOut, dest!)
+      bytes = (await fs.promises.stat(dest!)).size
+    }
     // the exported layer tars are new diffIds of stored layers: importing the
     // archive again then finds each layer by its diff_id instead of rebuilding it
     for (const [digest, t] of tars) {
@@ -207,7 +226,7 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
       bytes,
     }
   } finally {
-    await fs.promises.rm(tmpOut, { force: true }).catch(() => undefined)
+    if (tmpOut !== null) await fs.promises.rm(tmpOut, { force: true }).catch(() => undefined)
     await fs.promises.rm(work, { recursive: true, force: true }).catch(() => undefined)
   }
 }

@@ -3,9 +3,11 @@
 // export → podman load → podman run, skopeo inspect, and re-import of the
 // exported archive.
 import test from 'ava'
+import crypto from 'node:crypto'
+import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
-import { ok, strata } from '../../bin/helpers.js'
+import { STRATA, ok, strata } from '../../bin/helpers.js'
 import { localTmp } from '../../helpers/image-cluster.js'
 import { useImageFixtureCluster } from '../../helpers/image-fixture-cluster.js'
 import { mountImage } from '../../helpers/image-mount.js'
@@ -139,6 +141,45 @@ test.serial('export → podman load → podman run prints the file; skopeo inspe
   t.is(back.source.type, 'docker-archive')
   const orig = JSON.parse(await image(t, 'inspect', 'strata-test/cat:v1', '--json'))
   t.deepEqual(back.layers.map((l: { digest: string }) => l.digest), orig.layers.map((l: { digest: string }) => l.digest))
+})
+
+test.serial('export to - streams the archive to stdout (the same bytes as a file, skopeo reads it), the summary on stderr; a terminal on stdout is a usage error', async (t) => {
+  const dir = localTmp(t)
+  const root = await catRootfs(dir)
+  await image(t, 'import', root, '--name', 'strata-test/stream:v1')
+  const file = path.join(dir, 'file.tar')
+  await image(t, 'export', 'strata-test/stream:v1', file)
+  // stdout is a file the child writes through its fd 1, as `> piped.tar` does
+  const piped = path.join(dir, 'piped.tar')
+  const fd = fs.openSync(piped, 'w')
+  const child = spawn(process.execPath, [STRATA, 'image', ...img.ic.cliArgs, 'export', 'strata-test/stream:v1', '-', '--json'], { stdio: ['ignore', fd, 'pipe'] })
+  fs.closeSync(fd)
+  let stderr = ''
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()))
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve))
+  t.is(code, 0, stderr)
+  t.false(fs.existsSync(path.join(dir, '-')), 'no file named -')
+  t.true(fs.readFileSync(piped).equals(fs.readFileSync(file)), 'the streamed archive is the file export, byte for byte')
+  const j = JSON.parse(stderr.slice(stderr.indexOf('{')))
+  t.is(j.out, '-')
+  t.is(j.bytes, fs.statSync(piped).size)
+  const insp = JSON.parse((await run('skopeo', ['inspect', `oci-archive:${piped}`])).stdout)
+  t.deepEqual(insp.Layers, [j.layers[0].diffId])
+  // through a pipe too, text summary on stderr
+  const viaPipe = await run('sh', ['-c', `"$0" "$1" image ${img.ic.cliArgs.map((a) => `'${a}'`).join(' ')} export strata-test/stream:v1 - | sha256sum`, process.execPath, STRATA])
+  t.is(viaPipe.stdout.split(' ')[0], crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex'))
+  t.regex(viaPipe.stderr, /exported strata-test\/stream:v1 to standard output: 1 layer\(s\)/)
+
+  // a reader that goes away early (| head): the command ends as SIGPIPE ends a tool (141), its work files removed
+  const wd = path.join(dir, 'work')
+  const early = await run('bash', ['-c', `"$0" "$1" image ${img.ic.cliArgs.map((a) => `'${a}'`).join(' ')} export --work-dir "$2" strata-test/stream:v1 - | head -c 512 >/dev/null; echo "\${PIPESTATUS[0]}"`, process.execPath, STRATA, wd])
+  t.is(early.stdout.trim(), '141', early.stderr)
+  t.deepEqual(fs.readdirSync(wd), [])
+
+  // a terminal on stdout (script gives the command a pty): refused before any work, exit 2
+  const tty = await run('script', ['-qec', `"${process.execPath}" "${STRATA}" image ${img.ic.cliArgs.join(' ')} export strata-test/stream:v1 -; echo "exit=$?"`, '/dev/null']).catch((e: { stdout?: string }) => ({ stdout: e.stdout ?? '' }))
+  t.regex(tty.stdout, /strata: usage: refusing to write the archive to a terminal/)
+  t.regex(tty.stdout, /exit=2/)
 })
 
 test.serial('a rootfs tarball imported, exported and imported again: the second import reuses the layer by the exported diff_id', async (t) => {
