@@ -1,5 +1,8 @@
 // What a PATH given to `strata image import` is, and how to read it:
 //  - a directory with `oci-layout` and `index.json`: an OCI layout;
+//  - a directory, or a tar, with `oci-layout` (the layout's marker) but no
+//    `index.json`: refused (IMAGE_BAD_ARCHIVE), not taken for a rootfs;
+//    a tar that is a `docker save` by its manifest.json is read by that;
 //  - any other directory: a rootfs tree;
 //  - a tar file (plain, gzip or zstd) holding `oci-layout` + `index.json`: an
 //    OCI archive, or a `docker save` tarball when it also has manifest.json
@@ -75,7 +78,9 @@ export async function openImportInput(input: string, workDir: string, opts: Open
     throw new StrataError('NOT_FOUND', `cannot import ${input}: ${(e as Error).message}`, { cause: e })
   }
   if (st.isDirectory()) {
-    const hasLayout = fs.existsSync(path.join(abs, OCI_LAYOUT_FILE)) && fs.existsSync(path.join(abs, 'index.json'))
+    const marker = fs.existsSync(path.join(abs, OCI_LAYOUT_FILE))
+    const hasLayout = marker && fs.existsSync(path.join(abs, 'index.json'))
+    if (marker && !hasLayout) throw incompleteLayout(input, 'directory', fs.existsSync(path.join(abs, 'blobs')))
     // a symlink to a directory is built as the directory it names (mkfs.erofs refuses the link)
     if (!hasLayout) return { kind: 'rootfs-dir', dir: await fs.promises.realpath(abs), ref: abs }
     const reader = new DirArchiveReader(abs)
@@ -140,7 +145,21 @@ async function classifyTar(index: TarIndex, input: string, abs: string, tarFile:
     return { kind: 'image', image: await readOciLayout(reader, { type, ref: abs }, opts, repoTags) }
   }
   if (hasLegacy) return { kind: 'image', image: await readDockerArchive(reader, { type: 'docker-archive', ref: abs }, opts) }
+  if (index.has(OCI_LAYOUT_FILE)) throw incompleteLayout(input, 'tar', [...index.entries.keys()].some((n) => n === 'blobs' || n.startsWith('blobs/')))
   return { kind: 'rootfs-tar', file: tarFile, compression, ref: abs }
+}
+
+/**
+ * An OCI layout (directory or archive) without index.json, which names its
+ * images: it cannot be read, and importing it as a rootfs would make an
+ * image of the layout's files.
+ */
+function incompleteLayout(input: string, what: 'directory' | 'tar', blobs: boolean): StrataError {
+  return new StrataError(
+    'IMAGE_BAD_ARCHIVE',
+    `${input} has ${OCI_LAYOUT_FILE}${blobs ? ' and blobs/' : ''} but no index.json: an OCI layout ${what} needs index.json to name its images`,
+    { detail: { missing: 'index.json' } },
+  )
 }
 
 /**

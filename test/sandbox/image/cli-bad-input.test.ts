@@ -213,6 +213,43 @@ test.serial('malformed and truncated archives', async (t) => {
   await expectFailure(t, 'NOT_FOUND', [path.join(dir, 'nope.tar'), '--name', 'bad/nope'])
 })
 
+test.serial('an OCI layout (directory, tar, tar.gz) with oci-layout and blobs/ but no index.json is IMAGE_BAD_ARCHIVE naming index.json, not a rootfs; a docker save whose manifest.json is broken is IMAGE_BAD_MANIFEST', async (t) => {
+  const dir = localTmp(t)
+  const noIndex = copyLayout(dir, 'no-index')
+  fs.rmSync(path.join(noIndex, 'index.json'))
+  const tar = path.join(dir, 'no-index.tar')
+  await run('tar', ['-C', noIndex, '-cf', tar, '.'])
+  // members named without ./ (as skopeo and podman write them): the tar does not begin like a rootfs
+  const bare = path.join(dir, 'no-index-bare.tar')
+  await run('tar', ['-C', noIndex, '-cf', bare, 'oci-layout', 'blobs'])
+  const gz = path.join(dir, 'no-index.tar.gz')
+  await run('sh', ['-c', `gzip -c ${tar} > ${gz}`])
+  for (const [input, named] of [[noIndex, true], [noIndex, false], [tar, true], [bare, true], [bare, false], [gz, true]] as const) {
+    const err = await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [input, ...(named ? ['--name', 'bad/no-index'] : [])])
+    t.regex(err, /has oci-layout and blobs\/ but no index\.json/, `${input}: ${err}`)
+  }
+
+  // docker save (legacy: manifest.json, <id>/layer.tar) with manifest.json broken in three ways
+  const docker = await toDockerArchive(img.fx, path.join(dir, 'docker.tar'))
+  const script = `
+import sys, tarfile, io
+with tarfile.open(sys.argv[1]) as src, tarfile.open(sys.argv[2], 'w') as dst:
+    for m in src.getmembers():
+        if m.name == 'manifest.json':
+            data = sys.argv[3].encode(); m.size = len(data); dst.addfile(m, io.BytesIO(data))
+        else:
+            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+`
+  for (const [i, manifest] of ['[{"Config": "x.json", "Layers": [', '{}', '[{"Config": 5, "Layers": "no"}]'].entries()) {
+    const broken = path.join(dir, `docker-broken-${i}.tar`)
+    await run('python3', ['-c', script, docker, broken, manifest])
+    for (const named of [true, false]) {
+      const err = await expectFailure(t, 'IMAGE_BAD_MANIFEST', [broken, ...(named ? ['--name', 'bad/docker-manifest'] : [])])
+      t.regex(err, /manifest\.json/, err)
+    }
+  }
+})
+
 test.serial('digest and size mismatches, unknown media types, missing blobs, wrong platform', async (t) => {
   const dir = localTmp(t)
   // a layer blob with one byte flipped (same size): caught while streaming, after other layers were built
