@@ -55,8 +55,8 @@ export function registerImageCommands(program: Command): Command {
     .option('--name <name[:tag]>', 'name of the image (default: every NAME:TAG the archive gives it, or the one --ref picked)')
     .option('--kind <kind>', 'kind of the imported layers: base, workspace or toolkit', choiceArg('--kind', LAYER_KINDS), 'base')
     .option('--squash', 'squash all layers into one')
-    .option('--platform <os/arch[/variant]>', 'which platform of the image\'s multi-platform index to take (default linux/amd64; an image for a single platform is taken whatever it is unless this is given)')
-    .option('--ref <name|sha256:…>', 'which image of an archive or layout that holds several: a RepoTag or ref.name, or the digest of an image (for unnamed ones)')
+    .option('--platform <os/arch[/variant]>', 'which platform of the image\'s multi-platform index to take (default linux/amd64; an image for a single platform is taken whatever it is unless this is given); image archives and layouts only, a usage error with a rootfs')
+    .option('--ref <name|sha256:…>', 'which image of an archive or layout that holds several: a RepoTag or ref.name, or the digest of an image (for unnamed ones); image archives and layouts only, a usage error with a rootfs')
     .option('--compress <algo>', 'compress layer file data: lz4 or lz4hc (default: none)', choiceArg('--compress', ['lz4', 'lz4hc'] as const))
     .option('--work-dir <dir>', 'local directory for unpacking and building layers (default: the system temp dir)')
     .option('--json', 'print JSON')
@@ -75,6 +75,10 @@ export function registerImageCommands(program: Command): Command {
           ...(o.workDir ? { workDir: o.workDir } : {}),
           onProgress: progress,
           signal,
+        }).catch((e: unknown) => {
+          // --ref or --platform given for a rootfs: how the command was called, not the input
+          if (isStrataError(e, ['INVALID_ARGUMENT']) && e.detail?.usage === true) throw new UsageError(e.reason)
+          throw e
         })
         progress.stop()
         const seconds = secondsSince(t0)

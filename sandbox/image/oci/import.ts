@@ -773,6 +773,8 @@ export interface ImportPathResult extends ImportResult {
  * Imports whatever `input` is (see oci/source.ts): a `docker save` tarball,
  * an OCI archive or layout, a rootfs tarball or directory. Without
  * `opts.name` an image archive's own name (RepoTags, ref.name) is used.
+ * `opts.ref` and `opts.platform` with a rootfs input are INVALID_ARGUMENT
+ * (detail.usage: a mistake in the call), before anything is stored.
  */
 export async function importPath(store: ImageStore, input: string, opts: ImportPathOptions = {}): Promise<ImportPathResult> {
   const base = opts.workDir ?? os.tmpdir()
@@ -783,9 +785,19 @@ export async function importPath(store: ImageStore, input: string, opts: ImportP
     if (opts.platform) readOpts.platform = parsePlatform(opts.platform)
     if (opts.ref) readOpts.ref = opts.ref
     // with a name to tag it by, a tar that does not begin like an image archive is imported as a
-    // rootfs tarball while its headers are indexed (without one, an archive's own name may be needed)
-    const inp = await openImportInput(input, scratch, { ...readOpts, speculate: Boolean(opts.name), ...(opts.signal ? { signal: opts.signal } : {}) })
+    // rootfs tarball while its headers are indexed (without one, an archive's own name may be needed;
+    // with --ref or --platform, whether they apply must be known before anything is stored)
+    const speculate = Boolean(opts.name) && !opts.ref && !opts.platform
+    const inp = await openImportInput(input, scratch, { ...readOpts, speculate, ...(opts.signal ? { signal: opts.signal } : {}) })
     checkSignal(opts.signal)
+    if (inp.kind !== 'image' && (opts.ref || opts.platform)) {
+      const given = [...(opts.ref ? ['--ref'] : []), ...(opts.platform ? ['--platform'] : [])]
+      throw new StrataError(
+        'INVALID_ARGUMENT',
+        `${given.join(' and ')} choose${given.length === 1 ? 's' : ''} an image in a docker-save or OCI archive or an OCI layout; ${input} is a rootfs ${inp.kind === 'rootfs-dir' ? 'directory' : 'tarball'}, which holds one tree and no platform`,
+        { detail: { usage: true, options: given } },
+      )
+    }
     let name = opts.name
     let tag = opts.tag
     let alsoTag: Array<{ name: string; tag: string }> = []

@@ -250,6 +250,27 @@ with tarfile.open(sys.argv[1]) as src, tarfile.open(sys.argv[2], 'w') as dst:
   }
 })
 
+test.serial('--ref and --platform with a rootfs directory or tarball are usage errors (exit 2, nothing stored)', async (t) => {
+  const dir = localTmp(t)
+  const root = path.join(dir, 'rootfs')
+  fs.mkdirSync(path.join(root, 'etc'), { recursive: true })
+  fs.writeFileSync(path.join(root, 'etc/hostname'), 'rootfs\n')
+  const tar = path.join(dir, 'rootfs.tar')
+  await run('tar', ['-C', root, '-cf', tar, '.'])
+  const gz = path.join(dir, 'rootfs.tar.gz')
+  await run('sh', ['-c', `gzip -c ${tar} > ${gz}`])
+  for (const input of [root, tar, gz]) {
+    for (const opts of [['--ref', 'x:1'], ['--platform', 'linux/amd64'], ['--platform', 'linux/arm64', '--ref', 'sha256:' + '0'.repeat(64)]]) {
+      const before = await state()
+      const r = await strata(['image', ...img.ic.cliArgs, 'import', input, '--name', 'bad/rootfs-opts', ...opts])
+      t.is(r.code, 2, `${input} ${opts.join(' ')}: ${r.stderr}`)
+      t.regex(r.stderr, /^strata: usage: --(ref|platform).* an OCI layout; .* is a rootfs (directory|tarball)/m, r.stderr)
+      t.deepEqual(await state(), before)
+    }
+  }
+  // (with an image they choose: 'wrong platform' below)
+})
+
 test.serial('digest and size mismatches, unknown media types, missing blobs, wrong platform', async (t) => {
   const dir = localTmp(t)
   // a layer blob with one byte flipped (same size): caught while streaming, after other layers were built
