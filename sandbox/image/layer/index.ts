@@ -1,7 +1,7 @@
 // sandbox/image/layer: OCI layer tar ↔ directory ↔ EROFS layer file. See README.md.
 export { unpackLayer } from './unpack.js'
 export { decompressStream, sniffCompression, compressionOfMediaType, type Compression } from './decompress.js'
-export { buildErofs, buildErofsFile, EROFS_UUID } from './erofs.js'
+export { buildErofs, buildErofsFile, erofsIsPlain, EROFS_SUPERBLOCK_BYTES, EROFS_SUPERBLOCK_OFFSET, EROFS_UUID } from './erofs.js'
 export { tarToErofs, type TarToErofsOptions } from './tar-to-erofs.js'
 export { sha256File } from './hash.js'
 export { layerToTar } from './to-tar.js'

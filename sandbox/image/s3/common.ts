@@ -21,6 +21,9 @@ export interface TransferStore {
   finishPartialBlob(digest: string, expectSize?: number): Promise<{ digest: string; size: number }>
   putManifest(m: Buffer): Promise<{ digest: string; bytes: Buffer }>
   setTag(name: string, tag: string, digest: string): Promise<void>
+  /** the diffId cache (ImageStore's): uncompressed builds only, the default variant */
+  lookupDiffId(diffId: string): Promise<string | null>
+  recordDiffId(diffId: string, layerDigest: string): Promise<void>
 }
 
 /** Progress reporting as sandbox/image/progress.ts provides it. */

@@ -2,12 +2,13 @@
 // manifest, the manifest is checked against that digest, each missing blob is
 // streamed into the store's resumable partial file (Range GET from where an
 // earlier run stopped) and verified when complete; then the manifest is
-// stored and the local tag set, last.
+// stored, the diffIds it gives recorded, and the local tag set, last.
 import { GetObjectCommand, HeadObjectCommand, type GetObjectCommandOutput, type S3Client } from '@aws-sdk/client-s3'
 import type { Readable } from 'node:stream'
 import { BufferPool } from '../../../fs/common/buffer-pool.js'
 import { StrataError, isStrataError } from '../../../fs/common/errors.js'
 import { DEFAULT_TAG, isDigest, parseImageRef, sha256Digest, validateManifest, type LayerRef } from '../types.js'
+import { EROFS_SUPERBLOCK_BYTES, EROFS_SUPERBLOCK_OFFSET, erofsIsPlain } from '../layer/erofs.js'
 import { atEndpoint, createS3Client, isNotFound, isTimeout, s3Error } from './client.js'
 import { Limiter, allOrAbort, cancelled, linkedSignal, shortDigest, type PullResult, type S3TransferOptions, type TransferStore } from './common.js'
 import { blobKey, formatS3, manifestKey, parseS3ImageUrl, tagKey, withPrefix } from './url.js'
@@ -119,6 +120,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
     signal.throwIfAborted()
     const put = await store.putManifest(bytes)
     if (put.digest !== src.digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `the store addressed the manifest as ${put.digest}, expected ${src.digest}`)
+    await recordDiffIds(store, manifest.layers)
     const name = local?.name ?? src.name
     const tag = local?.tag ?? src.tag ?? ''
     if (tag) await store.setTag(name, tag, src.digest)
@@ -138,6 +140,32 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
   } finally {
     link.dispose()
     if (!opts.client) client.destroy()
+  }
+}
+
+/**
+ * Records the diffIds the manifest gives its layers in the store's diffId
+ * cache, as the import that built them recorded them where they came from:
+ * without that, an import or docker:// pull of an image with these layers
+ * would download and build them again instead of finding them by diff_id.
+ * Only a layer built without compression is recorded (its superblock tells),
+ * since the cache keeps one record per build variant and an lz4 layer cannot
+ * be told from an lz4hc one; a diffId the store already has a layer for is
+ * left as it is. A cache, so a failure to record is no failure of the pull.
+ */
+async function recordDiffIds(store: TransferStore, layers: LayerRef[]): Promise<void> {
+  const seen = new Set<string>()
+  for (const l of layers) {
+    if (!l.diffId || seen.has(l.diffId) || l.size < EROFS_SUPERBLOCK_OFFSET + EROFS_SUPERBLOCK_BYTES) continue
+    seen.add(l.diffId)
+    try {
+      if ((await store.lookupDiffId(l.diffId)) !== null) continue
+      const sb = Buffer.alloc(EROFS_SUPERBLOCK_BYTES)
+      await store.readBlobInto(l.digest, EROFS_SUPERBLOCK_OFFSET, sb)
+      if (erofsIsPlain(sb)) await store.recordDiffId(l.diffId, l.digest)
+    } catch {
+      // the next import builds the layer (and finds the blob stored) instead
+    }
   }
 }
 

@@ -6,6 +6,8 @@ import test from 'ava'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { execFileSync } from 'node:child_process'
+import { importPath } from '../../../../sandbox/image/oci/import.js'
 import { HeadObjectCommand } from '@aws-sdk/client-s3'
 import type { ExecutionContext } from 'ava'
 import { StrataError } from '../../../../fs/common/errors.js'
@@ -203,6 +205,41 @@ test.serial('an interrupted pull resumes from the bytes already in the store', a
   t.is(third.bytesResumed, 0)
   t.true(third.bytesReceived >= big[1].length)
   t.true((await blobBytes(storeC2, big[0])).equals(big[1]))
+})
+
+test.serial('a pull records the diffIds of the manifest\'s uncompressed layers: importing the same rootfs tarball in B then reuses the pulled layer; an lz4 layer is not recorded', async (t) => {
+  const s3 = await startS3(t)
+  const o = s3opts(s3)
+  const dir = localTmp(t)
+  fs.mkdirSync(path.join(dir, 'tree/etc'), { recursive: true })
+  fs.writeFileSync(path.join(dir, 'tree/etc/os-release'), 'ID=diffids\n')
+  fs.writeFileSync(path.join(dir, 'tree/data.bin'), crypto.randomBytes(256 * 1024))
+  const tar = path.join(dir, 'rootfs.tar')
+  execFileSync('tar', ['-C', path.join(dir, 'tree'), '-cf', tar, '.'])
+  const storeA = await A.store(`/s3-a-${++n}`)
+  const plain = await importPath(storeA, tar, { name: 'diffids/plain', tag: 'v1' })
+  const lz4 = await importPath(storeA, tar, { name: 'diffids/lz4', tag: 'v1', compress: 'lz4' })
+  const diffId = plain.manifest.layers[0]!.diffId!
+  t.is(diffId, 'sha256:' + crypto.createHash('sha256').update(fs.readFileSync(tar)).digest('hex'))
+  t.is(lz4.manifest.layers[0]!.diffId, diffId)
+  await pushS3(storeA, 'diffids/plain:v1', `s3://${s3.bucket}/d`, o)
+  await pushS3(storeA, 'diffids/lz4:v1', `s3://${s3.bucket}/d`, o)
+
+  // the lz4 layer: its manifest's diffId stays out of the cache (which variant it was cannot be told)
+  const storeL = await B.store(`/s3-b-${++n}`)
+  await pullS3(storeL, `s3://${s3.bucket}/d/diffids/lz4:v1`, o)
+  t.deepEqual((await storeL.resolve('diffids/lz4:v1')).manifest.layers, lz4.manifest.layers)
+  t.is(await storeL.lookupDiffId(diffId), null)
+  t.is(await storeL.lookupDiffId(diffId, 'lz4'), null)
+
+  const storeB = await B.store(`/s3-b-${++n}`)
+  await pullS3(storeB, `s3://${s3.bucket}/d/diffids/plain:v1`, o)
+  t.deepEqual((await storeB.resolve('diffids/plain:v1')).manifest.layers, plain.manifest.layers, 'the manifest carries the diffIds')
+  t.is(await storeB.lookupDiffId(diffId), plain.manifest.layers[0]!.digest, 'and the cache has them')
+  const again = await importPath(storeB, tar, { name: 'diffids/again', tag: 'v1' })
+  t.is(again.layersReused, 1)
+  t.is(again.layersBuilt, 0)
+  t.is(again.manifest.layers[0]!.digest, plain.manifest.layers[0]!.digest)
 })
 
 test.serial('the server dies mid-push: IMAGE_REMOTE_ERROR with the cause, no tag; after it is back the push completes', async (t) => {
