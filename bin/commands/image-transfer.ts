@@ -43,6 +43,33 @@ function scheme(url: string): 's3' | 'docker' {
   throw new StrataError('IMAGE_INVALID_REFERENCE', `${JSON.stringify(url)}: expected s3://BUCKET[/PREFIX]… or docker://HOST[:PORT]/REPO…`)
 }
 
+/**
+ * Flags of the other back end than the URL's are a usage error, not ignored
+ * (s3: --endpoint, --region, --force-path-style, --part-size, --prefix;
+ * docker: --insecure, --username, --password, --platform). The environment
+ * variables that stand for some of them are not checked: they may be set for
+ * either.
+ */
+function checkSchemeOptions(kind: 's3' | 'docker', o: TransferCliOpts, url: string): void {
+  const flags: Array<[string, boolean]> =
+    kind === 's3'
+      ? [
+          ['--insecure', !!o.insecure],
+          ['--username', o.username !== undefined],
+          ['--password', o.password !== undefined],
+          ['--platform', o.platform !== undefined],
+        ]
+      : [
+          ['--endpoint', o.endpoint !== undefined],
+          ['--region', o.region !== undefined],
+          ['--force-path-style', !!o.forcePathStyle],
+          ['--part-size', o.partSize !== undefined],
+          ['--prefix', o.prefix !== undefined],
+        ]
+  const given = flags.filter(([, g]) => g).map(([f]) => f)
+  if (given.length) throw new UsageError(`${given.join(', ')} appl${given.length === 1 ? 'ies' : 'y'} to ${kind === 's3' ? 'docker://' : 's3://'} URLs only, not ${JSON.stringify(url)}`)
+}
+
 /** S3 options of a command: flags first, then the AWS environment the SDK also reads. */
 function s3Options(o: TransferCliOpts): S3TransferOptions {
   const endpoint = o.endpoint ?? (process.env.AWS_ENDPOINT_URL_S3 || process.env.AWS_ENDPOINT_URL || undefined)
@@ -101,6 +128,7 @@ export function registerImageTransfer(image: Command): void {
     .addHelpText(
       'after',
       `
+Options marked s3: or docker: are a usage error with the other kind of URL.
 S3 layout under PREFIX: blobs/sha256/<hex> (layers), manifests/sha256/<hex>,
 tags/<name>/<tag> (written last). Credentials: AWS_ACCESS_KEY_ID /
 AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
@@ -108,6 +136,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
     .action((ref: string, dest: string, o: TransferCliOpts, cmd: Command) => {
       // bad URLs and endpoints fail before the cluster is contacted
       const kind = scheme(dest)
+      checkSchemeOptions(kind, o, dest)
       if (kind === 's3') parseS3Location(dest)
       else parseRegistryUrl(dest)
       const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
@@ -134,36 +163,38 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
       .option('--name <name>', 'local NAME[:TAG] (default: the remote name and tag)')
       .option('--platform <os/arch[/variant]>', 'docker: which platform\'s image to take from a manifest list or index (default linux/amd64)')
       .option('--prefix <prefix>', 's3: where PREFIX ends and NAME begins in the URL, when two splits name different images ("" or / for the bucket root)'),
-  ).action((src: string, o: TransferCliOpts, cmd: Command) => {
-    const kind = scheme(src)
-    if (o.prefix !== undefined && kind !== 's3') throw new UsageError(`--prefix applies to s3:// URLs only, not ${JSON.stringify(src)}`)
-    if (kind === 's3') {
-      const parsed = parseS3ImageUrl(src)
-      if (o.prefix !== undefined) withPrefix(parsed, src, o.prefix)
-    } else parseRegistryUrl(src)
-    const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
-    return withImageStore(cmd, async ({ store, progress, signal, json }) => {
-      const t0 = Date.now()
-      const named = o.name !== undefined ? { name: o.name } : {}
-      const r =
-        kind === 's3'
-          ? await pullS3(store, src, { ...s3, ...named, ...(o.prefix !== undefined ? { prefix: o.prefix } : {}), progress, signal })
-          : await pullRegistry(store, src, {
-              ...registryOptions(o),
-              timeoutMs: remoteTimeoutMs(cmd),
-              ...named,
-              ...(o.platform !== undefined ? { platform: o.platform } : {}),
-              ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),
-              progress,
-              signal,
-            })
-      const seconds = secondsSince(t0)
-      if (json) return printJson({ ...r, seconds })
-      const as = r.tag ? `${r.name}:${r.tag}` : `${r.name}@${r.digest}`
-      out(
-        `pulled ${r.url} as ${as} (${r.digest}): ${r.blobsFetched} blob(s) fetched, ${r.blobsSkipped} already stored, ` +
-          `${formatBytes(r.bytesReceived)} received in ${seconds.toFixed(1)} s`,
-      )
+  )
+    .addHelpText('after', '\nOptions marked s3: or docker: are a usage error with the other kind of URL.')
+    .action((src: string, o: TransferCliOpts, cmd: Command) => {
+      const kind = scheme(src)
+      checkSchemeOptions(kind, o, src)
+      if (kind === 's3') {
+        const parsed = parseS3ImageUrl(src)
+        if (o.prefix !== undefined) withPrefix(parsed, src, o.prefix)
+      } else parseRegistryUrl(src)
+      const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
+      return withImageStore(cmd, async ({ store, progress, signal, json }) => {
+        const t0 = Date.now()
+        const named = o.name !== undefined ? { name: o.name } : {}
+        const r =
+          kind === 's3'
+            ? await pullS3(store, src, { ...s3, ...named, ...(o.prefix !== undefined ? { prefix: o.prefix } : {}), progress, signal })
+            : await pullRegistry(store, src, {
+                ...registryOptions(o),
+                timeoutMs: remoteTimeoutMs(cmd),
+                ...named,
+                ...(o.platform !== undefined ? { platform: o.platform } : {}),
+                ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}),
+                progress,
+                signal,
+              })
+        const seconds = secondsSince(t0)
+        if (json) return printJson({ ...r, seconds })
+        const as = r.tag ? `${r.name}:${r.tag}` : `${r.name}@${r.digest}`
+        out(
+          `pulled ${r.url} as ${as} (${r.digest}): ${r.blobsFetched} blob(s) fetched, ${r.blobsSkipped} already stored, ` +
+            `${formatBytes(r.bytesReceived)} received in ${seconds.toFixed(1)} s`,
+        )
+      })
     })
-  })
 }

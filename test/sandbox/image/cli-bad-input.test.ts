@@ -452,6 +452,21 @@ test.serial('a docker:// URL with a port out of range is IMAGE_INVALID_REFERENCE
   }
 })
 
+test.serial('push and pull: an option of the other back end (s3 flags with docker://, docker flags and --platform with s3://) is a usage error, before the cluster is used', async (t) => {
+  for (const [args, flags] of [
+    [['pull', 's3://bucket/app:v1', '--platform', 'linux/arm64'], '--platform applies to docker://'],
+    [['pull', 's3://bucket/app:v1', '--insecure', '--username', 'u'], '--insecure, --username apply to docker://'],
+    [['push', 'app:v1', 's3://bucket/x', '--password', 'p'], '--password applies to docker://'],
+    [['push', 'app:v1', 'docker://localhost:5000/app', '--part-size', '5M', '--force-path-style'], '--force-path-style, --part-size apply to s3://'],
+    [['pull', 'docker://localhost:5000/app:v1', '--endpoint', 'http://127.0.0.1:9', '--region', 'x'], '--endpoint, --region apply to s3://'],
+    [['pull', 'docker://localhost:5000/app:v1', '--prefix', 'x'], '--prefix applies to s3://'],
+  ] as const) {
+    const r = await strata(['image', '--mgmtd-address', '127.0.0.1:1', ...args])
+    t.is(r.code, 2, `${args.join(' ')}: ${r.stderr}`)
+    t.true(r.stderr.startsWith(`strata: usage: ${flags} URLs only`), r.stderr)
+  }
+})
+
 test.serial('export refuses a directory or a missing directory as OUT, before any work; compose names a part that adds nothing', async (t) => {
   const dir = localTmp(t)
   const x1 = await strata(['image', ...img.ic.cliArgs, 'export', 'tiny/gz', dir])
