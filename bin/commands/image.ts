@@ -106,7 +106,7 @@ export function registerImageCommands(program: Command): Command {
   g.command('compose')
     .description('make an image from stored images\' layers (no data copied): base, then workspace, then toolkits')
     .argument('<name>', 'NAME[:TAG] of the new image')
-    .requiredOption('--base <image>', 'base image (OS and runtimes)')
+    .requiredOption('--base <image>', 'base image (OS and runtimes); required')
     .option('--workspace <image>', 'workspace image (repository and task dependencies)')
     .option('--toolkit <image>', 'toolkit image (repeatable, stacked in order)', (v: string, prev: string[] | undefined) => [...(prev ?? []), v])
     .option('--json', 'print JSON')
