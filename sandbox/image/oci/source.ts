@@ -1,8 +1,9 @@
 // What a PATH given to `strata image import` is, and how to read it:
 //  - a directory with `oci-layout` and `index.json`: an OCI layout;
 //  - a directory, or a tar, with `oci-layout` (the layout's marker) but no
-//    `index.json`: refused (IMAGE_BAD_ARCHIVE), not taken for a rootfs;
-//    a tar that is a `docker save` by its manifest.json is read by that;
+//    `index.json`, or with an OCI index as `index.json` and `blobs/sha256/`
+//    but no `oci-layout`: refused (IMAGE_BAD_ARCHIVE), not taken for a
+//    rootfs; a tar that is a `docker save` by its manifest.json is read by that;
 //  - any other directory: a rootfs tree;
 //  - a tar file (plain, gzip or zstd) holding `oci-layout` + `index.json`: an
 //    OCI archive, or a `docker save` tarball when it also has manifest.json
@@ -81,6 +82,10 @@ export async function openImportInput(input: string, workDir: string, opts: Open
     const marker = fs.existsSync(path.join(abs, OCI_LAYOUT_FILE))
     const hasLayout = marker && fs.existsSync(path.join(abs, 'index.json'))
     if (marker && !hasLayout) throw incompleteLayout(input, 'directory', fs.existsSync(path.join(abs, 'blobs')))
+    if (!marker && fs.statSync(path.join(abs, 'blobs', 'sha256'), { throwIfNoEntry: false })?.isDirectory()) {
+      const idx = fs.statSync(path.join(abs, 'index.json'), { throwIfNoEntry: false })
+      if (idx?.isFile() && idx.size <= MAX_DOCUMENT_BYTES && isOciIndex(await fs.promises.readFile(path.join(abs, 'index.json')))) throw unmarkedLayout(input, 'directory')
+    }
     // a symlink to a directory is built as the directory it names (mkfs.erofs refuses the link)
     if (!hasLayout) return { kind: 'rootfs-dir', dir: await fs.promises.realpath(abs), ref: abs }
     const reader = new DirArchiveReader(abs)
@@ -146,6 +151,10 @@ async function classifyTar(index: TarIndex, input: string, abs: string, tarFile:
   }
   if (hasLegacy) return { kind: 'image', image: await readDockerArchive(reader, { type: 'docker-archive', ref: abs }, opts) }
   if (index.has(OCI_LAYOUT_FILE)) throw incompleteLayout(input, 'tar', [...index.entries.keys()].some((n) => n === 'blobs' || n.startsWith('blobs/')))
+  const idx = index.resolve('index.json', false)
+  if (idx && idx.size <= MAX_DOCUMENT_BYTES && [...index.entries.keys()].some((n) => n.startsWith('blobs/sha256/')) && isOciIndex(await index.read(idx, MAX_DOCUMENT_BYTES))) {
+    throw unmarkedLayout(input, 'tar')
+  }
   return { kind: 'rootfs-tar', file: tarFile, compression, ref: abs }
 }
 
@@ -160,6 +169,23 @@ function incompleteLayout(input: string, what: 'directory' | 'tar', blobs: boole
     `${input} has ${OCI_LAYOUT_FILE}${blobs ? ' and blobs/' : ''} but no index.json: an OCI layout ${what} needs index.json to name its images`,
     { detail: { missing: 'index.json' } },
   )
+}
+
+/** Whether `bytes` are an OCI image index (schemaVersion 2 with a manifests list), as an OCI layout's index.json is. */
+function isOciIndex(bytes: Buffer): boolean {
+  try {
+    const v = JSON.parse(bytes.toString('utf8')) as { schemaVersion?: unknown; manifests?: unknown } | null
+    return typeof v === 'object' && v !== null && v.schemaVersion === 2 && Array.isArray(v.manifests)
+  } catch {
+    return false
+  }
+}
+
+/** An OCI layout (index.json, blobs/sha256/) without the oci-layout file that says which layout version it is. */
+function unmarkedLayout(input: string, what: 'directory' | 'tar'): StrataError {
+  return new StrataError('IMAGE_BAD_ARCHIVE', `${input} has index.json and blobs/sha256/ but no ${OCI_LAYOUT_FILE}: an OCI layout ${what} needs ${OCI_LAYOUT_FILE} (its layout version)`, {
+    detail: { missing: OCI_LAYOUT_FILE },
+  })
 }
 
 /**

@@ -213,7 +213,7 @@ test.serial('malformed and truncated archives', async (t) => {
   await expectFailure(t, 'NOT_FOUND', [path.join(dir, 'nope.tar'), '--name', 'bad/nope'])
 })
 
-test.serial('an OCI layout (directory, tar, tar.gz) with oci-layout and blobs/ but no index.json is IMAGE_BAD_ARCHIVE naming index.json, not a rootfs; a docker save whose manifest.json is broken is IMAGE_BAD_MANIFEST', async (t) => {
+test.serial('an OCI layout (directory, tar, tar.gz) with oci-layout and blobs/ but no index.json, or index.json and blobs/ but no oci-layout, is IMAGE_BAD_ARCHIVE naming what is missing, not a rootfs; a docker save whose manifest.json is broken is IMAGE_BAD_MANIFEST', async (t) => {
   const dir = localTmp(t)
   const noIndex = copyLayout(dir, 'no-index')
   fs.rmSync(path.join(noIndex, 'index.json'))
@@ -227,6 +227,18 @@ test.serial('an OCI layout (directory, tar, tar.gz) with oci-layout and blobs/ b
   for (const [input, named] of [[noIndex, true], [noIndex, false], [tar, true], [bare, true], [bare, false], [gz, true]] as const) {
     const err = await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [input, ...(named ? ['--name', 'bad/no-index'] : [])])
     t.regex(err, /has oci-layout and blobs\/ but no index\.json/, `${input}: ${err}`)
+  }
+
+  // the other way round: index.json and blobs/sha256/ without oci-layout
+  const noMarker = copyLayout(dir, 'no-marker')
+  fs.rmSync(path.join(noMarker, 'oci-layout'))
+  const noMarkerTar = path.join(dir, 'no-marker.tar')
+  await run('tar', ['-C', noMarker, '-cf', noMarkerTar, '.'])
+  const noMarkerBare = path.join(dir, 'no-marker-bare.tar')
+  await run('tar', ['-C', noMarker, '-cf', noMarkerBare, 'index.json', 'blobs'])
+  for (const [input, named] of [[noMarker, true], [noMarker, false], [noMarkerTar, true], [noMarkerBare, false]] as const) {
+    const err = await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [input, ...(named ? ['--name', 'bad/no-marker'] : [])])
+    t.regex(err, /has index\.json and blobs\/sha256\/ but no oci-layout/, `${input}: ${err}`)
   }
 
   // docker save (legacy: manifest.json, <id>/layer.tar) with manifest.json broken in three ways
