@@ -73,6 +73,11 @@ interface ClientOpts {
   token?: string
 }
 
+/** Where the endpoint came from, for messages: the option, the variable or the cluster directory. */
+function endpointSource(g: ClientOpts): string {
+  return g.endpoint !== undefined ? '--endpoint' : process.env.STRATA_ENDPOINT !== undefined ? '$STRATA_ENDPOINT' : 'the cluster\'s cluster.json'
+}
+
 function client(cmd: Command): Strata {
   const g = cmd.optsWithGlobals() as ClientOpts
   try {
@@ -83,7 +88,7 @@ function client(cmd: Command): Strata {
     // The message names where the bad value came from.
     if (isStrataError(e, 'INVALID_ARGUMENT')) {
       const reason = (e as StrataError).reason
-      const from = /\btoken\b/i.test(reason) ? '--token' : g.endpoint === undefined && process.env.STRATA_ENDPOINT !== undefined ? '$STRATA_ENDPOINT' : '--endpoint'
+      const from = /\btoken\b/i.test(reason) ? '--token' : endpointSource(g)
       throw new UsageError(`${from}: ${reason}`)
     }
     throw e
@@ -94,6 +99,12 @@ async function withClient<T>(cmd: Command, fn: (s: Strata) => Promise<T>): Promi
   const s = client(cmd)
   try {
     return await fn(s)
+  } catch (e) {
+    // the SDK says "check the endpoint"; here it is named as the user gave it
+    if (isStrataError(e, 'NOT_A_STRATA_DAEMON')) {
+      throw new StrataError(e.code, e.reason.replace('(check the endpoint)', `(check ${endpointSource(cmd.optsWithGlobals() as ClientOpts)})`), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+    }
+    throw e
   } finally {
     s.close()
   }
@@ -314,6 +325,7 @@ export function registerSandboxCommands(program: Command): void {
     .option('--token <token>', 'bearer token (default: $STRATA_TOKEN, then DIR/sandbox.token)')
     .addHelpText('after', `
 Errors print "strata: CODE: message" and exit 1 (usage errors exit 2).
+An endpoint where another server answers is NOT_A_STRATA_DAEMON.
 The HTTP API behind these commands is documented in docs/sandbox-api.md.`)
 
   g.command('create')

@@ -14,6 +14,12 @@ import type { ExecRequest, OutputEvent } from './types.js'
 import { parseListFilter, validateExec, validatePath, validateUser } from './validate.js'
 
 export const API_VERSION = 'v1'
+/**
+ * Sent on every response (`Strata-Api: v1`): how a client tells the daemon
+ * from another HTTP server at the same address (the SDK refuses an answer
+ * without it as NOT_A_STRATA_DAEMON).
+ */
+export const API_HEADER = 'strata-api'
 /** JSON request bodies above this are refused (files and archives stream and have no limit). */
 export const MAX_JSON_BODY = 4 * 1024 * 1024
 /** exec output cap when the request gives none (the agent's exec default) */
@@ -191,6 +197,7 @@ export class SandboxHttpServer {
   }
 
   async #dispatch(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    res.setHeader(API_HEADER, API_VERSION)
     const ac = new AbortController()
     // the client went away: cancel what its request started
     res.on('close', () => ac.abort(new StrataError('CANCELLED', 'the client closed the connection')))

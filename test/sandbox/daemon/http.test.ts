@@ -13,6 +13,8 @@ interface Reply {
   code?: string
   message?: string
   text: string
+  /** the Strata-Api header */
+  api: string | null
 }
 
 async function api(d: Daemon, method: string, p: string, body?: unknown): Promise<Reply> {
@@ -27,7 +29,7 @@ async function api(d: Daemon, method: string, p: string, body?: unknown): Promis
   try {
     j = JSON.parse(text) as typeof j
   } catch { /* a stream or no body */ }
-  return { status: r.status, text, ...(j.code ? { code: j.code } : {}), ...(j.message ? { message: j.message } : {}) }
+  return { status: r.status, text, api: r.headers.get('strata-api'), ...(j.code ? { code: j.code } : {}), ...(j.message ? { message: j.message } : {}) }
 }
 
 async function exists(d: Daemon, id: string, p: string): Promise<boolean> {
@@ -110,9 +112,16 @@ test.serial('an unknown query parameter is 400 on every route, listing the known
   ]
   for (const [method, p, body] of routes) {
     const r = await api(d, method, `${p}${p.includes('?') ? '&' : '?'}x=1`, body)
-    t.like(r, { status: 400, code: 'INVALID_ARGUMENT' }, `${method} ${p}`)
+    t.like(r, { status: 400, code: 'INVALID_ARGUMENT', api: 'v1' }, `${method} ${p}`)
     t.regex(r.message ?? '', /unknown query parameter "x" \((known: |.* takes none)/, `${method} ${p}`)
   }
+  // every answer says it is the daemon's (the SDK refuses one that does not): successes, unknown routes, 401s, 405s too
+  for (const [method, p, status] of [['GET', '/v1/health', 200], ['GET', base, 200], ['GET', '/v1/nope', 404], ['PUT', '/v1/node', 405]] as const) {
+    t.like(await api(d, method, p), { status, api: 'v1' }, `${method} ${p}`)
+  }
+  const noToken = await fetch(`http://${d.address}/v1/sandboxes`)
+  t.is(noToken.status, 401)
+  t.is(noToken.headers.get('strata-api'), 'v1')
   // the known ones are listed
   t.regex((await api(d, 'GET', `${base}/files/stat?path=/&x=1`)).message!, /known: path, user, follow/)
   // nothing happened: the sandbox was not reclaimed, killed, deleted or touched, and no sandbox was made
