@@ -197,7 +197,13 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     }
     // a directory: its contents land in DST (created), or in DST/<name> when DST exists
     local(`cannot create the directory ${target}`, () => fs.mkdirSync(target, { recursive: true }))
-    await extractTarSafely(await sb.files.downloadTar(from.path), target, {
+    // what cannot be read in the sandbox is left out and named, the rest is copied, and the
+    // exit code is 1 at the end, as tar does (docker cp would say nothing)
+    const onWarning = (w: StrataError) => {
+      process.stderr.write(`strata: ${w.code}: ${from.id}:${w.reason}\n`)
+      process.exitCode = 1
+    }
+    await extractTarSafely(await sb.files.downloadTar(from.path, { onWarning }), target, {
       onSkip: (name, why) => process.stderr.write(`strata: skipped ${path.posix.join(from.path, name)}: ${why}\n`),
     })
     return target
@@ -528,6 +534,10 @@ Regular files and directories only (a symlink SRC is followed; other special
 files are refused). Downloads from a sandbox never create device nodes, fifos
 or sockets (each is skipped with a note on stderr), drop setuid, setgid and
 sticky bits, keep the other permission bits, and belong to you.
+As with tar, what a directory download cannot read in the sandbox (an
+unreadable file or directory, much of /proc) is left out and named on stderr
+("strata: CODE: ID:/path: …; skipped"), the rest is copied, and the exit code
+is 1; bytes that fail mid-file are zeros (named too).
 Examples:
   strata sandbox cp ./app sb-0123456789ab:/work
   strata sandbox cp sb-0123456789ab:/work/out.json .`)

@@ -53,6 +53,7 @@ enum {
   R_DATA = 0x88,
   R_ENTRY = 0x89,  // one directory entry or stat result
   R_DONE = 0x8a,
+  R_WARN = 0x8b,   // TAR_GET: an entry that was skipped or archived incomplete (fields as R_ERROR); the request goes on
   R_ERROR = 0x8f,
 };
 

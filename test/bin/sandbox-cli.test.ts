@@ -352,6 +352,10 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
   fs.chmodSync(path.join(h, 'sub'), 0o2755)
   fs.mkdirSync(path.join(h, 'sticky'))
   fs.chmodSync(path.join(h, 'sticky'), 0o1777)
+  fs.mkdirSync(path.join(h, 'locked'))
+  fs.writeFileSync(path.join(h, 'locked', 'inside'), 'i\n')
+  fs.chmodSync(path.join(h, 'locked'), 0o700)
+  fs.chownSync(path.join(h, 'locked'), 1234, 1234)
   await okCli(['image', 'import', rootfs, '--name', 'bad:1'], 300_000)
   const id = (await okCli(['sandbox', 'create', '--image', 'bad:1', '--memory', '32'])).trim()
 
@@ -409,6 +413,34 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
     t.regex(r.stderr, /^strata: INVALID_ARGUMENT: .*(character device|fifo).*only regular files and directories/m)
     t.false(fs.existsSync(target), `nothing made for ${src}`)
   }
+
+  // --- what the sandbox's user cannot read is left out and named with its code, the rest is copied, exit 1 (as tar)
+  const asAlice = (await okCli(['sandbox', 'create', '--image', 'bad:1', '--user', 'alice'])).trim()
+  const partial = path.join(base, 'partial')
+  const pc = await cli(['sandbox', 'cp', `${asAlice}:/hostile`, partial])
+  t.is(pc.code, 1, pc.stderr)
+  noCrash(t, pc, 'cp of a partly unreadable tree')
+  t.is(pc.stdout.trim(), partial)
+  t.regex(pc.stderr, new RegExp(`^strata: SANDBOX_PERMISSION_DENIED: ${asAlice}:/hostile/private: cannot open: Permission denied; skipped$`, 'm'))
+  t.regex(pc.stderr, new RegExp(`^strata: SANDBOX_PERMISSION_DENIED: ${asAlice}:/hostile/locked: cannot open the directory: Permission denied; its contents are skipped$`, 'm'))
+  t.regex(pc.stderr, /^strata: skipped \/hostile\/fifo: /m)
+  t.false(fs.existsSync(path.join(partial, 'private')))
+  t.deepEqual(fs.readdirSync(path.join(partial, 'locked')), [])
+  t.is(fs.readFileSync(path.join(partial, 'sub', 'x'), 'utf8'), 'x\n')
+  t.is(fs.readFileSync(path.join(partial, 'hard'), 'utf8'), 'x\n')
+  // the single file it cannot read fails the copy, and nothing is made for it
+  const one1 = await cli(['sandbox', 'cp', `${asAlice}:/hostile/private`, path.join(base, 'private.out')])
+  t.is(one1.code, 1, one1.stderr)
+  t.regex(one1.stderr, /^strata: SANDBOX_PERMISSION_DENIED: /m)
+  t.false(fs.existsSync(path.join(base, 'private.out')))
+  await okCli(['sandbox', 'rm', asAlice])
+  // /proc of the sandbox's init: what it hides is named, the rest copied
+  const proc1 = path.join(base, 'proc1')
+  const pr = await cli(['sandbox', 'cp', `${id}:/proc/1`, proc1], { timeoutMs: 60_000 })
+  t.is(pr.code, 1, pr.stderr)
+  noCrash(t, pr, 'cp of /proc/1')
+  t.regex(pr.stderr, new RegExp(`^strata: SANDBOX_PERMISSION_DENIED: ${id}:/proc/1/\\S+: cannot `, 'm'))
+  t.true(fs.existsSync(path.join(proc1, 'status')))
 
   // --- usage errors caught locally (exit 2); a reserved mount target is the daemon's code (exit 1)
   for (const args of [

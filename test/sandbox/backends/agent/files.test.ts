@@ -7,6 +7,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Readable } from 'node:stream'
 import test from 'ava'
+import type { StrataError } from '../../../../fs/common/errors.js'
 import tarStream from 'tar-stream'
 import { hasRunc, startAgentContainer } from '../../../helpers/agent-container.js'
 import { busyboxRootfs, hasBusybox } from '../../../helpers/busybox-rootfs.js'
@@ -224,6 +225,41 @@ rt(title('tar upload (GNU and PAX from GNU tar) and download round-trip a tree e
   t.deepEqual(fs.readdirSync(one), ['random.bin'])
   t.true(fs.readFileSync(path.join(one, 'random.bin')).equals(fs.readFileSync(path.join(src, 'random.bin'))))
   await t.throwsAsync(async () => { for await (const c of client.files.downloadTar('/nope')) void c }, { code: 'NOT_FOUND' })
+})
+
+rt(title('tar download of a tree with entries it cannot read: each is left out with a warning naming it, the rest is archived; without onWarning the first fails the stream'), async (t) => {
+  const { client } = await startAgentContainer(t, { rootfs: busyboxRootfs(t) })
+  // as alice: a root-only file and directory in a tree she can otherwise read
+  await client.exec('mkdir -p /t/open /t/shut && echo a > /t/a && echo s > /t/secret && chmod 000 /t/secret && echo in > /t/shut/inner && chmod 700 /t/shut && echo o > /t/open/f && ln -s a /t/z-link')
+  const dir = tmpDir(t)
+  const warnings: StrataError[] = []
+  await untarOnHost(client.files.downloadTar('/t', { user: 'alice', onWarning: (w) => warnings.push(w) }), path.join(dir, 'alice'))
+  t.deepEqual(warnings.map((w) => [w.code, w.detail?.path, w.detail?.errno]), [
+    ['SANDBOX_PERMISSION_DENIED', '/t/secret', 'EACCES'],
+    ['SANDBOX_PERMISSION_DENIED', '/t/shut', 'EACCES'],
+  ])
+  t.regex(warnings[0]!.message, /cannot open: Permission denied; skipped/)
+  t.regex(warnings[1]!.message, /cannot open the directory: Permission denied; its contents are skipped/)
+  // everything after them too (the archive went on)
+  t.is(fs.readFileSync(path.join(dir, 'alice/a'), 'utf8'), 'a\n')
+  t.is(fs.readFileSync(path.join(dir, 'alice/open/f'), 'utf8'), 'o\n')
+  t.is(fs.readlinkSync(path.join(dir, 'alice/z-link')), 'a')
+  t.false(fs.existsSync(path.join(dir, 'alice/secret')))
+  t.deepEqual(fs.readdirSync(path.join(dir, 'alice/shut')), [])
+  // without onWarning the first such entry fails the stream, named
+  const e = await t.throwsAsync(async () => { for await (const c of client.files.downloadTar('/t', { user: 'alice' })) void c })
+  t.like(e, { code: 'SANDBOX_PERMISSION_DENIED', detail: { errno: 'EACCES', path: '/t/secret' } })
+  // the single file of a request that cannot be read is an error, as before
+  await t.throwsAsync(async () => { for await (const c of client.files.downloadTar('/t/secret', { user: 'alice' })) void c }, { code: 'SANDBOX_PERMISSION_DENIED' })
+
+  // /proc of the agent: what a non-dumpable init hides cannot be read; each is named, the rest comes
+  const procWarnings: StrataError[] = []
+  const proc = path.join(dir, 'proc1')
+  await untarOnHost(client.files.downloadTar('/proc/1', { onWarning: (w) => procWarnings.push(w) }), proc)
+  t.log(`${procWarnings.length} warnings: ${[...new Set(procWarnings.map((w) => `${w.code} ${w.reason}`))].join('; ')}`)
+  t.true(procWarnings.length > 0)
+  for (const w of procWarnings) t.regex(w.detail?.path as string, /^\/proc\/1\/\S/)
+  t.true(fs.existsSync(path.join(proc, 'status')))
 })
 
 async function packed(entries: Array<{ header: Partial<tarStream.Header> & { name: string }; body?: string }>): Promise<Buffer> {
