@@ -3,6 +3,7 @@
 // foreground).
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import { InvalidArgumentError, type Command } from 'commander'
@@ -11,7 +12,7 @@ import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError, fromSystemError, isStrataError, systemErrorWords } from '../../fs/common/errors.js'
 import { createLogger } from '../../fs/common/log.js'
 import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, validateListFilter, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
-import { extractTarSafely } from '../../sandbox/sdk/extract.js'
+import { extractTarSafely, writeSparse } from '../../sandbox/sdk/extract.js'
 import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
 import { UsageError, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
 
@@ -180,8 +181,15 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
       // as large as it is now: a file that keeps growing (a log, /proc/…) cannot make the copy endless
       const tmp = `${target}.strata-cp-${process.pid}`
       try {
-        await pipeline(await sb.files.readStream(from.path, { length: st.size }), fs.createWriteStream(tmp, { flags: 'wx', mode: 0o600 }))
-          .catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
+        // runs of zeros are left as holes: a sparse file stays sparse here (the transfer carries the zeros)
+        const fh = await fsp.open(tmp, 'wx', 0o600).catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
+        try {
+          await writeSparse(fh, await sb.files.readStream(from.path, { length: st.size }))
+        } catch (e) {
+          throw localError(e, `cannot write ${target}`)
+        } finally {
+          await fh.close()
+        }
         // its permission bits, as docker cp keeps them, without setuid, setgid and sticky
         local(`cannot write ${target}`, () => {
           fs.chmodSync(tmp, st.mode & 0o777)
@@ -538,6 +546,8 @@ As with tar, what a directory download cannot read in the sandbox (an
 unreadable file or directory, much of /proc) is left out and named on stderr
 ("strata: CODE: ID:/path: …; skipped"), the rest is copied, and the exit code
 is 1; bytes that fail mid-file are zeros (named too).
+Sparse files stay sparse on the receiving side, both ways (runs of zeros over
+whole 4 KiB blocks become holes); the transfer still carries the zeros.
 Examples:
   strata sandbox cp ./app sb-0123456789ab:/work
   strata sandbox cp sb-0123456789ab:/work/out.json .`)

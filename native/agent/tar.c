@@ -556,6 +556,7 @@ struct entry {
   uint64_t mode, uid, gid, size, maj, min;
   int64_t mtime;
   char *name, *link; // owned
+  bool gnu_sparse;   // a PAX GNU.sparse.* record: the data is a sparse map and segments, not the file
 };
 
 // Parses PAX records into e (path, linkpath, size, uid, gid, mtime).
@@ -577,6 +578,7 @@ static bool parse_pax(const char *p, size_t n, struct entry *e, char **ppath, ch
     else if (kl == 3 && !memcmp(kv, "uid", 3)) e->uid = strtoull(val, NULL, 10);
     else if (kl == 3 && !memcmp(kv, "gid", 3)) e->gid = strtoull(val, NULL, 10);
     else if (kl == 5 && !memcmp(kv, "mtime", 5)) e->mtime = strtoll(val, NULL, 10);
+    else if (kl > 11 && !memcmp(kv, "GNU.sparse.", 11)) e->gnu_sparse = true;
     free(val);
     i += len;
   }
@@ -626,6 +628,8 @@ static int extract(struct tr *r, int rootfd, struct entry *e, uint64_t flags, st
       if (clear_leaf(pfd, leaf) < 0) { err = errno; break; }
       fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       if (fd < 0) { err = errno; break; }
+      struct sparse sw; // runs of zeros become holes again
+      sparse_init(&sw, fd, true);
       for (uint64_t left = e->size; left && !rc;) {
         if (!r->avail && !r->eof) {
           ssize_t k = w_read_data(r->c, &r->data);
@@ -635,17 +639,13 @@ static int extract(struct tr *r, int rootfd, struct entry *e, uint64_t flags, st
         }
         if (!r->avail) { w_error(r->c, EINVAL, name, "archive truncated inside %s", name); close(fd); close(pfd); return -1; }
         size_t take = left < r->avail ? (size_t)left : r->avail;
-        for (size_t done = 0; done < take;) {
-          ssize_t wn = write(fd, r->data + done, take - done);
-          if (wn < 0 && errno == EINTR) continue;
-          if (wn < 0) { err = errno; op = "write"; rc = -1; break; }
-          done += (size_t)wn;
-        }
+        if (sparse_write(&sw, r->data, take) < 0) { err = errno; op = "write"; rc = -1; }
         r->data += take;
         r->avail -= take;
         left -= take;
       }
       if (rc) break;
+      if (sparse_finish(&sw) < 0) { err = errno; op = "write"; break; }
       data = 0;
       if (tr_read(r, NULL, (size_t)((BLOCK - e->size % BLOCK) % BLOCK))) { w_error(r->c, EINVAL, name, "archive truncated"); close(fd); close(pfd); return -1; }
       if (apply_meta(pfd, leaf, fd, e, flags, false) < 0) { err = errno; op = "set attributes of"; }
@@ -742,6 +742,13 @@ int tar_put(struct wconn *c, const char *path, uint64_t flags) {
       if (pax.uid) e.uid = pax.uid;
       if (pax.gid) e.gid = pax.gid;
       if (pax.mtime) e.mtime = pax.mtime;
+    }
+    if (e.type == 'S' || (have_pax && pax.gnu_sparse)) {
+      // unpacked as it is, its data would be a sparse map and segments, not the file
+      w_error(c, EINVAL, pax_path ? pax_path : gnu_name ? gnu_name : h.name,
+              "GNU sparse archive entries (tar --sparse) are not supported: archive without --sparse (runs of zeros become holes here anyway)");
+      rc = -1;
+      break;
     }
     char namebuf[512];
     bool posix = !memcmp(h.magic, "ustar", 6) || !memcmp(h.magic, "ustar\0", 6);

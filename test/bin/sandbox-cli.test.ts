@@ -442,6 +442,39 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
   t.regex(pr.stderr, new RegExp(`^strata: SANDBOX_PERMISSION_DENIED: ${id}:/proc/1/\\S+: cannot `, 'm'))
   t.true(fs.existsSync(path.join(proc1, 'status')))
 
+  // --- a sparse file stays sparse both ways, a single file and inside a directory (the transfer carries its zeros)
+  const MiB = 1024 * 1024
+  const sparseDir = path.join(base, 'sparse')
+  fs.mkdirSync(sparseDir)
+  const img = path.join(sparseDir, 'disk.img')
+  const fd = fs.openSync(img, 'w')
+  fs.writeSync(fd, Buffer.from('boot'), 0, 4, 0)
+  fs.writeSync(fd, Buffer.from('end'), 0, 3, 64 * MiB - 3)
+  fs.closeSync(fd)
+  const imgSum = crypto.createHash('sha256').update(fs.readFileSync(img)).digest('hex')
+  const inSandbox = async (p: string) => {
+    const r = await cli(['sandbox', 'exec', id, '--', 'sh', '-c', `stat -c '%b %s' ${p}; sha256sum ${p}`])
+    const [blocks, size, sum] = r.stdout.split(/\s+/)
+    return { allocated: Number(blocks) * 512, size: Number(size), sum }
+  }
+  await okCli(['sandbox', 'cp', img, `${id}:/tmp/disk.img`])
+  await okCli(['sandbox', 'cp', sparseDir, `${id}:/tmp/sparse-dir`])
+  for (const p of ['/tmp/disk.img', '/tmp/sparse-dir/disk.img']) {
+    const st = await inSandbox(p)
+    t.like(st, { size: 64 * MiB, sum: imgSum }, p)
+    t.true(st.allocated <= MiB, `${p}: ${st.allocated} bytes allocated in the sandbox for 7 bytes of data`)
+  }
+  const back = path.join(base, 'sparse-back')
+  fs.mkdirSync(back)
+  await okCli(['sandbox', 'cp', `${id}:/tmp/disk.img`, path.join(back, 'one.img')])
+  await okCli(['sandbox', 'cp', `${id}:/tmp/sparse-dir`, path.join(back, 'dir')])
+  for (const p of [path.join(back, 'one.img'), path.join(back, 'dir', 'disk.img')]) {
+    const st = fs.statSync(p)
+    t.is(st.size, 64 * MiB, p)
+    t.true(st.blocks * 512 <= MiB, `${p}: ${st.blocks * 512} bytes allocated here for 7 bytes of data`)
+    t.is(crypto.createHash('sha256').update(fs.readFileSync(p)).digest('hex'), imgSum, p)
+  }
+
   // --- usage errors caught locally (exit 2); a reserved mount target is the daemon's code (exit 1)
   for (const args of [
     ['sandbox', 'exec', id, '--timeout', '604801', '--', 'true'],

@@ -262,6 +262,65 @@ rt(title('tar download of a tree with entries it cannot read: each is left out w
   t.true(fs.existsSync(path.join(proc, 'status')))
 })
 
+rt(title('writes leave holes for runs of zeros: files.write and a tar upload of a sparse file are sparse in the sandbox, with the same bytes'), async (t) => {
+  const { client } = await startAgentContainer(t, { rootfs: busyboxRootfs(t) })
+  const MiB = 1024 * 1024
+  const statOf = async (p: string) => {
+    const [blocks, size] = (await client.exec(['stat', '-c', '%b %s', p])).stdout.toString().trim().split(' ').map(Number)
+    return { allocated: blocks! * 512, size: size! }
+  }
+  const md5 = (b: Buffer) => crypto.createHash('md5').update(b).digest('hex')
+  const md5In = async (p: string) => (await client.exec(['md5sum', p])).stdout.toString().split(' ')[0]
+  // data at the start, in the middle at an unaligned offset, at the end; zeros between
+  const data = Buffer.alloc(16 * MiB)
+  data.write('head', 0)
+  data.write('middle', 5 * MiB + 100)
+  data.write('tail', 16 * MiB - 4)
+  t.deepEqual(await client.files.write('/tmp/sparse', data), { bytes: data.length })
+  const st = await statOf('/tmp/sparse')
+  t.is(st.size, data.length)
+  t.true(st.allocated <= 1 * MiB, `${st.allocated} bytes allocated for 16 MiB that are nearly all zeros`)
+  t.is(await md5In('/tmp/sparse'), md5(data))
+  // a file that ends in zeros keeps its size
+  const endsInZeros = Buffer.alloc(3 * MiB + 5)
+  endsInZeros[0] = 1
+  await client.files.write('/tmp/ends-in-zeros', endsInZeros)
+  t.like(await statOf('/tmp/ends-in-zeros'), { size: endsInZeros.length })
+  t.true((await statOf('/tmp/ends-in-zeros')).allocated <= 64 * 1024)
+  // appending zeros appends them (no seeking with O_APPEND), and a write to a device still works
+  await client.files.write('/tmp/ends-in-zeros', Buffer.alloc(8192), { append: true })
+  t.is((await statOf('/tmp/ends-in-zeros')).size, endsInZeros.length + 8192)
+  t.deepEqual(await client.files.write('/dev/null', Buffer.alloc(MiB)), { bytes: MiB })
+  // overwriting a file full of data with zeros leaves no old bytes behind
+  await client.files.write('/tmp/was-full', crypto.randomBytes(MiB))
+  await client.files.write('/tmp/was-full', Buffer.alloc(MiB))
+  t.is(await md5In('/tmp/was-full'), md5(Buffer.alloc(MiB)))
+
+  // a tar upload of a sparse file from GNU tar (without --sparse: the zeros are in the stream)
+  const dir = tmpDir(t)
+  const src = path.join(dir, 'src')
+  fs.mkdirSync(src)
+  const fd = fs.openSync(path.join(src, 'disk.img'), 'w')
+  fs.writeSync(fd, Buffer.from('boot'), 0, 4, 0)
+  fs.writeSync(fd, Buffer.from('end'), 0, 3, 32 * MiB - 3)
+  fs.closeSync(fd)
+  fs.writeFileSync(path.join(src, 'zeros-tail'), Buffer.concat([Buffer.from('x'), Buffer.alloc(MiB)]))
+  await client.files.uploadTar('/up-sparse', hostTar(['-C', src, '-cf', '-', '.']))
+  const img = await statOf('/up-sparse/disk.img')
+  t.is(img.size, 32 * MiB)
+  t.true(img.allocated <= 1 * MiB, `${img.allocated} bytes allocated for a 32 MiB image of 7 bytes`)
+  t.is(await md5In('/up-sparse/disk.img'), md5(fs.readFileSync(path.join(src, 'disk.img'))))
+  t.is((await statOf('/up-sparse/zeros-tail')).size, MiB + 1)
+  t.is(await md5In('/up-sparse/zeros-tail'), md5(fs.readFileSync(path.join(src, 'zeros-tail'))))
+  // GNU sparse entries (tar --sparse) are refused by name: unpacked as they are they would be a map, not the file (the GNU 'S' one was dropped silently)
+  for (const format of ['gnu', 'posix']) {
+    const e = await t.throwsAsync(client.files.uploadTar(`/up-gnu-sparse-${format}`, hostTar(['-C', src, '--sparse', `--format=${format}`, '-cf', '-', 'disk.img'])))
+    t.like(e, { code: 'INVALID_ARGUMENT' }, format)
+    t.regex(e!.message, /GNU sparse archive entries \(tar --sparse\) are not supported/, format)
+    t.regex(String((e as StrataError).detail?.path), /disk\.img/, format)
+  }
+})
+
 async function packed(entries: Array<{ header: Partial<tarStream.Header> & { name: string }; body?: string }>): Promise<Buffer> {
   const p = tarStream.pack()
   for (const e of entries) p.entry(e.header as tarStream.Header, e.body ?? '')
