@@ -565,7 +565,7 @@ export function registerServeCommand(program: Command): void {
     .description('run a sandbox node daemon in the foreground (cluster up starts one; see docs/sandbox-api.md)')
     .option('--cluster <dir>', 'cluster whose DFS and FUSE mount (DIR/mnt) it uses (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
     .option('--listen <host:port>', 'address of the HTTP API', listenArg, '127.0.0.1:7410')
-    .option('--state-dir <dir>', 'registry, layer mounts and sandboxes (default: DIR/data/serve-<port>)')
+    .option('--state-dir <dir>', 'registry, layer mounts and sandboxes (default: DIR/data/serve-<port>, or /run/strata/serve-<port>-<hash> when that is too long for socket paths)')
     .option('--token-file <file>', 'bearer token file, created (mode 0600) if missing (default: DIR/sandbox.token)')
     .option('--fuse-mnt <dir>', 'the node\'s FUSE mount of the DFS (default: DIR/mnt)')
     .option('--node-id <name>', 'node name: image-store lease holder and cgroup parent /strata/<name>', `node-serve`)
