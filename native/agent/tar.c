@@ -248,12 +248,14 @@ static int tw_zeros(struct tw *w, uint64_t left) {
   return 0;
 }
 
-// A regular file. Inside a tree (`in_tree`) one that cannot be opened or read
-// at all is skipped with a warning; the first read happens before the header
-// so that nothing of it is in the archive then. Bytes that fail later are
-// zeros, with a warning (the header is out). The single file of a request
-// fails it instead. The size is the one stat gave: a file that shrinks is
-// padded with zeros (warned), one that grows is cut there.
+// A regular file. Its first DATA_CHUNK bytes are read before its header:
+// a file that ends within them is archived with the length it had (so a /proc
+// or /sys file comes with its contents, not with stat's 0 or 4096 bytes), a
+// larger one with its size at stat (cut there if it grows; padded with zeros,
+// with a warning, if it shrinks or a later read fails: the header is out).
+// Inside a tree (`in_tree`) a file that cannot be opened or read at all is
+// skipped with a warning, and one whose first read fails part-way is archived
+// up to there, also with a warning. The single file of a request fails it.
 static int tw_file(struct tw *w, int dfd, const char *leaf, const char *name, const struct stat *st, bool in_tree) {
   if (st->st_nlink > 1) {
     const char *first = link_seen(w, st->st_dev, st->st_ino, name, false);
@@ -266,24 +268,32 @@ static int tw_file(struct tw *w, int dfd, const char *leaf, const char *name, co
     if (e == ENOENT) return 0; // removed meanwhile
     return tw_warn(w, e, name, "cannot open: %s; skipped", strerror(e));
   }
-  uint64_t size = (uint64_t)st->st_size;
-  size_t want = size < DATA_CHUNK ? (size_t)size : DATA_CHUNK;
-  ssize_t n0;
-  do n0 = want ? read(fd, w->chunk, want) : 0; while (n0 < 0 && errno == EINTR);
-  if (n0 < 0) {
-    int e = errno;
-    close(fd);
-    if (!in_tree) { w_error(w->c, e, name, "read %s: %s", name, strerror(e)); return -1; }
-    return tw_warn(w, e, name, "cannot read: %s; skipped", strerror(e));
-  }
-  if (st->st_nlink > 1) link_seen(w, st->st_dev, st->st_ino, name, true);
-  if (tw_entry(w, name, '0', st, size, NULL) < 0 || tw_write(w, w->chunk, (size_t)n0) < 0) { close(fd); return -1; }
-  uint64_t left = size - (uint64_t)n0;
+  size_t got = 0;
+  bool eof = false;
   int err = 0;
-  while (left && n0 > 0) {
+  while (got < DATA_CHUNK) {
+    ssize_t n = read(fd, w->chunk + got, DATA_CHUNK - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) { err = errno; break; }
+    if (n == 0) { eof = true; break; }
+    got += (size_t)n;
+  }
+  if (err && (got == 0 || !in_tree)) {
+    close(fd);
+    if (!in_tree) { w_error(w->c, err, name, "read %s: %s", name, strerror(err)); return -1; }
+    return tw_warn(w, err, name, "cannot read: %s; skipped", strerror(err));
+  }
+  uint64_t size = (uint64_t)st->st_size;
+  if (eof || err) size = got;        // all it holds (or all it gave)
+  else if (size < got) got = (size_t)size; // larger than stat said: cut at that size
+  if (st->st_nlink > 1) link_seen(w, st->st_dev, st->st_ino, name, true);
+  if (tw_entry(w, name, '0', st, size, NULL) < 0 || tw_write(w, w->chunk, got) < 0) { close(fd); return -1; }
+  if (err && tw_warn(w, err, name, "read error after %zu bytes: %s; only those are archived", got, strerror(err)) < 0) { close(fd); return -1; }
+  uint64_t left = size - (uint64_t)got;
+  while (left) {
     if (buf_reserve(&w->out, DATA_CHUNK) < 0) { close(fd); return -1; }
-    size_t want2 = left < DATA_CHUNK ? (size_t)left : DATA_CHUNK;
-    ssize_t n = read(fd, w->out.p + w->out.len, want2);
+    size_t want = left < DATA_CHUNK ? (size_t)left : DATA_CHUNK;
+    ssize_t n = read(fd, w->out.p + w->out.len, want);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) { err = errno; break; }
     if (n == 0) break;

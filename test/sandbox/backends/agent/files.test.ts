@@ -259,7 +259,16 @@ rt(title('tar download of a tree with entries it cannot read: each is left out w
   t.log(`${procWarnings.length} warnings: ${[...new Set(procWarnings.map((w) => `${w.code} ${w.reason}`))].join('; ')}`)
   t.true(procWarnings.length > 0)
   for (const w of procWarnings) t.regex(w.detail?.path as string, /^\/proc\/1\/\S/)
-  t.true(fs.existsSync(path.join(proc, 'status')))
+  // pseudo files come with what they hold, not with stat's size (0 here): no zeros, no warnings about them
+  const status = fs.readFileSync(path.join(proc, 'status'), 'utf8')
+  t.regex(status, /^Name:\t\S+\n/)
+  t.regex(status, /\nTgid:\t1\n/)
+  t.regex(fs.readFileSync(path.join(proc, 'cmdline'), 'utf8'), /agent/)
+  t.false(procWarnings.some((w) => /shrank|zeros/.test(w.message)))
+  // the single file of a request too (size 0 at stat)
+  const one = path.join(dir, 'one')
+  await untarOnHost(client.files.downloadTar('/proc/1/status'), one)
+  t.regex(fs.readFileSync(path.join(one, 'status'), 'utf8'), /^Name:/)
 })
 
 rt(title('writes leave holes for runs of zeros: files.write and a tar upload of a sparse file are sparse in the sandbox, with the same bytes'), async (t) => {
