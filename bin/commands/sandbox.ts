@@ -164,6 +164,9 @@ function runTar(args: string[], io: 'in' | 'out'): { proc: ReturnType<typeof spa
   return { proc, done }
 }
 
+/** What cp reads of a single file at least, whatever its size at stat (the agent's first read of an archived file). */
+const FIRST_READ = 64 * 1024
+
 const TYPE_NAMES: Record<string, string> = { char: 'a character device', block: 'a block device', fifo: 'a fifo', socket: 'a socket', symlink: 'a dangling symlink', unknown: 'a special file' }
 
 async function copy(s: Strata, src: string, dst: string): Promise<string> {
@@ -178,13 +181,16 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     const localIsDir = fs.existsSync(localDst) && local(`cannot read ${localDst}`, () => fs.statSync(localDst)).isDirectory()
     const target = localIsDir ? path.join(localDst, path.posix.basename(from.path)) : localDst
     if (st.type === 'file') {
-      // as large as it is now: a file that keeps growing (a log, /proc/…) cannot make the copy endless
+      // as large as it is now: a file that keeps growing (a log) cannot make the copy endless; but at
+      // least its first 64 KiB, as a directory download reads them, so a /proc or /sys file (stat
+      // size 0 or 4096) comes with what it holds
+      const length = Math.max(st.size, FIRST_READ)
       const tmp = `${target}.strata-cp-${process.pid}`
       try {
         // runs of zeros are left as holes: a sparse file stays sparse here (the transfer carries the zeros)
         const fh = await fsp.open(tmp, 'wx', 0o600).catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
         try {
-          await writeSparse(fh, await sb.files.readStream(from.path, { length: st.size }))
+          await writeSparse(fh, await sb.files.readStream(from.path, { length }))
         } catch (e) {
           throw localError(e, `cannot write ${target}`)
         } finally {
@@ -349,7 +355,7 @@ The HTTP API behind these commands is documented in docs/sandbox-api.md.`)
     .option('--workspace <ref>', '… then a workspace image …')
     .option('--toolkit <ref>', '… then toolkit images (repeatable)', collect)
     .option('--mount <src:target>', 'read-only DFS dataset, DFS_PATH:PATH_IN_SANDBOX (repeatable)', mountArg)
-    .option('--cpu <n>', 'CPUs (fractional allowed)', (v: string) => {
+    .option('--cpu <n>', 'CPUs, 0.01 to 1024 (fractional allowed)', (v: string) => {
       const n = Number(v)
       if (!Number.isFinite(n) || n < 0.01 || n > 1024) throw new UsageError('--cpu must be a number in [0.01, 1024]')
       return n
@@ -365,7 +371,7 @@ The HTTP API behind these commands is documented in docs/sandbox-api.md.`)
     .option('--network <mode>', 'none (loopback only, the default) or host', choiceArg('--network', ['none', 'host'] as const))
     .option('--hostname <name>', 'host name inside the sandbox (default: the id)')
     .option('--idempotency-key <key>', 'a retried create with the same key returns the same sandbox')
-    .option('--count <n>', 'create this many (partial success is reported per item)', intArg('--count', { min: 1, max: 1024 }))
+    .option('--count <n>', 'create this many, 1 to 1024 (partial success is reported per item)', intArg('--count', { min: 1, max: 1024 }))
     .option('--json', 'print the sandbox (or the per-item results) as JSON')
     .addHelpText('after', `
 Examples:

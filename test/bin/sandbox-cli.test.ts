@@ -440,7 +440,11 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
   t.is(pr.code, 1, pr.stderr)
   noCrash(t, pr, 'cp of /proc/1')
   t.regex(pr.stderr, new RegExp(`^strata: SANDBOX_PERMISSION_DENIED: ${id}:/proc/1/\\S+: cannot `, 'm'))
-  t.true(fs.existsSync(path.join(proc1, 'status')))
+  t.regex(fs.readFileSync(path.join(proc1, 'status'), 'utf8'), /^Name:\t\S+\n/)
+  // a single pseudo file too (stat says 0 bytes): what it holds
+  const statusOut = path.join(base, 'status.out')
+  await okCli(['sandbox', 'cp', `${id}:/proc/1/status`, statusOut])
+  t.regex(fs.readFileSync(statusOut, 'utf8'), /^Name:\t\S+\n(.*\n)*Tgid:\t1\n/)
 
   // --- a sparse file stays sparse both ways, a single file and inside a directory (the transfer carries its zeros)
   const MiB = 1024 * 1024
