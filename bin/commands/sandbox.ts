@@ -3,6 +3,7 @@
 // foreground).
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
+import fsp from 'node:fs/promises'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import { InvalidArgumentError, type Command } from 'commander'
@@ -11,7 +12,7 @@ import { runDaemon } from '../../fs/common/daemon.js'
 import { StrataError, fromSystemError, isStrataError, systemErrorWords } from '../../fs/common/errors.js'
 import { createLogger } from '../../fs/common/log.js'
 import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, validateListFilter, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
-import { extractTarSafely } from '../../sandbox/sdk/extract.js'
+import { extractTarSafely, writeSparse } from '../../sandbox/sdk/extract.js'
 import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
 import { UsageError, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
 
@@ -73,6 +74,11 @@ interface ClientOpts {
   token?: string
 }
 
+/** Where the endpoint came from, for messages: the option, the variable or the cluster directory. */
+function endpointSource(g: ClientOpts): string {
+  return g.endpoint !== undefined ? '--endpoint' : process.env.STRATA_ENDPOINT !== undefined ? '$STRATA_ENDPOINT' : 'the cluster\'s cluster.json'
+}
+
 function client(cmd: Command): Strata {
   const g = cmd.optsWithGlobals() as ClientOpts
   try {
@@ -83,7 +89,7 @@ function client(cmd: Command): Strata {
     // The message names where the bad value came from.
     if (isStrataError(e, 'INVALID_ARGUMENT')) {
       const reason = (e as StrataError).reason
-      const from = /\btoken\b/i.test(reason) ? '--token' : g.endpoint === undefined && process.env.STRATA_ENDPOINT !== undefined ? '$STRATA_ENDPOINT' : '--endpoint'
+      const from = /\btoken\b/i.test(reason) ? '--token' : endpointSource(g)
       throw new UsageError(`${from}: ${reason}`)
     }
     throw e
@@ -94,6 +100,12 @@ async function withClient<T>(cmd: Command, fn: (s: Strata) => Promise<T>): Promi
   const s = client(cmd)
   try {
     return await fn(s)
+  } catch (e) {
+    // the SDK says "check the endpoint"; here it is named as the user gave it
+    if (isStrataError(e, 'NOT_A_STRATA_DAEMON')) {
+      throw new StrataError(e.code, e.reason.replace('(check the endpoint)', `(check ${endpointSource(cmd.optsWithGlobals() as ClientOpts)})`), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+    }
+    throw e
   } finally {
     s.close()
   }
@@ -152,6 +164,9 @@ function runTar(args: string[], io: 'in' | 'out'): { proc: ReturnType<typeof spa
   return { proc, done }
 }
 
+/** What cp reads of a single file at least, whatever its size at stat (the agent's first read of an archived file). */
+const FIRST_READ = 64 * 1024
+
 const TYPE_NAMES: Record<string, string> = { char: 'a character device', block: 'a block device', fifo: 'a fifo', socket: 'a socket', symlink: 'a dangling symlink', unknown: 'a special file' }
 
 async function copy(s: Strata, src: string, dst: string): Promise<string> {
@@ -166,11 +181,21 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     const localIsDir = fs.existsSync(localDst) && local(`cannot read ${localDst}`, () => fs.statSync(localDst)).isDirectory()
     const target = localIsDir ? path.join(localDst, path.posix.basename(from.path)) : localDst
     if (st.type === 'file') {
-      // as large as it is now: a file that keeps growing (a log, /proc/…) cannot make the copy endless
+      // as large as it is now: a file that keeps growing (a log) cannot make the copy endless; but at
+      // least its first 64 KiB, as a directory download reads them, so a /proc or /sys file (stat
+      // size 0 or 4096) comes with what it holds
+      const length = Math.max(st.size, FIRST_READ)
       const tmp = `${target}.strata-cp-${process.pid}`
       try {
-        await pipeline(await sb.files.readStream(from.path, { length: st.size }), fs.createWriteStream(tmp, { flags: 'wx', mode: 0o600 }))
-          .catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
+        // runs of zeros are left as holes: a sparse file stays sparse here (the transfer carries the zeros)
+        const fh = await fsp.open(tmp, 'wx', 0o600).catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
+        try {
+          await writeSparse(fh, await sb.files.readStream(from.path, { length }))
+        } catch (e) {
+          throw localError(e, `cannot write ${target}`)
+        } finally {
+          await fh.close()
+        }
         // its permission bits, as docker cp keeps them, without setuid, setgid and sticky
         local(`cannot write ${target}`, () => {
           fs.chmodSync(tmp, st.mode & 0o777)
@@ -186,7 +211,13 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     }
     // a directory: its contents land in DST (created), or in DST/<name> when DST exists
     local(`cannot create the directory ${target}`, () => fs.mkdirSync(target, { recursive: true }))
-    await extractTarSafely(await sb.files.downloadTar(from.path), target, {
+    // what cannot be read in the sandbox is left out and named, the rest is copied, and the
+    // exit code is 1 at the end, as tar does (docker cp would say nothing)
+    const onWarning = (w: StrataError) => {
+      process.stderr.write(`strata: ${w.code}: ${from.id}:${w.reason}\n`)
+      process.exitCode = 1
+    }
+    await extractTarSafely(await sb.files.downloadTar(from.path, { onWarning }), target, {
       onSkip: (name, why) => process.stderr.write(`strata: skipped ${path.posix.join(from.path, name)}: ${why}\n`),
     })
     return target
@@ -314,6 +345,7 @@ export function registerSandboxCommands(program: Command): void {
     .option('--token <token>', 'bearer token (default: $STRATA_TOKEN, then DIR/sandbox.token)')
     .addHelpText('after', `
 Errors print "strata: CODE: message" and exit 1 (usage errors exit 2).
+An endpoint where another server answers is NOT_A_STRATA_DAEMON.
 The HTTP API behind these commands is documented in docs/sandbox-api.md.`)
 
   g.command('create')
@@ -323,7 +355,7 @@ The HTTP API behind these commands is documented in docs/sandbox-api.md.`)
     .option('--workspace <ref>', '… then a workspace image …')
     .option('--toolkit <ref>', '… then toolkit images (repeatable)', collect)
     .option('--mount <src:target>', 'read-only DFS dataset, DFS_PATH:PATH_IN_SANDBOX (repeatable)', mountArg)
-    .option('--cpu <n>', 'CPUs (fractional allowed)', (v: string) => {
+    .option('--cpu <n>', 'CPUs, 0.01 to 1024 (fractional allowed)', (v: string) => {
       const n = Number(v)
       if (!Number.isFinite(n) || n < 0.01 || n > 1024) throw new UsageError('--cpu must be a number in [0.01, 1024]')
       return n
@@ -339,7 +371,7 @@ The HTTP API behind these commands is documented in docs/sandbox-api.md.`)
     .option('--network <mode>', 'none (loopback only, the default) or host', choiceArg('--network', ['none', 'host'] as const))
     .option('--hostname <name>', 'host name inside the sandbox (default: the id)')
     .option('--idempotency-key <key>', 'a retried create with the same key returns the same sandbox')
-    .option('--count <n>', 'create this many (partial success is reported per item)', intArg('--count', { min: 1, max: 1024 }))
+    .option('--count <n>', 'create this many, 1 to 1024 (partial success is reported per item)', intArg('--count', { min: 1, max: 1024 }))
     .option('--json', 'print the sandbox (or the per-item results) as JSON')
     .addHelpText('after', `
 Examples:
@@ -516,6 +548,12 @@ Regular files and directories only (a symlink SRC is followed; other special
 files are refused). Downloads from a sandbox never create device nodes, fifos
 or sockets (each is skipped with a note on stderr), drop setuid, setgid and
 sticky bits, keep the other permission bits, and belong to you.
+As with tar, what a directory download cannot read in the sandbox (an
+unreadable file or directory, much of /proc) is left out and named on stderr
+("strata: CODE: ID:/path: …; skipped"), the rest is copied, and the exit code
+is 1; bytes that fail mid-file are zeros (named too).
+Sparse files stay sparse on the receiving side, both ways (runs of zeros over
+whole 4 KiB blocks become holes); the transfer still carries the zeros.
 Examples:
   strata sandbox cp ./app sb-0123456789ab:/work
   strata sandbox cp sb-0123456789ab:/work/out.json .`)
@@ -533,7 +571,7 @@ export function registerServeCommand(program: Command): void {
     .description('run a sandbox node daemon in the foreground (cluster up starts one; see docs/sandbox-api.md)')
     .option('--cluster <dir>', 'cluster whose DFS and FUSE mount (DIR/mnt) it uses (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
     .option('--listen <host:port>', 'address of the HTTP API', listenArg, '127.0.0.1:7410')
-    .option('--state-dir <dir>', 'registry, layer mounts and sandboxes (default: DIR/data/serve-<port>)')
+    .option('--state-dir <dir>', 'registry, layer mounts and sandboxes (default: DIR/data/serve-<port>, or /run/strata/serve-<port>-<hash> when that is too long for socket paths)')
     .option('--token-file <file>', 'bearer token file, created (mode 0600) if missing (default: DIR/sandbox.token)')
     .option('--fuse-mnt <dir>', 'the node\'s FUSE mount of the DFS (default: DIR/mnt)')
     .option('--node-id <name>', 'node name: image-store lease holder and cgroup parent /strata/<name>', `node-serve`)

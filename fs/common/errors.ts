@@ -154,6 +154,7 @@ export const ERRORS = {
   QUOTA_EXCEEDED: spec(false, 'EDQUOT', 'the request exceeds a configured limit of the node (sandbox count, per-sandbox resources)'),
   CAPACITY_UNAVAILABLE: spec(true, 'EAGAIN', 'the node lacks the memory, pids or disk to admit the sandbox now'),
   IDEMPOTENCY_MISMATCH: spec(false, 'EEXIST', 'the idempotency key was used before with a different request'),
+  NOT_A_STRATA_DAEMON: spec(false, 'EPROTO', 'the endpoint answered, but not as a Strata sandbox daemon (another HTTP server, or not HTTP at all): check the endpoint URL'),
   // rootfs and datasets (sandbox/rootfs)
   ROOTFS_MOUNT_FAILED: spec(false, 'EIO', 'mounting a layer, the overlay or a dataset failed (errno in detail)'),
   ROOTFS_UNMOUNT_FAILED: spec(true, 'EBUSY', 'a layer, overlay or dataset mount could not be removed'),

@@ -53,6 +53,7 @@ enum {
   R_DATA = 0x88,
   R_ENTRY = 0x89,  // one directory entry or stat result
   R_DONE = 0x8a,
+  R_WARN = 0x8b,   // TAR_GET: an entry that was skipped or archived incomplete (fields as R_ERROR); the request goes on
   R_ERROR = 0x8f,
 };
 
@@ -165,6 +166,20 @@ void file_worker(int fd, uint8_t type, const uint8_t *payload, uint32_t plen,
 // tar.c
 int tar_get(struct wconn *c, const char *path);              // 0 ok, -1 reported
 int tar_put(struct wconn *c, const char *path, uint64_t flags); // 0 ok, -1 reported
+
+// Writes that turn zero blocks into holes (files.c)
+#define SPARSE_BLOCK 4096u
+struct sparse {
+  int fd;
+  bool on;          // a regular file written from offset 0, not O_APPEND
+  bool hole_at_end; // the last bytes were skipped: sparse_finish sets the size
+  uint64_t off;     // bytes written or skipped so far
+  size_t blen;      // bytes of a partial block waiting in blk (sparse_finish writes them)
+  uint8_t blk[SPARSE_BLOCK];
+};
+void sparse_init(struct sparse *s, int fd, bool may_seek);
+int sparse_write(struct sparse *s, const uint8_t *p, size_t n); // 0 or -1 (errno)
+int sparse_finish(struct sparse *s);                           // 0 or -1 (errno); before close: it writes what waits
 
 // Common helpers (files.c)
 int mkdir_p(const char *path, mode_t mode);

@@ -154,6 +154,73 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
   return 0;
 }
 
+// Writes that leave holes: a block of zeros (SPARSE_BLOCK bytes at an aligned file offset) is
+// skipped with lseek instead of written, and sparse_finish sets the size when the file ends in
+// one, so a sparse file sent as a stream of zeros is sparse again (as cp --sparse=always makes
+// it). Only for a regular file written from offset 0 without O_APPEND (`on`); else plain writes.
+static bool zero_block(const uint8_t *p, size_t n) {
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t v;
+    memcpy(&v, p + i, 8);
+    if (v) return false;
+  }
+  for (size_t i = n & ~(size_t)7; i < n; i++) if (p[i]) return false;
+  return true;
+}
+
+void sparse_init(struct sparse *s, int fd, bool may_seek) {
+  struct stat st;
+  *s = (struct sparse){ .fd = fd, .on = may_seek && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) };
+}
+
+// Whole blocks at an aligned offset: runs of zero blocks are skipped, the others written.
+static int sparse_emit(struct sparse *s, const uint8_t *p, size_t n) {
+  while (n) {
+    bool z = zero_block(p, SPARSE_BLOCK);
+    size_t run = SPARSE_BLOCK;
+    while (run < n && zero_block(p + run, SPARSE_BLOCK) == z) run += SPARSE_BLOCK;
+    if (z) { if (lseek(s->fd, (off_t)run, SEEK_CUR) < 0) return -1; }
+    else if (write_all(s->fd, p, run) < 0) return -1;
+    s->hole_at_end = z;
+    p += run;
+    n -= run;
+    s->off += run;
+  }
+  return 0;
+}
+
+int sparse_write(struct sparse *s, const uint8_t *p, size_t n) {
+  if (!s->on) { if (write_all(s->fd, p, n) < 0) return -1; s->off += n; return 0; }
+  // blocks are judged whole, wherever the chunks of the stream begin and end: a partial one waits in blk
+  if (s->blen) {
+    size_t take = SPARSE_BLOCK - s->blen < n ? SPARSE_BLOCK - s->blen : n;
+    memcpy(s->blk + s->blen, p, take);
+    s->blen += take;
+    p += take;
+    n -= take;
+    if (s->blen < SPARSE_BLOCK) return 0;
+    s->blen = 0;
+    if (sparse_emit(s, s->blk, SPARSE_BLOCK) < 0) return -1;
+  }
+  size_t whole = n - n % SPARSE_BLOCK;
+  if (whole && sparse_emit(s, p, whole) < 0) return -1;
+  memcpy(s->blk, p + whole, n - whole);
+  s->blen = n - whole;
+  return 0;
+}
+
+int sparse_finish(struct sparse *s) {
+  if (!s->on) return 0;
+  if (s->blen) { // the last, partial block
+    bool z = zero_block(s->blk, s->blen);
+    if (z ? lseek(s->fd, (off_t)s->blen, SEEK_CUR) < 0 : write_all(s->fd, s->blk, s->blen) < 0) return -1;
+    s->hole_at_end = z;
+    s->off += s->blen;
+    s->blen = 0;
+  }
+  return s->hole_at_end ? ftruncate(s->fd, (off_t)s->off) : 0;
+}
+
 // ---------------------------------------------------------------- entries
 
 static char type_char(mode_t m) {
@@ -241,14 +308,17 @@ static int op_write(struct wconn *c, const char *path, uint64_t flags, bool has_
   if (fd < 0) { w_error(c, errno, path, "open %s: %s", path, strerror(errno)); return -1; }
   if (has_mode && fchmod(fd, (mode_t)(mode & 07777)) < 0) { w_error(c, errno, path, "chmod %s: %s", path, strerror(errno)); return -1; }
   uint64_t total = 0;
+  struct sparse sw;
+  sparse_init(&sw, fd, !(flags & FWRITE_APPEND));
   for (;;) {
     uint8_t *data;
     ssize_t n = w_read_data(c, &data);
     if (n < 0) return -1;
     if (n == 0) break;
-    if (write_all(fd, data, (size_t)n) < 0) { w_error(c, errno, path, "write %s: %s", path, strerror(errno)); return -1; }
+    if (sparse_write(&sw, data, (size_t)n) < 0) { w_error(c, errno, path, "write %s: %s", path, strerror(errno)); return -1; }
     total += (uint64_t)n;
   }
+  if (sparse_finish(&sw) < 0) { w_error(c, errno, path, "truncate %s: %s", path, strerror(errno)); return -1; }
   if (close(fd) < 0) { w_error(c, errno, path, "close %s: %s", path, strerror(errno)); return -1; }
   return w_done(c, true, total);
 }

@@ -11,6 +11,7 @@
 #include "agent.h"
 
 #include <dirent.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -43,8 +44,35 @@ struct tw {
   struct buf out;         // tar bytes not yet framed
   struct link_slot *links; // hard-link table (open addressing)
   size_t nlinks, caplinks;
+  uint8_t *chunk;         // DATA_CHUNK bytes: a file's first read, made before its header
+  const char *root;       // the directory archive names are relative to (warnings name full paths)
   char path[8192];        // current relative path
 };
+
+// An entry inside the tree that cannot be archived (whole): an R_WARN frame
+// naming it, and the archive goes on, as GNU tar warns and goes on. Returns 0
+// (or -1 when the client is gone).
+static int tw_warn(struct tw *w, int err, const char *name, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int tw_warn(struct tw *w, int err, const char *name, const char *fmt, ...) {
+  char msg[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  // the path in the sandbox: root/name, without a directory's trailing '/'
+  char full[8192 + 4096];
+  size_t rl = strlen(w->root);
+  snprintf(full, sizeof full, "%s%s%s", w->root, rl && w->root[rl - 1] == '/' ? "" : "/", name);
+  size_t fl = strlen(full);
+  if (fl > 1 && full[fl - 1] == '/') full[fl - 1] = 0;
+  size_t s = frame_begin(&w->c->out, R_WARN);
+  if (s == (size_t)-1) return -1;
+  int rc = put_u64(&w->c->out, K_ERRNO, (uint64_t)err) | put_str(&w->c->out, K_ERRNAME, errno_name(err)) |
+           put_str(&w->c->out, K_MESSAGE, msg) | put_str(&w->c->out, K_PATH, full);
+  frame_end(&w->c->out, s);
+  if (rc) return -1;
+  return w_flush(w->c);
+}
 
 static int tw_emit(struct tw *w, bool force) {
   while (buf_pending(&w->out) >= DATA_CHUNK || (force && buf_pending(&w->out))) {
@@ -180,8 +208,8 @@ static size_t link_hash(dev_t d, ino_t i, size_t cap) {
   return (size_t)(x * 0xbf58476d1ce4e5b9ull) & (cap - 1);
 }
 
-// Returns the first path recorded for (dev, ino), recording `path` if none.
-static const char *link_seen(struct tw *w, dev_t d, ino_t i, const char *path) {
+// Returns the first path recorded for (dev, ino); records `path` if none and `record`.
+static const char *link_seen(struct tw *w, dev_t d, ino_t i, const char *path, bool record) {
   if (w->nlinks * 2 >= w->caplinks) {
     size_t nc = w->caplinks ? w->caplinks * 2 : 256;
     struct link_slot *n = calloc(nc, sizeof *n);
@@ -201,36 +229,88 @@ static const char *link_seen(struct tw *w, dev_t d, ino_t i, const char *path) {
     if (w->links[j].dev == d && w->links[j].ino == i) return w->links[j].path;
     j = (j + 1) & (w->caplinks - 1);
   }
+  if (!record) return NULL;
   w->links[j] = (struct link_slot){ d, i, strdup(path) };
   if (w->links[j].path) w->nlinks++;
   return NULL;
 }
 
-static int tw_file(struct tw *w, int dfd, const char *leaf, const char *name, const struct stat *st) {
+// Zeros in place of `left` bytes a file no longer gave (it shrank, or a read failed).
+static int tw_zeros(struct tw *w, uint64_t left) {
+  while (left) {
+    if (buf_reserve(&w->out, DATA_CHUNK) < 0) return -1;
+    size_t n = left < DATA_CHUNK ? (size_t)left : DATA_CHUNK;
+    memset(w->out.p + w->out.len, 0, n);
+    w->out.len += n;
+    left -= n;
+    if (tw_emit(w, false) < 0) return -1;
+  }
+  return 0;
+}
+
+// A regular file. Its first DATA_CHUNK bytes are read before its header:
+// a file that ends within them is archived with the length it had (so a /proc
+// or /sys file comes with its contents, not with stat's 0 or 4096 bytes), a
+// larger one with its size at stat (cut there if it grows; padded with zeros,
+// with a warning, if it shrinks or a later read fails: the header is out).
+// Inside a tree (`in_tree`) a file that cannot be opened or read at all is
+// skipped with a warning, and one whose first read fails part-way is archived
+// up to there, also with a warning. The single file of a request fails it.
+static int tw_file(struct tw *w, int dfd, const char *leaf, const char *name, const struct stat *st, bool in_tree) {
   if (st->st_nlink > 1) {
-    const char *first = link_seen(w, st->st_dev, st->st_ino, name);
+    const char *first = link_seen(w, st->st_dev, st->st_ino, name, false);
     if (first) return tw_entry(w, name, '1', st, 0, first);
   }
-  int fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) { w_error(w->c, errno, name, "open %s: %s", name, strerror(errno)); return -1; }
-  if (tw_entry(w, name, '0', st, (uint64_t)st->st_size, NULL) < 0) { close(fd); return -1; }
-  uint64_t left = (uint64_t)st->st_size;
+  int fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    int e = errno;
+    if (!in_tree) { w_error(w->c, e, name, "open %s: %s", name, strerror(e)); return -1; }
+    if (e == ENOENT) return 0; // removed meanwhile
+    return tw_warn(w, e, name, "cannot open: %s; skipped", strerror(e));
+  }
+  size_t got = 0;
+  bool eof = false;
+  int err = 0;
+  while (got < DATA_CHUNK) {
+    ssize_t n = read(fd, w->chunk + got, DATA_CHUNK - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) { err = errno; break; }
+    if (n == 0) { eof = true; break; }
+    got += (size_t)n;
+  }
+  if (err && (got == 0 || !in_tree)) {
+    close(fd);
+    if (!in_tree) { w_error(w->c, err, name, "read %s: %s", name, strerror(err)); return -1; }
+    return tw_warn(w, err, name, "cannot read: %s; skipped", strerror(err));
+  }
+  uint64_t size = (uint64_t)st->st_size;
+  if (eof || err) size = got;        // all it holds (or all it gave)
+  else if (size < got) got = (size_t)size; // larger than stat said: cut at that size
+  if (st->st_nlink > 1) link_seen(w, st->st_dev, st->st_ino, name, true);
+  if (tw_entry(w, name, '0', st, size, NULL) < 0 || tw_write(w, w->chunk, got) < 0) { close(fd); return -1; }
+  if (err && tw_warn(w, err, name, "read error after %zu bytes: %s; only those are archived", got, strerror(err)) < 0) { close(fd); return -1; }
+  uint64_t left = size - (uint64_t)got;
   while (left) {
     if (buf_reserve(&w->out, DATA_CHUNK) < 0) { close(fd); return -1; }
     size_t want = left < DATA_CHUNK ? (size_t)left : DATA_CHUNK;
     ssize_t n = read(fd, w->out.p + w->out.len, want);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) { int e = errno; close(fd); w_error(w->c, e, name, "read %s: %s", name, strerror(e)); return -1; }
-    if (n == 0) { // the file shrank while archived: keep the header's size (GNU tar pads too)
-      memset(w->out.p + w->out.len, 0, want);
-      n = (ssize_t)want;
-    }
+    if (n < 0) { err = errno; break; }
+    if (n == 0) break;
     w->out.len += (size_t)n;
     left -= (uint64_t)n;
     if (tw_emit(w, false) < 0) { close(fd); return -1; }
   }
   close(fd);
-  return tw_pad(w, (uint64_t)st->st_size);
+  if (left) {
+    // the header promised `size` bytes: the rest are zeros, as GNU tar pads
+    uint64_t at = size - left;
+    if (tw_zeros(w, left) < 0) return -1;
+    int rc = err ? tw_warn(w, err, name, "read error at byte %llu of %llu: %s; the rest is zeros", (unsigned long long)at, (unsigned long long)size, strerror(err))
+                 : tw_warn(w, EIO, name, "shrank from %llu to %llu bytes while archived; padded with zeros", (unsigned long long)size, (unsigned long long)at);
+    if (rc < 0) return -1;
+  }
+  return tw_pad(w, size);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -241,7 +321,12 @@ static int tw_dir(struct tw *w, int dfd, size_t plen, int depth) {
   if (depth > 1024) { w_error(w->c, ELOOP, w->path, "directory tree too deep"); return -1; }
   int dup_fd = dup(dfd);
   DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-  if (!d) { if (dup_fd >= 0) close(dup_fd); w_error(w->c, errno, w->path, "opendir: %s", strerror(errno)); return -1; }
+  if (!d) {
+    int e = errno;
+    if (dup_fd >= 0) close(dup_fd);
+    if (depth == 0) { w_error(w->c, e, w->path, "opendir: %s", strerror(e)); return -1; }
+    return tw_warn(w, e, w->path, "cannot read the directory: %s; its contents are skipped", strerror(e));
+  }
   char **names = NULL;
   size_t n = 0, cap = 0;
   struct dirent *de;
@@ -265,22 +350,32 @@ static int tw_dir(struct tw *w, int dfd, size_t plen, int depth) {
     if (plen + ll + 2 >= sizeof w->path) { w_error(w->c, ENAMETOOLONG, w->path, "path too long"); rc = -1; break; }
     memcpy(w->path + plen, leaf, ll + 1);
     struct stat st;
-    if (fstatat(dfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0) continue; // removed meanwhile
+    if (fstatat(dfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno != ENOENT) rc = tw_warn(w, errno, w->path, "cannot stat: %s; skipped", strerror(errno));
+      continue; // ENOENT: removed meanwhile
+    }
     if (S_ISDIR(st.st_mode)) {
       w->path[plen + ll] = '/';
       w->path[plen + ll + 1] = 0;
       rc = tw_entry(w, w->path, '5', &st, 0, NULL);
       if (rc) break;
       int sub = openat(dfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub < 0) { w_error(w->c, errno, w->path, "open %s: %s", w->path, strerror(errno)); rc = -1; break; }
+      if (sub < 0) {
+        // its entry is archived (an empty directory), its contents cannot be
+        if (errno != ENOENT) rc = tw_warn(w, errno, w->path, "cannot open the directory: %s; its contents are skipped", strerror(errno));
+        continue;
+      }
       rc = tw_dir(w, sub, plen + ll + 1, depth + 1);
       close(sub);
     } else if (S_ISREG(st.st_mode)) {
-      rc = tw_file(w, dfd, leaf, w->path, &st);
+      rc = tw_file(w, dfd, leaf, w->path, &st, true);
     } else if (S_ISLNK(st.st_mode)) {
       char target[4096];
       ssize_t tl = readlinkat(dfd, leaf, target, sizeof target - 1);
-      if (tl < 0) continue;
+      if (tl < 0) {
+        if (errno != ENOENT) rc = tw_warn(w, errno, w->path, "cannot read the link: %s; skipped", strerror(errno));
+        continue;
+      }
       target[tl] = 0;
       rc = tw_entry(w, w->path, '2', &st, 0, target);
     } else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISFIFO(st.st_mode)) {
@@ -294,11 +389,13 @@ static int tw_dir(struct tw *w, int dfd, size_t plen, int depth) {
 }
 
 int tar_get(struct wconn *c, const char *path) {
-  struct tw w = { .c = c };
+  struct tw w = { .c = c, .chunk = malloc(DATA_CHUNK) };
   struct stat st;
   int rc;
+  if (!w.chunk) { w_error(c, ENOMEM, path, "out of memory"); return -1; }
   if (stat(path, &st) < 0) { w_error(c, errno, path, "stat %s: %s", path, strerror(errno)); return -1; }
   if (S_ISDIR(st.st_mode)) {
+    w.root = path;
     int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) { w_error(c, errno, path, "open %s: %s", path, strerror(errno)); return -1; }
     rc = tw_dir(&w, dfd, 0, 0);
@@ -310,10 +407,11 @@ int tar_get(struct wconn *c, const char *path) {
     char *slash = strrchr(copy, '/');
     const char *leaf = slash ? slash + 1 : copy;
     const char *dir = slash ? (slash == copy ? "/" : (*slash = 0, copy)) : ".";
+    w.root = dir;
     snprintf(w.path, sizeof w.path, "%s", leaf);
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) { w_error(c, errno, path, "open %s: %s", dir, strerror(errno)); free(copy); return -1; }
-    if (S_ISREG(st.st_mode)) rc = tw_file(&w, dfd, leaf, w.path, &st);
+    if (S_ISREG(st.st_mode)) rc = tw_file(&w, dfd, leaf, w.path, &st, false);
     else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISFIFO(st.st_mode))
       rc = tw_entry(&w, w.path, S_ISCHR(st.st_mode) ? '3' : S_ISBLK(st.st_mode) ? '4' : '6', &st, 0, NULL);
     else { w_error(c, EINVAL, path, "%s cannot be archived", path); rc = -1; }
@@ -327,6 +425,7 @@ int tar_get(struct wconn *c, const char *path) {
   if (!rc) rc = tw_emit(&w, true);
   for (size_t i = 0; i < w.caplinks; i++) free(w.links[i].path);
   free(w.links);
+  free(w.chunk);
   buf_free(&w.out);
   return rc;
 }
@@ -467,6 +566,7 @@ struct entry {
   uint64_t mode, uid, gid, size, maj, min;
   int64_t mtime;
   char *name, *link; // owned
+  bool gnu_sparse;   // a PAX GNU.sparse.* record: the data is a sparse map and segments, not the file
 };
 
 // Parses PAX records into e (path, linkpath, size, uid, gid, mtime).
@@ -488,6 +588,7 @@ static bool parse_pax(const char *p, size_t n, struct entry *e, char **ppath, ch
     else if (kl == 3 && !memcmp(kv, "uid", 3)) e->uid = strtoull(val, NULL, 10);
     else if (kl == 3 && !memcmp(kv, "gid", 3)) e->gid = strtoull(val, NULL, 10);
     else if (kl == 5 && !memcmp(kv, "mtime", 5)) e->mtime = strtoll(val, NULL, 10);
+    else if (kl > 11 && !memcmp(kv, "GNU.sparse.", 11)) e->gnu_sparse = true;
     free(val);
     i += len;
   }
@@ -537,6 +638,8 @@ static int extract(struct tr *r, int rootfd, struct entry *e, uint64_t flags, st
       if (clear_leaf(pfd, leaf) < 0) { err = errno; break; }
       fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
       if (fd < 0) { err = errno; break; }
+      struct sparse sw; // runs of zeros become holes again
+      sparse_init(&sw, fd, true);
       for (uint64_t left = e->size; left && !rc;) {
         if (!r->avail && !r->eof) {
           ssize_t k = w_read_data(r->c, &r->data);
@@ -546,17 +649,13 @@ static int extract(struct tr *r, int rootfd, struct entry *e, uint64_t flags, st
         }
         if (!r->avail) { w_error(r->c, EINVAL, name, "archive truncated inside %s", name); close(fd); close(pfd); return -1; }
         size_t take = left < r->avail ? (size_t)left : r->avail;
-        for (size_t done = 0; done < take;) {
-          ssize_t wn = write(fd, r->data + done, take - done);
-          if (wn < 0 && errno == EINTR) continue;
-          if (wn < 0) { err = errno; op = "write"; rc = -1; break; }
-          done += (size_t)wn;
-        }
+        if (sparse_write(&sw, r->data, take) < 0) { err = errno; op = "write"; rc = -1; }
         r->data += take;
         r->avail -= take;
         left -= take;
       }
       if (rc) break;
+      if (sparse_finish(&sw) < 0) { err = errno; op = "write"; break; }
       data = 0;
       if (tr_read(r, NULL, (size_t)((BLOCK - e->size % BLOCK) % BLOCK))) { w_error(r->c, EINVAL, name, "archive truncated"); close(fd); close(pfd); return -1; }
       if (apply_meta(pfd, leaf, fd, e, flags, false) < 0) { err = errno; op = "set attributes of"; }
@@ -653,6 +752,13 @@ int tar_put(struct wconn *c, const char *path, uint64_t flags) {
       if (pax.uid) e.uid = pax.uid;
       if (pax.gid) e.gid = pax.gid;
       if (pax.mtime) e.mtime = pax.mtime;
+    }
+    if (e.type == 'S' || (have_pax && pax.gnu_sparse)) {
+      // unpacked as it is, its data would be a sparse map and segments, not the file
+      w_error(c, EINVAL, pax_path ? pax_path : gnu_name ? gnu_name : h.name,
+              "GNU sparse archive entries (tar --sparse) are not supported: archive without --sparse (runs of zeros become holes here anyway)");
+      rc = -1;
+      break;
     }
     char namebuf[512];
     bool posix = !memcmp(h.magic, "ustar", 6) || !memcmp(h.magic, "ustar\0", 6);

@@ -23,11 +23,17 @@ export const SANDBOX_NODE_ID_BASE = 40000
 export const SANDBOX_ROLE_ORDER = 2000
 export const TOKEN_FILE = 'sandbox.token'
 
-/** Unix socket paths below the state dir must stay under 108 bytes; long cluster paths move it to /run. */
+/**
+ * Unix socket paths below the state dir must stay under 108 bytes; long
+ * cluster paths move it to /run/strata/<name>-<hash>, named after the data
+ * dir (sandbox-1, serve-7410) and the cluster, so the cluster's daemon and a
+ * `strata serve` of the same cluster never share one (they did: both were
+ * /run/strata/sandbox-<hash>).
+ */
 export function sandboxStateDir(clusterDir: string, dataDir: string): string {
   if (Buffer.byteLength(dataDir) <= 72) return dataDir
   const h = crypto.createHash('sha256').update(path.resolve(clusterDir)).digest('hex').slice(0, 12)
-  return path.join('/run/strata', `sandbox-${h}`)
+  return path.join('/run/strata', `${path.basename(dataDir)}-${h}`)
 }
 
 function onPath(bin: string): boolean {

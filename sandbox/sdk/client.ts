@@ -15,10 +15,10 @@ import { Readable, Writable } from 'node:stream'
 import { StrataError, systemErrorWords } from '../../fs/common/errors.js'
 import { readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
 import type { FileEntry } from '../backends/agent/index.js'
-import { TOKEN_FILE, SANDBOX_ROLE, validateCreate, validateExec, validateListFilter } from '../daemon/index.js'
+import { TOKEN_FILE, SANDBOX_ROLE, WARNINGS_TRAILER, validateCreate, validateExec, validateListFilter } from '../daemon/index.js'
 import type { CreateSandboxRequest, ExitEvent, ListFilter, NodeInfo, OutputEvent, SandboxInfo } from '../daemon/index.js'
 import { MAX_TIMER_MS, checkCmd, checkData, intIn, isAbortSignal, isBool, isFunction, isString, isUser, options, passThrough, type Check } from './args.js'
-import { DEFAULT_READ_MAX_BYTES, Transport, ndjson, readAll } from './http.js'
+import { DEFAULT_READ_MAX_BYTES, Transport, connectionErrors, ndjson, readAll } from './http.js'
 
 export interface StrataOptions {
   /** http://host:port of a node daemon. Default: $STRATA_ENDPOINT, else the local cluster's. */
@@ -381,11 +381,24 @@ export class Sandbox {
       options(o, 'files.rename', { noReplace: isBool, user: isUser })
       await this.#t.json({ method: 'POST', path: this.#p('/files/rename'), json: { from, to, ...o } })
     },
-    /** A tar stream of a directory's contents (or of one file). */
-    downloadTar: async (p: string, o: { user?: string; signal?: AbortSignal } = {}): Promise<Readable> => {
+    /**
+     * A tar stream of a directory's contents (or of one file). An entry that cannot be read is
+     * left out (bytes that fail mid-file are zeros) and `onWarning` is called with a StrataError
+     * for it (the errno's code, the path in the sandbox in the message and `detail.path`) before
+     * the stream ends. Without onWarning the stream fails at its end (after every byte of the
+     * archive) with the first of them.
+     */
+    downloadTar: async (p: string, o: { user?: string; signal?: AbortSignal; onWarning?: (w: StrataError) => void } = {}): Promise<Readable> => {
       checkPath(p)
-      options(o, 'files.downloadTar', { user: isUser, signal: isAbortSignal })
-      return this.#t.stream({ method: 'GET', path: this.#p('/archive'), query: { path: p, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+      options(o, 'files.downloadTar', { user: isUser, signal: isAbortSignal, onWarning: isFunction })
+      const res = await this.#t.request({ method: 'GET', path: this.#p('/archive'), query: { path: p, user: o.user }, stream: true, ...(o.signal ? { signal: o.signal } : {}) })
+      async function* body(): AsyncGenerator<Uint8Array> {
+        yield* connectionErrors(res, o.signal)
+        const ws = archiveWarnings(res.trailers[WARNINGS_TRAILER], p)
+        if (ws.length && !o.onWarning) throw ws[0]
+        for (const w of ws) o.onWarning!(w)
+      }
+      return Readable.from(body(), { objectMode: false })
     },
     /** Unpacks a tar stream into a directory (created if missing). */
     uploadTar: async (dir: string, tar: Uint8Array | AsyncIterable<Uint8Array>, o: { user?: string; preserveOwner?: boolean; signal?: AbortSignal } = {}): Promise<{ entries: number }> => {
@@ -414,6 +427,22 @@ export class Sandbox {
     options(o, 'delete', { wait: isBool })
     await this.#t.json({ method: 'DELETE', path: this.#p(), query: { wait: o.wait === false ? 0 : undefined } })
   }
+}
+
+/** The archive route's Strata-Warnings trailer as errors (one more for those the daemon left off). */
+function archiveWarnings(trailer: string | undefined, p: string): StrataError[] {
+  if (trailer === undefined) return []
+  let t: { count: number; warnings: Array<{ code: string; message: string; path?: string; errno?: string }> }
+  try {
+    t = JSON.parse(trailer) as typeof t
+    if (!Number.isSafeInteger(t.count) || !Array.isArray(t.warnings)) throw new Error('not {count, warnings}')
+  } catch (e) {
+    throw new StrataError('RPC_BAD_FRAME', `files.downloadTar ${p}: malformed ${WARNINGS_TRAILER} trailer`, { cause: e })
+  }
+  const ws = t.warnings.map((w) => StrataError.fromWire({ code: w.code, message: w.message, detail: { ...(w.path !== undefined ? { path: w.path } : {}), ...(w.errno !== undefined ? { errno: w.errno } : {}) } }))
+  const more = t.count - ws.length
+  if (more > 0) ws.push(new StrataError('SANDBOX_FS_ERROR', `${p}: ${more} more ${more === 1 ? 'entry' : 'entries'} could not be archived (the daemon names the first ${ws.length})`, { detail: { omitted: more } }))
+  return ws
 }
 
 function entryOf(e: Record<string, unknown>): SandboxFileEntry {

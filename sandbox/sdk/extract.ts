@@ -14,7 +14,7 @@
 // Errors: IMAGE_UNSAFE_PATH for a name that leaves the directory or runs
 // through a symlink, IMAGE_BAD_ARCHIVE for a malformed stream, the stream's
 // own error when the download broke, local file errors as errno codes.
-import fsp from 'node:fs/promises'
+import fsp, { type FileHandle } from 'node:fs/promises'
 import path from 'node:path'
 import type { Readable } from 'node:stream'
 import { StrataError, type ErrorCode } from '../../fs/common/errors.js'
@@ -68,6 +68,61 @@ async function lstatOrNull(p: string): Promise<import('node:fs').Stats | null> {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null
     throw e
   }
+}
+
+const SPARSE_BLOCK = 4096
+const ZEROS = Buffer.alloc(SPARSE_BLOCK)
+
+/**
+ * Writes `chunks` into the empty file `fh` from offset 0 and returns the
+ * size. A run of zeros over whole 4 KiB blocks (at aligned offsets) is not
+ * written but left as a hole, and the size is set at the end: a sparse file
+ * that travelled as a stream of zeros is sparse again (as
+ * `cp --sparse=always` makes it; the agent does the same in the sandbox).
+ */
+export async function writeSparse(fh: FileHandle, chunks: AsyncIterable<Uint8Array>): Promise<number> {
+  let pos = 0
+  let holeAtEnd = false
+  const zero = (c: Buffer, at: number, n: number) => c.compare(ZEROS, 0, n, at, at + n) === 0
+  // whole blocks at an aligned offset: runs of zero blocks are skipped, the others written
+  const emit = async (c: Buffer, at: number, n: number) => {
+    while (n > 0) {
+      const z = zero(c, at, SPARSE_BLOCK)
+      let run = SPARSE_BLOCK
+      while (run < n && zero(c, at + run, SPARSE_BLOCK) === z) run += SPARSE_BLOCK
+      if (!z) for (let off = 0; off < run;) off += (await fh.write(c, at + off, run - off, pos + off)).bytesWritten
+      holeAtEnd = z
+      at += run
+      n -= run
+      pos += run
+    }
+  }
+  // blocks are judged whole, wherever the chunks begin and end: a partial one waits here
+  const blk = Buffer.alloc(SPARSE_BLOCK)
+  let blen = 0
+  for await (const chunk of chunks) {
+    const c = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
+    let i = 0
+    if (blen > 0) {
+      const take = Math.min(SPARSE_BLOCK - blen, c.length)
+      c.copy(blk, blen, 0, take)
+      blen += take
+      i = take
+      if (blen < SPARSE_BLOCK) continue
+      blen = 0
+      await emit(blk, 0, SPARSE_BLOCK)
+    }
+    const whole = (c.length - i) - ((c.length - i) % SPARSE_BLOCK)
+    await emit(c, i, whole)
+    blen = c.copy(blk, 0, i + whole)
+  }
+  if (blen > 0) {
+    holeAtEnd = zero(blk, 0, blen)
+    if (!holeAtEnd) for (let off = 0; off < blen;) off += (await fh.write(blk, off, blen - off, pos + off)).bytesWritten
+    pos += blen
+  }
+  if (holeAtEnd) await fh.truncate(pos)
+  return pos
 }
 
 /**
@@ -124,9 +179,8 @@ export async function extractTarSafely(input: Readable, dir: string, o: ExtractO
         // 'wx': O_EXCL, so a symlink put there meanwhile is not followed
         const fh = await fsp.open(host, 'wx', 0o600)
         try {
-          for await (const c of body) {
-            for (let off = 0; off < c.length;) off += (await fh.write(c, off)).bytesWritten
-          }
+          // runs of zeros become holes again
+          await writeSparse(fh, body)
           await fh.chmod(mode)
           await fh.utimes(mtime, mtime)
         } finally {

@@ -2,10 +2,13 @@
 // reused across calls), JSON in and out, streams passed through with
 // backpressure. Every failure becomes a StrataError: the daemon's own
 // `{code, message}` when it answered, RPC_CONNECT_FAILED / TIMEOUT /
-// RPC_CONNECTION_CLOSED when it could not.
+// RPC_CONNECTION_CLOSED when it could not, NOT_A_STRATA_DAEMON when
+// something else answered (a response without the daemon's Strata-Api
+// header: another web server, a proxy's error page, not HTTP at all).
 import http from 'node:http'
 import { Readable } from 'node:stream'
 import { StrataError, isStrataError } from '../../fs/common/errors.js'
+import { API_HEADER } from '../daemon/http.js'
 
 export interface TransportOptions {
   endpoint: string
@@ -85,6 +88,11 @@ export class Transport {
         }
         settled = true
         if (timer) clearTimeout(timer)
+        if (res.headers[API_HEADER] === undefined) {
+          // not ours: the body (an HTML page, someone else's JSON) is not shown, nor read
+          res.destroy()
+          return reject(notOurs(o.method, url, `answered HTTP ${res.statusCode}${res.statusMessage ? ` ${res.statusMessage}` : ''}${res.headers['content-type'] ? ` (${res.headers['content-type'].split(';')[0]})` : ''}`))
+        }
         if ((res.statusCode ?? 500) < 300) return resolve(res)
         void errorOf(res).then(reject, reject)
       })
@@ -95,7 +103,12 @@ export class Transport {
         if (e.code === 'ECONNREFUSED' || e.code === 'ENOTFOUND' || e.code === 'EHOSTUNREACH') {
           return fail(new StrataError('RPC_CONNECT_FAILED', `cannot reach the sandbox daemon at ${this.endpoint.origin}: ${e.code} (is the cluster up? strata cluster status)`, { cause: e }))
         }
-        fail(new StrataError('RPC_CONNECTION_CLOSED', `${o.method} ${o.path}: ${e.message}`, { cause: e }))
+        // llhttp's parse errors: what came back is not an HTTP response
+        if (typeof e.code === 'string' && e.code.startsWith('HPE_')) return fail(notOurs(o.method, url, 'answered with something that is not HTTP', e))
+        if (e.code === 'ECONNRESET' && /socket hang up/.test(e.message)) {
+          return fail(new StrataError('RPC_CONNECTION_CLOSED', `${o.method} ${url.href}: the endpoint closed the connection without answering (is the daemon stopping, or is ${this.endpoint.origin} not a Strata sandbox daemon?)`, { cause: e }))
+        }
+        fail(new StrataError('RPC_CONNECTION_CLOSED', `${o.method} ${url.href}: ${e.message}`, { cause: e }))
       })
       if (payload === undefined) req.end()
       else if (Buffer.isBuffer(payload)) req.end(payload)
@@ -144,6 +157,12 @@ export async function readAll(res: AsyncIterable<Uint8Array> & { destroy?: () =>
   return Buffer.concat(chunks)
 }
 
+function notOurs(method: string, url: URL, what: string, cause?: unknown): StrataError {
+  return new StrataError('NOT_A_STRATA_DAEMON', `${url.origin} is not a Strata sandbox daemon: ${method} ${url.href} ${what}, without the daemon's Strata-Api header (check the endpoint)`, {
+    ...(cause !== undefined ? { cause } : {}), detail: { url: url.href },
+  })
+}
+
 async function errorOf(res: http.IncomingMessage): Promise<StrataError> {
   const body = await readAll(res).catch(() => Buffer.alloc(0))
   try {
@@ -152,7 +171,8 @@ async function errorOf(res: http.IncomingMessage): Promise<StrataError> {
   } catch {
     // not ours: below
   }
-  return new StrataError('INTERNAL', `HTTP ${res.statusCode}: ${body.toString('utf8').slice(0, 200)}`)
+  // the daemon's header but not its error body (a proxy that passes headers on?): the status, not the body
+  return new StrataError('RPC_BAD_FRAME', `HTTP ${res.statusCode} without the daemon's {code, message} error body`)
 }
 
 /** Splits an NDJSON byte stream into parsed lines. */

@@ -352,6 +352,10 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
   fs.chmodSync(path.join(h, 'sub'), 0o2755)
   fs.mkdirSync(path.join(h, 'sticky'))
   fs.chmodSync(path.join(h, 'sticky'), 0o1777)
+  fs.mkdirSync(path.join(h, 'locked'))
+  fs.writeFileSync(path.join(h, 'locked', 'inside'), 'i\n')
+  fs.chmodSync(path.join(h, 'locked'), 0o700)
+  fs.chownSync(path.join(h, 'locked'), 1234, 1234)
   await okCli(['image', 'import', rootfs, '--name', 'bad:1'], 300_000)
   const id = (await okCli(['sandbox', 'create', '--image', 'bad:1', '--memory', '32'])).trim()
 
@@ -408,6 +412,71 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
     t.is(r.code, 1, `${src}: ${r.stdout}${r.stderr}`)
     t.regex(r.stderr, /^strata: INVALID_ARGUMENT: .*(character device|fifo).*only regular files and directories/m)
     t.false(fs.existsSync(target), `nothing made for ${src}`)
+  }
+
+  // --- what the sandbox's user cannot read is left out and named with its code, the rest is copied, exit 1 (as tar)
+  const asAlice = (await okCli(['sandbox', 'create', '--image', 'bad:1', '--user', 'alice'])).trim()
+  const partial = path.join(base, 'partial')
+  const pc = await cli(['sandbox', 'cp', `${asAlice}:/hostile`, partial])
+  t.is(pc.code, 1, pc.stderr)
+  noCrash(t, pc, 'cp of a partly unreadable tree')
+  t.is(pc.stdout.trim(), partial)
+  t.regex(pc.stderr, new RegExp(`^strata: SANDBOX_PERMISSION_DENIED: ${asAlice}:/hostile/private: cannot open: Permission denied; skipped$`, 'm'))
+  t.regex(pc.stderr, new RegExp(`^strata: SANDBOX_PERMISSION_DENIED: ${asAlice}:/hostile/locked: cannot open the directory: Permission denied; its contents are skipped$`, 'm'))
+  t.regex(pc.stderr, /^strata: skipped \/hostile\/fifo: /m)
+  t.false(fs.existsSync(path.join(partial, 'private')))
+  t.deepEqual(fs.readdirSync(path.join(partial, 'locked')), [])
+  t.is(fs.readFileSync(path.join(partial, 'sub', 'x'), 'utf8'), 'x\n')
+  t.is(fs.readFileSync(path.join(partial, 'hard'), 'utf8'), 'x\n')
+  // the single file it cannot read fails the copy, and nothing is made for it
+  const one1 = await cli(['sandbox', 'cp', `${asAlice}:/hostile/private`, path.join(base, 'private.out')])
+  t.is(one1.code, 1, one1.stderr)
+  t.regex(one1.stderr, /^strata: SANDBOX_PERMISSION_DENIED: /m)
+  t.false(fs.existsSync(path.join(base, 'private.out')))
+  await okCli(['sandbox', 'rm', asAlice])
+  // /proc of the sandbox's init: what it hides is named, the rest copied
+  const proc1 = path.join(base, 'proc1')
+  const pr = await cli(['sandbox', 'cp', `${id}:/proc/1`, proc1], { timeoutMs: 60_000 })
+  t.is(pr.code, 1, pr.stderr)
+  noCrash(t, pr, 'cp of /proc/1')
+  t.regex(pr.stderr, new RegExp(`^strata: SANDBOX_PERMISSION_DENIED: ${id}:/proc/1/\\S+: cannot `, 'm'))
+  t.regex(fs.readFileSync(path.join(proc1, 'status'), 'utf8'), /^Name:\t\S+\n/)
+  // a single pseudo file too (stat says 0 bytes): what it holds
+  const statusOut = path.join(base, 'status.out')
+  await okCli(['sandbox', 'cp', `${id}:/proc/1/status`, statusOut])
+  t.regex(fs.readFileSync(statusOut, 'utf8'), /^Name:\t\S+\n(.*\n)*Tgid:\t1\n/)
+
+  // --- a sparse file stays sparse both ways, a single file and inside a directory (the transfer carries its zeros)
+  const MiB = 1024 * 1024
+  const sparseDir = path.join(base, 'sparse')
+  fs.mkdirSync(sparseDir)
+  const img = path.join(sparseDir, 'disk.img')
+  const fd = fs.openSync(img, 'w')
+  fs.writeSync(fd, Buffer.from('boot'), 0, 4, 0)
+  fs.writeSync(fd, Buffer.from('end'), 0, 3, 64 * MiB - 3)
+  fs.closeSync(fd)
+  const imgSum = crypto.createHash('sha256').update(fs.readFileSync(img)).digest('hex')
+  const inSandbox = async (p: string) => {
+    const r = await cli(['sandbox', 'exec', id, '--', 'sh', '-c', `stat -c '%b %s' ${p}; sha256sum ${p}`])
+    const [blocks, size, sum] = r.stdout.split(/\s+/)
+    return { allocated: Number(blocks) * 512, size: Number(size), sum }
+  }
+  await okCli(['sandbox', 'cp', img, `${id}:/tmp/disk.img`])
+  await okCli(['sandbox', 'cp', sparseDir, `${id}:/tmp/sparse-dir`])
+  for (const p of ['/tmp/disk.img', '/tmp/sparse-dir/disk.img']) {
+    const st = await inSandbox(p)
+    t.like(st, { size: 64 * MiB, sum: imgSum }, p)
+    t.true(st.allocated <= MiB, `${p}: ${st.allocated} bytes allocated in the sandbox for 7 bytes of data`)
+  }
+  const back = path.join(base, 'sparse-back')
+  fs.mkdirSync(back)
+  await okCli(['sandbox', 'cp', `${id}:/tmp/disk.img`, path.join(back, 'one.img')])
+  await okCli(['sandbox', 'cp', `${id}:/tmp/sparse-dir`, path.join(back, 'dir')])
+  for (const p of [path.join(back, 'one.img'), path.join(back, 'dir', 'disk.img')]) {
+    const st = fs.statSync(p)
+    t.is(st.size, 64 * MiB, p)
+    t.true(st.blocks * 512 <= MiB, `${p}: ${st.blocks * 512} bytes allocated here for 7 bytes of data`)
+    t.is(crypto.createHash('sha256').update(fs.readFileSync(p)).digest('hex'), imgSum, p)
   }
 
   // --- usage errors caught locally (exit 2); a reserved mount target is the daemon's code (exit 1)

@@ -678,7 +678,7 @@ export class AgentClient {
   }
 
   /** Opens a request whose reply is R_DATA frames, as a Readable with backpressure. */
-  #dataStream(type: number, fields: Field[], signal?: AbortSignal, maxBytes?: number): Readable {
+  #dataStream(type: number, fields: Field[], signal?: AbortSignal, maxBytes?: number, onWarning?: (w: StrataError) => void): Readable {
     // encoded now: a request the protocol refuses throws to the caller instead of rejecting in the background
     const request = encodeFrame(type, fields)
     let call: Call | undefined
@@ -705,6 +705,12 @@ export class AgentClient {
           return
         }
         if (fr.type === R.DONE) { r.push(null); call!.done(); return }
+        if (fr.type === R.WARN && type === F.TAR_GET) {
+          const w = agentError(new Fields(fr.payload), 'SANDBOX_FS_ERROR')
+          if (onWarning) onWarning(w)
+          else call!.fail(w)
+          return
+        }
         if (fr.type === R.ERROR) { call!.fail(agentError(new Fields(fr.payload), 'SANDBOX_FS_ERROR')); return }
         throw protocolError(`unexpected frame 0x${fr.type.toString(16)}`)
       }, (err) => { if (err) r.destroy(err) })
@@ -801,10 +807,14 @@ export class AgentClient {
 
     /**
      * A ustar/PAX archive of a directory's contents (names relative to it, sorted) or of a single
-     * file (under its base name), streamed with backpressure.
+     * file (under its base name), streamed with backpressure. An entry inside the directory that
+     * cannot be read (opened, read, listed) is left out, or its unreadable bytes are zeros, and
+     * `onWarning` is told (a StrataError with the errno's code, `detail.path` the name in the
+     * archive); the archive goes on, as GNU tar's does. Without onWarning the first one fails
+     * the stream. The single file of a request that cannot be read fails it.
      */
-    downloadTar: (path: string, opts: RunAs & { signal?: AbortSignal } = {}): Readable =>
-      this.#dataStream(F.TAR_GET, [[K.PATH, checkPath(path)], ...runAsFields(opts)], opts.signal),
+    downloadTar: (path: string, opts: RunAs & { signal?: AbortSignal; onWarning?: (w: StrataError) => void } = {}): Readable =>
+      this.#dataStream(F.TAR_GET, [[K.PATH, checkPath(path)], ...runAsFields(opts)], opts.signal, undefined, opts.onWarning),
   }
 
   #readFields(path: string, opts: ReadOptions | Omit<ReadOptions, 'maxBytes'>): Field[] {

@@ -48,6 +48,8 @@ export const R = {
   DATA: 0x88,
   ENTRY: 0x89,
   DONE: 0x8a,
+  /** TAR_GET: an entry skipped or archived incomplete (fields as ERROR); the archive goes on */
+  WARN: 0x8b,
   ERROR: 0x8f,
 } as const
 

@@ -3,7 +3,9 @@
 // included), bodies carry only known fields, `user` and `path` are checked at
 // the boundary (a NUL in `user` once took the whole daemon down), and file
 // paths must be absolute.
+import http from 'node:http'
 import test from 'ava'
+import type { StrataError } from '../../../fs/common/errors.js'
 import { startDaemon, useDaemonCluster, type Daemon } from './helpers.js'
 
 const env = useDaemonCluster(test)
@@ -13,6 +15,8 @@ interface Reply {
   code?: string
   message?: string
   text: string
+  /** the Strata-Api header */
+  api: string | null
 }
 
 async function api(d: Daemon, method: string, p: string, body?: unknown): Promise<Reply> {
@@ -27,7 +31,7 @@ async function api(d: Daemon, method: string, p: string, body?: unknown): Promis
   try {
     j = JSON.parse(text) as typeof j
   } catch { /* a stream or no body */ }
-  return { status: r.status, text, ...(j.code ? { code: j.code } : {}), ...(j.message ? { message: j.message } : {}) }
+  return { status: r.status, text, api: r.headers.get('strata-api'), ...(j.code ? { code: j.code } : {}), ...(j.message ? { message: j.message } : {}) }
 }
 
 async function exists(d: Daemon, id: string, p: string): Promise<boolean> {
@@ -110,9 +114,16 @@ test.serial('an unknown query parameter is 400 on every route, listing the known
   ]
   for (const [method, p, body] of routes) {
     const r = await api(d, method, `${p}${p.includes('?') ? '&' : '?'}x=1`, body)
-    t.like(r, { status: 400, code: 'INVALID_ARGUMENT' }, `${method} ${p}`)
+    t.like(r, { status: 400, code: 'INVALID_ARGUMENT', api: 'v1' }, `${method} ${p}`)
     t.regex(r.message ?? '', /unknown query parameter "x" \((known: |.* takes none)/, `${method} ${p}`)
   }
+  // every answer says it is the daemon's (the SDK refuses one that does not): successes, unknown routes, 401s, 405s too
+  for (const [method, p, status] of [['GET', '/v1/health', 200], ['GET', base, 200], ['GET', '/v1/nope', 404], ['PUT', '/v1/node', 405]] as const) {
+    t.like(await api(d, method, p), { status, api: 'v1' }, `${method} ${p}`)
+  }
+  const noToken = await fetch(`http://${d.address}/v1/sandboxes`)
+  t.is(noToken.status, 401)
+  t.is(noToken.headers.get('strata-api'), 'v1')
   // the known ones are listed
   t.regex((await api(d, 'GET', `${base}/files/stat?path=/&x=1`)).message!, /known: path, user, follow/)
   // nothing happened: the sandbox was not reclaimed, killed, deleted or touched, and no sandbox was made
@@ -178,5 +189,59 @@ test.serial('file routes refuse a relative path with 400 INVALID_ARGUMENT (paths
   }
   for (const f of ['/tmp/relx', '/relx', '/tmp/reld', '/reld', '/tmp/x']) t.false(await exists(d, sb.id, f), f)
   t.true(await exists(d, sb.id, '/tmp/rel'))
+  await sb.delete()
+})
+
+test.serial('archive download: entries the sandbox user cannot read are listed in the Strata-Warnings trailer (capped, with the count) and the rest comes; the SDK reports them through onWarning, or fails at the end without it', async (t) => {
+  const d = await startDaemon(t, env)
+  const sb = await d.sdk.sandboxes.create({ image: 'bb:1' })
+  // as alice: a root-only file and directory, then 300 root-only files with long names (more than the trailer holds)
+  const r = await sb.exec('mkdir -p /t/many /t/shut && echo a > /t/a && echo s > /t/secret && chmod 600 /t/secret && echo in > /t/shut/in && chmod 700 /t/shut && cd /t/many && for i in $(seq 1 300); do f=f-$i-ünï-$(printf "%0100d" 0); echo x > $f; chmod 600 $f; done')
+  t.is(r.exitCode, 0, r.stderr)
+
+  // the raw route: a 200 tar with the trailer (node:http, since fetch does not show trailers)
+  const raw = await new Promise<{ status: number; trailer: string; bytes: number; declared: string }>((resolve, reject) => {
+    http.get(`http://${d.address}/v1/sandboxes/${sb.id}/archive?path=/t&user=alice`, { headers: { authorization: `Bearer ${d.token}` } }, (res) => {
+      let bytes = 0
+      res.on('data', (c: Buffer) => (bytes += c.length))
+      res.on('end', () => resolve({ status: res.statusCode!, trailer: res.trailers['strata-warnings'] ?? '', bytes, declared: String(res.headers.trailer) }))
+      res.on('error', reject)
+    }).on('error', reject)
+  })
+  t.is(raw.status, 200)
+  t.is(raw.declared.toLowerCase(), 'strata-warnings')
+  t.true(raw.trailer.length <= 8 * 1024 + 64, `${raw.trailer.length} bytes of trailer`)
+  t.regex(raw.trailer, /^[\x20-\x7e]+$/, 'the trailer is ASCII (non-ASCII names are \\u escapes)')
+  const tr = JSON.parse(raw.trailer) as { count: number; warnings: Array<{ code: string; message: string; path: string; errno: string }> }
+  t.is(tr.count, 302)
+  t.true(tr.warnings.length > 2 && tr.warnings.length < 302, `${tr.warnings.length} listed`)
+  t.deepEqual(tr.warnings[0], { code: 'SANDBOX_PERMISSION_DENIED', message: `/t/many/f-1-ünï-${'0'.repeat(100)}: cannot open: Permission denied; skipped`, path: `/t/many/f-1-ünï-${'0'.repeat(100)}`, errno: 'EACCES' })
+
+  // the SDK: every listed one, then one for those left off
+  const ws: StrataError[] = []
+  const names: string[] = []
+  for await (const c of await sb.files.downloadTar('/t', { user: 'alice', onWarning: (w) => ws.push(w) })) void c
+  t.is(ws.length, tr.warnings.length + 1)
+  t.like(ws.at(-1), { code: 'SANDBOX_FS_ERROR', detail: { omitted: 302 - tr.warnings.length } })
+  t.regex(ws.at(-1)!.message, /^SANDBOX_FS_ERROR: \/t: \d+ more entries could not be archived/)
+  // a small tree: exactly the two
+  await sb.exec('rm -rf /t/many')
+  const two: StrataError[] = []
+  const tarBytes: Buffer[] = []
+  for await (const c of await sb.files.downloadTar('/t', { user: 'alice', onWarning: (w) => two.push(w) })) tarBytes.push(c as Buffer)
+  t.deepEqual(two.map((w) => [w.code, w.message, w.detail?.path]), [
+    ['SANDBOX_PERMISSION_DENIED', 'SANDBOX_PERMISSION_DENIED: /t/secret: cannot open: Permission denied; skipped', '/t/secret'],
+    ['SANDBOX_PERMISSION_DENIED', 'SANDBOX_PERMISSION_DENIED: /t/shut: cannot open the directory: Permission denied; its contents are skipped', '/t/shut'],
+  ])
+  const tarNames = (await import('node:child_process')).execFileSync('tar', ['-tf', '-'], { input: Buffer.concat(tarBytes) }).toString().trim().split('\n')
+  names.push(...tarNames)
+  t.deepEqual(names, ['a', 'shut/'])
+  // without onWarning: every byte, then the first warning as the stream's error
+  let got = 0
+  const e = await t.throwsAsync(async () => { for await (const c of await sb.files.downloadTar('/t', { user: 'alice' })) got += (c as Buffer).length })
+  t.like(e, { code: 'SANDBOX_PERMISSION_DENIED', detail: { path: '/t/secret' } })
+  t.is(got, Buffer.concat(tarBytes).length)
+  // as root nothing is refused: no warnings, no error
+  for await (const c of await sb.files.downloadTar('/t')) void c
   await sb.delete()
 })

@@ -7,6 +7,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Readable } from 'node:stream'
 import test from 'ava'
+import type { StrataError } from '../../../../fs/common/errors.js'
 import tarStream from 'tar-stream'
 import { hasRunc, startAgentContainer } from '../../../helpers/agent-container.js'
 import { busyboxRootfs, hasBusybox } from '../../../helpers/busybox-rootfs.js'
@@ -224,6 +225,109 @@ rt(title('tar upload (GNU and PAX from GNU tar) and download round-trip a tree e
   t.deepEqual(fs.readdirSync(one), ['random.bin'])
   t.true(fs.readFileSync(path.join(one, 'random.bin')).equals(fs.readFileSync(path.join(src, 'random.bin'))))
   await t.throwsAsync(async () => { for await (const c of client.files.downloadTar('/nope')) void c }, { code: 'NOT_FOUND' })
+})
+
+rt(title('tar download of a tree with entries it cannot read: each is left out with a warning naming it, the rest is archived; without onWarning the first fails the stream'), async (t) => {
+  const { client } = await startAgentContainer(t, { rootfs: busyboxRootfs(t) })
+  // as alice: a root-only file and directory in a tree she can otherwise read
+  await client.exec('mkdir -p /t/open /t/shut && echo a > /t/a && echo s > /t/secret && chmod 000 /t/secret && echo in > /t/shut/inner && chmod 700 /t/shut && echo o > /t/open/f && ln -s a /t/z-link')
+  const dir = tmpDir(t)
+  const warnings: StrataError[] = []
+  await untarOnHost(client.files.downloadTar('/t', { user: 'alice', onWarning: (w) => warnings.push(w) }), path.join(dir, 'alice'))
+  t.deepEqual(warnings.map((w) => [w.code, w.detail?.path, w.detail?.errno]), [
+    ['SANDBOX_PERMISSION_DENIED', '/t/secret', 'EACCES'],
+    ['SANDBOX_PERMISSION_DENIED', '/t/shut', 'EACCES'],
+  ])
+  t.regex(warnings[0]!.message, /cannot open: Permission denied; skipped/)
+  t.regex(warnings[1]!.message, /cannot open the directory: Permission denied; its contents are skipped/)
+  // everything after them too (the archive went on)
+  t.is(fs.readFileSync(path.join(dir, 'alice/a'), 'utf8'), 'a\n')
+  t.is(fs.readFileSync(path.join(dir, 'alice/open/f'), 'utf8'), 'o\n')
+  t.is(fs.readlinkSync(path.join(dir, 'alice/z-link')), 'a')
+  t.false(fs.existsSync(path.join(dir, 'alice/secret')))
+  t.deepEqual(fs.readdirSync(path.join(dir, 'alice/shut')), [])
+  // without onWarning the first such entry fails the stream, named
+  const e = await t.throwsAsync(async () => { for await (const c of client.files.downloadTar('/t', { user: 'alice' })) void c })
+  t.like(e, { code: 'SANDBOX_PERMISSION_DENIED', detail: { errno: 'EACCES', path: '/t/secret' } })
+  // the single file of a request that cannot be read is an error, as before
+  await t.throwsAsync(async () => { for await (const c of client.files.downloadTar('/t/secret', { user: 'alice' })) void c }, { code: 'SANDBOX_PERMISSION_DENIED' })
+
+  // /proc of the agent: what a non-dumpable init hides cannot be read; each is named, the rest comes
+  const procWarnings: StrataError[] = []
+  const proc = path.join(dir, 'proc1')
+  await untarOnHost(client.files.downloadTar('/proc/1', { onWarning: (w) => procWarnings.push(w) }), proc)
+  t.log(`${procWarnings.length} warnings: ${[...new Set(procWarnings.map((w) => `${w.code} ${w.reason}`))].join('; ')}`)
+  t.true(procWarnings.length > 0)
+  for (const w of procWarnings) t.regex(w.detail?.path as string, /^\/proc\/1\/\S/)
+  // pseudo files come with what they hold, not with stat's size (0 here): no zeros, no warnings about them
+  const status = fs.readFileSync(path.join(proc, 'status'), 'utf8')
+  t.regex(status, /^Name:\t\S+\n/)
+  t.regex(status, /\nTgid:\t1\n/)
+  t.regex(fs.readFileSync(path.join(proc, 'cmdline'), 'utf8'), /agent/)
+  t.false(procWarnings.some((w) => /shrank|zeros/.test(w.message)))
+  // the single file of a request too (size 0 at stat)
+  const one = path.join(dir, 'one')
+  await untarOnHost(client.files.downloadTar('/proc/1/status'), one)
+  t.regex(fs.readFileSync(path.join(one, 'status'), 'utf8'), /^Name:/)
+})
+
+rt(title('writes leave holes for runs of zeros: files.write and a tar upload of a sparse file are sparse in the sandbox, with the same bytes'), async (t) => {
+  const { client } = await startAgentContainer(t, { rootfs: busyboxRootfs(t) })
+  const MiB = 1024 * 1024
+  const statOf = async (p: string) => {
+    const [blocks, size] = (await client.exec(['stat', '-c', '%b %s', p])).stdout.toString().trim().split(' ').map(Number)
+    return { allocated: blocks! * 512, size: size! }
+  }
+  const md5 = (b: Buffer) => crypto.createHash('md5').update(b).digest('hex')
+  const md5In = async (p: string) => (await client.exec(['md5sum', p])).stdout.toString().split(' ')[0]
+  // data at the start, in the middle at an unaligned offset, at the end; zeros between
+  const data = Buffer.alloc(16 * MiB)
+  data.write('head', 0)
+  data.write('middle', 5 * MiB + 100)
+  data.write('tail', 16 * MiB - 4)
+  t.deepEqual(await client.files.write('/tmp/sparse', data), { bytes: data.length })
+  const st = await statOf('/tmp/sparse')
+  t.is(st.size, data.length)
+  t.true(st.allocated <= 1 * MiB, `${st.allocated} bytes allocated for 16 MiB that are nearly all zeros`)
+  t.is(await md5In('/tmp/sparse'), md5(data))
+  // a file that ends in zeros keeps its size
+  const endsInZeros = Buffer.alloc(3 * MiB + 5)
+  endsInZeros[0] = 1
+  await client.files.write('/tmp/ends-in-zeros', endsInZeros)
+  t.like(await statOf('/tmp/ends-in-zeros'), { size: endsInZeros.length })
+  t.true((await statOf('/tmp/ends-in-zeros')).allocated <= 64 * 1024)
+  // appending zeros appends them (no seeking with O_APPEND), and a write to a device still works
+  await client.files.write('/tmp/ends-in-zeros', Buffer.alloc(8192), { append: true })
+  t.is((await statOf('/tmp/ends-in-zeros')).size, endsInZeros.length + 8192)
+  t.deepEqual(await client.files.write('/dev/null', Buffer.alloc(MiB)), { bytes: MiB })
+  // overwriting a file full of data with zeros leaves no old bytes behind
+  await client.files.write('/tmp/was-full', crypto.randomBytes(MiB))
+  await client.files.write('/tmp/was-full', Buffer.alloc(MiB))
+  t.is(await md5In('/tmp/was-full'), md5(Buffer.alloc(MiB)))
+
+  // a tar upload of a sparse file from GNU tar (without --sparse: the zeros are in the stream)
+  const dir = tmpDir(t)
+  const src = path.join(dir, 'src')
+  fs.mkdirSync(src)
+  const fd = fs.openSync(path.join(src, 'disk.img'), 'w')
+  fs.writeSync(fd, Buffer.from('boot'), 0, 4, 0)
+  fs.writeSync(fd, Buffer.from('end'), 0, 3, 32 * MiB - 3)
+  fs.closeSync(fd)
+  fs.writeFileSync(path.join(src, 'zeros-tail'), Buffer.concat([Buffer.from('x'), Buffer.alloc(MiB)]))
+  await client.files.uploadTar('/up-sparse', hostTar(['-C', src, '-cf', '-', '.']))
+  const img = await statOf('/up-sparse/disk.img')
+  t.is(img.size, 32 * MiB)
+  t.true(img.allocated <= 1 * MiB, `${img.allocated} bytes allocated for a 32 MiB image of 7 bytes`)
+  t.is(await md5In('/up-sparse/disk.img'), md5(fs.readFileSync(path.join(src, 'disk.img'))))
+  t.is((await statOf('/up-sparse/zeros-tail')).size, MiB + 1)
+  t.is(await md5In('/up-sparse/zeros-tail'), md5(fs.readFileSync(path.join(src, 'zeros-tail'))))
+  // GNU sparse entries (tar --sparse) are refused by name: unpacked as they are they would be a map, not the file (the GNU 'S' one was dropped silently)
+  for (const format of ['gnu', 'posix']) {
+    const e = await t.throwsAsync(client.files.uploadTar(`/up-gnu-sparse-${format}`, hostTar(['-C', src, '--sparse', `--format=${format}`, '-cf', '-', 'disk.img'])))
+    t.like(e, { code: 'INVALID_ARGUMENT' }, format)
+    t.regex(e!.message, /GNU sparse archive entries \(tar --sparse\) are not supported/, format)
+    t.regex(String((e as StrataError).detail?.path), /disk\.img/, format)
+  }
 })
 
 async function packed(entries: Array<{ header: Partial<tarStream.Header> & { name: string }; body?: string }>): Promise<Buffer> {
