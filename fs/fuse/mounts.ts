@@ -190,6 +190,16 @@ export async function unmountAsync(mountpoint: string, opts: { lazy?: boolean; t
 }
 
 /**
+ * syncfs(2) of a mount from a child process (`sync -f MNT`): the kernel
+ * writes the mount's dirty pages, those of a MAP_SHARED mapping written and
+ * not msync'ed, to the daemon, whose event loop must stay free to take them.
+ */
+export async function syncfsAsync(mountpoint: string, timeoutMs: number): Promise<{ ok: boolean; message: string }> {
+  const r = await run('sync', ['-f', path.resolve(mountpoint)], timeoutMs)
+  return r.code === 0 ? { ok: true, message: '' } : { ok: false, message: r.stderr.trim() || (r.code === null ? `sync -f did not finish in ${timeoutMs} ms` : `sync -f exited ${r.code}`) }
+}
+
+/**
  * Clears a mount whose daemon is gone or stuck: abort the connection, then
  * lazy-unmount. Safe on a healthy mount too (its users get ENOTCONN).
  */
