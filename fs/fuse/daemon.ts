@@ -6,7 +6,8 @@
 //    (abort the connection, lazy unmount);
 //  - close() (SIGTERM/SIGINT through runDaemon) unmounts from a child process
 //    while the event loop keeps serving; files still open after the grace
-//    period get a lazy unmount and an aborted connection; then buffered
+//    period get a syncfs (from a child: the dirty pages of shared mappings
+//    come here), a lazy unmount and an aborted connection; then buffered
 //    writes are flushed and sessions closed;
 //  - any other exit (uncaught error, process.exit) aborts the connection and
 //    detaches the mount synchronously in an 'exit' hook.
@@ -41,6 +42,7 @@ import {
   forceUnmount,
   isFuseMount,
   setKernelReadahead,
+  syncfsAsync,
   unmountAsync,
   type MountEntry,
 } from './mounts.js'
@@ -275,6 +277,11 @@ async function unmount(mnt: string, mounted: MountEntry, graceMs: number, log: L
     }
     await sleep(100)
   }
+  // files are still open, and a process may hold a shared mapping it wrote and never msync'ed:
+  // those pages live only in the kernel until written back, and the abort below would drop them.
+  // syncfs sends them here while the mount can still be named; shutdown() then flushes them
+  const synced = await syncfsAsync(mnt, Math.max(graceMs, 5000))
+  if (!synced.ok) log.warn('syncfs of the mount before detaching failed', { mountpoint: mnt, reason: synced.message })
   const r = await unmountAsync(mnt, { lazy: true, timeoutMs: 5000 })
   if (r.result !== 'ok') detachNow(mnt)
   // open files keep the connection alive after a lazy unmount: give them a moment, then cut it

@@ -190,6 +190,33 @@ export async function unmountAsync(mountpoint: string, opts: { lazy?: boolean; t
 }
 
 /**
+ * syncfs(2) of a mount from a child process (`sync -f MNT`): the kernel
+ * writes the mount's dirty pages, those of a MAP_SHARED mapping written and
+ * not msync'ed, to the daemon, whose event loop must stay free to take them.
+ */
+export function syncfsAsync(mountpoint: string, timeoutMs: number): Promise<{ ok: boolean; message: string }> {
+  return new Promise((resolve) => {
+    let stderr = ''
+    const child = spawn('sync', ['-f', path.resolve(mountpoint)], { stdio: ['ignore', 'ignore', 'pipe'] })
+    // a syncfs waiting on requests the cluster cannot answer sits in D state, where SIGKILL
+    // waits too: the caller goes on after timeoutMs (its abort of the connection ends the wait)
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL')
+      resolve({ ok: false, message: `sync -f did not finish in ${timeoutMs} ms` })
+    }, timeoutMs)
+    child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()))
+    child.on('error', (e) => {
+      clearTimeout(timer)
+      resolve({ ok: false, message: e.message })
+    })
+    child.on('close', (code) => {
+      clearTimeout(timer)
+      resolve(code === 0 ? { ok: true, message: '' } : { ok: false, message: stderr.trim() || `sync -f exited ${code}` })
+    })
+  })
+}
+
+/**
  * Clears a mount whose daemon is gone or stuck: abort the connection, then
  * lazy-unmount. Safe on a healthy mount too (its users get ENOTCONN).
  */

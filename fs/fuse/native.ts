@@ -17,7 +17,10 @@
 //  - times cross as one number each; Strata's build of the addon gives that
 //    number its own meaning (times.ts);
 //  - Fuse.unmount runs `fusermount -uz`, which Debian's fuse3 does not ship
-//    (it has fusermount3), so the daemon unmounts by itself.
+//    (it has fusermount3), so the daemon unmounts by itself;
+//  - its fgetattr (fstat of an open file) called ops.getattr(path) and
+//    dropped the file handle: requireWithOwnAddon() replaces it with one
+//    that calls ops.fgetattr(path, fd) (withFgetattr).
 
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -171,10 +174,41 @@ function requireWithOwnAddon(): FuseConstructor {
   cached.exports = Object.assign((dir: string) => (path.resolve(dir) === fuseDir ? addon : real(dir)), real)
   try {
     const Fuse = req('fuse-native') as FuseConstructor
+    withFgetattr(Fuse)
     binding = addon
     return Fuse
   } finally {
     cached.exports = real
+  }
+}
+
+type OpSignal = (err: number, ...rest: unknown[]) => void
+interface FuseInternals {
+  ops: FuseOperations
+  _op_getattr(signal: OpSignal, path: string): void
+  _op_fgetattr(signal: OpSignal, path: string, fd: number): void
+}
+
+/**
+ * fuse-native 2.2.6 answers fgetattr (the kernel's GETATTR with a file
+ * handle: fstat(2) of an open file, and the size check of a read past the
+ * cached end) with ops.getattr(path), the handle dropped. A path-based
+ * getattr is wrong for an open file whose name another client renamed or
+ * removed: fstat gave ENOENT, or the attributes of whatever now has the name
+ * (its st_ino, its size, which the kernel then applied to the open file),
+ * and a directory there made the kernel mark the open file bad, so every
+ * later write and the close failed with EIO. This passes the handle on to
+ * ops.fgetattr (when the daemon has one; libfuse passes handle 0 when the
+ * kernel sends none), reusing fuse-native's own getattr answer path.
+ */
+function withFgetattr(Fuse: FuseConstructor): void {
+  const proto = (Fuse as unknown as { prototype: FuseInternals }).prototype
+  const byPath = proto._op_getattr
+  proto._op_fgetattr = function (this: FuseInternals, signal: OpSignal, p: string, fd: number) {
+    const fgetattr = this.ops.fgetattr
+    if (!fgetattr) return byPath.call(this, signal, p)
+    const ops: FuseOperations = { getattr: (gp, cb) => fgetattr.call(this.ops, gp, fd, cb) }
+    return byPath.call(Object.create(this, { ops: { value: ops } }) as FuseInternals, signal, p)
   }
 }
 

@@ -388,6 +388,7 @@ export class StrataFuseOps {
         cb(0)
       },
       getattr: (p, cb) => this.run('getattr', () => this.getattr(p), cb, p),
+      fgetattr: (p, fd, cb) => this.run('fgetattr', () => this.fgetattr(p, fd), cb, p),
       access: (p, mode, cb) => this.run('access', () => this.access(p, mode), cb, p),
       statfs: (p, cb) => this.run('statfs', async () => toStatfs(await this.fs.statfs()), cb, p),
       readdir: (p, cb) =>
@@ -456,6 +457,28 @@ export class StrataFuseOps {
   async getattr(p: string): Promise<FuseStat> {
     if (this.isVirtual(p)) return this.virtualStat(p)
     return inodeToStat(await this.lookup(p))
+  }
+
+  /**
+   * The kernel's GETATTR with a file handle (fstat of an open file, the size
+   * check of a read past the cached end): the attributes of the handle's
+   * own inode. The path may name something else by now: this mount follows
+   * its own renames, but another client may have renamed or removed the
+   * name, or put another file or a directory there.
+   */
+  async fgetattr(p: string, fd: number): Promise<FuseStat> {
+    const h = fd === 0 ? undefined : this.handles.get(fd)
+    if (!h || h.kind !== 'file') return this.getattr(p)
+    const fh = h.fh
+    const hit = this.cache.get(p)
+    if (hit && hit.id === fh.inodeId && !this.writers.has(hit.id)) return inodeToStat(hit)
+    try {
+      return inodeToStat(await this.fs.fstat(fh))
+    } catch (e) {
+      // removed by another client and gone from meta: the file as last known, as fstat of an unlinked file
+      if (e instanceof StrataError && e.code === 'META_NOT_FOUND') return inodeToStat(fh.inode)
+      throw e
+    }
   }
 
   async access(p: string, mode: number): Promise<void> {

@@ -408,7 +408,9 @@ export class MetaStore {
     if (parent.nlink === 0) throw new StrataError('META_NOT_FOUND', `directory ${hexId(parent.id)} was removed`)
     const id = await this.allocateInodeId(txn)
     const entry = newEntry(parent.id, res.name, id, 'Symlink', req.uuid)
-    const inode = newSymlink(id, req.target, req.user.uid, req.user.gid, this.now())
+    // BSD group semantics below a set-group-id directory, as for files and directories (Linux: every new inode)
+    const gid = parent.acl.perm & S_ISGID ? parent.acl.gid : req.user.gid
+    const inode = newSymlink(id, req.target, req.user.uid, gid, this.now())
     addInodeConflict(txn, parent.id)
     addDentryConflict(txn, parent.id, res.name)
     storeDirEntry(txn, entry)

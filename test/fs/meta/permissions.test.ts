@@ -80,6 +80,8 @@ test.serial('permission matrix: uid 1000 vs 1001, sticky, setgid, immutable, roo
   const sd = await a.mkdirs('/sg/d', { perm: 0o755 })
   t.is(sd.acl.gid, 50)
   t.is(sd.acl.perm & 0o2000, 0o2000)
+  // a symlink too (Linux gives every new inode below a set-group-id directory its group)
+  t.is((await a.symlink('/sg/l', 'f')).acl.gid, 50)
   t.is((await a.create('/home/open/plain', { flags: { access: 'r', create: true } })).stat.acl.gid, 1000)
 
   // immutable: no write open, unlink, rename or link; only root may set or clear it
