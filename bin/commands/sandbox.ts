@@ -102,8 +102,8 @@ async function withClient<T>(cmd: Command, fn: (s: Strata) => Promise<T>): Promi
     return await fn(s)
   } catch (e) {
     // the SDK says "check the endpoint"; here it is named as the user gave it
-    if (isStrataError(e, 'NOT_A_STRATA_DAEMON')) {
-      throw new StrataError(e.code, e.reason.replace('(check the endpoint)', `(check ${endpointSource(cmd.optsWithGlobals() as ClientOpts)})`), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+    if (isStrataError(e, ['NOT_A_STRATA_DAEMON', 'RPC_CONNECT_FAILED'])) {
+      throw new StrataError(e.code, e.reason.replace('check the endpoint)', `check ${endpointSource(cmd.optsWithGlobals() as ClientOpts)})`), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
     }
     throw e
   } finally {

@@ -95,9 +95,10 @@ export interface SandboxFileEntry extends Omit<FileEntry, 'mtimeNs'> {
 export type CreateManyItem = { ok: true; sandbox: Sandbox } | { ok: false; error: StrataError }
 
 /** Finds endpoint and token the way `new Strata()` does (options, environment, cluster directory). */
-export function resolveConnection(o: StrataOptions = {}): { endpoint: string; token: string } {
+export function resolveConnection(o: StrataOptions = {}): { endpoint: string; token: string; fromCluster: boolean } {
   options(o, 'new Strata', STRATA_OPTIONS)
   let endpoint = o.endpoint ?? process.env.STRATA_ENDPOINT
+  const fromCluster = !endpoint
   let token = o.token ?? process.env.STRATA_TOKEN
   if (!endpoint || !token) {
     const dir = resolveClusterDir(o.cluster)
@@ -115,7 +116,7 @@ export function resolveConnection(o: StrataOptions = {}): { endpoint: string; to
       }
     }
   }
-  return { endpoint, token }
+  return { endpoint, token, fromCluster }
 }
 
 export class Strata {
@@ -125,9 +126,11 @@ export class Strata {
   readonly transport: Transport
 
   constructor(o: StrataOptions = {}) {
-    const { endpoint, token } = resolveConnection(o)
+    const { endpoint, token, fromCluster } = resolveConnection(o)
     this.endpoint = endpoint
-    this.transport = new Transport({ endpoint, token, ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}) })
+    // an endpoint given outright may name no cluster at all: cluster advice would mislead
+    const unreachableHint = fromCluster ? 'is the cluster up? strata cluster status' : 'is a sandbox daemon listening there? check the endpoint'
+    this.transport = new Transport({ endpoint, token, unreachableHint, ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}) })
     this.sandboxes = new Sandboxes(this.transport)
   }
 

@@ -15,6 +15,8 @@ export interface TransportOptions {
   token: string
   /** per-request deadline for non-streaming calls. Default 120000 ms. */
   timeoutMs?: number
+  /** what a refused connection's message suggests (default: that the cluster may be down) */
+  unreachableHint?: string
 }
 
 export interface RequestOptions {
@@ -34,6 +36,7 @@ export class Transport {
   readonly #token: string
   readonly #agent: http.Agent
   readonly #timeoutMs: number
+  readonly #unreachableHint: string
 
   constructor(o: TransportOptions) {
     let u: URL
@@ -48,6 +51,7 @@ export class Transport {
     this.#token = o.token
     this.#agent = new http.Agent({ keepAlive: true, maxSockets: 64 })
     this.#timeoutMs = o.timeoutMs ?? 120_000
+    this.#unreachableHint = o.unreachableHint ?? 'is the cluster up? strata cluster status'
   }
 
   close(): void {
@@ -101,7 +105,7 @@ export class Transport {
         if (timer) clearTimeout(timer)
         if (o.signal?.aborted) return fail(new StrataError('CANCELLED', `${o.method} ${o.path}: cancelled`, { cause: e }))
         if (e.code === 'ECONNREFUSED' || e.code === 'ENOTFOUND' || e.code === 'EHOSTUNREACH') {
-          return fail(new StrataError('RPC_CONNECT_FAILED', `cannot reach the sandbox daemon at ${this.endpoint.origin}: ${e.code} (is the cluster up? strata cluster status)`, { cause: e }))
+          return fail(new StrataError('RPC_CONNECT_FAILED', `cannot reach the sandbox daemon at ${this.endpoint.origin}: ${e.code} (${this.#unreachableHint})`, { cause: e }))
         }
         // llhttp's parse errors: what came back is not an HTTP response
         if (typeof e.code === 'string' && e.code.startsWith('HPE_')) return fail(notOurs(o.method, url, 'answered with something that is not HTTP', e))

@@ -125,3 +125,27 @@ test('CLI: --endpoint and $STRATA_ENDPOINT at a web server: strata: NOT_A_STRATA
   t.regex(env.stderr, /^strata: NOT_A_STRATA_DAEMON: .* answered HTTP 404 Not Found \(text\/html\), .*\(check \$STRATA_ENDPOINT\)\n$/)
   t.notRegex(env.stderr, /<html|nginx/)
 })
+
+test('nothing listening at an endpoint given outright: RPC_CONNECT_FAILED without cluster advice (SDK), naming --endpoint or $STRATA_ENDPOINT (CLI)', async (t) => {
+  // a port that was just free: bind, read it, close
+  const free = await new Promise<number>((r) => {
+    const s = net.createServer()
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as AddressInfo).port
+      s.close(() => r(port))
+    })
+  })
+  const endpoint = `http://127.0.0.1:${free}`
+  const sdk = new Strata({ endpoint, token: 'x' })
+  t.teardown(() => sdk.close())
+  const f = await failure(() => sdk.sandboxes.list())
+  t.is(f.code, 'RPC_CONNECT_FAILED')
+  t.is(f.message, `cannot reach the sandbox daemon at ${endpoint}: ECONNREFUSED (is a sandbox daemon listening there? check the endpoint)`)
+  const flag = await strata(['sandbox', '--endpoint', endpoint, '--token', 'x', 'ls'], { env: { STRATA_LOG_LEVEL: 'error' }, timeoutMs: 60_000 })
+  t.is(flag.code, 1, flag.stderr)
+  t.is(flag.stderr, `strata: RPC_CONNECT_FAILED: cannot reach the sandbox daemon at ${endpoint}: ECONNREFUSED (is a sandbox daemon listening there? check --endpoint)\n`)
+  const env = await strata(['sandbox', 'ls'], { env: { STRATA_LOG_LEVEL: 'error', STRATA_ENDPOINT: endpoint, STRATA_TOKEN: 'x' }, timeoutMs: 60_000 })
+  t.is(env.code, 1, env.stderr)
+  t.regex(env.stderr, /\(is a sandbox daemon listening there\? check \$STRATA_ENDPOINT\)\n$/)
+  t.notRegex(flag.stderr + env.stderr, /cluster up/)
+})
