@@ -570,7 +570,7 @@ export function registerServeCommand(program: Command): void {
   usageOutput(program.command('serve'))
     .description('run a sandbox node daemon in the foreground (cluster up starts one; see docs/sandbox-api.md)')
     .option('--cluster <dir>', 'cluster whose DFS and FUSE mount (DIR/mnt) it uses (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
-    .option('--listen <host:port>', 'address of the HTTP API', listenArg, '127.0.0.1:7410')
+    .option('--listen <host:port>', 'address of the HTTP API (port 0: a free port, named in the log and the state dir)', listenArg, '127.0.0.1:7410')
     .option('--state-dir <dir>', 'registry, layer mounts and sandboxes (default: DIR/data/serve-<port>, or /run/strata/serve-<port>-<hash> when that is too long for socket paths)')
     .option('--token-file <file>', 'bearer token file, created (mode 0600) if missing (default: DIR/sandbox.token)')
     .option('--fuse-mnt <dir>', 'the node\'s FUSE mount of the DFS (default: DIR/mnt)')
@@ -597,14 +597,16 @@ other resources or network: the daemon config's warmPool
     .action(async (o) => {
       const dir = resolveClusterDir(o.cluster)
       const c = readClusterFile(dir)
-      const { port } = parseListen(o.listen)
-      // a busy or foreign address fails now, before the state dir is made (and as listen() would say it)
-      await probeListen(o.listen)
+      // a busy or foreign address fails now, before the state dir is made (and as listen() would say it).
+      // Port 0 becomes the port the kernel picked, so that the state dir (named after the port) is this
+      // daemon's own and not shared by every daemon started with :0
+      const port = await probeListen(o.listen)
+      const listen = parseListen(o.listen).port === 0 ? o.listen.replace(/:0+$/, `:${port}`) : o.listen
       const dataDir = path.join(dir, 'data', `serve-${port}`)
       const log = createLogger('sandbox')
       await runDaemon(log, () => startSandboxDaemon({
         nodeId: o.nodeId,
-        listen: o.listen,
+        listen,
         mgmtdAddresses: c.mgmtdAddresses,
         fuseMnt: o.fuseMnt ?? path.join(dir, 'mnt'),
         stateDir: o.stateDir ?? sandboxStateDir(dir, dataDir),

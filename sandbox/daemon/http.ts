@@ -63,14 +63,17 @@ export function listenFailure(e: unknown, listen: string): StrataError {
 }
 
 /** Binds `listen` and lets it go again: a start-up check with the errors listen() would give. */
-export async function probeListen(listen: string): Promise<void> {
+export async function probeListen(listen: string): Promise<number> {
   const { host, port } = parseListen(listen)
   const s = net.createServer()
   await new Promise<void>((resolve, reject) => {
     s.once('error', (e) => reject(listenFailure(e, listen)))
     s.listen({ port, host, exclusive: true }, () => resolve())
   })
+  // the port bound: the one asked for, or the one the kernel picked for port 0
+  const bound = (s.address() as net.AddressInfo).port
   await new Promise<void>((r) => s.close(() => r()))
+  return bound
 }
 
 export function httpStatusOf(code: ErrorCode): number {
