@@ -285,3 +285,38 @@ elif op == 'remove': print(code(os.removexattr, d, 'hf3fs.lock'))
   t.is(await run('lock', db, 'unlock'), 'ok')
   t.is(await run('create', da, 'fd'), 'ok')
 })
+
+t('scenario 20: after 3fs-virt/rm-rf the removed names are gone from this mount at once, long kernel cache timeouts or not', async (t) => {
+  const c = await startFuseCluster(t)
+  // 60 s: without an invalidation the kernel would answer the stats below from its caches
+  const a = await c.mount({ name: 'a', attrTimeout: 60, entryTimeout: 60 })
+  const r = await py(
+    String.raw`
+import errno, os, sys
+m = sys.argv[1]
+def st(p):
+    try:
+        os.lstat(p); return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+os.makedirs(os.path.join(m, 'd', 'tree', 'sub'))
+open(os.path.join(m, 'd', 'tree', 'sub', 'f'), 'w').close()
+open(os.path.join(m, 'd', 'file'), 'w').close()
+os.symlink('file', os.path.join(m, 'd', 'link'))
+names = ['d/tree', 'd/tree/sub/f', 'd/file', 'd/link']
+before = [st(os.path.join(m, n)) for n in names]
+os.symlink(os.path.join(m, 'd', 'tree'), os.path.join(m, '3fs-virt', 'rm-rf', 'x'))
+os.symlink(os.path.join(m, 'd', 'file'), os.path.join(m, '3fs-virt', 'rm-rf', 'y'))
+# through a path with a symlink in the middle
+os.symlink('d', os.path.join(m, 'dl'))
+os.symlink(os.path.join(m, 'dl', 'link'), os.path.join(m, '3fs-virt', 'rm-rf', 'z'))
+after = [st(os.path.join(m, n)) for n in names]
+print(' '.join(before), '|', ' '.join(after), '|', ','.join(sorted(os.listdir(os.path.join(m, 'd')))))
+`,
+    [a.mnt],
+  )
+  ok(t, r, 'rm-rf')
+  t.is(r.stdout.trim(), 'ok ok ok ok | ENOENT ENOENT ENOENT ENOENT |')
+  // the names are free again
+  ok(t, await sh(`mkdir ${a.mnt}/d/tree && touch ${a.mnt}/d/file && ls ${a.mnt}/d`), 'recreate')
+})
