@@ -194,7 +194,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
 
   admin
     .command('rm')
-    .description('remove a file, symlink or empty directory; -r a whole tree (moved to GC atomically)')
+    .description('remove a file, symlink or empty directory; -r a whole tree (moved to GC atomically); META_NO_LOCK when another client holds the hf3fs.lock of the parent, of the directory or of one inside the tree')
     .argument('<path>', 'path', dfsPathArg('path'))
     .option('-r, --recursive', 'remove a non-empty directory')
     .option('--json', 'print JSON')

@@ -40,6 +40,7 @@ import {
   inconsistent,
   isTreeRoot,
   listDirEntries,
+  listLockedDirectories,
   loadDirEntry,
   loadEntryInode,
   loadInode,
@@ -48,6 +49,7 @@ import {
   removeInode,
   removeSession,
   storeDirEntry,
+  storeDirLockIndex,
   storeInode,
   storeSession,
   validName,
@@ -97,6 +99,36 @@ function accessBits(flags: OpenFlags): number {
 function checkLock(dir: Inode, req: ReqBase): void {
   const lock = dir.directory?.lock
   if (lock && lock.client !== req.client.uuid) throw new StrataError('META_NO_LOCK', `directory ${hexId(dir.id)} is locked by client ${lock.client}`)
+}
+
+/**
+ * Removing directory `root` (an rmdir, a recursive remove, a move into the
+ * trash, a rename over it) also removes what is inside it, so a lock held by
+ * another client on `root` or on any directory below it refuses the change
+ * (3FS checks only the parent's lock; Strata closes that gap, docs/meta.md).
+ * The locked directories come from the lock index, so no tree walk is needed.
+ */
+async function checkTreeLocks(txn: ReadWriteTxn, root: Inode, req: ReqBase, name: string): Promise<void> {
+  const own = root.directory?.lock
+  if (own && own.client !== req.client.uuid) throw new StrataError('META_NO_LOCK', `directory ${name} is locked by client ${own.client}`)
+  for (const id of await listLockedDirectories(txn)) {
+    if (id === root.id) continue
+    // not a snapshot load: a rename moving this directory meanwhile conflicts with the caller
+    const dir = await loadInode(txn, id, false)
+    const lock = dir?.directory?.lock
+    if (!dir || !lock || lock.client === req.client.uuid || dir.nlink === 0) continue
+    let ancestors: Inode[]
+    try {
+      ancestors = await loadAncestors(txn, dir.directory!.parent)
+    } catch {
+      continue // a stale index entry (its tree is being collected)
+    }
+    const at = ancestors.findIndex((a) => a.id === root.id)
+    // a removed tree keeps its parent pointers: below a removed directory (nlink 0) is not inside root any more
+    if (at >= 0 && !ancestors.slice(0, at).some((a) => a.nlink === 0)) {
+      throw new StrataError('META_NO_LOCK', `directory ${name} contains ${hexId(id)} (${dir.directory!.name}), locked by client ${lock.client}`)
+    }
+  }
 }
 
 function fileOf(inode: Inode, what: string) {
@@ -481,6 +513,7 @@ export class MetaStore {
     const gcInfo: GcInfo = { user: req.user.uid, origPath: entry.name }
     if (entry.type === 'File' && inode.nlink === 1) gcInfo.origPath = await origPathOf(txn, entry.parent, entry.name)
     if (entry.type === 'Directory') {
+      await checkTreeLocks(txn, inode, req, entry.name)
       if (await checkEmpty(txn, entry.id)) {
         addDentryConflict(txn, entry.parent, entry.name)
         addInodeConflict(txn, inode.id)
@@ -550,7 +583,11 @@ export class MetaStore {
         throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is a non-empty directory`)
       }
       const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
+      // the replaced (empty) directory goes away: not while another client holds its lock
+      if (dst.entry) await checkTreeLocks(txn, await loadEntryInode(txn, dst.entry), req, dst.entry.name)
       if (underTrash(dstAncestors)) {
+        // a move into the trash removes the tree: the locks below count as for a recursive remove
+        await checkTreeLocks(txn, await loadEntryInode(txn, srcEntry), req, srcEntry.name)
         // moving a directory into /trash/…: the remove permissions, unless it is already in the trash (3FS)
         if (req.moveToTrash) {
           checkRecursiveRmPerm(srcEntry.dirAcl!, req.user, this.s.recursiveRemoveCheckOwner, `directory ${srcEntry.name}`)
@@ -812,6 +849,7 @@ export class MetaStore {
       if (!dir.lock || dir.lock.client !== me) {
         dir.lock = { client: me, since: nowUs() }
         storeInode(txn, inode)
+        storeDirLockIndex(txn, inode.id, me)
       }
       return inode
     }
@@ -823,6 +861,7 @@ export class MetaStore {
       if (dir.lock) {
         dir.lock = null
         storeInode(txn, inode)
+        storeDirLockIndex(txn, inode.id, null)
       }
       return inode
     }
