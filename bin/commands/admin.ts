@@ -35,7 +35,7 @@ import {
 } from '../../fs/admin/index.js'
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
 import { StrataError } from '../../fs/common/errors.js'
-import { addressListArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, U32_MAX, UsageError } from './output.js'
+import { addressListArg, dirArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, U32_MAX, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 import { registerAdminSessionCommands } from './admin-sessions.js'
 
@@ -78,7 +78,7 @@ export function registerAdminCommands(program: Command): void {
     .command('admin')
     .description('3FS admin_cli commands against a cluster (same names, arguments, CSV formats and columns)')
     .enablePositionalOptions(false)
-    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)', dirArg('--cluster'))
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
     .option('--timeout <seconds>', 'deadline of each RPC (FS commands: of each meta or storage request, retries included)', timerSecondsArg('--timeout'), 10)
     .option('--json', 'print JSON records instead of the table')
