@@ -99,6 +99,15 @@ export function dirArg(what: string): (v: string) => string {
   }
 }
 
+/** A local file (or directory) to read or write: '' would otherwise read as "none given" and the command would fall back silently. */
+export function fileArg(what: string): (v: string) => string {
+  return (v: string) => {
+    if (v === '') throw new InvalidArgumentError(`${what} is empty (a file path)`)
+    if (v.includes('\0')) throw new InvalidArgumentError(`${what} contains a NUL byte`)
+    return v
+  }
+}
+
 /** A required name (a process of a cluster…): not empty. */
 export function nameArg(what: string): (v: string) => string {
   return (v: string) => {

@@ -277,3 +277,37 @@ test('local path errors, u32 chain table ids, -d templates and CSV-only commands
     t.regex(r.stderr, /writes CSV; --json is not supported/, args.join(' '))
   }
 })
+
+test('init-cluster: 3FS\'s --X-config-path spellings, a missing config file leaves the cluster uninitialized, empty file and output paths are usage errors', async (t) => {
+  const { dir, A } = await loneMgmtd(t)
+  const cfg = path.join(dir, 'meta.toml')
+  fs.writeFileSync(cfg, 'x = 1\n')
+  // a config file that cannot be read: nothing is recorded (it used to init, then fail)
+  const missing = await strata([...A, 'init-cluster', '1', '64K', '2', '--mgmtd', path.join(dir, 'nope.toml')])
+  t.is(missing.code, 1, missing.stderr)
+  t.regex(missing.stderr, /^strata: NOT_FOUND: cannot read MGMTD config /m)
+  // so other values are still taken, with the 3FS spelling of the config options
+  const init = await ok(t, [...A, 'init-cluster', '2', '64K', '1', '--meta-config-path', cfg, '--json'])
+  t.like(JSON.parse(init), { configs: [{ nodeType: 'META', configVersion: 1 }] })
+  t.regex(await ok(t, [...A, 'get-config', '-t', 'META']), /x = 1/)
+  const both = await strata([...A, 'init-cluster', '2', '64K', '1', '--fuse', cfg, '--fuse-config-path', path.join(dir, 'other')])
+  t.is(both.code, 2, both.stderr)
+  // '' as a file: a usage error, not "no file" (stdout, or the cluster layout for create-targets --chains)
+  for (const args of [
+    ['init-cluster', '2', '64K', '1', '--storage', ''],
+    ['dump-chains', ''],
+    ['dump-chain-table', '2', ''],
+    ['upload-chains', '-d', ''],
+    ['upload-chain-table', '-d', ''],
+    ['upload-chain-table', '2', ''],
+    ['get-config', '-t', 'META', '-o', ''],
+    ['set-config', '-t', 'META', '-f', ''],
+    ['dump-chunkmeta', '-m', ''],
+    ['create-targets', '--node-id', '10001', '--chains', ''],
+    ['dump-session', '--output', ''],
+  ]) {
+    const r = await strata([...A, ...args])
+    t.is(r.code, 2, `${JSON.stringify(args)}: ${r.stdout}${r.stderr}`)
+    t.regex(r.stderr, /^strata: usage: .* is empty/, JSON.stringify(args))
+  }
+})
