@@ -225,6 +225,15 @@ test.serial('scenario 26: headers, upload-chains -d, invalid CSVs rejected, offl
   t.is((await strata([...A, 'upload-chain-table', '1', badTable])).code, 1)
   t.is(await ok(t, [...A, 'list-chains', '--json']), before)
 
+  // a --node-id the target is not on: named as such, not asked ("no target on this node"), for offline and remove alike
+  for (const cmd of ['offline-target', 'remove-target']) {
+    const wrong = await strata([...A, cmd, '--target-id', String(t1), '--node-id', '10002'])
+    t.is(wrong.code, 1, cmd)
+    t.regex(wrong.stderr, new RegExp(`^strata: MGMTD_TARGET_NOT_FOUND: target ${t1} is on node 10001, not on node 10002`), cmd)
+    const unknown = await strata([...A, cmd, '--target-id', '424242', '--node-id', '10002'])
+    t.is(unknown.code, 1, cmd)
+    t.regex(unknown.stderr, /^strata: TARGET_NOT_FOUND: storage node 10002 has no target 424242$/m, cmd)
+  }
   // offline-target on the only SERVING replica: refused without --force
   const chainOfT1 = targets.find((x: any) => x.targetId === t1).chainId
   const refused = await strata([...A, 'offline-target', '--target-id', String(t1)])
