@@ -231,6 +231,14 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     .option('--node-id <id>', 'its storage node (default: from routing info)', u32Id('--node-id'))
     .option('--force', 'also when it is the last SERVING replica (the chain becomes unavailable)')
     .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      `
+There is no online-target (3FS has none either): the target stays OFFLINE until
+its storage node restarts (a local cluster: strata cluster kill --node storage-N
+--signal TERM, then strata cluster start --node storage-N); it then resyncs from
+the chain and serves again.`,
+    )
     .action((o, cmd: Command) =>
       session(cmd, async (s, json) => printAction(await offlineTarget(s, { targetId: o.targetId, ...(o.nodeId ? { nodeId: o.nodeId } : {}), force: !!o.force }), json)),
     )
