@@ -96,7 +96,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--no-bootstrap', 'only start the processes; run init-cluster, create-target, upload-chains… yourself (DIR/config has the CSVs)')
     .option('--timers <profile>', 'daemon timers: local (test scale, seconds) or production (3FS defaults)', choiceArg<TimerProfile>('--timers', ['local', 'production']), 'local')
     .option('--timeout <seconds>', 'give up bootstrapping after this long (default 60, production 300)', timerSecondsArg('--timeout'))
-    .option('--name <name>', 'cluster name (default: the directory name)')
+    .option('--name <name>', 'cluster name (default: the directory name)', nameArg('--name'))
     .option('--keep-on-failure', 'leave the processes running when the bootstrap fails')
     .option('-q, --quiet', 'no progress output')
     .option('--json', 'print the cluster description as JSON')

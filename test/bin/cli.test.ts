@@ -142,6 +142,7 @@ test('an empty --cluster/--dir, --mgmtd-address or cluster --node is a usage err
     ['cluster', 'destroy', '--force', '--dir', ''],
     ['cluster', 'kill', '--node', ''],
     ['cluster', 'start', '--node', ' '],
+    ['cluster', 'up', '--dir', path.join(fallback, 'new'), '--name', ''],
     ['admin', '--cluster', '', 'list-nodes'],
     ['admin', 'list-chains', '--cluster', ''],
     ['admin', '--mgmtd-address', '', 'list-targets'],
