@@ -202,7 +202,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
 
   admin
     .command('mv')
-    .description('rename (POSIX semantics: an existing destination is replaced atomically)')
+    .description('rename (POSIX semantics: an existing destination is replaced atomically); META_NO_LOCK when another client holds the hf3fs.lock of either parent or of a directory it would replace')
     .argument('<src>', 'source path', dfsPathArg('src'))
     .argument('<dst>', 'destination path', dfsPathArg('dst'))
     .option('--json', 'print JSON')

@@ -810,7 +810,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
     )
 
   g.command('rm')
-    .description('remove files, symlinks and empty directories; -r whole trees; a path that fails is reported and the others still go (exit 1)')
+    .description('remove files, symlinks and empty directories; -r whole trees; a path that fails is reported and the others still go (exit 1); META_NO_LOCK when another client holds the hf3fs.lock of the parent, of the directory or of one inside the tree')
     .argument('<paths...>', 'DFS paths')
     .option('-r, --recursive', 'remove directories and their contents')
     .option('-f, --force', 'ignore paths that do not exist')
