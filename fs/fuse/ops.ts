@@ -754,11 +754,27 @@ export class StrataFuseOps {
    * on success drops the dentry; a name it does not have is looked up, found
    * missing and never reaches these ops. Runs in libuv's threadpool, so the
    * event loop stays free to answer the request it causes.
+   *
+   * The kernel follows symlinks by host paths, not DFS paths: a DFS symlink in
+   * the directory part (say to /tmp) would lead an rmdir by path off the mount
+   * onto a host file. So the parent directory is opened first and used only if
+   * it is on this mount (its st_dev is the mount's), and the name is removed
+   * through that open directory (/proc/self/fd/N/name), which no later rename
+   * or symlink can redirect.
    */
   private async dropFromKernel(p: string): Promise<void> {
-    const full = this.mnt + p
+    const base = path.posix.basename(p)
+    if (!base || base === '.' || base === '..') return
     this.dropping.set(p, (this.dropping.get(p) ?? 0) + 1)
+    let dir: fsp.FileHandle | null = null
     try {
+      const mntDev = (await fsp.stat(this.mnt)).dev
+      dir = await fsp.open(this.mnt + path.posix.dirname(p), fsc.O_RDONLY | fsc.O_DIRECTORY)
+      if ((await dir.stat()).dev !== mntDev) {
+        this.log.warn('rm-rf: the removed path leads off the mount through a symlink; the kernel keeps its cached name until the timeouts', { path: p })
+        return
+      }
+      const full = `/proc/self/fd/${dir.fd}/${base}`
       await fsp.rmdir(full).catch(async (e: NodeJS.ErrnoException) => {
         if (e.code === 'ENOTDIR') await fsp.unlink(full)
         else throw e
@@ -767,6 +783,7 @@ export class StrataFuseOps {
       const code = (e as NodeJS.ErrnoException).code
       if (code !== 'ENOENT') this.log.debug('rm-rf: could not drop the kernel name', { path: p, code })
     } finally {
+      await dir?.close().catch(() => {})
       const n = (this.dropping.get(p) ?? 1) - 1
       if (n > 0) this.dropping.set(p, n)
       else this.dropping.delete(p)
