@@ -108,9 +108,11 @@ function checkLock(dir: Inode, req: ReqBase): void {
  * (3FS checks only the parent's lock; Strata closes that gap, docs/meta.md).
  * The locked directories come from the lock index, so no tree walk is needed.
  */
-async function checkTreeLocks(txn: ReadWriteTxn, root: Inode, req: ReqBase, name: string): Promise<void> {
+async function checkTreeLocks(txn: ReadWriteTxn, root: Inode, req: ReqBase, name: string, below = true): Promise<void> {
   const own = root.directory?.lock
   if (own && own.client !== req.client.uuid) throw new StrataError('META_NO_LOCK', `directory ${name} is locked by client ${own.client}`)
+  // an empty directory (its emptiness read with a conflict) has nothing below it
+  if (!below) return
   for (const id of await listLockedDirectories(txn)) {
     if (id === root.id) continue
     // not a snapshot load: a rename moving this directory meanwhile conflicts with the caller
@@ -513,15 +515,16 @@ export class MetaStore {
     const gcInfo: GcInfo = { user: req.user.uid, origPath: entry.name }
     if (entry.type === 'File' && inode.nlink === 1) gcInfo.origPath = await origPathOf(txn, entry.parent, entry.name)
     if (entry.type === 'Directory') {
-      await checkTreeLocks(txn, inode, req, entry.name)
-      if (await checkEmpty(txn, entry.id)) {
+      const empty = await checkEmpty(txn, entry.id)
+      if (!empty && !req.recursive) throw new StrataError('META_NOT_EMPTY', `directory ${entry.name} is not empty`)
+      await checkTreeLocks(txn, inode, req, entry.name, !empty)
+      if (empty) {
         addDentryConflict(txn, entry.parent, entry.name)
         addInodeConflict(txn, inode.id)
         removeDirEntry(txn, entry)
         removeInode(txn, inode)
         return
       }
-      if (!req.recursive) throw new StrataError('META_NOT_EMPTY', `directory ${entry.name} is not empty`)
       checkRecursiveRmPerm(inode.acl, req.user, this.s.recursiveRemoveCheckOwner, `directory ${entry.name}`)
       await this.recursiveCheckRmPerm(txn, inode.id, req.user)
       gcInfo.origPath = await origPathOf(txn, entry.parent, entry.name)
@@ -584,7 +587,7 @@ export class MetaStore {
       }
       const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
       // the replaced (empty) directory goes away: not while another client holds its lock
-      if (dst.entry) await checkTreeLocks(txn, await loadEntryInode(txn, dst.entry), req, dst.entry.name)
+      if (dst.entry) await checkTreeLocks(txn, await loadEntryInode(txn, dst.entry), req, dst.entry.name, false)
       if (underTrash(dstAncestors)) {
         // a move into the trash removes the tree: the locks below count as for a recursive remove
         await checkTreeLocks(txn, await loadEntryInode(txn, srcEntry), req, srcEntry.name)

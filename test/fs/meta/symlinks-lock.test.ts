@@ -130,6 +130,8 @@ test.serial('directory lock: removing a locked directory, or a tree with one ins
   t.is(await codeOf(b.remove('/lt/top/mid', { recursive: true })), 'META_NO_LOCK')
   t.is(await codeOf(b.remove('/lt/top', { recursive: true })), 'META_NO_LOCK')
   t.is(await codeOf(b.remove('/lt', { recursive: true })), 'META_NO_LOCK')
+  // without recursive, a non-empty directory is still just not empty
+  t.is(await codeOf(b.remove('/lt/top', { rmdir: true, checkType: true })), 'META_NOT_EMPTY')
   // a rename over the locked (empty) directory removes it too
   t.is(await codeOf(b.rename('/lt/dst', '/lt/empty')), 'META_NO_LOCK')
   // and a move into the trash is a recursive remove
