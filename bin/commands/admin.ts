@@ -160,7 +160,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
 
   admin
     .command('unregister-node')
-    .description('forget a node that no longer heartbeats')
+    .description('forget a node that no longer heartbeats (a storage node only once no chain lists its targets)')
     .argument('<nodeId>', 'node id', u32Id('nodeId'))
     .option('--json', 'print JSON')
     .action((nodeId: number, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await unregisterNode(s, nodeId), json)))
