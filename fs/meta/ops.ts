@@ -587,7 +587,10 @@ export class MetaStore {
       }
       const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
       // the replaced (empty) directory goes away: not while another client holds its lock
-      if (dst.entry) await checkTreeLocks(txn, await loadEntryInode(txn, dst.entry), req, dst.entry.name, false)
+      if (dst.entry) {
+        addInodeConflict(txn, dst.entry.id) // a lock taken on it meanwhile aborts this rename
+        await checkTreeLocks(txn, await loadEntryInode(txn, dst.entry), req, dst.entry.name, false)
+      }
       if (underTrash(dstAncestors)) {
         // a move into the trash removes the tree: the locks below count as for a recursive remove
         await checkTreeLocks(txn, await loadEntryInode(txn, srcEntry), req, srcEntry.name)
