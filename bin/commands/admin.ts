@@ -1,7 +1,6 @@
 // `strata admin <command>`: 3FS admin_cli commands with the same names,
 // arguments, CSV formats and column headers; `--json` prints records instead
 // of the table. The logic lives in fs/admin; this file parses and prints.
-import fs from 'node:fs'
 import type { Command } from 'commander'
 import {
   CHAIN_TABLE_CSV_TEMPLATE,
@@ -35,7 +34,7 @@ import {
 } from '../../fs/admin/index.js'
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
 import { StrataError } from '../../fs/common/errors.js'
-import { addressListArg, dirArg, fileArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, U32_MAX, UsageError } from './output.js'
+import { addressListArg, dirArg, fileArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, writeOutput, U32_MAX, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 import { registerAdminSessionCommands } from './admin-sessions.js'
 
@@ -422,7 +421,7 @@ the chain and serves again.`,
         const r = await getConfig(s, type)
         if (o.outputFile) {
           if (!r.result.exists) throw new StrataError('NOT_FOUND', `no config stored for ${type}`)
-          fs.writeFileSync(o.outputFile, r.result.content)
+          writeOutput(o.outputFile, r.result.content, `the ${type} config`)
           r.lines.push(['OutputFile', o.outputFile])
         }
         if (json) return printJson(r.result)
@@ -437,12 +436,12 @@ the chain and serves again.`,
 
 function dumpTemplate(file: string | undefined, template: string): void {
   if (!file) return out(template)
-  fs.writeFileSync(file, template)
+  writeOutput(file, template, 'the template')
   out(`Dump template to ${file} succeeded`)
 }
 
 function writeOrPrint(file: string | undefined, text: string): void {
   if (!file) return out(text)
-  fs.writeFileSync(file, text)
+  writeOutput(file, text, 'the CSV')
   out(`Dump to ${file} succeeded`)
 }

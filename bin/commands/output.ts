@@ -244,6 +244,16 @@ export function choiceArg<T extends string>(what: string, choices: readonly T[])
 }
 
 /** Reads an input file; a missing file is the operator's mistake, not the cluster's. */
+/** Writes a local output file; a failure names what and where, as readInput does (ENOENT → NOT_FOUND, EISDIR → INVALID_ARGUMENT, …). */
+export function writeOutput(file: string, text: string, what: string): void {
+  try {
+    fs.writeFileSync(file, text)
+  } catch (e) {
+    const code = fromSystemError(e)?.code ?? 'IO_ERROR'
+    throw new StrataError(code, `cannot write ${what} to ${file}: ${(e as Error).message}`, { cause: e })
+  }
+}
+
 export function readInput(file: string, what: string): string {
   try {
     return fs.readFileSync(file, 'utf8')

@@ -301,6 +301,17 @@ test('init-cluster: 3FS\'s --X-config-path spellings, a missing config file leav
   t.regex(await ok(t, [...A, 'get-config', '-t', 'META']), /x = 1/)
   const both = await strata([...A, 'init-cluster', '2', '64K', '1', '--fuse', cfg, '--fuse-config-path', path.join(dir, 'other')])
   t.is(both.code, 2, both.stderr)
+  // an output file that cannot be written: named, with the catalogue's code for the errno
+  const unwritable: Array<[string[], RegExp]> = [
+    [['upload-chains', '-d', dir], /^strata: INVALID_ARGUMENT: cannot write the template to .*: EISDIR/m],
+    [['dump-chains', path.join(dir, 'no', 'x.csv')], /^strata: NOT_FOUND: cannot write the CSV to .*x\.csv: ENOENT/m],
+    [['get-config', '-t', 'META', '-o', path.join(dir, 'no', 'meta.toml')], /^strata: NOT_FOUND: cannot write the META config to .*meta\.toml: ENOENT/m],
+  ]
+  for (const [args, re] of unwritable) {
+    const r = await strata([...A, ...args])
+    t.is(r.code, 1, `${args.join(' ')}: ${r.stderr}`)
+    t.regex(r.stderr, re, args.join(' '))
+  }
   // '' as a file: a usage error, not "no file" (stdout, or the cluster layout for create-targets --chains)
   for (const args of [
     ['init-cluster', '2', '64K', '1', '--storage', ''],
