@@ -194,7 +194,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
 
   admin
     .command('rm')
-    .description('remove a file, symlink or empty directory; -r a whole tree (moved to GC atomically)')
+    .description('remove a file, symlink or empty directory; -r a whole tree (moved to GC atomically); META_NO_LOCK when another client holds the hf3fs.lock of the parent, of the directory or of one inside the tree')
     .argument('<path>', 'path', dfsPathArg('path'))
     .option('-r, --recursive', 'remove a non-empty directory')
     .option('--json', 'print JSON')
@@ -202,7 +202,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
 
   admin
     .command('mv')
-    .description('rename (POSIX semantics: an existing destination is replaced atomically)')
+    .description('rename (POSIX semantics: an existing destination is replaced atomically); META_NO_LOCK when another client holds the hf3fs.lock of either parent or of a directory it would replace')
     .argument('<src>', 'source path', dfsPathArg('src'))
     .argument('<dst>', 'destination path', dfsPathArg('dst'))
     .option('--json', 'print JSON')

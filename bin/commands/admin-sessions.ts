@@ -7,7 +7,7 @@ import { withAdminSession } from '../../fs/admin/index.js'
 import { dumpSession, listClients, parseSessionCursor } from '../../fs/admin/client-sessions.js'
 import type { StrataError } from '../../fs/common/errors.js'
 import { U64_MAX, fsSession, type GlobalOpts } from './admin-fs.js'
-import { UsageError, intArg, out, printJson, printListing, uuidArg } from './output.js'
+import { UsageError, fileArg, intArg, out, printJson, printListing, uuidArg } from './output.js'
 
 function adminSession(cmd: Command, run: (s: Parameters<Parameters<typeof withAdminSession>[1]>[0], json: boolean) => Promise<void>): Promise<void> {
   const g = cmd.optsWithGlobals() as GlobalOpts
@@ -67,7 +67,7 @@ client list may be incomplete" follows (JSON: "bootstrapping": true).`,
     .option('--inode <id>', 'only the sessions of this inode (decimal or 0x hex)', inodeArg)
     .option('-l, --limit <n>', 'at most this many sessions (default: all)', intArg('--limit', { min: 1 }))
     .option('-p, --prev <InodeId/SessionId>', 'continue after this session (the last row of the previous page)', cursorArg)
-    .option('--output <file>', 'write the sessions as JSON lines into this new file instead (3FS writes parquet there)')
+    .option('--output <file>', 'write the sessions as JSON lines into this new file instead (3FS writes parquet there)', fileArg('--output'))
     .option('--json', 'print JSON: {sessions, more, next}')
     .addHelpText(
       'after',

@@ -1,7 +1,6 @@
 // `strata admin <command>`: 3FS admin_cli commands with the same names,
 // arguments, CSV formats and column headers; `--json` prints records instead
 // of the table. The logic lives in fs/admin; this file parses and prints.
-import fs from 'node:fs'
 import type { Command } from 'commander'
 import {
   CHAIN_TABLE_CSV_TEMPLATE,
@@ -35,7 +34,7 @@ import {
 } from '../../fs/admin/index.js'
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
 import { StrataError } from '../../fs/common/errors.js'
-import { addressListArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, U32_MAX, UsageError } from './output.js'
+import { addressListArg, dirArg, fileArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, writeOutput, U32_MAX, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 import { registerAdminSessionCommands } from './admin-sessions.js'
 
@@ -78,7 +77,7 @@ export function registerAdminCommands(program: Command): void {
     .command('admin')
     .description('3FS admin_cli commands against a cluster (same names, arguments, CSV formats and columns)')
     .enablePositionalOptions(false)
-    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)', dirArg('--cluster'))
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
     .option('--timeout <seconds>', 'deadline of each RPC (FS commands: of each meta or storage request, retries included)', timerSecondsArg('--timeout'), 10)
     .option('--json', 'print JSON records instead of the table')
@@ -104,32 +103,45 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     .argument('<chainTableId>', 'chain table of the root directory layout', u32Id('chainTableId'))
     .argument('<chunkSize>', 'default chunk size, a power of two up to 2G (65536, 64K, 1M)', chunkSizeArg('chunkSize'))
     .argument('<stripeSize>', 'default number of chains a file stripes over', intArg('stripeSize', { min: 1, max: U32_MAX }))
-    .option('--mgmtd <file>', 'store this file as the MGMTD config (alias --mgmtd-config-path)')
-    .option('--meta <file>', 'store this file as the META config')
-    .option('--storage <file>', 'store this file as the STORAGE config')
-    .option('--fuse <file>', 'store this file as the FUSE config')
+    .option('--mgmtd <file>', 'store this file as the MGMTD config', fileArg('--mgmtd'))
+    .option('--mgmtd-config-path <file>', 'same as --mgmtd (3FS spelling)', fileArg('--mgmtd-config-path'))
+    .option('--meta <file>', 'store this file as the META config', fileArg('--meta'))
+    .option('--meta-config-path <file>', 'same as --meta (3FS spelling)', fileArg('--meta-config-path'))
+    .option('--storage <file>', 'store this file as the STORAGE config', fileArg('--storage'))
+    .option('--storage-config-path <file>', 'same as --storage (3FS spelling)', fileArg('--storage-config-path'))
+    .option('--fuse <file>', 'store this file as the FUSE config', fileArg('--fuse'))
+    .option('--fuse-config-path <file>', 'same as --fuse (3FS spelling)', fileArg('--fuse-config-path'))
     .option('--allow-config-existed', 'initialize again although the cluster was initialized')
     .option('--skip-config-check', 'accepted for compatibility (configs are not validated)')
     .option('--json', 'print JSON')
-    .action((chainTableId: number, chunkSize: number, stripeSize: number, o, cmd: Command) =>
-      session(cmd, async (s, json) => {
+    .action((chainTableId: number, chunkSize: number, stripeSize: number, o, cmd: Command) => {
+      const files: Array<{ type: NodeType; file: string }> = []
+      for (const [opt, type] of [
+        ['mgmtd', 'MGMTD'],
+        ['meta', 'META'],
+        ['storage', 'STORAGE'],
+        ['fuse', 'FUSE'],
+      ] as const) {
+        const short = o[opt] as string | undefined
+        const long = o[`${opt}ConfigPath`] as string | undefined
+        if (short !== undefined && long !== undefined && short !== long) throw new UsageError(`init-cluster: --${opt} ${short} and --${opt}-config-path ${long} name different files; give one`)
+        const file = short ?? long
+        if (file !== undefined) files.push({ type, file })
+      }
+      return session(cmd, async (s, json) => {
+        // every config file is read before anything is recorded: a missing one leaves the cluster as it was
+        const contents = files.map(({ type, file }) => ({ type, content: readInput(file, `${type} config`) }))
         const r = await initCluster(s, { chainTableId, chunkSize, stripeSize, allowExisted: !!o.allowConfigExisted })
         const configs: Array<{ nodeType: NodeType; configVersion: number }> = []
-        for (const [opt, type] of [
-          ['mgmtd', 'MGMTD'],
-          ['meta', 'META'],
-          ['storage', 'STORAGE'],
-          ['fuse', 'FUSE'],
-        ] as const) {
-          if (!o[opt]) continue
-          const cr = await setConfig(s, type, readInput(o[opt], `${type} config`))
+        for (const { type, content } of contents) {
+          const cr = await setConfig(s, type, content)
           configs.push(cr.result)
           r.lines.push([`Init config for ${type} version ${cr.result.configVersion}`])
         }
         if (json) printJson({ ...r.result, configs })
         else printAction(r, false)
-      }),
-    )
+      })
+    })
 
   admin
     .command('list-nodes')
@@ -147,7 +159,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
 
   admin
     .command('unregister-node')
-    .description('forget a node that no longer heartbeats')
+    .description('forget a node that no longer heartbeats (a storage node only once no chain lists its targets)')
     .argument('<nodeId>', 'node id', u32Id('nodeId'))
     .option('--json', 'print JSON')
     .action((nodeId: number, _o, cmd: Command) => session(cmd, async (s, json) => printAction(await unregisterNode(s, nodeId), json)))
@@ -176,7 +188,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     .description("create all of a node's targets: per a chains CSV (ids decoded with the deploy formula), else per the cluster layout, else per routing info")
     .requiredOption('--node-id <id>', 'storage node', u32Id('--node-id'))
     .option('--disk-index <d...>', 'only these disk indexes', intListArg('--disk-index', { max: U32_MAX, strict: true }))
-    .option('--chains <csv>', 'chains CSV (ChainId,TargetId,…) listing the targets')
+    .option('--chains <csv>', 'chains CSV (ChainId,TargetId,…) listing the targets', fileArg('--chains'))
     .option('--chunk-size <sizes...>', 'chunk sizes the targets prepare for', chunkSizeListArg('--chunk-size'))
     .option('--allow-existing-target', 'accepted for compatibility (re-creating an existing target is a no-op)')
     .option('--add-chunk-size', 'accepted for compatibility')
@@ -218,6 +230,14 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     .option('--node-id <id>', 'its storage node (default: from routing info)', u32Id('--node-id'))
     .option('--force', 'also when it is the last SERVING replica (the chain becomes unavailable)')
     .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      `
+There is no online-target (3FS has none either): the target stays OFFLINE until
+its storage node restarts (a local cluster: strata cluster kill --node storage-N
+--signal TERM, then strata cluster start --node storage-N); it then resyncs from
+the chain and serves again.`,
+    )
     .action((o, cmd: Command) =>
       session(cmd, async (s, json) => printAction(await offlineTarget(s, { targetId: o.targetId, ...(o.nodeId ? { nodeId: o.nodeId } : {}), force: !!o.force }), json)),
     )
@@ -236,7 +256,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
   admin
     .command('upload-chains')
     .description('create chains from a CSV with header ChainId,TargetId,TargetId… (one chain per line, head first)')
-    .argument('[csv-file-path]', 'the chains CSV (with -d: where to write the template; default stdout)')
+    .argument('[csv-file-path]', 'the chains CSV (with -d: where to write the template; default stdout)', fileArg('csv-file-path'))
     .option('-d, --dump-template', 'write a template CSV instead of uploading')
     .option('--set-preferred-target-order', 'record the CSV order as the preferred target order')
     .option('--json', 'print JSON')
@@ -253,8 +273,8 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
   admin
     .command('upload-chain-table')
     .description('upload a new version of a chain table from a CSV with header ChainId')
-    .argument('[tableId]', 'chain table id (1 to 2^32-1; not needed with -d)')
-    .argument('[csv-file-path]', 'the chain table CSV (with -d: where to write the template; default stdout)')
+    .argument('[tableId]', 'chain table id (1 to 2^32-1; not needed with -d)', fileArg('tableId (with -d: the template path)'))
+    .argument('[csv-file-path]', 'the chain table CSV (with -d: where to write the template; default stdout)', fileArg('csv-file-path'))
     .option('-d, --dump-template', 'write a template CSV instead of uploading: -d [PATH] (a table id before PATH is accepted and ignored)')
     .option('--desc <text>', 'description stored with this version')
     .option('--json', 'print JSON')
@@ -310,7 +330,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
   admin
     .command('dump-chains')
     .description('write the current chains as an upload-chains CSV (stdout without a file)')
-    .argument('[csv-file-path]', 'output file')
+    .argument('[csv-file-path]', 'output file', fileArg('csv-file-path'))
     .action((file: string | undefined, _o, cmd: Command) => {
       refuseJson(cmd, 'dump-chains')
       return session(cmd, async (s) => writeOrPrint(file, await dumpChains(s)))
@@ -320,7 +340,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     .command('dump-chain-table')
     .description('write a chain table version as an upload-chain-table CSV (stdout without a file)')
     .argument('<tableId>', 'chain table', u32Id('tableId'))
-    .argument('[csv-file-path]', 'output file')
+    .argument('[csv-file-path]', 'output file', fileArg('csv-file-path'))
     .option('-v, --version <ver>', 'table version (default latest)', u32Id('--version'))
     .action((tableId: number, file: string | undefined, o, cmd: Command) => {
       refuseJson(cmd, 'dump-chain-table')
@@ -360,7 +380,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     .command('dump-chunkmeta')
     .description('metadata of every chunk on the SERVING targets of some chains (all by default)')
     .option('-c, --chain-ids <ids...>', 'only these chains', intListArg('--chain-ids', { min: 1, max: U32_MAX, strict: true }))
-    .option('-m, --chunkmeta-dir <dir>', 'also write <chain>-<target>.meta files (JSON lines) into this new directory')
+    .option('-m, --chunkmeta-dir <dir>', 'also write <chain>-<target>.meta files (JSON lines) into this new directory', fileArg('--chunkmeta-dir'))
     .option('--json', 'print JSON records')
     .action((o, cmd: Command) =>
       session(cmd, async (s, json) => {
@@ -378,7 +398,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     .command('set-config')
     .description('store a new config version for a node type')
     .option('-t, --type <type>', `node type: ${NODE_TYPES.join(' | ')}`, nodeTypeArg('--type'))
-    .option('-f, --file <file>', 'config file')
+    .option('-f, --file <file>', 'config file', fileArg('--file'))
     .option('--desc <text>', 'description of this version')
     .option('--json', 'print JSON')
     .action((o, cmd: Command) => {
@@ -391,7 +411,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     .description('the latest config of a node type (content to -o FILE, or printed after the table)')
     .option('-t, --type <type>', `node type: ${NODE_TYPES.join(' | ')}`, nodeTypeArg('--type'))
     .option('--node-type <type>', 'same as --type (3FS spelling)', nodeTypeArg('--node-type'))
-    .option('-o, --output-file <file>', 'write the config content here')
+    .option('-o, --output-file <file>', 'write the config content here', fileArg('--output-file'))
     .option('--json', 'print JSON')
     .action((o, cmd: Command) => {
       if (o.type !== undefined && o.nodeType !== undefined && o.type !== o.nodeType) throw new UsageError(`get-config: -t ${o.type} and --node-type ${o.nodeType} name different types; give one`)
@@ -401,7 +421,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
         const r = await getConfig(s, type)
         if (o.outputFile) {
           if (!r.result.exists) throw new StrataError('NOT_FOUND', `no config stored for ${type}`)
-          fs.writeFileSync(o.outputFile, r.result.content)
+          writeOutput(o.outputFile, r.result.content, `the ${type} config`)
           r.lines.push(['OutputFile', o.outputFile])
         }
         if (json) return printJson(r.result)
@@ -416,12 +436,12 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
 
 function dumpTemplate(file: string | undefined, template: string): void {
   if (!file) return out(template)
-  fs.writeFileSync(file, template)
+  writeOutput(file, template, 'the template')
   out(`Dump template to ${file} succeeded`)
 }
 
 function writeOrPrint(file: string | undefined, text: string): void {
   if (!file) return out(text)
-  fs.writeFileSync(file, text)
+  writeOutput(file, text, 'the CSV')
   out(`Dump to ${file} succeeded`)
 }

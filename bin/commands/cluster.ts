@@ -19,7 +19,7 @@ import {
   type ClusterStatus,
   type TimerProfile,
 } from '../../fs/admin/index.js'
-import { choiceArg, intArg, out, printJson, progressReporter, sizeArg, timerSecondsArg, warmPoolArg } from './output.js'
+import { choiceArg, dirArg, nameArg, intArg, out, printJson, progressReporter, sizeArg, timerSecondsArg, warmPoolArg } from './output.js'
 import { exitOnInterrupt } from './fs.js'
 
 interface DirOpts {
@@ -27,7 +27,7 @@ interface DirOpts {
   cluster?: string
 }
 
-const DIR_HELP = `Cluster directory: --dir or --cluster, else $STRATA_CLUSTER, else ~/.strata/cluster.`
+const DIR_HELP = `Cluster directory: --dir or --cluster (not empty), else $STRATA_CLUSTER, else ~/.strata/cluster.`
 
 function count(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`
@@ -76,8 +76,8 @@ export function registerClusterCommands(program: Command): void {
     .command('cluster')
     .description('run a local all-in-one cluster (mgmtd + storage nodes) as background daemons')
     .enablePositionalOptions(false)
-    .option('--dir <dir>', 'cluster directory (config/, logs/, data/, cluster.json)')
-    .option('--cluster <dir>', 'same as --dir')
+    .option('--dir <dir>', 'cluster directory (config/, logs/, data/, cluster.json)', dirArg('--dir'))
+    .option('--cluster <dir>', 'same as --dir', dirArg('--cluster'))
     .addHelpText('after', `\n${DIR_HELP}`)
 
   cluster
@@ -96,7 +96,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--no-bootstrap', 'only start the processes; run init-cluster, create-target, upload-chains… yourself (DIR/config has the CSVs)')
     .option('--timers <profile>', 'daemon timers: local (test scale, seconds) or production (3FS defaults)', choiceArg<TimerProfile>('--timers', ['local', 'production']), 'local')
     .option('--timeout <seconds>', 'give up bootstrapping after this long (default 60, production 300)', timerSecondsArg('--timeout'))
-    .option('--name <name>', 'cluster name (default: the directory name)')
+    .option('--name <name>', 'cluster name (default: the directory name)', nameArg('--name'))
     .option('--keep-on-failure', 'leave the processes running when the bootstrap fails')
     .option('-q, --quiet', 'no progress output')
     .option('--json', 'print the cluster description as JSON')
@@ -179,7 +179,7 @@ ${DIR_HELP}`,
   cluster
     .command('kill')
     .description('send a signal to one process (default SIGKILL) and wait for it to exit')
-    .requiredOption('--node <name>', 'process name, e.g. storage-2 or mgmtd')
+    .requiredOption('--node <name>', 'process name, e.g. storage-2 or mgmtd', nameArg('--node'))
     .option('--signal <sig>', 'KILL, TERM, INT, STOP, CONT, HUP, QUIT, USR1, USR2 (or a number)', (v: string) => {
       try {
         return parseSignal(v)
@@ -197,7 +197,7 @@ ${DIR_HELP}`,
   cluster
     .command('start')
     .description('start one stopped process again with its saved config and port')
-    .requiredOption('--node <name>', 'process name, e.g. storage-2')
+    .requiredOption('--node <name>', 'process name, e.g. storage-2', nameArg('--node'))
     .option('--timeout <seconds>', 'wait this long for it to answer and (storage) to connect to mgmtd', timerSecondsArg('--timeout'), 30)
     .option('--json', 'print the result as JSON')
     .action(async (o, cmd: Command) => {

@@ -13,7 +13,7 @@ import { StrataError, fromSystemError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
-import { addressListArg, dfsPathArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
+import { addressListArg, dirArg, dfsPathArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -603,7 +603,7 @@ export function registerFsCommands(program: Command): Command {
     .command('fs')
     .description('file operations on the DFS through meta and storage (no mount needed)')
     .enablePositionalOptions(false)
-    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)', dirArg('--cluster'))
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
     .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)', addressListArg)
     .option('--timeout <seconds>', 'how long each DFS request may retry before the command fails (put/get: each 8 MiB block); a failing command ends within about this long, plus at most 5 s of cleanup', timerSecondsArg('--timeout'), 60)
@@ -810,7 +810,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
     )
 
   g.command('rm')
-    .description('remove files, symlinks and empty directories; -r whole trees; a path that fails is reported and the others still go (exit 1)')
+    .description('remove files, symlinks and empty directories; -r whole trees; a path that fails is reported and the others still go (exit 1); META_NO_LOCK when another client holds the hf3fs.lock of the parent, of the directory or of one inside the tree')
     .argument('<paths...>', 'DFS paths')
     .option('-r, --recursive', 'remove directories and their contents')
     .option('-f, --force', 'ignore paths that do not exist')

@@ -11,7 +11,7 @@ import { formatBytes } from '../../sandbox/image/progress.js'
 import { LAYER_KINDS, formatImageRef, parseImageRef, type ImageManifest, type LayerKind } from '../../sandbox/image/types.js'
 import { secondsSince, withImageStore } from './image-store.js'
 import { registerImageTransfer } from './image-transfer.js'
-import { EXIT_SIGPIPE, UsageError, addressListArg, choiceArg, out, printJson, timerSecondsArg } from './output.js'
+import { EXIT_SIGPIPE, UsageError, addressListArg, dirArg, choiceArg, out, printJson, timerSecondsArg } from './output.js'
 
 function short(digest: string): string {
   return digest.slice('sha256:'.length, 'sha256:'.length + 12)
@@ -36,7 +36,7 @@ export function registerImageCommands(program: Command): Command {
     .command('image')
     .description('images: EROFS layers in the DFS (/strata/images), OCI import and export, compose, push and pull')
     .enablePositionalOptions(false)
-    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--cluster <dir>', 'cluster directory (default: $STRATA_CLUSTER, then ~/.strata/cluster)', dirArg('--cluster'))
     .option('--mgmtd-address <addrs>', 'mgmtd host:port list (comma separated) instead of a cluster directory', addressListArg)
     .option('--meta-address <addrs>', 'meta server host:port list (default: META nodes in routing info)', addressListArg)
     .option(

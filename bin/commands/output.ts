@@ -80,8 +80,41 @@ function checkedArg(check: (v: string) => unknown): (v: string) => string {
 
 /** `--mgmtd-address` / `--meta-address`: a comma-separated host:port list, checked here. */
 export const addressListArg = checkedArg((v) => {
-  for (const a of v.split(',')) if (a.trim() !== '') parseAddress(a.trim())
+  let n = 0
+  for (const a of v.split(',')) {
+    if (a.trim() === '') continue
+    parseAddress(a.trim())
+    n++
+  }
+  // an empty list would silently fall back to the cluster directory
+  if (n === 0) throw new StrataError('INVALID_ARGUMENT', `an address list needs at least one host:port, got ${JSON.stringify(v)}`)
 })
+
+/** `--cluster` / `--dir`: a directory; '' would silently fall back to $STRATA_CLUSTER or ~/.strata/cluster. */
+export function dirArg(what: string): (v: string) => string {
+  return (v: string) => {
+    if (v === '') throw new InvalidArgumentError(`${what} is empty (a cluster directory; leave the option out to use $STRATA_CLUSTER, then ~/.strata/cluster)`)
+    if (v.includes('\0')) throw new InvalidArgumentError(`${what} contains a NUL byte`)
+    return v
+  }
+}
+
+/** A local file (or directory) to read or write: '' would otherwise read as "none given" and the command would fall back silently. */
+export function fileArg(what: string): (v: string) => string {
+  return (v: string) => {
+    if (v === '') throw new InvalidArgumentError(`${what} is empty (a file path)`)
+    if (v.includes('\0')) throw new InvalidArgumentError(`${what} contains a NUL byte`)
+    return v
+  }
+}
+
+/** A required name (a process of a cluster…): not empty. */
+export function nameArg(what: string): (v: string) => string {
+  return (v: string) => {
+    if (v.trim() === '') throw new InvalidArgumentError(`${what} is empty`)
+    return v
+  }
+}
 
 /** `--chunk`: a chunk id in either of its written forms. */
 export const chunkIdArg = checkedArg(parseChunkIdString)
@@ -211,6 +244,16 @@ export function choiceArg<T extends string>(what: string, choices: readonly T[])
 }
 
 /** Reads an input file; a missing file is the operator's mistake, not the cluster's. */
+/** Writes a local output file; a failure names what and where, as readInput does (ENOENT → NOT_FOUND, EISDIR → INVALID_ARGUMENT, …). */
+export function writeOutput(file: string, text: string, what: string): void {
+  try {
+    fs.writeFileSync(file, text)
+  } catch (e) {
+    const code = fromSystemError(e)?.code ?? 'IO_ERROR'
+    throw new StrataError(code, `cannot write ${what} to ${file}: ${(e as Error).message}`, { cause: e })
+  }
+}
+
 export function readInput(file: string, what: string): string {
   try {
     return fs.readFileSync(file, 'utf8')

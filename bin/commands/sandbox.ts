@@ -14,7 +14,7 @@ import { createLogger } from '../../fs/common/log.js'
 import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, validateListFilter, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
 import { extractTarSafely, writeSparse } from '../../sandbox/sdk/extract.js'
 import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
-import { UsageError, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
+import { UsageError, dirArg, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
 
 // The shared parsers throw commander's InvalidArgumentError, which commander
 // prints as `error: option '…' argument '…' is invalid.` and the whole help.
@@ -340,7 +340,7 @@ export function registerSandboxCommands(program: Command): void {
   const g = usageOutput(program.command('sandbox'))
     .description('sandboxes on a node daemon: create, exec, ls, inspect, kill, rm, cp')
     .enablePositionalOptions(false)
-    .option('--cluster <dir>', 'cluster directory to find the daemon and token in (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--cluster <dir>', 'cluster directory to find the daemon and token in (default: $STRATA_CLUSTER, then ~/.strata/cluster)', dirArg('--cluster'))
     .option('--endpoint <url>', 'daemon URL, http://host:port (default: $STRATA_ENDPOINT, then the cluster\'s)')
     .option('--token <token>', 'bearer token (default: $STRATA_TOKEN, then DIR/sandbox.token)')
     .addHelpText('after', `
@@ -569,7 +569,7 @@ Examples:
 export function registerServeCommand(program: Command): void {
   usageOutput(program.command('serve'))
     .description('run a sandbox node daemon in the foreground (cluster up starts one; see docs/sandbox-api.md)')
-    .option('--cluster <dir>', 'cluster whose DFS and FUSE mount (DIR/mnt) it uses (default: $STRATA_CLUSTER, then ~/.strata/cluster)')
+    .option('--cluster <dir>', 'cluster whose DFS and FUSE mount (DIR/mnt) it uses (default: $STRATA_CLUSTER, then ~/.strata/cluster)', dirArg('--cluster'))
     .option('--listen <host:port>', 'address of the HTTP API (port 0: a free port, named in the log and the state dir)', listenArg, '127.0.0.1:7410')
     .option('--state-dir <dir>', 'registry, layer mounts and sandboxes (default: DIR/data/serve-<port>, or /run/strata/serve-<port>-<hash> when that is too long for socket paths)')
     .option('--token-file <file>', 'bearer token file, created (mode 0600) if missing (default: DIR/sandbox.token)')

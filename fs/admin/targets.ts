@@ -3,7 +3,7 @@
 // storage node that holds the target (3FS: StorageSerde createTarget /
 // offlineTarget); listings come from mgmtd's routing info.
 
-import { StrataError } from '../common/errors.js'
+import { StrataError, isStrataError } from '../common/errors.js'
 import { StorageMethod } from '../common/services.js'
 import type { LocalTargetState, PublicTargetState, RoutingInfo } from '../common/types.js'
 import type { CreateTargetReq } from '../storage/protocol.js'
@@ -180,7 +180,13 @@ export async function offlineTarget(s: AdminSession, a: OfflineTargetArgs): Prom
   const ri = await fetchRouting(s)
   const ti = ri.targets[String(a.targetId)]
   let nodeId = a.nodeId
-  if (nodeId === undefined) {
+  if (nodeId !== undefined) {
+    // as remove-target: a node that routing info does not place the target on is named, not asked
+    const knownNode = ti?.nodeId || (ti ? undefined : (await listOrphanTargets(s)).find((t) => t.targetId === a.targetId)?.nodeId)
+    if (knownNode && knownNode !== nodeId) {
+      throw new StrataError('MGMTD_TARGET_NOT_FOUND', `target ${a.targetId} is on node ${knownNode}, not on node ${nodeId} (pass --node-id ${knownNode}, or leave it out)`)
+    }
+  } else {
     nodeId = ti?.nodeId || (await listOrphanTargets(s)).find((t) => t.targetId === a.targetId)?.nodeId
     if (!nodeId) {
       throw new StrataError(
@@ -201,8 +207,18 @@ export async function offlineTarget(s: AdminSession, a: OfflineTargetArgs): Prom
       )
     }
   }
-  await storageCall(s, nodeAddress(s, ri, nodeId), StorageMethod.offlineTarget, { targetId: a.targetId, force: !!a.force })
+  await onNode(nodeId, a.targetId, storageCall(s, nodeAddress(s, ri, nodeId), StorageMethod.offlineTarget, { targetId: a.targetId, force: !!a.force }))
   return { lines: [[`Offline target ${a.targetId} of ${nodeId} succeeded`]], result: { targetId: a.targetId, nodeId, forced: !!a.force } }
+}
+
+/** A storage node's "no target T on this node", named as the operator gave it. */
+async function onNode<T>(nodeId: number, targetId: number, call: Promise<T>): Promise<T> {
+  try {
+    return await call
+  } catch (e) {
+    if (isStrataError(e) && e.code === 'TARGET_NOT_FOUND') throw new StrataError('TARGET_NOT_FOUND', `storage node ${nodeId} has no target ${targetId}`, { cause: e })
+    throw e
+  }
 }
 
 /** `remove-target --node-id N --target-id T [--force]`: deletes the target's data on its node. */
@@ -215,7 +231,7 @@ export async function removeTarget(s: AdminSession, a: { nodeId: number; targetI
     throw new StrataError('MGMTD_TARGET_NOT_FOUND', `target ${a.targetId} is on node ${knownNode}, not on node ${a.nodeId} (pass --node-id ${knownNode})`)
   }
   if (ti && ti.publicState !== 'OFFLINE' && !a.force) throw new StrataError('MGMTD_REFUSED', removeRefusal(ri, a.targetId, ti.chainId, ti.publicState))
-  await storageCall(s, nodeAddress(s, ri, a.nodeId), StorageMethod.removeTarget, { targetId: a.targetId, force: !!a.force })
+  await onNode(a.nodeId, a.targetId, storageCall(s, nodeAddress(s, ri, a.nodeId), StorageMethod.removeTarget, { targetId: a.targetId, force: !!a.force }))
   // The node heartbeats at once without the target; wait (briefly) until
   // mgmtd has taken that in, so a following list-targets --orphan or
   // update-chain add sees the removal.

@@ -141,6 +141,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
   const ops = new StrataFuseOps({
     fs: filesystem,
     mountpoint: mnt,
+    kernelInvalidate: true,
     attrTimeoutMs: cfg.attrTimeout * 1000,
     readonly: cfg.readonly,
     uid: cfg.uid,

@@ -19,7 +19,7 @@
 // mount's user (config uid/gid).
 
 import path from 'node:path'
-import { constants as fsc } from 'node:fs'
+import { constants as fsc, promises as fsp } from 'node:fs'
 import { StrataError, toStrataError } from '../common/errors.js'
 import { BufferPool } from '../common/buffer-pool.js'
 import type { Logger } from '../common/log.js'
@@ -68,6 +68,12 @@ export interface FuseOpsOptions {
   rmrfLinkTtlMs?: number
   /** whole-chunk read-ahead of read-only handles read sequentially (read-ahead.ts); false: off */
   readAhead?: Partial<ReadAheadOptions> | false
+  /**
+   * After a 3fs-virt/rm-rf, make the kernel drop its cached name and attributes of the removed path by
+   * an rmdir/unlink of it through the mount, which these ops answer without a meta call. Only for ops
+   * that serve `mountpoint` (the daemon): otherwise that path is someone else's.
+   */
+  kernelInvalidate?: boolean
 }
 
 type Handle =
@@ -170,6 +176,8 @@ export class StrataFuseOps {
   private readonly writers = new Map<bigint, number>()
   /** 3fs-virt/rm-rf/<name> links just "created" (the kernel looks them up right after symlink) */
   private readonly rmrfLinks = new Map<string, { target: string; until: number }>()
+  /** paths a finished rm-rf is dropping from the kernel's caches (rmdir/unlink/rename of them succeed at once) */
+  private readonly dropping = new Map<string, number>()
   private readonly rmrfTtlMs: number
   private readonly counters = { ops: {} as Record<string, number>, errors: {} as Record<string, number>, inFlight: 0, rmrf: 0, slowestMs: 0 }
   private readonly readAhead: ReadAheadOptions | null
@@ -549,6 +557,7 @@ export class StrataFuseOps {
   }
 
   async rmdir(p: string): Promise<void> {
+    if (this.dropped(p)) return
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     try {
@@ -564,6 +573,7 @@ export class StrataFuseOps {
       this.rmrfLinks.delete(p)
       return
     }
+    if (this.dropped(p)) return
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     const known = this.cache.get(p)
@@ -577,6 +587,8 @@ export class StrataFuseOps {
   }
 
   async rename(src: string, dest: string): Promise<void> {
+    // libfuse 2 "unlinks" a file open on this mount by renaming it to .fuse_hidden…
+    if (this.dropped(src)) return
     if (this.isVirtual(src) || this.isVirtual(dest)) fail(E.EPERM)
     this.checkWritable()
     const replaced = this.cache.get(dest)
@@ -727,11 +739,19 @@ export class StrataFuseOps {
     const inner = t.slice(this.mnt.length) || '/'
     if (inner === '/' || this.isVirtual(inner)) fail(E.EPERM, `rm-rf: refusing to remove ${target}`)
     this.log.info('recursive remove', { path: inner, link: linkPath })
+    // the name as the kernel will send it: symlinks in the middle resolved, the last component kept
+    let kernelPath = inner
+    if (this.opts.kernelInvalidate) {
+      const dir = await this.fs.realpath(path.posix.dirname(inner)).catch(() => null)
+      if (dir !== null) kernelPath = path.posix.join(dir, path.posix.basename(inner))
+    }
     try {
       await this.fs.rm(inner, { recursive: true })
     } finally {
       this.cache.invalidateTree(inner)
+      this.cache.invalidateTree(kernelPath)
     }
+    if (this.opts.kernelInvalidate) await this.dropFromKernel(kernelPath)
     this.counters.rmrf++
     this.rmrfLinks.set(linkPath, { target, until: performance.now() + this.rmrfTtlMs })
     const timer = setTimeout(() => {
@@ -739,6 +759,58 @@ export class StrataFuseOps {
       if (l && l.until <= performance.now()) this.rmrfLinks.delete(linkPath)
     }, this.rmrfTtlMs + 10)
     timer.unref()
+  }
+
+  /** A removal of `p` the kernel asks for while dropping it: already done. */
+  private dropped(p: string): boolean {
+    if (!this.dropping.has(p)) return false
+    this.cache.invalidateTree(p)
+    return true
+  }
+
+  /**
+   * The kernel keeps a removed path's dentry and attributes for the entry/attr
+   * timeouts, and fuse-native's high-level API cannot send notify_inval_entry
+   * (it needs libfuse's node ids, which only libfuse knows). An rmdir (or
+   * unlink) of the path through the mount does the same: the kernel sends it
+   * here if it still has the name cached (answered at once, see dropped), and
+   * on success drops the dentry; a name it does not have is looked up, found
+   * missing and never reaches these ops. Runs in libuv's threadpool, so the
+   * event loop stays free to answer the request it causes.
+   *
+   * The kernel follows symlinks by host paths, not DFS paths: a DFS symlink in
+   * the directory part (say to /tmp) would lead an rmdir by path off the mount
+   * onto a host file. So the parent directory is opened first and used only if
+   * it is on this mount (its st_dev is the mount's), and the name is removed
+   * through that open directory (/proc/self/fd/N/name), which no later rename
+   * or symlink can redirect.
+   */
+  private async dropFromKernel(p: string): Promise<void> {
+    const base = path.posix.basename(p)
+    if (!base || base === '.' || base === '..') return
+    this.dropping.set(p, (this.dropping.get(p) ?? 0) + 1)
+    let dir: fsp.FileHandle | null = null
+    try {
+      const mntDev = (await fsp.stat(this.mnt)).dev
+      dir = await fsp.open(this.mnt + path.posix.dirname(p), fsc.O_RDONLY | fsc.O_DIRECTORY)
+      if ((await dir.stat()).dev !== mntDev) {
+        this.log.warn('rm-rf: the removed path leads off the mount through a symlink; the kernel keeps its cached name until the timeouts', { path: p })
+        return
+      }
+      const full = `/proc/self/fd/${dir.fd}/${base}`
+      await fsp.rmdir(full).catch(async (e: NodeJS.ErrnoException) => {
+        if (e.code === 'ENOTDIR') await fsp.unlink(full)
+        else throw e
+      })
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code
+      if (code !== 'ENOENT') this.log.debug('rm-rf: could not drop the kernel name', { path: p, code })
+    } finally {
+      await dir?.close().catch(() => {})
+      const n = (this.dropping.get(p) ?? 1) - 1
+      if (n > 0) this.dropping.set(p, n)
+      else this.dropping.delete(p)
+    }
   }
 
   // --- xattrs (3FS: only hf3fs.lock on directories)

@@ -25,7 +25,7 @@ import type { MetaSettings } from './config.js'
 import type { FileHelper } from './file-helper.js'
 import type { InodeIdAllocator } from './inode-alloc.js'
 import { NULL_LAYOUT, castGranularity, hexId, newDirectory, newEntry, newSymlink, nowUs, updateTime } from './inode.js'
-import { dentryKey, inodeKey } from './keys.js'
+import { dentryKey, dirLockKey, inodeKey } from './keys.js'
 import {
   addDentryConflict,
   addInodeConflict,
@@ -265,6 +265,7 @@ export class GcManager {
   private removeGcEntryAndInode(txn: ReadWriteTxn, entry: DirEntry): void {
     txn.clear(dentryKey(entry.parent, entry.name))
     txn.clear(inodeKey(entry.id))
+    if (entry.type === 'Directory') txn.clear(dirLockKey(entry.id))
   }
 
   private async gcFile(entry: DirEntry): Promise<void> {

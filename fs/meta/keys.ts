@@ -7,6 +7,7 @@
 //   IDEM | request uuid 16 B | client uuid 16 B → idempotency record
 //   SING-inode-alloc-<shard>                  → inode id allocator shard counters (u64 LE)
 //   META / META-<nodeId:08d>                  → distributor server map and per-server liveness
+//   DLCK | inode u64 LE                       → Strata only: index of locked directories (hf3fs.lock)
 //
 // Little-endian inode ids spread adjacent ids over the key space (FDB
 // shards); values are msgpack (see codec.ts).
@@ -21,6 +22,8 @@ export const PREFIX_SESSION = Buffer.from('INOS')
 export const PREFIX_IDEM = Buffer.from('IDEM')
 export const PREFIX_SINGLE = Buffer.from('SING')
 export const PREFIX_META = Buffer.from('META')
+/** Strata only: one key per locked directory, so a recursive remove finds the locks below it without a tree walk */
+export const PREFIX_DIR_LOCK = Buffer.from('DLCK')
 
 export const U64_MAX = (1n << 64n) - 1n
 /** inode ids 3FS hands out: below the new-chunk-engine bit… plus the bit itself */
@@ -36,6 +39,10 @@ export function inodeLE(id: InodeId): Buffer {
 
 export function inodeKey(id: InodeId): Buffer {
   return Buffer.concat([PREFIX_INODE, inodeLE(id)])
+}
+
+export function dirLockKey(id: InodeId): Buffer {
+  return Buffer.concat([PREFIX_DIR_LOCK, inodeLE(id)])
 }
 
 export function parseInodeKey(key: Buffer): InodeId {

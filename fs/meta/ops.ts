@@ -40,6 +40,7 @@ import {
   inconsistent,
   isTreeRoot,
   listDirEntries,
+  listLockedDirectories,
   loadDirEntry,
   loadEntryInode,
   loadInode,
@@ -48,6 +49,7 @@ import {
   removeInode,
   removeSession,
   storeDirEntry,
+  storeDirLockIndex,
   storeInode,
   storeSession,
   validName,
@@ -97,6 +99,38 @@ function accessBits(flags: OpenFlags): number {
 function checkLock(dir: Inode, req: ReqBase): void {
   const lock = dir.directory?.lock
   if (lock && lock.client !== req.client.uuid) throw new StrataError('META_NO_LOCK', `directory ${hexId(dir.id)} is locked by client ${lock.client}`)
+}
+
+/**
+ * Removing directory `root` (an rmdir, a recursive remove, a move into the
+ * trash, a rename over it) also removes what is inside it, so a lock held by
+ * another client on `root` or on any directory below it refuses the change
+ * (3FS checks only the parent's lock; Strata closes that gap, docs/meta.md).
+ * The locked directories come from the lock index, so no tree walk is needed.
+ */
+async function checkTreeLocks(txn: ReadWriteTxn, root: Inode, req: ReqBase, name: string, below = true): Promise<void> {
+  const own = root.directory?.lock
+  if (own && own.client !== req.client.uuid) throw new StrataError('META_NO_LOCK', `directory ${name} is locked by client ${own.client}`)
+  // an empty directory (its emptiness read with a conflict) has nothing below it
+  if (!below) return
+  for (const id of await listLockedDirectories(txn)) {
+    if (id === root.id) continue
+    // not a snapshot load: a rename moving this directory meanwhile conflicts with the caller
+    const dir = await loadInode(txn, id, false)
+    const lock = dir?.directory?.lock
+    if (!dir || !lock || lock.client === req.client.uuid || dir.nlink === 0) continue
+    let ancestors: Inode[]
+    try {
+      ancestors = await loadAncestors(txn, dir.directory!.parent)
+    } catch {
+      continue // a stale index entry (its tree is being collected)
+    }
+    const at = ancestors.findIndex((a) => a.id === root.id)
+    // a removed tree keeps its parent pointers: below a removed directory (nlink 0) is not inside root any more
+    if (at >= 0 && !ancestors.slice(0, at).some((a) => a.nlink === 0)) {
+      throw new StrataError('META_NO_LOCK', `directory ${name} contains ${hexId(id)} (${dir.directory!.name}), locked by client ${lock.client}`)
+    }
+  }
 }
 
 function fileOf(inode: Inode, what: string) {
@@ -483,14 +517,16 @@ export class MetaStore {
     const gcInfo: GcInfo = { user: req.user.uid, origPath: entry.name }
     if (entry.type === 'File' && inode.nlink === 1) gcInfo.origPath = await origPathOf(txn, entry.parent, entry.name)
     if (entry.type === 'Directory') {
-      if (await checkEmpty(txn, entry.id)) {
+      const empty = await checkEmpty(txn, entry.id)
+      if (!empty && !req.recursive) throw new StrataError('META_NOT_EMPTY', `directory ${entry.name} is not empty`)
+      await checkTreeLocks(txn, inode, req, entry.name, !empty)
+      if (empty) {
         addDentryConflict(txn, entry.parent, entry.name)
         addInodeConflict(txn, inode.id)
         removeDirEntry(txn, entry)
         removeInode(txn, inode)
         return
       }
-      if (!req.recursive) throw new StrataError('META_NOT_EMPTY', `directory ${entry.name} is not empty`)
       checkRecursiveRmPerm(inode.acl, req.user, this.s.recursiveRemoveCheckOwner, `directory ${entry.name}`)
       await this.recursiveCheckRmPerm(txn, inode.id, req.user)
       gcInfo.origPath = await origPathOf(txn, entry.parent, entry.name)
@@ -552,7 +588,14 @@ export class MetaStore {
         throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is a non-empty directory`)
       }
       const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
+      // the replaced (empty) directory goes away: not while another client holds its lock
+      if (dst.entry) {
+        addInodeConflict(txn, dst.entry.id) // a lock taken on it meanwhile aborts this rename
+        await checkTreeLocks(txn, await loadEntryInode(txn, dst.entry), req, dst.entry.name, false)
+      }
       if (underTrash(dstAncestors)) {
+        // a move into the trash removes the tree: the locks below count as for a recursive remove
+        await checkTreeLocks(txn, await loadEntryInode(txn, srcEntry), req, srcEntry.name)
         // moving a directory into /trash/…: the remove permissions, unless it is already in the trash (3FS)
         if (req.moveToTrash) {
           checkRecursiveRmPerm(srcEntry.dirAcl!, req.user, this.s.recursiveRemoveCheckOwner, `directory ${srcEntry.name}`)
@@ -814,6 +857,7 @@ export class MetaStore {
       if (!dir.lock || dir.lock.client !== me) {
         dir.lock = { client: me, since: nowUs() }
         storeInode(txn, inode)
+        storeDirLockIndex(txn, inode.id, me)
       }
       return inode
     }
@@ -825,6 +869,7 @@ export class MetaStore {
       if (dir.lock) {
         dir.lock = null
         storeInode(txn, inode)
+        storeDirLockIndex(txn, inode.id, null)
       }
       return inode
     }

@@ -12,7 +12,9 @@ import type { KeyValue, ReadOnlyTxn, ReadWriteTxn } from '../kv/types.js'
 import { FS_IMMUTABLE_FL, GC_ROOT_ACL, ROOT_ACL, aclEquals } from './acl.js'
 import { decodeDirEntry, decodeInode, decodeSession, encodeDirEntry, encodeInode, encodeSession } from './codec.js'
 import {
+  PREFIX_DIR_LOCK,
   dentryKey,
+  dirLockKey,
   dentryPrefix,
   inodeKey,
   keyAfter,
@@ -78,6 +80,21 @@ export function removeInode(txn: ReadWriteTxn, inode: Inode | InodeId): void {
   if (isTreeRoot(id)) throw new StrataError('INTERNAL', 'refusing to remove a tree root')
   if (typeof inode !== 'bigint' && inode.acl.iflags & FS_IMMUTABLE_FL) throw new StrataError('INTERNAL', `refusing to remove immutable inode ${id}`)
   txn.clear(inodeKey(id))
+  // a directory deleted while locked leaves no index entry behind (stale ones are skipped anyway)
+  if (typeof inode === 'bigint' || inode.directory?.lock) txn.clear(dirLockKey(id))
+}
+
+// --- index of locked directories (Strata only; the lock itself lives in the inode)
+
+export function storeDirLockIndex(txn: ReadWriteTxn, id: InodeId, client: string | null): void {
+  if (client !== null) txn.set(dirLockKey(id), Buffer.from(client, 'utf8'))
+  else txn.clear(dirLockKey(id))
+}
+
+/** Ids of the directories in the lock index; the range joins the read-conflict set (a lock taken meanwhile aborts the caller). */
+export async function listLockedDirectories(txn: ReadWriteTxn): Promise<InodeId[]> {
+  const kvs = await txn.getRange(PREFIX_DIR_LOCK, prefixEnd(PREFIX_DIR_LOCK))
+  return kvs.map((kv) => kv.key.readBigUInt64LE(4))
 }
 
 // --- directory entries

@@ -475,6 +475,17 @@ export class MgmtdService {
     }
     const alive = n.info.status === 'HEARTBEAT_CONNECTED' || (n.lastHeartbeat !== null && now() - n.lastHeartbeat < this.opts.timers.heartbeatFailIntervalMs)
     if (alive) throw new StrataError('MGMTD_REFUSED', `node ${p.nodeId} is still heartbeating; stop it and wait until list-nodes shows HEARTBEAT_FAILED`)
+    // 3FS: a storage node whose targets chains still list stays (its targets would lose their node)
+    for (const c of this.chains.values()) {
+      for (const ct of c.targets) {
+        if (this.targets.get(ct.targetId)?.stored.nodeId === p.nodeId) {
+          throw new StrataError(
+            'MGMTD_REFUSED',
+            `node ${p.nodeId} holds target ${ct.targetId} of chain ${c.chainId}; take its targets out of their chains first (update-chain ${c.chainId} ${ct.targetId} -m remove)`,
+          )
+        }
+      }
+    }
     this.nodes.delete(p.nodeId)
     this.commit([{ kind: 'delNode', nodeId: p.nodeId }], true)
     return { ok: true }

@@ -4,7 +4,7 @@
 
 import net from 'node:net'
 import { StrataError, toStrataError } from '../common/errors.js'
-import { CoreMethod, ServiceId } from '../common/services.js'
+import { CoreMethod, ServiceId, methodName } from '../common/services.js'
 import { Connection, DirectReader, type AttachmentSink } from './connection.js'
 import { DEFAULT_MAX_FRAME_BYTES } from './frame.js'
 import type { FaultSpec, InstalledFault } from './faults.js'
@@ -74,7 +74,7 @@ export class RpcClient {
     let onAbort: (() => void) | undefined
     const guards = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        const e = new StrataError('TIMEOUT', `call ${service}.${method} to ${address} timed out after ${timeoutMs} ms`)
+        const e = new StrataError('TIMEOUT', `call ${methodName(service, method)} (${service}.${method}) to ${address} timed out after ${timeoutMs} ms`)
         conn.cancel(id, e)
         reject(e)
       }, remaining)

@@ -225,6 +225,15 @@ test.serial('scenario 26: headers, upload-chains -d, invalid CSVs rejected, offl
   t.is((await strata([...A, 'upload-chain-table', '1', badTable])).code, 1)
   t.is(await ok(t, [...A, 'list-chains', '--json']), before)
 
+  // a --node-id the target is not on: named as such, not asked ("no target on this node"), for offline and remove alike
+  for (const cmd of ['offline-target', 'remove-target']) {
+    const wrong = await strata([...A, cmd, '--target-id', String(t1), '--node-id', '10002'])
+    t.is(wrong.code, 1, cmd)
+    t.regex(wrong.stderr, new RegExp(`^strata: MGMTD_TARGET_NOT_FOUND: target ${t1} is on node 10001, not on node 10002`), cmd)
+    const unknown = await strata([...A, cmd, '--target-id', '424242', '--node-id', '10002'])
+    t.is(unknown.code, 1, cmd)
+    t.regex(unknown.stderr, /^strata: TARGET_NOT_FOUND: storage node 10002 has no target 424242$/m, cmd)
+  }
   // offline-target on the only SERVING replica: refused without --force
   const chainOfT1 = targets.find((x: any) => x.targetId === t1).chainId
   const refused = await strata([...A, 'offline-target', '--target-id', String(t1)])
@@ -275,5 +284,50 @@ test('local path errors, u32 chain table ids, -d templates and CSV-only commands
     const r = await strata([...A, ...args])
     t.is(r.code, 2, args.join(' '))
     t.regex(r.stderr, /writes CSV; --json is not supported/, args.join(' '))
+  }
+})
+
+test('init-cluster: 3FS\'s --X-config-path spellings, a missing config file leaves the cluster uninitialized, empty file and output paths are usage errors', async (t) => {
+  const { dir, A } = await loneMgmtd(t)
+  const cfg = path.join(dir, 'meta.toml')
+  fs.writeFileSync(cfg, 'x = 1\n')
+  // a config file that cannot be read: nothing is recorded (it used to init, then fail)
+  const missing = await strata([...A, 'init-cluster', '1', '64K', '2', '--mgmtd', path.join(dir, 'nope.toml')])
+  t.is(missing.code, 1, missing.stderr)
+  t.regex(missing.stderr, /^strata: NOT_FOUND: cannot read MGMTD config /m)
+  // so other values are still taken, with the 3FS spelling of the config options
+  const init = await ok(t, [...A, 'init-cluster', '2', '64K', '1', '--meta-config-path', cfg, '--json'])
+  t.like(JSON.parse(init), { configs: [{ nodeType: 'META', configVersion: 1 }] })
+  t.regex(await ok(t, [...A, 'get-config', '-t', 'META']), /x = 1/)
+  const both = await strata([...A, 'init-cluster', '2', '64K', '1', '--fuse', cfg, '--fuse-config-path', path.join(dir, 'other')])
+  t.is(both.code, 2, both.stderr)
+  // an output file that cannot be written: named, with the catalogue's code for the errno
+  const unwritable: Array<[string[], RegExp]> = [
+    [['upload-chains', '-d', dir], /^strata: INVALID_ARGUMENT: cannot write the template to .*: EISDIR/m],
+    [['dump-chains', path.join(dir, 'no', 'x.csv')], /^strata: NOT_FOUND: cannot write the CSV to .*x\.csv: ENOENT/m],
+    [['get-config', '-t', 'META', '-o', path.join(dir, 'no', 'meta.toml')], /^strata: NOT_FOUND: cannot write the META config to .*meta\.toml: ENOENT/m],
+  ]
+  for (const [args, re] of unwritable) {
+    const r = await strata([...A, ...args])
+    t.is(r.code, 1, `${args.join(' ')}: ${r.stderr}`)
+    t.regex(r.stderr, re, args.join(' '))
+  }
+  // '' as a file: a usage error, not "no file" (stdout, or the cluster layout for create-targets --chains)
+  for (const args of [
+    ['init-cluster', '2', '64K', '1', '--storage', ''],
+    ['dump-chains', ''],
+    ['dump-chain-table', '2', ''],
+    ['upload-chains', '-d', ''],
+    ['upload-chain-table', '-d', ''],
+    ['upload-chain-table', '2', ''],
+    ['get-config', '-t', 'META', '-o', ''],
+    ['set-config', '-t', 'META', '-f', ''],
+    ['dump-chunkmeta', '-m', ''],
+    ['create-targets', '--node-id', '10001', '--chains', ''],
+    ['dump-session', '--output', ''],
+  ]) {
+    const r = await strata([...A, ...args])
+    t.is(r.code, 2, `${JSON.stringify(args)}: ${r.stdout}${r.stderr}`)
+    t.regex(r.stderr, /^strata: usage: .* is empty/, JSON.stringify(args))
   }
 })

@@ -1,6 +1,8 @@
 // The CLI entry point: behaviour every command shares.
 import test from 'ava'
 import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const OUTPUT = fileURLToPath(new URL('../../bin/commands/output.js', import.meta.url))
@@ -126,4 +128,33 @@ test('every usage error is one strata: usage: line and exit 2, commander\'s own 
     t.is(r.stderr.trim().split('\n').length, 1, `${args.join(' ')}: one line: ${r.stderr}`)
     t.notRegex(r.stderr, /^Usage: |^error: /m, args.join(' '))
   }
+})
+
+test('an empty --cluster/--dir, --mgmtd-address or cluster --node is a usage error, not a fall back to $STRATA_CLUSTER (or the default cluster)', async (t) => {
+  const { strata, tempDir } = await import('./helpers.js')
+  // a cluster directory the commands would otherwise have used
+  const fallback = tempDir(t)
+  fs.writeFileSync(path.join(fallback, 'marker'), 'keep')
+  const env = { ...process.env, STRATA_CLUSTER: fallback }
+  for (const args of [
+    ['cluster', 'status', '--dir', ''],
+    ['cluster', '--cluster', '', 'status'],
+    ['cluster', 'destroy', '--force', '--dir', ''],
+    ['cluster', 'kill', '--node', ''],
+    ['cluster', 'start', '--node', ' '],
+    ['cluster', 'up', '--dir', path.join(fallback, 'new'), '--name', ''],
+    ['admin', '--cluster', '', 'list-nodes'],
+    ['admin', 'list-chains', '--cluster', ''],
+    ['admin', '--mgmtd-address', '', 'list-targets'],
+    ['admin', '--mgmtd-address', ' , ', 'list-chain-tables'],
+    ['fs', '--cluster', '', 'ls', '/'],
+    ['fs', '--mgmtd-address', '', 'ls', '/'],
+    ['image', '--cluster', '', 'ls'],
+    ['sandbox', 'ls', '--cluster', ''],
+  ]) {
+    const r = await strata(args, { env })
+    t.is(r.code, 2, `${JSON.stringify(args)}: ${r.stdout}${r.stderr}`)
+    t.regex(r.stderr, /^strata: usage: .*(is empty|at least one host:port)/, JSON.stringify(args))
+  }
+  t.is(fs.readFileSync(path.join(fallback, 'marker'), 'utf8'), 'keep')
 })

@@ -6,7 +6,8 @@ import test from 'ava'
 import { spawn } from 'node:child_process'
 import { tmpDir, until } from '../../helpers/procs.js'
 import { readFuseState } from '../../../fs/fuse/state.js'
-import { fuseSkipReason, ok, py, sh, startFuseCluster } from './helpers.js'
+import { fuseSkipReason, ok, py, run as runCmd, sh, startFuseCluster } from './helpers.js'
+import { CLI } from '../../helpers/procs.js'
 
 const skip = fuseSkipReason()
 const t = skip ? test.skip : test.serial
@@ -284,4 +285,84 @@ elif op == 'remove': print(code(os.removexattr, d, 'hf3fs.lock'))
   t.is(await run('create', db, 'fc'), 'ok')
   t.is(await run('lock', db, 'unlock'), 'ok')
   t.is(await run('create', da, 'fd'), 'ok')
+})
+
+t('scenario 20: after 3fs-virt/rm-rf the removed names are gone from this mount at once, long kernel cache timeouts or not', async (t) => {
+  const c = await startFuseCluster(t)
+  // 60 s: without an invalidation the kernel would answer the stats below from its caches
+  const a = await c.mount({ name: 'a', attrTimeout: 60, entryTimeout: 60 })
+  const r = await py(
+    String.raw`
+import errno, os, sys
+m = sys.argv[1]
+def st(p):
+    try:
+        os.lstat(p); return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+os.makedirs(os.path.join(m, 'd', 'tree', 'sub'))
+open(os.path.join(m, 'd', 'tree', 'sub', 'f'), 'w').close()
+open(os.path.join(m, 'd', 'file'), 'w').close()
+os.symlink('file', os.path.join(m, 'd', 'link'))
+names = ['d/tree', 'd/tree/sub/f', 'd/file', 'd/link']
+before = [st(os.path.join(m, n)) for n in names]
+os.symlink(os.path.join(m, 'd', 'tree'), os.path.join(m, '3fs-virt', 'rm-rf', 'x'))
+held = os.open(os.path.join(m, 'd', 'file'), os.O_RDONLY)  # open on this mount: libfuse 2 hides it on unlink
+os.symlink(os.path.join(m, 'd', 'file'), os.path.join(m, '3fs-virt', 'rm-rf', 'y'))
+# through a path with a symlink in the middle
+os.symlink('d', os.path.join(m, 'dl'))
+os.symlink(os.path.join(m, 'dl', 'link'), os.path.join(m, '3fs-virt', 'rm-rf', 'z'))
+after = [st(os.path.join(m, n)) for n in names]
+os.close(held)
+print(' '.join(before), '|', ' '.join(after), '|', ','.join(sorted(os.listdir(os.path.join(m, 'd')))))
+`,
+    [a.mnt],
+  )
+  ok(t, r, 'rm-rf')
+  t.is(r.stdout.trim(), 'ok ok ok ok | ENOENT ENOENT ENOENT ENOENT |')
+  // the names are free again
+  ok(t, await sh(`mkdir ${a.mnt}/d/tree && touch ${a.mnt}/d/file && ls ${a.mnt}/d`), 'recreate')
+})
+
+t('scenario 25: a directory lock held through a mount stops rm -r, rmdir, mv and rm-rf of other clients (admin CLI, a second mount)', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount({ name: 'a' })
+  const b = await c.mount({ name: 'b' })
+  const admin = (...args: string[]) => runCmd(process.execPath, [CLI, 'admin', '--mgmtd-address', c.m.c.mgmtdAddress, ...args])
+  ok(t, await sh(`mkdir -p ${a.mnt}/top/mid/locked ${a.mnt}/empty ${a.mnt}/else && touch ${a.mnt}/top/mid/locked/f ${a.mnt}/else/g`), 'tree')
+  ok(t, await py(`import os, sys\nfor d in sys.argv[1:]: os.setxattr(d, 'hf3fs.lock', b'try_lock')`, [`${a.mnt}/top/mid/locked`, `${a.mnt}/empty`]), 'lock')
+  const refused = async (args: string[]) => {
+    const r = await admin(...args)
+    t.is(r.code, 1, `${args.join(' ')}: ${r.stdout}${r.stderr}`)
+    t.regex(r.stderr, /^strata: META_NO_LOCK: /m, args.join(' '))
+  }
+  // the tree that holds the locked directory, the locked directory itself, an entry in it, moves into and out of it
+  await refused(['rm', '-r', '/top'])
+  await refused(['rm', '-r', '/top/mid'])
+  await refused(['rm', '-r', '/top/mid/locked'])
+  await refused(['rm', '/empty'])
+  await refused(['rm', '/top/mid/locked/f'])
+  await refused(['mv', '/top/mid/locked/f', '/else/f'])
+  await refused(['mv', '/else/g', '/top/mid/locked/g'])
+  await refused(['mv', '/else', '/empty'])
+  // the second mount: ENOLCK
+  const rb = await py(
+    String.raw`
+import errno, os, sys
+m = sys.argv[1]
+def code(fn, *a):
+    try:
+        fn(*a); return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(code(os.symlink, os.path.join(m, 'top'), os.path.join(m, '3fs-virt', 'rm-rf', 'x')), code(os.rmdir, os.path.join(m, 'empty')), code(os.rename, os.path.join(m, 'else'), os.path.join(m, 'empty')))
+`,
+    [b.mnt],
+  )
+  ok(t, rb, 'mount b')
+  t.is(rb.stdout.trim(), 'ENOLCK ENOLCK ENOLCK')
+  ok(t, await sh(`test -f ${a.mnt}/top/mid/locked/f && test -d ${a.mnt}/empty && test -f ${a.mnt}/else/g`), 'all still there')
+  // the holder may remove its tree
+  ok(t, await sh(`ln -s ${a.mnt}/top ${a.mnt}/3fs-virt/rm-rf/x && rmdir ${a.mnt}/empty`), 'holder removes')
+  ok(t, await admin('rm', '-r', '/else'), 'admin rm -r of an unlocked tree')
 })

@@ -110,3 +110,49 @@ test.serial('directory lock: others cannot change the directory while a client h
   const ro = await root.mkdirs('/ro', { perm: 0o755 })
   t.is(await codeOf(a.lock(ro.id, 'try_lock')), 'META_NO_PERMISSION')
 })
+
+test.serial('directory lock: removing a locked directory, or a tree with one inside, is refused to other clients', async (t) => {
+  const root = m.client()
+  const a = root.as({ uid: 0, gid: 0, groups: [] }, 'lock-holder-a')
+  const b = root.as({ uid: 0, gid: 0, groups: [] }, 'other-client-b')
+  await root.mkdirs('/lt/top/mid/deep', { recursive: true })
+  await root.create('/lt/top/mid/deep/f', { flags: { access: 'r', create: true } })
+  await root.mkdirs('/lt/empty')
+  await root.mkdirs('/lt/dst')
+  await root.mkdirs('/trash/u', { recursive: true })
+  const deep = await root.stat('/lt/top/mid/deep')
+  const empty = await root.stat('/lt/empty')
+  await a.lock(deep.id, 'try_lock')
+  await a.lock(empty.id, 'try_lock')
+  // the locked directory itself, and every tree that holds it
+  t.is(await codeOf(b.remove('/lt/empty', { rmdir: true, checkType: true })), 'META_NO_LOCK')
+  t.is(await codeOf(b.remove('/lt/top/mid/deep', { recursive: true })), 'META_NO_LOCK')
+  t.is(await codeOf(b.remove('/lt/top/mid', { recursive: true })), 'META_NO_LOCK')
+  t.is(await codeOf(b.remove('/lt/top', { recursive: true })), 'META_NO_LOCK')
+  t.is(await codeOf(b.remove('/lt', { recursive: true })), 'META_NO_LOCK')
+  // without recursive, a non-empty directory is still just not empty
+  t.is(await codeOf(b.remove('/lt/top', { rmdir: true, checkType: true })), 'META_NOT_EMPTY')
+  // a rename over the locked (empty) directory removes it too
+  t.is(await codeOf(b.rename('/lt/dst', '/lt/empty')), 'META_NO_LOCK')
+  // and a move into the trash is a recursive remove
+  t.is(await codeOf(b.rename('/lt/top', '/trash/u/top')), 'META_NO_LOCK')
+  // nothing changed
+  t.is((await root.stat('/lt/top/mid/deep/f')).type, 'File')
+  t.is((await root.stat('/lt/empty')).id, empty.id)
+  t.is((await root.stat('/lt/dst')).type, 'Directory')
+  // moving the tree elsewhere keeps its contents (3FS: only the parents' locks count), and the lock still holds there
+  await b.rename('/lt/top', '/lt/dst/top')
+  t.is(await codeOf(b.remove('/lt/dst', { recursive: true })), 'META_NO_LOCK')
+  t.is(await codeOf(b.remove('/lt/dst/top/mid/deep/f')), 'META_NO_LOCK')
+  // the holder may remove what it locked
+  await a.remove('/lt/dst/top', { recursive: true })
+  await a.remove('/lt/empty', { rmdir: true, checkType: true })
+  // once released or cleared, the others may too
+  await root.mkdirs('/lt/again/inner', { recursive: true })
+  const inner = await root.stat('/lt/again/inner')
+  await a.lock(inner.id, 'try_lock')
+  t.is(await codeOf(b.remove('/lt/again', { recursive: true })), 'META_NO_LOCK')
+  await b.lock(inner.id, 'clear')
+  await b.remove('/lt', { recursive: true })
+  t.is(await codeOf(root.stat('/lt')), 'META_NOT_FOUND')
+})

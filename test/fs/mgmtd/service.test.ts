@@ -233,6 +233,34 @@ test('unregister-node refuses live nodes: the primary mgmtd itself, a heartbeati
   t.true(isStrataError(await t.throwsAsync(client.unregisterNode({ nodeId: 8 })), 'MGMTD_NODE_NOT_FOUND'))
 })
 
+test('unregister-node refuses a dead storage node whose targets chains still list (3FS); its orphan targets do not hold it', async (t) => {
+  const { client } = await mgmtdWithClient(t)
+  const stop9 = heartbeater(client, 9, () => [{ targetId: 91, localState: 'UPTODATE', chainId: 0, diskIndex: 0, usedSize: 0 }])
+  const stop10 = heartbeater(client, 10, () => [{ targetId: 101, localState: 'UPTODATE', chainId: 0, diskIndex: 0, usedSize: 0 }])
+  t.teardown(() => {
+    stop9()
+    stop10()
+  })
+  await until(async () => {
+    const orphans = (await client.call<{ targets: Array<{ targetId: number }> }>(MgmtdMethod.listOrphanTargets, {})).targets.map((x) => x.targetId)
+    return orphans.includes(91) && orphans.includes(101)
+  })
+  await client.setChains({ chains: [{ chainId: 9, targets: [91] }] })
+  stop9()
+  stop10()
+  await until(async () => {
+    const ri = await client.refresh()
+    return ri.nodes[9]?.status === 'HEARTBEAT_FAILED' && ri.nodes[10]?.status === 'HEARTBEAT_FAILED'
+  })
+  const refused = await t.throwsAsync(client.unregisterNode({ nodeId: 9 }))
+  t.true(isStrataError(refused, 'MGMTD_REFUSED'), String(refused))
+  t.regex(refused!.message, /holds target 91 of chain 9/)
+  t.truthy((await client.refresh()).nodes[9], 'still registered')
+  // node 10's target is in no chain: the node may go
+  await client.unregisterNode({ nodeId: 10 })
+  t.falsy((await client.refresh()).nodes[10])
+})
+
 test('a target its storage node stops reporting is forgotten (orphan) or OFFLINE at once (in a chain); update-chain add refuses it', async (t) => {
   const { dir, m, client } = await mgmtdWithClient(t)
   const orphans = async () => (await client.call<{ targets: Array<{ targetId: number }> }>(MgmtdMethod.listOrphanTargets, {})).targets.map((x) => x.targetId).sort()

@@ -2,7 +2,7 @@ import test from 'ava'
 import net from 'node:net'
 import { RpcServer, RpcClient, encodeFrame, FrameDecoder } from '../../../fs/rpc/index.js'
 import { StrataError, isStrataError } from '../../../fs/common/errors.js'
-import { ServiceId } from '../../../fs/common/services.js'
+import { MgmtdMethod, ServiceId } from '../../../fs/common/services.js'
 
 const SVC = 42
 
@@ -238,4 +238,21 @@ test('a request the codec cannot encode fails at once with a non-retryable INVAL
   const rep = await t.throwsAsync(client.call(address, SVC, 7, {}))
   t.is((rep as StrataError).code, 'INTERNAL')
   t.regex(rep!.message, /cannot encode the reply/)
+})
+
+test('a TIMEOUT names the method (getRoutingInfo), not only its numbers', async (t) => {
+  // a server that accepts and never answers
+  const sockets: net.Socket[] = []
+  const srv = net.createServer((s) => sockets.push(s))
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r))
+  const address = `127.0.0.1:${(srv.address() as net.AddressInfo).port}`
+  const client = new RpcClient()
+  t.teardown(async () => {
+    client.close()
+    for (const s of sockets) s.destroy()
+    await new Promise((r) => srv.close(r))
+  })
+  const e = await t.throwsAsync(client.call(address, ServiceId.Mgmtd, MgmtdMethod.getRoutingInfo, {}, { timeoutMs: 200 }))
+  t.true(isStrataError(e, 'TIMEOUT'))
+  t.regex(e!.message, new RegExp(`call getRoutingInfo \\(${ServiceId.Mgmtd}\\.${MgmtdMethod.getRoutingInfo}\\) to ${address} timed out`))
 })
