@@ -50,18 +50,20 @@ export function registerImageCommands(program: Command): Command {
     .addHelpText('after', '\nErrors print "strata: CODE: message" and exit 1; usage errors exit 2. Codes: docs/errors.md (IMAGE_*).')
 
   g.command('import')
-    .description('import a docker-save tarball, OCI archive, OCI layout directory, rootfs tarball (.tar, .tar.gz, .tar.zst) or rootfs directory')
-    .argument('<path>', 'what to import')
+    .description('import a docker-save tarball (or one unpacked into a directory), OCI archive, OCI layout directory, rootfs tarball (.tar, .tar.gz, .tar.zst) or rootfs directory; - reads any of the tarballs from standard input')
+    .argument('<path>', 'what to import, or - for standard input (as docker load and podman load read it; not a terminal): it is read to its end into the work dir first, gzip and zstd decompressed')
     .option('--name <name[:tag]>', 'name of the image (default: every NAME:TAG the archive gives it, or the one --ref picked)')
     .option('--kind <kind>', 'kind of the imported layers: base, workspace or toolkit', choiceArg('--kind', LAYER_KINDS), 'base')
     .option('--squash', 'squash all layers into one')
     .option('--platform <os/arch[/variant]>', 'which platform of the image\'s multi-platform index to take (default linux/amd64; an image for a single platform is taken whatever it is unless this is given); image archives and layouts only, a usage error with a rootfs')
     .option('--ref <name|sha256:…>', 'which image of an archive or layout that holds several: a RepoTag or ref.name, or the digest of an image (for unnamed ones); image archives and layouts only, a usage error with a rootfs')
     .option('--compress <algo>', 'compress layer file data: lz4 or lz4hc (default: none)', choiceArg('--compress', ['lz4', 'lz4hc'] as const))
-    .option('--work-dir <dir>', 'local directory for unpacking and building layers (default: the system temp dir)')
+    .option('--work-dir <dir>', 'local directory for unpacking and building layers, and for what - reads from standard input (default: the system temp dir)')
     .option('--json', 'print JSON')
-    .action((input: string, o: { name?: string; kind: LayerKind; squash?: boolean; platform?: string; ref?: string; compress?: 'lz4' | 'lz4hc'; workDir?: string }, cmd: Command) =>
-      withImageStore(cmd, async ({ store, json, progress, signal }) => {
+    .action((input: string, o: { name?: string; kind: LayerKind; squash?: boolean; platform?: string; ref?: string; compress?: 'lz4' | 'lz4hc'; workDir?: string }, cmd: Command) => {
+      // as `docker load`: an archive is not typed in
+      if (input === '-' && process.stdin.isTTY) throw new UsageError('refusing to read the archive from a terminal: pipe it in (podman save IMAGE | strata image import - …), or give a file name instead of -')
+      return withImageStore(cmd, async ({ store, json, progress, signal }) => {
         const t0 = Date.now()
         const target = o.name !== undefined ? targetName(o.name, '--name') : null
         const r = await importPath(store, input, {
@@ -73,6 +75,7 @@ export function registerImageCommands(program: Command): Command {
           ...(o.ref ? { ref: o.ref } : {}),
           ...(o.compress ? { compress: o.compress } : {}),
           ...(o.workDir ? { workDir: o.workDir } : {}),
+          ...(input === '-' ? { stdin: process.stdin } : {}),
           onProgress: progress,
           signal,
         }).catch((e: unknown) => {
@@ -100,8 +103,8 @@ export function registerImageCommands(program: Command): Command {
         }
         const also = (r.tags ?? []).slice(1)
         out(`imported ${image} ${r.digest} (${r.manifest.layers.length} layer(s): ${r.layersBuilt} built, ${r.layersReused} reused; ${formatBytes(imageSize(r.manifest))}) in ${seconds} s${also.length ? `; also tagged ${also.join(' ')}` : ''}`)
-      }),
-    )
+      })
+    })
 
   g.command('compose')
     .description('make an image from stored images\' layers (no data copied): base, then workspace, then toolkits')

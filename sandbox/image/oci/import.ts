@@ -48,7 +48,7 @@ import {
   type LayerKind,
   type LayerRef,
 } from '../types.js'
-import { openImportInput } from './source.js'
+import { STDIN_INPUT, openImportInput } from './source.js'
 import { refMatches, type ReadImageOptions } from './layout.js'
 import { parsePlatform } from './platform.js'
 import type { OciImageConfig, OciImageSource, OciLayerSource } from './types.js'
@@ -759,6 +759,8 @@ export interface ImportPathOptions extends ImportOptions {
   ref?: string
   /** fail (IMAGE_INVALID_REFERENCE) before importing anything when there is no name to tag the image with */
   requireName?: boolean
+  /** what an `input` of `-` reads (default process.stdin); it is spooled into the work dir first */
+  stdin?: Readable
 }
 
 export interface ImportPathResult extends ImportResult {
@@ -771,12 +773,15 @@ export interface ImportPathResult extends ImportResult {
 
 /**
  * Imports whatever `input` is (see oci/source.ts): a `docker save` tarball,
- * an OCI archive or layout, a rootfs tarball or directory. Without
+ * an OCI archive or layout, a rootfs tarball or directory, or any of the
+ * tar forms on standard input for `-` (read into the scratch directory in
+ * the work dir first, removed at the end whatever happens). Without
  * `opts.name` an image archive's own name (RepoTags, ref.name) is used.
  * `opts.ref` and `opts.platform` with a rootfs input are INVALID_ARGUMENT
  * (detail.usage: a mistake in the call), before anything is stored.
  */
 export async function importPath(store: ImageStore, input: string, opts: ImportPathOptions = {}): Promise<ImportPathResult> {
+  const shown = input === STDIN_INPUT ? 'standard input' : input
   const base = opts.workDir ?? os.tmpdir()
   await makeDirs(base)
   const scratch = await fs.promises.mkdtemp(path.join(base, 'strata-input-'))
@@ -788,13 +793,19 @@ export async function importPath(store: ImageStore, input: string, opts: ImportP
     // rootfs tarball while its headers are indexed (without one, an archive's own name may be needed;
     // with --ref or --platform, whether they apply must be known before anything is stored)
     const speculate = Boolean(opts.name) && !opts.ref && !opts.platform
-    const inp = await openImportInput(input, scratch, { ...readOpts, speculate, ...(opts.signal ? { signal: opts.signal } : {}) })
+    const inp = await openImportInput(input, scratch, {
+      ...readOpts,
+      speculate,
+      ...(opts.signal ? { signal: opts.signal } : {}),
+      ...(opts.stdin ? { stdin: opts.stdin } : {}),
+      ...(opts.onProgress ? { onProgress: opts.onProgress } : {}),
+    })
     checkSignal(opts.signal)
     if (inp.kind !== 'image' && (opts.ref || opts.platform)) {
       const given = [...(opts.ref ? ['--ref'] : []), ...(opts.platform ? ['--platform'] : [])]
       throw new StrataError(
         'INVALID_ARGUMENT',
-        `${given.join(' and ')} choose${given.length === 1 ? 's' : ''} an image in a docker-save or OCI archive or an OCI layout; ${input} is a rootfs ${inp.kind === 'rootfs-dir' ? 'directory' : 'tarball'}, which holds one tree and no platform`,
+        `${given.join(' and ')} choose${given.length === 1 ? 's' : ''} an image in a docker-save or OCI archive or an OCI layout; ${shown} is a rootfs ${inp.kind === 'rootfs-dir' ? 'directory' : 'tarball'}, which holds one tree and no platform`,
         { detail: { usage: true, options: given } },
       )
     }
@@ -814,7 +825,7 @@ export async function importPath(store: ImageStore, input: string, opts: ImportP
       }
     }
     if (!name && opts.requireName) {
-      throw new StrataError('IMAGE_INVALID_REFERENCE', `${input} gives the image no name: use --name NAME[:TAG]`)
+      throw new StrataError('IMAGE_INVALID_REFERENCE', `${shown} gives the image no name: use --name NAME[:TAG]`)
     }
     const o: ImportOptions = { ...opts, ...(name ? { name } : {}), ...(tag ? { tag } : {}), ...(alsoTag.length ? { alsoTag } : {}) }
     let r: ImportResult

@@ -1,21 +1,32 @@
 // What a PATH given to `strata image import` is, and how to read it:
-//  - a directory with `oci-layout` and `index.json`: an OCI layout;
+//  - a directory with `oci-layout` and `index.json`: an OCI layout (a
+//    `docker save` of Docker 25+ unpacked when it also has a docker-save
+//    manifest.json, whose RepoTags then name the image too);
+//  - a directory or a tar with a top-level manifest.json that makes it a
+//    `docker save` (see isDockerSave: a list of {Config, Layers}, or the rest
+//    of a docker save's shape, when a broken manifest.json is
+//    IMAGE_BAD_MANIFEST): a legacy `docker save`, unpacked or not;
 //  - a directory, or a tar, with `oci-layout` (the layout's marker) but no
 //    `index.json`, or with an OCI index as `index.json` and `blobs/sha256/`
 //    but no `oci-layout`: refused (IMAGE_BAD_ARCHIVE), not taken for a
-//    rootfs; a tar that is a `docker save` by its manifest.json is read by that;
+//    rootfs;
 //  - any other directory: a rootfs tree;
 //  - a tar file (plain, gzip or zstd) holding `oci-layout` + `index.json`: an
 //    OCI archive, or a `docker save` tarball when it also has manifest.json
-//    (Docker 25+); with only manifest.json: a legacy `docker save` tarball;
-//  - any other tar file: a rootfs tarball.
+//    (Docker 25+);
+//  - any other tar file: a rootfs tarball;
+//  - `-`: standard input, any of the tar forms above; it is read to its end
+//    into the work directory first (decompressed on the way), as a docker
+//    save can end with its manifest.json.
 // A compressed tar is decompressed once into the work directory (tar members
 // need random access); a plain one is read in place.
 import fs from 'node:fs'
 import path from 'node:path'
+import { Transform, pipeline as pipelineCb, type Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { StrataError } from '../../../fs/common/errors.js'
+import { StrataError, fromSystemError } from '../../../fs/common/errors.js'
 import { decompressStream, sniffCompression, type Compression } from '../layer/decompress.js'
+import { NO_PROGRESS, type ProgressSink } from '../progress.js'
 import type { ImageSource } from '../types.js'
 import { DirArchiveReader, TarArchiveReader } from './archive.js'
 import { legacyRepoTags, readDockerArchive, readOciLayout, type ReadImageOptions } from './layout.js'
@@ -59,18 +70,37 @@ export interface OpenImportOptions extends ReadImageOptions {
    * ~10^4 headers of a rootfs are read.
    */
   speculate?: boolean
-  /** stops the indexing worker */
+  /** stops the indexing worker, and the read of standard input */
   signal?: AbortSignal
+  /** what `-` reads (default process.stdin) */
+  stdin?: Readable
+  /** where the read of standard input is reported (bytes read) */
+  onProgress?: ProgressSink
 }
+
+/** The PATH that names standard input (`strata image import -`). */
+export const STDIN_INPUT = '-'
+
+/** What standard input is called in messages, and the `source.ref` of an image imported from it. */
+const STDIN_LABEL = 'standard input'
 
 /**
  * Works out what `input` is and opens it. `workDir` receives the
- * decompressed copy of a compressed tar. Throws IMAGE_BAD_ARCHIVE for a file
- * that is not a tar, NOT_FOUND for a missing path.
+ * decompressed copy of a compressed tar, and what `-` (STDIN_INPUT) reads
+ * from `opts.stdin` (default process.stdin): the whole stream is spooled
+ * there first (decompressed on the way), since what an archive is can be
+ * known only from all of it (a `docker save` may put manifest.json last).
+ * Throws IMAGE_BAD_ARCHIVE for a file or stream that is not a tar (or is
+ * empty), NOT_FOUND for a missing path.
  */
 export async function openImportInput(input: string, workDir: string, opts: OpenImportOptions = {}): Promise<ImportInput> {
   // path.resolve('') is the working directory: an unset shell variable must not import it
   if (input === '') throw new StrataError('INVALID_ARGUMENT', 'the path to import is empty')
+  if (input === STDIN_INPUT) {
+    const file = path.join(workDir, 'stdin.tar')
+    const compression = await spoolStream(opts.stdin ?? process.stdin, file, opts)
+    return openTar({ file, label: STDIN_LABEL, ref: STDIN_INPUT, decompressed: compression }, workDir, opts)
+  }
   const abs = path.resolve(input)
   let st: fs.Stats
   try {
@@ -78,46 +108,85 @@ export async function openImportInput(input: string, workDir: string, opts: Open
   } catch (e) {
     throw new StrataError('NOT_FOUND', `cannot import ${input}: ${(e as Error).message}`, { cause: e })
   }
-  if (st.isDirectory()) {
-    const marker = fs.existsSync(path.join(abs, OCI_LAYOUT_FILE))
-    const hasLayout = marker && fs.existsSync(path.join(abs, 'index.json'))
-    if (marker && !hasLayout) throw incompleteLayout(input, 'directory', fs.existsSync(path.join(abs, 'blobs')))
-    if (!marker && fs.statSync(path.join(abs, 'blobs', 'sha256'), { throwIfNoEntry: false })?.isDirectory()) {
-      const idx = fs.statSync(path.join(abs, 'index.json'), { throwIfNoEntry: false })
-      if (idx?.isFile() && idx.size <= MAX_DOCUMENT_BYTES && isOciIndex(await fs.promises.readFile(path.join(abs, 'index.json')))) throw unmarkedLayout(input, 'directory')
-    }
-    // a symlink to a directory is built as the directory it names (mkfs.erofs refuses the link)
-    if (!hasLayout) return { kind: 'rootfs-dir', dir: await fs.promises.realpath(abs), ref: abs }
-    const reader = new DirArchiveReader(abs)
-    await checkLayoutVersion(reader)
-    return { kind: 'image', image: await readOciLayout(reader, { type: 'oci-layout', ref: abs }, opts) }
-  }
+  if (st.isDirectory()) return openDirectory(input, abs, opts)
   if (!st.isFile()) throw new StrataError('IMAGE_BAD_ARCHIVE', `${input} is neither a file nor a directory`)
-  const head = await readHead(abs, 512)
+  return openTar({ file: abs, label: input, ref: abs }, workDir, opts)
+}
+
+/**
+ * A directory: an OCI layout, a `docker save` unpacked (by its manifest.json,
+ * as for a tar), a layout that cannot be read, or a rootfs tree.
+ */
+async function openDirectory(input: string, abs: string, opts: OpenImportOptions): Promise<ImportInput> {
+  const reader = new DirArchiveReader(abs)
+  const marker = fs.existsSync(path.join(abs, OCI_LAYOUT_FILE))
+  const hasLayout = marker && fs.existsSync(path.join(abs, 'index.json'))
+  const hasLegacy = (await dirMemberSize(reader, 'manifest.json')) !== null && (await isDockerSaveDir(abs, reader))
+  if (hasLayout) {
+    await checkLayoutVersion(reader)
+    // a Docker 25+ `docker save` unpacked: its layout, named by manifest.json's RepoTags too
+    const type: ImageSource['type'] = hasLegacy ? 'docker-archive' : 'oci-layout'
+    const repoTags = hasLegacy ? await legacyRepoTags(reader) : []
+    return { kind: 'image', image: await readOciLayout(reader, { type, ref: abs }, opts, repoTags) }
+  }
+  if (hasLegacy) return { kind: 'image', image: await readDockerArchive(reader, { type: 'docker-archive', ref: abs }, opts) }
+  if (marker) throw incompleteLayout(input, 'directory', fs.existsSync(path.join(abs, 'blobs')))
+  if (fs.statSync(path.join(abs, 'blobs', 'sha256'), { throwIfNoEntry: false })?.isDirectory()) {
+    const idx = fs.statSync(path.join(abs, 'index.json'), { throwIfNoEntry: false })
+    if (idx?.isFile() && idx.size <= MAX_DOCUMENT_BYTES && isOciIndex(await fs.promises.readFile(path.join(abs, 'index.json')))) throw unmarkedLayout(input, 'directory')
+  }
+  // a symlink to a directory is built as the directory it names (mkfs.erofs refuses the link)
+  return { kind: 'rootfs-dir', dir: await fs.promises.realpath(abs), ref: abs }
+}
+
+/** The size of a regular file in a directory (through links inside it), or null: none, not a file, or a link leading out. */
+async function dirMemberSize(reader: DirArchiveReader, name: string): Promise<number | null> {
+  try {
+    return await reader.size(name)
+  } catch (e) {
+    if (e instanceof StrataError && e.code === 'IMAGE_UNSAFE_PATH') return null
+    throw e
+  }
+}
+
+/** A tar to open: the file, what to call it and the `source.ref` to record; `decompressed`: the file is already a plain tar, spooled from a stream (standard input) that had this compression. */
+interface TarInput {
+  file: string
+  label: string
+  ref: string
+  decompressed?: Compression
+}
+
+/** A tar file (plain, gzip or zstd): an image archive or a rootfs tarball. */
+async function openTar(t: TarInput, workDir: string, opts: OpenImportOptions): Promise<ImportInput> {
+  const { label: input, ref: abs } = t
+  const head = await readHead(t.file, 512)
   // null: not compressed and no ustar magic; TarIndex decides (an old v7 tar has no magic)
-  const compression: Compression = sniffCompression(head) ?? 'none'
+  const sniffed: Compression = t.decompressed ? 'none' : (sniffCompression(head) ?? 'none')
   // a compressed tar of a tiny tree can be far smaller than one tar block
-  if (compression === 'none' && head.length < 512) throw new StrataError('IMAGE_BAD_ARCHIVE', `${input} is not a tar archive (${head.length} bytes)`)
-  let tarFile = abs
-  if (compression !== 'none') {
+  if (sniffed === 'none' && head.length < 512) throw new StrataError('IMAGE_BAD_ARCHIVE', `${input} is not a tar archive (${head.length} bytes)`)
+  const compression: Compression = t.decompressed ?? sniffed
+  let tarFile = t.file
+  if (sniffed !== 'none') {
     tarFile = path.join(workDir, 'input.tar')
     try {
-      await pipeline(await decompressStream(fs.createReadStream(abs, { highWaterMark: 1024 * 1024 })), fs.createWriteStream(tarFile))
+      await pipeline(await decompressStream(fs.createReadStream(t.file, { highWaterMark: 1024 * 1024 })), fs.createWriteStream(tarFile))
     } catch (e) {
       if (e instanceof StrataError && e.code !== 'IMAGE_BAD_ARCHIVE') throw e
       // the decompressor's message ("unexpected end of file") names no file
       throw new StrataError('IMAGE_BAD_ARCHIVE', `${input}: ${e instanceof StrataError ? e.reason : (e as Error).message}`, { cause: e })
     }
   }
+  const shown: ShownTar = { input, tarFile, compression, spooled: t.decompressed !== undefined }
   const classify = (index: TarIndex) => classifyTar(index, input, abs, tarFile, compression, opts)
-  if (opts.speculate && !startsLikeImageArchive(compression === 'none' ? head : await readHead(tarFile, 512))) {
+  if (opts.speculate && !startsLikeImageArchive(sniffed === 'none' ? head : await readHead(tarFile, 512))) {
     const archive = TarIndex.scan(tarFile, opts.signal).then(
       async (index) => {
         const inp = await classify(index)
         return inp.kind === 'image' ? inp : null
       },
       (e: unknown) => {
-        throw nameUserFile(e, input, tarFile, compression)
+        throw nameUserFile(e, shown)
       },
     )
     // not awaited until the import needs it; a failure is reported there
@@ -128,15 +197,82 @@ export async function openImportInput(input: string, workDir: string, opts: Open
   try {
     index = await TarIndex.open(tarFile)
   } catch (e) {
-    throw nameUserFile(e, input, tarFile, compression)
+    throw nameUserFile(e, shown)
   }
   return classify(index)
 }
 
-/** A failure to index the decompressed copy of `input`, told in terms of the user's file. */
-function nameUserFile(e: unknown, input: string, tarFile: string, compression: Compression): unknown {
-  if (!(e instanceof StrataError) || tarFile === path.resolve(input)) return e
-  return new StrataError(e.code, `${input} (${compression}): ${e.reason.split(tarFile).join('the decompressed tar')}`, { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+/**
+ * Reads all of `stream` into `file` (standard input for `import -`),
+ * decompressing gzip or zstd on the way; the bytes read are reported as a
+ * progress task. Returns the stream's compression. IMAGE_BAD_ARCHIVE for an
+ * empty stream or a broken compressed one; `opts.signal` stops the read (the
+ * stream is destroyed) with its reason.
+ */
+async function spoolStream(stream: Readable, file: string, opts: OpenImportOptions): Promise<Compression> {
+  const signal = opts.signal
+  const task = (opts.onProgress ?? NO_PROGRESS).start(`read ${STDIN_LABEL}`)
+  let head = Buffer.alloc(0)
+  let bytes = 0
+  const counted = new Transform({
+    transform(c: Buffer, _enc, cb) {
+      if (head.length < 512) head = Buffer.concat([head, c.subarray(0, 512 - head.length)])
+      bytes += c.length
+      task.tick(c.length)
+      cb(null, c)
+    },
+  })
+  // a producer that sends nothing must not hold up a Ctrl-C
+  const stop = (): void => {
+    stream.destroy()
+  }
+  signal?.addEventListener('abort', stop, { once: true })
+  try {
+    if (signal?.aborted) stop()
+    const plain = await decompressStream(pipelineCb(stream, counted, () => undefined) as unknown as Readable, 'application/x-tar')
+    await pipeline(plain, fs.createWriteStream(file))
+  } catch (e) {
+    // the rest of the stream is not wanted (a producer still writing gets EPIPE)
+    stream.destroy()
+    if (signal?.aborted) {
+      const r: unknown = signal.reason
+      throw r instanceof StrataError ? r : new StrataError('CANCELLED', 'import cancelled', r === undefined ? undefined : { cause: r })
+    }
+    if (e instanceof StrataError) {
+      // the decompressor's message ("gzip: unexpected end of file") names no input
+      throw new StrataError(e.code, `${STDIN_LABEL}: ${e.reason}`, { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+    }
+    const sys = fromSystemError(e)
+    throw sys ? new StrataError(sys.code, `${STDIN_LABEL}: ${sys.reason}`, { cause: e }) : new StrataError('IO_ERROR', `reading ${STDIN_LABEL}: ${(e as Error)?.message ?? String(e)}`, { cause: e })
+  } finally {
+    signal?.removeEventListener('abort', stop)
+    task.done()
+  }
+  if (bytes === 0) {
+    throw new StrataError('IMAGE_BAD_ARCHIVE', `${STDIN_LABEL} is empty: pipe an image archive or a rootfs tar into \`strata image import -\``, { detail: { empty: true } })
+  }
+  return sniffCompression(head) ?? 'none'
+}
+
+/** How a tar's failures are told: the user's file (or standard input), not a decompressed or spooled copy. */
+interface ShownTar {
+  input: string
+  tarFile: string
+  compression: Compression
+  spooled: boolean
+}
+
+/** A failure to index the decompressed (or spooled) copy of the input, told in terms of the user's file or stream. */
+function nameUserFile(e: unknown, s: ShownTar): unknown {
+  if (!(e instanceof StrataError)) return e
+  const keep = { cause: e, ...(e.detail ? { detail: e.detail } : {}) }
+  if (s.spooled) {
+    // TarIndex's messages begin with the file's name: the spool file's would mean nothing to the user
+    const reason = e.reason.split(`${s.tarFile}: `).join('').split(s.tarFile).join(s.input)
+    return new StrataError(e.code, `${s.input}${s.compression === 'none' ? '' : ` (${s.compression})`}: ${reason}`, keep)
+  }
+  if (s.tarFile === path.resolve(s.input)) return e
+  return new StrataError(e.code, `${s.input} (${s.compression}): ${e.reason.split(s.tarFile).join('the decompressed tar')}`, keep)
 }
 
 async function classifyTar(index: TarIndex, input: string, abs: string, tarFile: string, compression: Compression, opts: ReadImageOptions): Promise<ImportInput> {
@@ -197,18 +333,37 @@ function unmarkedLayout(input: string, what: 'directory' | 'tar'): StrataError {
  */
 async function isDockerSave(index: TarIndex): Promise<boolean> {
   const e = index.resolve('manifest.json', false)
-  if (e && e.size <= MAX_DOCUMENT_BYTES) {
-    try {
-      const v = JSON.parse((await index.read(e, MAX_DOCUMENT_BYTES)).toString('utf8')) as unknown
-      const entry = (x: unknown) => typeof x === 'object' && x !== null && typeof (x as { Config?: unknown }).Config === 'string' && Array.isArray((x as { Layers?: unknown }).Layers)
-      if (Array.isArray(v) && v.length > 0 && v.every(entry)) return true
-    } catch {
-      // not JSON: decided by the rest of the archive
-    }
-  }
+  if (e && e.size <= MAX_DOCUMENT_BYTES && isLegacyManifest(await index.read(e, MAX_DOCUMENT_BYTES))) return true
   if (index.has('repositories')) return true
   for (const name of index.entries.keys()) if (/^[0-9a-f]{64}\/layer\.tar$/.test(name) || name.startsWith('blobs/sha256/')) return true
   return false
+}
+
+/**
+ * The same for a directory with a top-level manifest.json (a `docker save`
+ * unpacked): the same manifest, or the same rest of the shape (repositories,
+ * a <64 hex>/layer.tar, a file in blobs/sha256/).
+ */
+async function isDockerSaveDir(abs: string, reader: DirArchiveReader): Promise<boolean> {
+  const size = await dirMemberSize(reader, 'manifest.json')
+  if (size !== null && size <= MAX_DOCUMENT_BYTES && isLegacyManifest(await reader.read('manifest.json', MAX_DOCUMENT_BYTES))) return true
+  if ((await dirMemberSize(reader, 'repositories')) !== null) return true
+  const top = await fs.promises.readdir(abs)
+  for (const name of top) if (/^[0-9a-f]{64}$/.test(name) && (await dirMemberSize(reader, `${name}/layer.tar`)) !== null) return true
+  const blobs = await fs.promises.readdir(path.join(abs, 'blobs', 'sha256')).catch(() => [])
+  return blobs.length > 0
+}
+
+/** Whether `bytes` are a docker-save manifest.json: a non-empty JSON array of {Config: string, Layers: [...]}. */
+function isLegacyManifest(bytes: Buffer): boolean {
+  try {
+    const v = JSON.parse(bytes.toString('utf8')) as unknown
+    const entry = (x: unknown) => typeof x === 'object' && x !== null && typeof (x as { Config?: unknown }).Config === 'string' && Array.isArray((x as { Layers?: unknown }).Layers)
+    return Array.isArray(v) && v.length > 0 && v.every(entry)
+  } catch {
+    // not JSON: decided by the rest of the archive
+    return false
+  }
 }
 
 /**

@@ -222,8 +222,19 @@ test('legacy docker save (<id>/layer.tar, <hex>.json, a duplicate layer as a sym
     t.is(l.diffId, config.rootfs.diff_ids[i])
     t.is(await sha(await l.open()), l.diffId!)
   }
+  // the same save unpacked into a directory is read the same way (it was a rootfs tree)
+  const unpacked = await openImportInput(out, dir)
+  if (unpacked.kind !== 'image') return t.fail(`the unpacked docker save is a ${unpacked.kind}`)
+  t.like(unpacked.image.source, { type: 'docker-archive', ref: out })
+  t.deepEqual(unpacked.image.refNames, ['legacy/app:v1'])
+  t.deepEqual(
+    unpacked.image.layers.map((l) => [l.digest, l.diffId, l.size]),
+    inp.image.layers.map((l) => [l.digest, l.diffId, l.size]),
+  )
+  for (const l of unpacked.image.layers) t.is(await sha(await l.open()), l.diffId!)
   // a config whose name is not its digest
   fs.writeFileSync(path.join(out, cfgName), Buffer.concat([cfg, Buffer.from(' ')]))
+  await t.throwsAsync(openImportInput(out, dir), { code: 'IMAGE_DIGEST_MISMATCH' })
   await run('tar', ['-C', out, '-cf', tarFile, '.'])
   await t.throwsAsync(openImportInput(tarFile, dir), { code: 'IMAGE_DIGEST_MISMATCH' })
 })
@@ -249,6 +260,43 @@ test('a rootfs tar that ships its own manifest.json is a rootfs; a docker save w
   fs.mkdirSync(path.join(tree, hex))
   fs.writeFileSync(path.join(tree, hex, 'layer.tar'), '')
   await t.throwsAsync(openImportInput(await tarOf('save.tar', '{"name":"app"}', hex), dir), { code: 'IMAGE_BAD_MANIFEST' })
+
+  // the same rules for a directory (a tree, or a docker save unpacked)
+  const tree2 = path.join(dir, 'tree2')
+  fs.mkdirSync(path.join(tree2, 'app'), { recursive: true })
+  for (const m of ['{"name":"app"}', '[]', '[{"name":"x"}]', 'not json']) {
+    fs.writeFileSync(path.join(tree2, 'manifest.json'), m)
+    t.is((await openImportInput(tree2, dir)).kind, 'rootfs-dir', m)
+  }
+  // a manifest.json that is a link out of the tree (an absolute one, as a rootfs may have) is no docker save either
+  fs.rmSync(path.join(tree2, 'manifest.json'))
+  fs.symlinkSync('/etc/hostname', path.join(tree2, 'manifest.json'))
+  t.is((await openImportInput(tree2, dir)).kind, 'rootfs-dir')
+  fs.rmSync(path.join(tree2, 'manifest.json'))
+  fs.writeFileSync(path.join(tree2, 'manifest.json'), '{"name":"app"}')
+  for (const [shape, make] of [
+    [
+      '<hex>/layer.tar',
+      () => {
+        fs.mkdirSync(path.join(tree2, hex))
+        fs.writeFileSync(path.join(tree2, hex, 'layer.tar'), '')
+      },
+    ],
+    ['repositories', () => fs.writeFileSync(path.join(tree2, 'repositories'), '{}')],
+    [
+      'blobs/sha256/…',
+      () => {
+        fs.mkdirSync(path.join(tree2, 'blobs/sha256'), { recursive: true })
+        fs.writeFileSync(path.join(tree2, 'blobs/sha256', hex), '')
+      },
+    ],
+  ] as const) {
+    fs.rmSync(path.join(tree2, hex), { recursive: true, force: true })
+    fs.rmSync(path.join(tree2, 'repositories'), { force: true })
+    fs.rmSync(path.join(tree2, 'blobs'), { recursive: true, force: true })
+    make()
+    await t.throwsAsync(openImportInput(tree2, dir), { code: 'IMAGE_BAD_MANIFEST', message: /manifest\.json/ }, shape)
+  }
 })
 
 /** The fixture (amd64, `latest`) and an arm64 variant (`arm`) side by side in one layout, each its own index.json entry; `rewrite` edits those entries. */
