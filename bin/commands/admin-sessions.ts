@@ -86,7 +86,6 @@ file. A malformed --inode or -p is a usage error.`,
         throw new UsageError('dump-session: -p names a session of another inode than --inode')
       }
       if (o.output !== undefined) {
-        if (o.output === '') throw new UsageError('dump-session: --output needs a file name')
         // lstat: a symlink there, dangling or not, is an existing file too
         if (fs.lstatSync(o.output, { throwIfNoEntry: false })) throw new UsageError(`dump-session: output file ${o.output} already exists`)
       }

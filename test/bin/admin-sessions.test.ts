@@ -203,7 +203,7 @@ test('list-clients and dump-session: usage errors exit 2, an unreachable mgmtd e
   // --output: an empty name, and anything already there (a dangling symlink included) are usage errors
   const dir = tempDir(t)
   fs.symlinkSync(path.join(dir, 'nowhere'), path.join(dir, 'dangling'))
-  await fails(t, [...A, 'dump-session', '--output', ''], 2, /^strata: usage: dump-session: --output needs a file name$/m)
+  await fails(t, [...A, 'dump-session', '--output', ''], 2, /^strata: usage: .*--output is empty \(a file path\)$/m)
   await fails(t, [...A, 'dump-session', '--output', path.join(dir, 'dangling')], 2, /^strata: usage: dump-session: output file .* already exists$/m)
   t.false(fs.existsSync(path.join(dir, 'nowhere')))
   await fails(t, [...A, 'list-clients', '--bogus'], 2, /^strata: usage: /m)
