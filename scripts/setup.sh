@@ -10,15 +10,15 @@ say() { echo "[setup] $*" >&2; }
 
 # Debian packages the build, tests, demo and benchmarks use. libfuse2: the
 # library fuse-native's prebuilt addon links; fuse3: fusermount3 and /dev/fuse
-# tooling; fio, git: the FUSE tests drive the mount with them. Images and
+# tooling; fio, git, rsync: the FUSE tests drive the mount with them. Images and
 # sandboxes: erofs-utils (mkfs.erofs builds layers), zstd (zstd-compressed OCI
-# layers), umoci and skopeo (independent OCI tools for fixtures and round
+# layers), lz4 (lz4 layers), umoci and skopeo (independent OCI tools for fixtures and round
 # trips), docker-registry (a real OCI registry for tests), podman (the peer the
 # export test and benchmarks compare with), runc (the OCI runtime), debootstrap
 # (the demo's and benchmarks' Debian base image), busybox-static (the agent
 # tests' minimal container rootfs).
-APT_PACKAGES=(python3 make g++ util-linux procps libfuse2 fuse3 fio git
-  erofs-utils zstd umoci skopeo docker-registry podman runc debootstrap busybox-static)
+APT_PACKAGES=(python3 make g++ util-linux procps libfuse2 fuse3 fio git rsync
+  erofs-utils zstd lz4 umoci skopeo docker-registry podman runc debootstrap busybox-static)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
