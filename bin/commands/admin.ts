@@ -152,6 +152,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
   admin
     .command('register-node')
     .description('register a node id with a type before it first heartbeats')
+    .addHelpText('after', '\nAn id already registered (by register-node or a heartbeat) is refused with MGMTD_REGISTER_FAIL (3FS kRegisterFail).')
     .argument('<nodeId>', 'node id', u32Id('nodeId'))
     .argument('<type>', `node type: ${NODE_TYPES.join(' | ')}`, nodeTypeArg('type'))
     .option('--json', 'print JSON')

@@ -446,7 +446,15 @@ export class MgmtdService {
   registerNode(p: RegisterNodeReq): { nodeId: number } {
     if (!p || !Number.isInteger(p.nodeId) || p.nodeId <= 0) throw new StrataError('INVALID_ARGUMENT', 'registerNode needs a positive nodeId')
     if (!NODE_TYPES.includes(p.type)) throw new StrataError('INVALID_ARGUMENT', `unknown node type ${String(p.type)}`)
-    if (this.nodes.has(p.nodeId)) throw new StrataError('ALREADY_EXISTS', `node ${p.nodeId} already registered`)
+    const existing = this.nodes.get(p.nodeId)
+    if (existing) {
+      // 3FS RegisterNodeOperation answers a duplicated id with MgmtdCode::kRegisterFail
+      const e = existing.info
+      throw new StrataError(
+        'MGMTD_REGISTER_FAIL',
+        `node id ${p.nodeId} is already registered (type ${e.type}, status ${e.status}${e.hostname ? `, host ${e.hostname}` : ''}); pick another id, or unregister-node ${p.nodeId} first once it is HEARTBEAT_FAILED`,
+      )
+    }
     const info: NodeInfo = {
       nodeId: p.nodeId,
       type: p.type,

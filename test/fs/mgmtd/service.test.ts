@@ -213,6 +213,18 @@ test('real mgmtd process: SIGKILL and restart keeps state', async (t) => {
   t.is(code, 0)
 })
 
+test('register-node of an id already registered answers MGMTD_REGISTER_FAIL (3FS kRegisterFail) naming the node', async (t) => {
+  const { client } = await mgmtdWithClient(t)
+  await client.registerNode({ nodeId: 8, type: 'META' })
+  const dup = await t.throwsAsync(client.registerNode({ nodeId: 8, type: 'STORAGE' }))
+  t.true(isStrataError(dup, 'MGMTD_REGISTER_FAIL'), String(dup))
+  t.regex(dup!.message, /node id 8 is already registered \(type META, status HEARTBEAT_CONNECTING\)/)
+  const self = await t.throwsAsync(client.registerNode({ nodeId: 1, type: 'META' }))
+  t.true(isStrataError(self, 'MGMTD_REGISTER_FAIL'), String(self))
+  t.regex(self!.message, /type MGMTD, status PRIMARY_MGMTD/)
+  t.is((await client.refresh()).nodes[8]!.type, 'META', 'unchanged')
+})
+
 test('unregister-node refuses live nodes: the primary mgmtd itself, a heartbeating node, one disabled a moment ago', async (t) => {
   const { client } = await mgmtdWithClient(t)
   const self = await t.throwsAsync(client.unregisterNode({ nodeId: 1 }))
