@@ -146,6 +146,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
   admin
     .command('list-nodes')
     .description('every node: Id Type Status Hostname Pid Tags LastHeartbeatTime ConfigVersion ReleaseVersion')
+    .addHelpText('after', '\nLastHeartbeatTime is N/A for a node that never heartbeated and, as in 3FS, for the primary mgmtd (it does not heartbeat to itself).')
     .option('--json', 'print JSON records')
     .action((_o, cmd: Command) => session(cmd, async (s, json) => printListing(await listNodes(s), json)))
 

@@ -135,7 +135,8 @@ export class MgmtdService {
       pid: process.pid,
       address: this.address,
       tags: [],
-      lastHeartbeatTime: Date.now(),
+      // mgmtd does not heartbeat to itself: as in 3FS (its own entry carries no heartbeat time), list-nodes shows N/A
+      lastHeartbeatTime: 0,
       configVersion: this.configs.get('MGMTD')?.configVersion ?? 0,
       releaseVersion: RELEASE_VERSION,
     }

@@ -33,6 +33,7 @@ test('a lone mgmtd: init-cluster, register-node, configs, CSV checks, usage erro
       ['50', 'META'],
     ],
   )
+  t.deepEqual(nodes.map((n) => n.LastHeartbeatTime), ['N/A', 'N/A'], 'mgmtd does not heartbeat to itself; node 50 never heartbeated')
   t.is(nodes[0]!.Status, 'PRIMARY_MGMTD')
   t.true(['HEARTBEAT_CONNECTING', 'HEARTBEAT_FAILED'].includes(nodes[1]!.Status as string), 'registered, never heartbeated')
   t.is((await strata([...A, 'register-node', '51', 'BOGUS'])).code, 2)

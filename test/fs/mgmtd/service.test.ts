@@ -7,6 +7,7 @@ import { startMgmtd, MgmtdClient, type HeartbeatTarget } from '../../../fs/mgmtd
 import { isStrataError } from '../../../fs/common/errors.js'
 import { MgmtdMethod } from '../../../fs/common/services.js'
 import type { RoutingInfo } from '../../../fs/common/types.js'
+import { listNodes, openAdminSession } from '../../../fs/admin/index.js'
 
 // generous fail interval: on a loaded 2-core machine a healthy heartbeat can be late by hundreds of ms
 const timers = { heartbeatIntervalMs: 100, heartbeatFailIntervalMs: 1500, chainUpdateIntervalMs: 30, newChainBootstrapMs: 1500, clientSessionTimeoutMs: 300 }
@@ -211,6 +212,21 @@ test('real mgmtd process: SIGKILL and restart keeps state', async (t) => {
   p.kill('SIGTERM')
   const code = await new Promise((r) => p.once('exit', (c) => r(c)))
   t.is(code, 0)
+})
+
+test('list-nodes: the primary mgmtd has no heartbeat time (N/A, as in 3FS); a heartbeating node has its last one', async (t) => {
+  const { m, client } = await mgmtdWithClient(t)
+  const ts = Date.now()
+  await client.heartbeat({ nodeId: 7, type: 'STORAGE', hbVersion: 1, timestamp: ts, address: 'x:1', hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't' })
+  const s = openAdminSession({ mgmtdAddresses: [m.address] })
+  t.teardown(() => s.close())
+  const l = await listNodes(s)
+  const col = l.header.indexOf('LastHeartbeatTime')
+  const row = (id: number) => l.rows.find((r) => r[0] === String(id))!
+  t.is(row(1)[col], 'N/A')
+  t.is(l.records.find((r) => r.nodeId === 1)!.lastHeartbeatTime, 0)
+  t.regex(row(7)[col]!, /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/)
+  t.true(l.records.find((r) => r.nodeId === 7)!.lastHeartbeatTime > 0)
 })
 
 test('register-node of an id already registered answers MGMTD_REGISTER_FAIL (3FS kRegisterFail) naming the node', async (t) => {
