@@ -316,6 +316,7 @@ the chain and serves again.`,
   admin
     .command('update-chain')
     .description('add a target to a chain (it joins OFFLINE and syncs) or remove one')
+    .addHelpText('after', '\nPrints the chain as the update committed it (as 3FS does): an added target shows OFFLINE;\nlist-chains then shows it go WAITING, SYNCING and SERVING.')
     .argument('<chainId>', 'chain', u32Id('chainId'))
     .argument('<targetId>', 'target', intArg('targetId', { min: 1 }))
     .requiredOption('-m, --mode <mode>', 'add | remove', choiceArg('--mode', ['add', 'remove'] as const))

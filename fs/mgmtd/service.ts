@@ -619,7 +619,7 @@ export class MgmtdService {
     return { chainTableVersion: table.chainTableVersion }
   }
 
-  updateChain(p: UpdateChainReq): { chainVersion: number } {
+  updateChain(p: UpdateChainReq): { chainVersion: number; chain: ChainInfo } {
     const chain = this.chains.get(p?.chainId)
     if (!chain) throw new StrataError('MGMTD_CHAIN_NOT_FOUND', `chain ${p?.chainId} does not exist`)
     let targets = chain.targets
@@ -659,22 +659,23 @@ export class MgmtdService {
     this.dirtyChains.add(chain.chainId)
     this.commit(mutations, true)
     this.kickUpdater()
-    return { chainVersion: next.chainVersion }
+    // as 3FS's UpdateChainRsp: the chain as committed (an added target OFFLINE), not as the updater moves it on
+    return { chainVersion: next.chainVersion, chain: structuredClone(next) }
   }
 
   /** Admin rescue when the LASTSRV target's disk is lost: make the next target LASTSRV. */
-  rotateLastSrv(p: RotateLastSrvReq): { chainVersion: number } {
+  rotateLastSrv(p: RotateLastSrvReq): { chainVersion: number; chain: ChainInfo } {
     const chain = this.chains.get(p?.chainId)
     if (!chain) throw new StrataError('MGMTD_CHAIN_NOT_FOUND', `chain ${p?.chainId} does not exist`)
     // 3FS RotateLastSrvOperation: a chain whose head is not LASTSRV (or that has one target) is left as it is, and that is no error
     const targets = rotateLastSrv(chain.targets)
-    if (!chainChanged(chain.targets, targets)) return { chainVersion: chain.chainVersion }
+    if (!chainChanged(chain.targets, targets)) return { chainVersion: chain.chainVersion, chain: structuredClone(chain) }
     const next: ChainInfo = { ...chain, chainVersion: chain.chainVersion + 1, targets }
     this.chains.set(chain.chainId, next)
     this.dirtyChains.add(chain.chainId)
     this.commit([{ kind: 'chain', value: next }], true)
     this.kickUpdater()
-    return { chainVersion: next.chainVersion }
+    return { chainVersion: next.chainVersion, chain: structuredClone(next) }
   }
 
   setConfig(p: SetConfigReq): { configVersion: number } {

@@ -168,6 +168,8 @@ test.serial('the 3FS deploy flow by hand: init-cluster, create-target, upload-ch
   t.true(records(await ok(t, [...A, 'list-targets', '--orphan'])).some((r) => r.TargetId === String(tail)))
   const added = JSON.parse(await ok(t, [...A, 'update-chain', String(chainId), String(tail), '-m', 'add', '--json']))
   t.is(added.targets.length, 3)
+  // as 3FS prints it: the chain as the update committed it, the added target OFFLINE
+  t.like(added.targets[2], { targetId: tail, publicState: 'OFFLINE' })
   await until('re-added target serving', async () => {
     const c = JSON.parse(await ok(t, [...A, 'list-chains', '--json'])).find((x: any) => x.chainId === chainId)
     return c.targets.every((x: any) => x.publicState === 'SERVING' && x.localState === 'UPTODATE')

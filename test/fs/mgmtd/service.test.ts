@@ -289,6 +289,20 @@ test('unregister-node refuses a dead storage node whose targets chains still lis
   t.falsy((await client.refresh()).nodes[10])
 })
 
+test('update-chain add answers the chain as committed, the new target OFFLINE (3FS UpdateChainRsp), before the updater moves it on', async (t) => {
+  const { client } = await mgmtdWithClient(t)
+  await client.heartbeat({
+    nodeId: 10001, type: 'STORAGE', hbVersion: 1, timestamp: Date.now(), address: 'x:1', hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't',
+    targets: [101, 601].map((targetId) => ({ targetId, localState: 'UPTODATE' as const, chainId: targetId === 101 ? 1 : 0, diskIndex: 0, usedSize: 5 })),
+  })
+  await client.setChains({ chains: [{ chainId: 1, targets: [101] }] })
+  const rsp = await client.updateChain({ chainId: 1, targetId: 601, mode: 'add' })
+  t.truthy(rsp.chain, 'the response carries the chain')
+  t.is(rsp.chain!.chainVersion, rsp.chainVersion)
+  t.deepEqual(rsp.chain!.targets.map((x) => x.targetId), [101, 601])
+  t.is(rsp.chain!.targets[1]!.publicState, 'OFFLINE')
+})
+
 test('a target its storage node stops reporting is forgotten (orphan) or OFFLINE at once (in a chain); update-chain add refuses it', async (t) => {
   const { dir, m, client } = await mgmtdWithClient(t)
   const orphans = async () => (await client.call<{ targets: Array<{ targetId: number }> }>(MgmtdMethod.listOrphanTargets, {})).targets.map((x) => x.targetId).sort()
