@@ -146,12 +146,14 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
   admin
     .command('list-nodes')
     .description('every node: Id Type Status Hostname Pid Tags LastHeartbeatTime ConfigVersion ReleaseVersion')
+    .addHelpText('after', '\nLastHeartbeatTime is N/A for a node that never heartbeated and, as in 3FS, for the primary mgmtd (it does not heartbeat to itself).')
     .option('--json', 'print JSON records')
     .action((_o, cmd: Command) => session(cmd, async (s, json) => printListing(await listNodes(s), json)))
 
   admin
     .command('register-node')
     .description('register a node id with a type before it first heartbeats')
+    .addHelpText('after', '\nAn id already registered (by register-node or a heartbeat) is refused with MGMTD_REGISTER_FAIL (3FS kRegisterFail).')
     .argument('<nodeId>', 'node id', u32Id('nodeId'))
     .argument('<type>', `node type: ${NODE_TYPES.join(' | ')}`, nodeTypeArg('type'))
     .option('--json', 'print JSON')
@@ -314,6 +316,7 @@ the chain and serves again.`,
   admin
     .command('update-chain')
     .description('add a target to a chain (it joins OFFLINE and syncs) or remove one')
+    .addHelpText('after', '\nPrints the chain as the update committed it (as 3FS does): an added target shows OFFLINE;\nlist-chains then shows it go WAITING, SYNCING and SERVING.')
     .argument('<chainId>', 'chain', u32Id('chainId'))
     .argument('<targetId>', 'target', intArg('targetId', { min: 1 }))
     .requiredOption('-m, --mode <mode>', 'add | remove', choiceArg('--mode', ['add', 'remove'] as const))

@@ -209,11 +209,24 @@ ${DIR_HELP}`,
   cluster
     .command('destroy')
     .description('delete the cluster directory (configs, logs, data); refuses a running cluster (or a live `fs mount` of it) unless --force')
-    .option('--force', 'stop the cluster and its `fs mount` mounts first if they run')
+    .option('--force', 'stop the cluster and its `fs mount` mounts first if they run; also cleans up a directory whose cluster.json is corrupt')
     .option('--json', 'print the result as JSON')
+    .addHelpText(
+      'after',
+      `
+A cluster.json that is not a cluster description (BAD_CONFIG) is refused
+without --force. With --force the directory is cleaned up without it: the
+\`fs mount\` daemons recorded in DIR/mounts and every \`strata daemon ROLE
+--config F\` process whose F is inside DIR are stopped (SIGTERM, SIGKILL after
+5 s; later roles, then storage, then mgmtd), whatever is mounted below DIR is
+detached, and DIR's config/, logs/, data/, mounts/ and cluster.json are removed.
+Nothing outside DIR is touched.
+${DIR_HELP}`,
+    )
     .action(async (o, cmd: Command) => {
       const r = await clusterDestroy({ dir: dirOf(cmd.optsWithGlobals()), force: !!o.force })
       if (o.json) return printJson(r)
+      if (r.unreadableDescription) out(`${r.dir}/cluster.json was not a cluster description (${r.unreadableDescription}); found the cluster's processes by their configs under ${r.dir}`)
       out(`destroyed cluster at ${r.dir}${r.stopped.length ? ` (stopped ${r.stopped.join(', ')})` : ''}`)
     })
 }

@@ -210,9 +210,9 @@ function chainInfoLines(c: ChainInfoResult): string[][] {
   ]
 }
 
-async function chainAfter(s: AdminSession, chainId: number, chainVersion: number): Promise<ActionResult<ChainInfoResult>> {
-  const ri = await fetchRouting(s)
-  const c = ri.chains[String(chainId)]
+/** The chain an update-chain / rotate-lastsrv answered (as committed, like 3FS prints it); an older mgmtd that answers only a version: as routing shows it now. */
+async function chainAfter(s: AdminSession, chainId: number, chainVersion: number, committed?: ChainInfo): Promise<ActionResult<ChainInfoResult>> {
+  const c = committed ?? (await fetchRouting(s)).chains[String(chainId)]
   const result: ChainInfoResult = c
     ? { chainId, chainVersion: c.chainVersion, targets: c.targets.map((t) => ({ ...t })), preferredOrder: c.preferredTargetOrder ?? [] }
     : { chainId, chainVersion, targets: [], preferredOrder: [] }
@@ -224,13 +224,13 @@ export async function updateChain(s: AdminSession, chainId: number, targetId: nu
   const m = mode.toLowerCase()
   if (m !== 'add' && m !== 'remove') throw new StrataError('INVALID_ARGUMENT', `invalid mode "${mode}" (add | remove)`)
   const rsp = await s.mgmtd.updateChain({ chainId, targetId, mode: m })
-  return chainAfter(s, chainId, rsp.chainVersion)
+  return chainAfter(s, chainId, rsp.chainVersion, rsp.chain)
 }
 
 /** `rotate-lastsrv <chainId>`: when the LASTSRV target's disk is lost, make the next target LASTSRV. */
 export async function rotateLastSrv(s: AdminSession, chainId: number): Promise<ActionResult<ChainInfoResult>> {
   const rsp = await s.mgmtd.rotateLastSrv({ chainId })
-  return chainAfter(s, chainId, rsp.chainVersion)
+  return chainAfter(s, chainId, rsp.chainVersion, rsp.chain)
 }
 
 /** `dump-chains`: the current chains as an upload-chains CSV (head first, current order). */

@@ -100,7 +100,12 @@ export function readClusterFile(dir: string): ClusterFile {
     if (!c || !Array.isArray(c.processes) || !Array.isArray(c.mgmtdAddresses)) throw new Error('missing processes or mgmtdAddresses')
     return c
   } catch (e) {
-    throw new StrataError('BAD_CONFIG', `${file} is not a cluster description: ${(e as Error).message}`, { cause: e })
+    // the processes and mounts it started may still run: destroy --force finds them without it
+    throw new StrataError(
+      'BAD_CONFIG',
+      `${file} is not a cluster description: ${(e as Error).message}; restore it, or stop what the cluster runs and delete ${dir} with: strata cluster destroy --force --dir ${dir}`,
+      { cause: e },
+    )
   }
 }
 

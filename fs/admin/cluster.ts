@@ -28,7 +28,7 @@ import { raceAbort } from './interrupt.js'
 import { initCluster } from './nodes.js'
 import { defaultStripeSize, planLayout, type ClusterLayout } from './placement.js'
 import { pickFreePorts, portFree } from './ports.js'
-import { isAlive, logTail, processAlive, signalProcess, spawnDaemon, stopProcesses, waitExit } from './process.js'
+import { daemonsUnder, isAlive, logTail, processAlive, signalProcess, spawnDaemon, stopProcesses, waitExit } from './process.js'
 import { fetchRouting, listOrphanTargets, openAdminSession, type AdminSession } from './session.js'
 import { createTargets } from './targets.js'
 import { isPowerOfTwo } from './units.js'
@@ -820,10 +820,33 @@ export async function clusterStart(o: { dir?: string | null; node: string; timeo
   return { name: p.name, pid: p.pid!, address: p.address }
 }
 
-/** `cluster destroy`: removes the cluster directory's contents; refuses a running cluster unless forced (then stops it first). */
-export async function clusterDestroy(o: { dir?: string | null; force?: boolean }): Promise<{ dir: string; stopped: string[] }> {
+export interface ClusterDestroyResult {
+  dir: string
+  stopped: string[]
+  /**
+   * Set when DIR/cluster.json could not be read (why) and --force cleaned up
+   * without it: the processes were found by their config files under DIR.
+   */
+  unreadableDescription?: string
+}
+
+/**
+ * `cluster destroy`: removes the cluster directory's contents; refuses a
+ * running cluster unless forced (then stops it first). Forced, a directory
+ * whose cluster.json is corrupt is cleaned up without it: its `fs mount`
+ * daemons (DIR/mounts), then every `strata daemon … --config F` with F inside
+ * DIR are stopped, whatever is mounted below DIR is detached, and the
+ * directory goes. Nothing outside DIR is touched.
+ */
+export async function clusterDestroy(o: { dir?: string | null; force?: boolean }): Promise<ClusterDestroyResult> {
   const dir = resolveClusterDir(o.dir)
-  const c = readClusterFile(dir)
+  let c: ClusterFile
+  try {
+    c = readClusterFile(dir)
+  } catch (e) {
+    if (o.force && isStrataError(e, 'BAD_CONFIG')) return destroyUndescribed(dir, e)
+    throw e
+  }
   const alive = anyAlive(c)
   let stopped: string[] = []
   const mounts = listClusterMounts(dir, { prune: true }).filter((m) => m.alive)
@@ -840,16 +863,48 @@ export async function clusterDestroy(o: { dir?: string | null; force?: boolean }
     stopped = [...r.stopped, ...r.cleared]
     await cleanupRoles(c)
   }
+  removeClusterTree(dir, c.processes.map((p) => p.dataDir))
+  return { dir, stopped }
+}
+
+/**
+ * `destroy --force` of a directory whose cluster.json is corrupt: the
+ * processes are found without it, by their command lines (daemonsUnder), and
+ * stopped later roles first, storage, then mgmtd, as `cluster down` does.
+ */
+async function destroyUndescribed(dir: string, why: StrataError): Promise<ClusterDestroyResult> {
+  const mounts = await stopClusterMounts(dir, { graceMs: 5000 })
+  const found = daemonsUnder(dir)
+  const rank = (p: ClusterProcess) => (p.role === 'mgmtd' ? 2 : p.role === 'storage' ? 1 : 0)
+  const extra = found.filter((p) => rank(p) === 0)
+  const roles = [...new Set(extra.map((p) => p.role))].sort((a, b) => (extraRoles.get(b)?.order ?? 1e9) - (extraRoles.get(a)?.order ?? 1e9))
+  const groups = [...roles.map((r) => extra.filter((p) => p.role === r)), found.filter((p) => rank(p) === 1), found.filter((p) => rank(p) === 2)]
+  for (const g of groups) if (g.length) await stopProcesses(g, 5000)
+  // what a role holds beyond its process (a FUSE mount, sandboxes' cgroups), from its config under DIR
+  for (const p of found) {
+    const spec = extraRoles.get(p.role)
+    if (spec?.cleanup && !processAlive(p)) await spec.cleanup(p).catch(() => {})
+  }
+  removeClusterTree(dir, [])
+  return {
+    dir,
+    stopped: [...mounts.stopped, ...mounts.cleared, ...found.map((p) => `${p.name} (pid ${p.pid})`)],
+    unreadableDescription: (why.cause as Error | undefined)?.message ?? why.reason,
+  }
+}
+
+/** Removes what a cluster keeps in `dir` (and data dirs inside it), after detaching every mount below it; `dir` itself if then empty. */
+function removeClusterTree(dir: string, dataDirs: string[]): void {
   // Whatever is still mounted below the directory (layer mounts of a `strata serve` daemon whose state
   // dir is under DIR/data, a FUSE mount of a killed daemon) is detached first: removing the tree must
   // never reach into a mount.
   const still = detachAllUnder(dir)
   if (still.length) throw new StrataError('CLUSTER_RUNNING', `mounts below ${dir} could not be detached: ${still.join(', ')}`)
   for (const sub of ['data', 'config', 'logs', MOUNTS_DIR]) fs.rmSync(path.join(dir, sub), { recursive: true, force: true })
-  for (const p of c.processes) {
+  for (const d of dataDirs) {
     // data dirs placed elsewhere by hand-edited descriptions
-    if (!p.dataDir.startsWith(dir + path.sep)) continue
-    fs.rmSync(p.dataDir, { recursive: true, force: true })
+    if (!d.startsWith(dir + path.sep)) continue
+    fs.rmSync(d, { recursive: true, force: true })
   }
   for (const spec of extraRoles.values()) {
     for (const f of spec.files ?? []) {
@@ -869,7 +924,6 @@ export async function clusterDestroy(o: { dir?: string | null; force?: boolean }
   } catch {
     // not empty: the operator keeps other files there
   }
-  return { dir, stopped }
 }
 
 export { isAlive }

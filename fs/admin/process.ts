@@ -56,6 +56,64 @@ export function isAlive(pid: number | null | undefined, configFile?: string): bo
   return true
 }
 
+/**
+ * Every live `strata daemon <role> --config F` process whose config F lies
+ * inside `dir` (a relative F is taken against the daemon's working
+ * directory), as the cluster process it runs: what `cluster destroy --force`
+ * stops when DIR/cluster.json cannot be read. A config merely named like
+ * the directory (DIR-old/…) is not inside it.
+ */
+export function daemonsUnder(dir: string): ClusterProcess[] {
+  const root = path.resolve(dir)
+  const out: ClusterProcess[] = []
+  let pids: string[]
+  try {
+    pids = fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))
+  } catch {
+    return out
+  }
+  for (const d of pids) {
+    const pid = Number(d)
+    if (pid === process.pid) continue
+    let argv: string[]
+    try {
+      argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
+    } catch {
+      continue
+    }
+    const i = argv.indexOf('daemon')
+    const role = i >= 0 ? argv[i + 1] : undefined
+    if (!role || role.startsWith('-')) continue
+    const after = (flag: string) => {
+      const j = argv.indexOf(flag, i)
+      if (j >= 0) return argv[j + 1]
+      return argv.find((a, k) => k > i && a.startsWith(`${flag}=`))?.slice(flag.length + 1)
+    }
+    const given = after('--config')
+    if (!given) continue
+    let configFile: string
+    try {
+      configFile = path.isAbsolute(given) ? path.resolve(given) : path.resolve(fs.readlinkSync(`/proc/${pid}/cwd`), given)
+    } catch {
+      continue
+    }
+    if (!configFile.startsWith(root + path.sep)) continue
+    if (!isAlive(pid, configFile)) continue
+    const name = after('--name') || path.basename(configFile, '.json')
+    let nodeId = 0
+    let address = ''
+    try {
+      const cfg = JSON.parse(fs.readFileSync(configFile, 'utf8')) as { nodeId?: unknown; listen?: unknown }
+      if (typeof cfg.nodeId === 'number') nodeId = cfg.nodeId
+      if (typeof cfg.listen === 'string') address = cfg.listen
+    } catch {
+      // config gone or unreadable: the process is still the cluster's
+    }
+    out.push({ name, role, nodeId, address, pid, configFile, logFile: path.join(root, 'logs', `${name}.log`), dataDir: '' })
+  }
+  return out
+}
+
 export function processAlive(p: ClusterProcess): boolean {
   return isAlive(p.pid, p.configFile)
 }

@@ -48,6 +48,7 @@ export const ERRORS = {
   // --- mgmtd
   MGMTD_NOT_PRIMARY: spec(true, 'EAGAIN', 'this mgmtd is not the primary'),
   MGMTD_NODE_NOT_FOUND: spec(false, 'ENOENT', 'the node is not registered'),
+  MGMTD_REGISTER_FAIL: spec(false, 'EEXIST', 'the node id cannot be registered (it is already registered)'),
   MGMTD_NODE_DISABLED: spec(false, 'EPERM', 'the node is disabled'),
   MGMTD_STALE_HEARTBEAT: spec(false, 'ESTALE', 'heartbeat version is older than the last one seen'),
   MGMTD_CLOCK_SKEW: spec(false, 'EINVAL', 'heartbeat clock differs too much from mgmtd'),

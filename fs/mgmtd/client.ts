@@ -23,7 +23,7 @@ import type {
   SetNodeTagsReq,
   UpdateChainReq,
 } from './protocol.js'
-import type { NodeType } from '../common/types.js'
+import type { ChainInfo, NodeType } from '../common/types.js'
 
 export interface MgmtdClientOptions {
   addresses: string[]
@@ -178,10 +178,11 @@ export class MgmtdClient {
   setChainTable(req: SetChainTableReq): Promise<{ chainTableVersion: number }> {
     return this.call(MgmtdMethod.setChainTable, req)
   }
-  updateChain(req: UpdateChainReq): Promise<{ chainVersion: number }> {
+  /** `chain`: the chain as the update committed it (3FS UpdateChainRsp), before the chain updater moves its states on */
+  updateChain(req: UpdateChainReq): Promise<{ chainVersion: number; chain?: ChainInfo }> {
     return this.call(MgmtdMethod.updateChain, req)
   }
-  rotateLastSrv(req: RotateLastSrvReq): Promise<{ chainVersion: number }> {
+  rotateLastSrv(req: RotateLastSrvReq): Promise<{ chainVersion: number; chain?: ChainInfo }> {
     return this.call(MgmtdMethod.rotateLastSrv, req)
   }
   setConfig(req: SetConfigReq): Promise<{ configVersion: number }> {

@@ -135,7 +135,8 @@ export class MgmtdService {
       pid: process.pid,
       address: this.address,
       tags: [],
-      lastHeartbeatTime: Date.now(),
+      // mgmtd does not heartbeat to itself: as in 3FS (its own entry carries no heartbeat time), list-nodes shows N/A
+      lastHeartbeatTime: 0,
       configVersion: this.configs.get('MGMTD')?.configVersion ?? 0,
       releaseVersion: RELEASE_VERSION,
     }
@@ -446,7 +447,15 @@ export class MgmtdService {
   registerNode(p: RegisterNodeReq): { nodeId: number } {
     if (!p || !Number.isInteger(p.nodeId) || p.nodeId <= 0) throw new StrataError('INVALID_ARGUMENT', 'registerNode needs a positive nodeId')
     if (!NODE_TYPES.includes(p.type)) throw new StrataError('INVALID_ARGUMENT', `unknown node type ${String(p.type)}`)
-    if (this.nodes.has(p.nodeId)) throw new StrataError('ALREADY_EXISTS', `node ${p.nodeId} already registered`)
+    const existing = this.nodes.get(p.nodeId)
+    if (existing) {
+      // 3FS RegisterNodeOperation answers a duplicated id with MgmtdCode::kRegisterFail
+      const e = existing.info
+      throw new StrataError(
+        'MGMTD_REGISTER_FAIL',
+        `node id ${p.nodeId} is already registered (type ${e.type}, status ${e.status}${e.hostname ? `, host ${e.hostname}` : ''}); pick another id, or unregister-node ${p.nodeId} first once it is HEARTBEAT_FAILED`,
+      )
+    }
     const info: NodeInfo = {
       nodeId: p.nodeId,
       type: p.type,
@@ -610,7 +619,7 @@ export class MgmtdService {
     return { chainTableVersion: table.chainTableVersion }
   }
 
-  updateChain(p: UpdateChainReq): { chainVersion: number } {
+  updateChain(p: UpdateChainReq): { chainVersion: number; chain: ChainInfo } {
     const chain = this.chains.get(p?.chainId)
     if (!chain) throw new StrataError('MGMTD_CHAIN_NOT_FOUND', `chain ${p?.chainId} does not exist`)
     let targets = chain.targets
@@ -650,22 +659,23 @@ export class MgmtdService {
     this.dirtyChains.add(chain.chainId)
     this.commit(mutations, true)
     this.kickUpdater()
-    return { chainVersion: next.chainVersion }
+    // as 3FS's UpdateChainRsp: the chain as committed (an added target OFFLINE), not as the updater moves it on
+    return { chainVersion: next.chainVersion, chain: structuredClone(next) }
   }
 
   /** Admin rescue when the LASTSRV target's disk is lost: make the next target LASTSRV. */
-  rotateLastSrv(p: RotateLastSrvReq): { chainVersion: number } {
+  rotateLastSrv(p: RotateLastSrvReq): { chainVersion: number; chain: ChainInfo } {
     const chain = this.chains.get(p?.chainId)
     if (!chain) throw new StrataError('MGMTD_CHAIN_NOT_FOUND', `chain ${p?.chainId} does not exist`)
     // 3FS RotateLastSrvOperation: a chain whose head is not LASTSRV (or that has one target) is left as it is, and that is no error
     const targets = rotateLastSrv(chain.targets)
-    if (!chainChanged(chain.targets, targets)) return { chainVersion: chain.chainVersion }
+    if (!chainChanged(chain.targets, targets)) return { chainVersion: chain.chainVersion, chain: structuredClone(chain) }
     const next: ChainInfo = { ...chain, chainVersion: chain.chainVersion + 1, targets }
     this.chains.set(chain.chainId, next)
     this.dirtyChains.add(chain.chainId)
     this.commit([{ kind: 'chain', value: next }], true)
     this.kickUpdater()
-    return { chainVersion: next.chainVersion }
+    return { chainVersion: next.chainVersion, chain: structuredClone(next) }
   }
 
   setConfig(p: SetConfigReq): { configVersion: number } {

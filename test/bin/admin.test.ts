@@ -24,7 +24,7 @@ test('a lone mgmtd: init-cluster, register-node, configs, CSV checks, usage erro
   t.regex(await ok(t, [...A, 'register-node', '50', 'META']), /Register node 50 of type META succeeded/)
   const dup = await strata([...A, 'register-node', '50', 'META'])
   t.is(dup.code, 1)
-  t.regex(dup.stderr, /^strata: ALREADY_EXISTS: /)
+  t.regex(dup.stderr, /^strata: MGMTD_REGISTER_FAIL: node id 50 is already registered \(type META, status HEARTBEAT_CONNECTING\)/)
   const nodes = records(await ok(t, [...A, 'list-nodes']))
   t.deepEqual(
     nodes.map((n) => [n.Id, n.Type]),
@@ -33,6 +33,7 @@ test('a lone mgmtd: init-cluster, register-node, configs, CSV checks, usage erro
       ['50', 'META'],
     ],
   )
+  t.deepEqual(nodes.map((n) => n.LastHeartbeatTime), ['N/A', 'N/A'], 'mgmtd does not heartbeat to itself; node 50 never heartbeated')
   t.is(nodes[0]!.Status, 'PRIMARY_MGMTD')
   t.true(['HEARTBEAT_CONNECTING', 'HEARTBEAT_FAILED'].includes(nodes[1]!.Status as string), 'registered, never heartbeated')
   t.is((await strata([...A, 'register-node', '51', 'BOGUS'])).code, 2)
@@ -167,6 +168,8 @@ test.serial('the 3FS deploy flow by hand: init-cluster, create-target, upload-ch
   t.true(records(await ok(t, [...A, 'list-targets', '--orphan'])).some((r) => r.TargetId === String(tail)))
   const added = JSON.parse(await ok(t, [...A, 'update-chain', String(chainId), String(tail), '-m', 'add', '--json']))
   t.is(added.targets.length, 3)
+  // as 3FS prints it: the chain as the update committed it, the added target OFFLINE
+  t.like(added.targets[2], { targetId: tail, publicState: 'OFFLINE' })
   await until('re-added target serving', async () => {
     const c = JSON.parse(await ok(t, [...A, 'list-chains', '--json'])).find((x: any) => x.chainId === chainId)
     return c.targets.every((x: any) => x.publicState === 'SERVING' && x.localState === 'UPTODATE')

@@ -5,6 +5,7 @@ import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { fuseUsable } from '../../fs/fuse/cluster-role.js'
+import { isAlive } from '../../fs/admin/index.js'
 import { STRATA, ok, records, strata, table, tempDir, until } from './helpers.js'
 
 // scenario 1 is about the DFS core: no FUSE mount; the two meta servers are part of every cluster
@@ -351,4 +352,46 @@ test.serial('SIGINT during a fresh cluster up stops what it started and says so;
   const up = JSON.parse(await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '2', '--targets-per-node', '1', '--replicas', '2', '--no-mount', '--no-sandbox', '--json', '-q']))
   t.false(up.restarted)
   t.is(up.state, 'ready')
+})
+
+test.serial('a corrupt cluster.json: status, down and destroy name destroy --force; destroy --force stops the processes and mounts without it, nothing outside DIR', async (t) => {
+  t.timeout(4 * 60_000)
+  const base = tempDir(t)
+  const dir = path.join(base, 'c')
+  const mount = fuseUsable() && process.getuid?.() === 0
+  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '--no-sandbox', ...(mount ? [] : ['--no-mount']), '-q'])
+  const c = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8'))
+  const procs: Array<{ pid: number; configFile: string }> = c.processes
+  const mnt = path.join(dir, 'mnt')
+  const mounted = () => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === mnt)
+  if (mount) t.true(mounted(), 'fuse-1 mounted DIR/mnt')
+  // a daemon of another directory whose name starts like DIR's: never touched
+  const other = `${dir}-old`
+  fs.mkdirSync(path.join(other, 'config'), { recursive: true })
+  fs.writeFileSync(path.join(other, 'config', 'storage-1.json'), '{}')
+  const decoy = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)', 'strata.js', 'daemon', 'storage', '--config', path.join(other, 'config', 'storage-1.json'), '--name', 'storage-1'], { stdio: 'ignore' })
+  // cluster.json no longer names the processes: the teardown (tempDir) cannot find them, so it is done here
+  t.teardown(() => {
+    decoy.kill('SIGKILL')
+    for (const p of procs) if (isAlive(p.pid, p.configFile)) process.kill(p.pid, 'SIGKILL')
+    spawnSync('umount', ['-l', mnt])
+  })
+  fs.writeFileSync(path.join(dir, 'cluster.json'), '{"version": 1, "name": "c", "proc')
+
+  for (const args of [['status'], ['down'], ['destroy']]) {
+    const r = await strata(['cluster', ...args, '--dir', dir])
+    t.is(r.code, 1, args[0])
+    t.regex(r.stderr, /^strata: BAD_CONFIG: \S+\/cluster\.json is not a cluster description: .*; restore it, or stop what the cluster runs and delete \S+ with: strata cluster destroy --force --dir \S+\n$/, args[0])
+  }
+  t.true(procs.every((p) => isAlive(p.pid, p.configFile)), 'nothing was stopped')
+
+  const d = await ok(t, ['cluster', 'destroy', '--dir', dir, '--force', '--json'])
+  const r = JSON.parse(d)
+  t.regex(r.unreadableDescription, /JSON/)
+  t.deepEqual(r.stopped.map((s: string) => s.split(' ')[0]).sort(), c.processes.map((p: any) => p.name).sort())
+  t.true(procs.every((p) => !isAlive(p.pid, p.configFile)), 'every process of the cluster is stopped')
+  t.false(mounted(), 'no mount left below DIR')
+  t.false(fs.existsSync(dir))
+  t.is(decoy.exitCode, null, 'the other directory\'s daemon still runs')
+  t.true(fs.existsSync(path.join(other, 'config', 'storage-1.json')))
 })

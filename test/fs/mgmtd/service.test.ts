@@ -7,6 +7,7 @@ import { startMgmtd, MgmtdClient, type HeartbeatTarget } from '../../../fs/mgmtd
 import { isStrataError } from '../../../fs/common/errors.js'
 import { MgmtdMethod } from '../../../fs/common/services.js'
 import type { RoutingInfo } from '../../../fs/common/types.js'
+import { listNodes, openAdminSession } from '../../../fs/admin/index.js'
 
 // generous fail interval: on a loaded 2-core machine a healthy heartbeat can be late by hundreds of ms
 const timers = { heartbeatIntervalMs: 100, heartbeatFailIntervalMs: 1500, chainUpdateIntervalMs: 30, newChainBootstrapMs: 1500, clientSessionTimeoutMs: 300 }
@@ -213,6 +214,33 @@ test('real mgmtd process: SIGKILL and restart keeps state', async (t) => {
   t.is(code, 0)
 })
 
+test('list-nodes: the primary mgmtd has no heartbeat time (N/A, as in 3FS); a heartbeating node has its last one', async (t) => {
+  const { m, client } = await mgmtdWithClient(t)
+  const ts = Date.now()
+  await client.heartbeat({ nodeId: 7, type: 'STORAGE', hbVersion: 1, timestamp: ts, address: 'x:1', hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't' })
+  const s = openAdminSession({ mgmtdAddresses: [m.address] })
+  t.teardown(() => s.close())
+  const l = await listNodes(s)
+  const col = l.header.indexOf('LastHeartbeatTime')
+  const row = (id: number) => l.rows.find((r) => r[0] === String(id))!
+  t.is(row(1)[col], 'N/A')
+  t.is(l.records.find((r) => r.nodeId === 1)!.lastHeartbeatTime, 0)
+  t.regex(row(7)[col]!, /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/)
+  t.true(l.records.find((r) => r.nodeId === 7)!.lastHeartbeatTime > 0)
+})
+
+test('register-node of an id already registered answers MGMTD_REGISTER_FAIL (3FS kRegisterFail) naming the node', async (t) => {
+  const { client } = await mgmtdWithClient(t)
+  await client.registerNode({ nodeId: 8, type: 'META' })
+  const dup = await t.throwsAsync(client.registerNode({ nodeId: 8, type: 'STORAGE' }))
+  t.true(isStrataError(dup, 'MGMTD_REGISTER_FAIL'), String(dup))
+  t.regex(dup!.message, /node id 8 is already registered \(type META, status HEARTBEAT_CONNECTING\)/)
+  const self = await t.throwsAsync(client.registerNode({ nodeId: 1, type: 'META' }))
+  t.true(isStrataError(self, 'MGMTD_REGISTER_FAIL'), String(self))
+  t.regex(self!.message, /type MGMTD, status PRIMARY_MGMTD/)
+  t.is((await client.refresh()).nodes[8]!.type, 'META', 'unchanged')
+})
+
 test('unregister-node refuses live nodes: the primary mgmtd itself, a heartbeating node, one disabled a moment ago', async (t) => {
   const { client } = await mgmtdWithClient(t)
   const self = await t.throwsAsync(client.unregisterNode({ nodeId: 1 }))
@@ -259,6 +287,20 @@ test('unregister-node refuses a dead storage node whose targets chains still lis
   // node 10's target is in no chain: the node may go
   await client.unregisterNode({ nodeId: 10 })
   t.falsy((await client.refresh()).nodes[10])
+})
+
+test('update-chain add answers the chain as committed, the new target OFFLINE (3FS UpdateChainRsp), before the updater moves it on', async (t) => {
+  const { client } = await mgmtdWithClient(t)
+  await client.heartbeat({
+    nodeId: 10001, type: 'STORAGE', hbVersion: 1, timestamp: Date.now(), address: 'x:1', hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't',
+    targets: [101, 601].map((targetId) => ({ targetId, localState: 'UPTODATE' as const, chainId: targetId === 101 ? 1 : 0, diskIndex: 0, usedSize: 5 })),
+  })
+  await client.setChains({ chains: [{ chainId: 1, targets: [101] }] })
+  const rsp = await client.updateChain({ chainId: 1, targetId: 601, mode: 'add' })
+  t.truthy(rsp.chain, 'the response carries the chain')
+  t.is(rsp.chain!.chainVersion, rsp.chainVersion)
+  t.deepEqual(rsp.chain!.targets.map((x) => x.targetId), [101, 601])
+  t.is(rsp.chain!.targets[1]!.publicState, 'OFFLINE')
 })
 
 test('a target its storage node stops reporting is forgotten (orphan) or OFFLINE at once (in a chain); update-chain add refuses it', async (t) => {
