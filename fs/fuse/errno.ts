@@ -38,6 +38,7 @@ export const E = {
   ENODATA: -61,
   ENOTSUP: -95,
   ETIMEDOUT: -110,
+  ESTALE: -116,
 } as const
 
 /**

@@ -49,7 +49,7 @@ const O_ACCMODE = 3
 
 
 /** errnos that are answers, not failures (logged at debug only) */
-const EXPECTED = new Set<number>([-38, -2, -17, -20, -21, -39, -61, -95, -37, -13, -1, -22, -40, -36, -18, -31, -30, -9, -27])
+const EXPECTED = new Set<number>([-38, -2, -17, -20, -21, -39, -61, -95, -37, -13, -1, -22, -40, -36, -18, -31, -30, -9, -27, -116])
 
 export interface FuseOpsOptions {
   fs: FileSystem
@@ -74,6 +74,8 @@ export interface FuseOpsOptions {
    * that serve `mountpoint` (the daemon): otherwise that path is someone else's.
    */
   kernelInvalidate?: boolean
+  /** how many paths the daemon remembers the reported file type of (kernelView) */
+  reportedPathsMax?: number
 }
 
 type Handle =
@@ -187,6 +189,16 @@ export class StrataFuseOps {
   private readonly raStats: ReadAheadStats = { hits: 0, fetches: 0, direct: 0 }
   /** the mount's native chunk table (READs libfuse threads answer from read-ahead), once attached */
   private fastReads: FastReads | null = null
+  /**
+   * What the kernel was last told is at each path (inode id and type, from
+   * every getattr answered by path). libfuse 2 gives a name the same node id
+   * for as long as its node lives, whatever another client puts there, and
+   * the kernel marks an inode bad (EIO from then on, for every descriptor
+   * open on it) when a LOOKUP or GETATTR of its node id answers another file
+   * type. See kernelView().
+   */
+  private readonly reported = new Map<string, { id: bigint; type: Inode['type'] }>()
+  private readonly reportedMax: number
 
   constructor(readonly opts: FuseOpsOptions) {
     this.fs = opts.fs
@@ -198,6 +210,7 @@ export class StrataFuseOps {
     this.readAhead = opts.readAhead === false ? null : { ...READ_AHEAD_DEFAULTS, ...opts.readAhead }
     this.raBudget = new ReadAheadBudget(this.readAhead?.budgetBytes ?? 0)
     this.raBuffers = new BufferPool(this.readAhead?.budgetBytes ?? 0)
+    this.reportedMax = opts.reportedPathsMax ?? 1 << 16
   }
 
   stats(): FuseOpsStats {
@@ -464,7 +477,97 @@ export class StrataFuseOps {
 
   async getattr(p: string): Promise<FuseStat> {
     if (this.isVirtual(p)) return this.virtualStat(p)
-    return inodeToStat(await this.lookup(p))
+    return this.kernelView(p, await this.lookup(p))
+  }
+
+  /**
+   * The answer to a getattr by path (the kernel's LOOKUP and GETATTR alike:
+   * libfuse 2 calls getattr for both). libfuse keeps one node id per name
+   * while the kernel holds it, so when another client put an object of
+   * another type at a name (a directory where a file was, or the reverse),
+   * answering it under the old node id makes the kernel mark its inode bad:
+   * that stat fails with EIO, and so does every later call on a descriptor
+   * open on the old file. Instead:
+   *  - while this mount has the old object open (a file), the name keeps
+   *    answering for it (the handle's own inode), so its descriptors go on
+   *    writing and reading the open file (3FS: the open file's inode);
+   *  - otherwise the first answer that reveals the change is ESTALE (and the
+   *    new type is remembered): the kernel redoes the lookup with
+   *    LOOKUP_REVAL (stat, open, link, mkdir, … retry once on ESTALE), drops
+   *    its stale dentry and inode and gets a fresh inode of the right type.
+   */
+  private async kernelView(p: string, inode: Inode): Promise<FuseStat> {
+    const prev = this.reported.get(p)
+    if (prev && prev.type !== inode.type) {
+      const open = this.openFileOf(prev.id)
+      if (open) return this.handleStat(open)
+      this.remember(p, inode)
+      fail(E.ESTALE, `${p} is now a ${inode.type.toLowerCase()}, the kernel has it as a ${prev.type.toLowerCase()}`)
+    }
+    this.remember(p, inode)
+    return inodeToStat(inode)
+  }
+
+  /**
+   * A request on p found another type there than the kernel holds (by what
+   * it was told last): the new type is remembered and the request answered
+   * ESTALE, which makes the kernel redo it after a fresh lookup. Returns when
+   * the kernel was not told otherwise (the caller answers as it would).
+   */
+  private staleType(p: string, now: Inode): void {
+    const prev = this.reported.get(p)
+    if (!prev || prev.type === now.type || this.openFileOf(prev.id)) return
+    this.remember(p, now)
+    fail(E.ESTALE, `${p} is now a ${now.type.toLowerCase()}, the kernel has it as a ${prev.type.toLowerCase()}`)
+  }
+
+  private remember(p: string, inode: { id: bigint; type: Inode['type'] }): void {
+    const prev = this.reported.get(p)
+    if (prev && prev.id === inode.id && prev.type === inode.type) return
+    if (!prev && this.reported.size >= this.reportedMax) {
+      // the oldest goes, unless it is a file open here (its descriptors depend on it): then the next
+      for (let i = 0; i < 8; i++) {
+        const oldest = this.reported.entries().next()
+        if (oldest.done) break
+        const [k, v] = oldest.value
+        this.reported.delete(k)
+        if (i === 7 || !this.openFileOf(v.id)) break
+        this.reported.set(k, v)
+      }
+    }
+    this.reported.set(p, { id: inode.id, type: inode.type })
+  }
+
+  /**
+   * Forgets what the kernel was told about p (and, with `tree`, everything
+   * below it: a scan of the whole map, kept to rare calls): libfuse gives
+   * those names new nodes. A path left behind below costs at most one ESTALE
+   * round trip later, if another client puts something of another type there.
+   */
+  private forgetReported(p: string, tree = false): void {
+    this.reported.delete(p)
+    if (!tree) return
+    const prefix = p === '/' ? '/' : p + '/'
+    for (const k of this.reported.keys()) if (k.startsWith(prefix)) this.reported.delete(k)
+  }
+
+  /** An open file handle of this inode (this mount's). */
+  private openFileOf(id: bigint): FileHandle | undefined {
+    for (const h of this.handles.values()) if (h.kind === 'file' && !h.fh.closed && h.fh.inodeId === id) return h.fh
+    return undefined
+  }
+
+  /** The attributes of an open file's own inode (its name may name something else by now). */
+  private async handleStat(fh: FileHandle, p?: string): Promise<FuseStat> {
+    const hit = p === undefined ? undefined : this.cache.get(p)
+    if (hit && hit.id === fh.inodeId && !this.writers.has(hit.id)) return inodeToStat(hit)
+    try {
+      return inodeToStat(await this.fs.fstat(fh))
+    } catch (e) {
+      // removed by another client and gone from meta: the file as last known, as fstat of an unlinked file
+      if (e instanceof StrataError && e.code === 'META_NOT_FOUND') return inodeToStat(fh.inode)
+      throw e
+    }
   }
 
   /**
@@ -477,16 +580,9 @@ export class StrataFuseOps {
   async fgetattr(p: string, fd: number): Promise<FuseStat> {
     const h = fd === 0 ? undefined : this.handles.get(fd)
     if (!h || h.kind !== 'file') return this.getattr(p)
-    const fh = h.fh
-    const hit = this.cache.get(p)
-    if (hit && hit.id === fh.inodeId && !this.writers.has(hit.id)) return inodeToStat(hit)
-    try {
-      return inodeToStat(await this.fs.fstat(fh))
-    } catch (e) {
-      // removed by another client and gone from meta: the file as last known, as fstat of an unlinked file
-      if (e instanceof StrataError && e.code === 'META_NOT_FOUND') return inodeToStat(fh.inode)
-      throw e
-    }
+    // the kernel node of p is the open file's (libfuse asks this way right after a create, too)
+    this.remember(p, h.fh.inode)
+    return this.handleStat(h.fh, p)
   }
 
   async access(p: string, mode: number): Promise<void> {
@@ -543,7 +639,11 @@ export class StrataFuseOps {
   async opendir(p: string): Promise<number> {
     if (!this.isVirtual(p)) {
       const inode = await this.lookup(p)
-      if (inode.type !== 'Directory') fail(E.ENOTDIR)
+      if (inode.type !== 'Directory') {
+        // the kernel holds a directory that another client replaced: ESTALE has it look the name up again
+        this.staleType(p, inode)
+        fail(E.ENOTDIR)
+      }
     } else this.virtualStat(p)
     return this.addHandle({ kind: 'dir', path: p })
   }
@@ -552,16 +652,18 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     this.cache.invalidate(p)
+    this.forgetReported(p)
     const inode = await this.fs.mkdir(p, { mode: mode & 0o7777 })
     this.cache.set(p, inode)
   }
 
   async rmdir(p: string): Promise<void> {
-    if (this.dropped(p)) return
+    if (this.dropped(p)) return this.forgetReported(p, true)
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     try {
       await this.fs.rmdir(p)
+      this.forgetReported(p)
     } finally {
       this.cache.invalidateTree(p)
     }
@@ -573,12 +675,13 @@ export class StrataFuseOps {
       this.rmrfLinks.delete(p)
       return
     }
-    if (this.dropped(p)) return
+    if (this.dropped(p)) return this.forgetReported(p, true)
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     const known = this.cache.get(p)
     try {
       await this.fs.unlink(p)
+      this.forgetReported(p)
     } finally {
       // a non-directory: nothing below it; other names of the inode lose a link
       this.cache.invalidate(p)
@@ -588,12 +691,13 @@ export class StrataFuseOps {
 
   async rename(src: string, dest: string): Promise<void> {
     // libfuse 2 "unlinks" a file open on this mount by renaming it to .fuse_hidden…
-    if (this.dropped(src)) return
+    if (this.dropped(src)) return this.movedReported(src, dest)
     if (this.isVirtual(src) || this.isVirtual(dest)) fail(E.EPERM)
     this.checkWritable()
     const replaced = this.cache.get(dest)
     try {
       await this.fs.rename(src, dest)
+      this.movedReported(src, dest)
     } finally {
       this.cache.invalidateTree(src)
       this.cache.invalidateTree(dest)
@@ -601,13 +705,45 @@ export class StrataFuseOps {
     }
   }
 
+  /** libfuse moved the node of src (and the nodes below it) to dest; dest's own nodes are gone. */
+  private movedReported(src: string, dest: string): void {
+    const node = this.reported.get(src)
+    this.reported.delete(src)
+    this.reported.delete(dest)
+    if (node?.type === 'Directory') {
+      // the names below a directory move with it (one scan of the map, for directories only)
+      const moved: [string, { id: bigint; type: Inode['type'] }][] = []
+      for (const [k, v] of this.reported) if (k.startsWith(src + '/')) moved.push([dest + k.slice(src.length), v])
+      for (const [k] of moved) this.reported.delete(src + k.slice(dest.length))
+      for (const [k, v] of moved) this.reported.set(k, v)
+    }
+    if (node) this.remember(dest, node)
+  }
+
+  /**
+   * link(2). The kernel checks that the new name's answer has the type it
+   * holds for the source, and fails a link that was made with EIO when it
+   * differs (another client put a symlink where it had a file, or the
+   * reverse). Such a link is undone and answered ESTALE, which makes the
+   * kernel look the source up again (LOOKUP_REVAL: its fresh type) and send
+   * the link once more.
+   */
   async link(src: string, dest: string): Promise<void> {
     if (this.isVirtual(src) || this.isVirtual(dest)) fail(E.EPERM)
     this.checkWritable()
+    this.forgetReported(dest)
+    const expected = this.reported.get(src)
     const inode = await this.fs.link(src, dest)
     this.cache.invalidateInode(inode.id)
     this.cache.invalidate(src)
     this.cache.invalidate(dest)
+    if (expected && expected.type !== inode.type) {
+      await this.fs.unlink(dest).catch((e: unknown) => this.log.warn('link: could not undo a link the kernel would refuse', { path: dest, err: toStrataError(e) }))
+      this.cache.invalidateInode(inode.id)
+      this.cache.invalidate(dest)
+      this.remember(src, inode)
+      fail(E.ESTALE, `${src} is now a ${inode.type.toLowerCase()}, the kernel has it as a ${expected.type.toLowerCase()}`)
+    }
   }
 
   async symlink(target: string, p: string): Promise<void> {
@@ -615,6 +751,7 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     this.cache.invalidate(p)
+    this.forgetReported(p)
     const inode = await this.fs.symlink(target, p)
     this.cache.set(p, inode)
   }
@@ -680,6 +817,7 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     this.cache.invalidate(p)
+    this.forgetReported(p)
     const fh = await this.fs.open(p, { access: 'r', create: true, excl: true }, mode & 0o7777)
     await this.fs.close(fh)
   }
@@ -690,6 +828,7 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     this.cache.invalidate(p)
+    this.forgetReported(p)
     // fuse-native does not pass the open flags of a create: the kernel only
     // sends it after a negative lookup, so a plain O_CREAT open is assumed
     const fh = await this.fs.open(p, { access: 'rw', create: true }, mode & 0o7777)
@@ -700,7 +839,18 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(this.isVirtualDir(p) ? E.EISDIR : E.ENOENT)
     const acc = flags & O_ACCMODE
     if (this.ro && (acc !== fsc.O_RDONLY || flags & fsc.O_TRUNC)) fail(E.EROFS)
-    const fh = await this.fs.open(p, flags & (O_ACCMODE | fsc.O_APPEND | fsc.O_TRUNC))
+    let fh: FileHandle
+    try {
+      fh = await this.fs.open(p, flags & (O_ACCMODE | fsc.O_APPEND | fsc.O_TRUNC))
+    } catch (e) {
+      // the kernel holds a file where another client put a directory: ESTALE has it look the name up
+      // again (open(2) retries with LOOKUP_REVAL) and open the directory
+      if (e instanceof StrataError && e.code === 'META_IS_DIRECTORY' && this.reported.get(p)?.type !== 'Directory') {
+        const now = await this.fs.lstat(p).catch(() => null)
+        if (now) this.staleType(p, now)
+      }
+      throw e
+    }
     return this.addHandle({ kind: 'file', fh, path: p })
   }
 

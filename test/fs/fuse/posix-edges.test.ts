@@ -3,7 +3,7 @@
 // process still holds when the mount is stopped, set-group-id directories.
 import test from 'ava'
 import { spawn } from 'node:child_process'
-import { fuseSkipReason, ok, py, startFuseCluster } from './helpers.js'
+import { PY_EXPECT_ERR, fuseSkipReason, ok, py, startFuseCluster } from './helpers.js'
 
 const skip = fuseSkipReason()
 const t = skip ? test.skip : test.serial
@@ -82,3 +82,113 @@ t('stopping a mount keeps what a process wrote through a shared mapping it still
   ok(t, r, 'read back on a fresh mount')
   t.is(r.stdout.trim(), '65536 MAPPED-ONE MAPPED-TWO')
 })
+
+// argv: mount A (attributes cached 1 ms, names 1 s: the kernel keeps each name's inode and asks
+// for its attributes by node id), mount B. B changes what type of object is at names A's kernel holds.
+const TYPE_CHANGED_ELSEWHERE = String.raw`
+import errno, os, sys
+a, b = sys.argv[1], sys.argv[2]
+A = lambda n: os.path.join(a, n)
+B = lambda n: os.path.join(b, n)
+${PY_EXPECT_ERR}
+
+# a file becomes a directory: stat answers the directory (was EIO: the kernel marked the inode bad)
+open(A('f1'), 'w').close(); os.stat(A('f1'))
+os.unlink(B('f1')); os.mkdir(B('f1'))
+expect_err(errno.EPERM, os.link, A('f1'), A('g1'))
+assert os.path.isdir(A('f1')) and os.listdir(A('f1')) == []
+
+# a directory becomes a file
+os.mkdir(A('d2')); os.stat(A('d2'))
+os.rmdir(B('d2')); open(B('d2'), 'w').close()
+assert os.path.isfile(A('d2'))
+os.link(A('d2'), A('g2'))
+assert os.stat(B('g2')).st_ino == os.stat(B('d2')).st_ino
+
+# link of a file another client replaced by a symlink, and the reverse: the link is made and
+# link() succeeds (was EIO after making it: the new name's type differed from the kernel's)
+open(A('f3'), 'w').close(); os.stat(A('f3'))
+os.unlink(B('f3')); os.symlink('target3', B('f3'))
+os.link(A('f3'), A('g3'))
+assert os.readlink(B('g3')) == 'target3' and os.readlink(A('g3')) == 'target3'
+os.symlink('target4', A('f4')); os.lstat(A('f4'))
+os.unlink(B('f4')); open(B('f4'), 'w').close()
+os.link(A('f4'), A('g4'))
+assert os.path.isfile(A('g4')) and not os.path.islink(A('g4'))
+assert os.stat(B('g4')).st_ino == os.stat(B('f4')).st_ino
+
+# open of a name A's kernel holds as a file, now a directory, opens the directory (was EISDIR),
+# and the reverse opens the file (was ENOTDIR)
+open(A('f5'), 'w').close(); os.stat(A('f5'))
+os.unlink(B('f5')); os.mkdir(B('f5')); open(B('f5/x'), 'w').close()
+os.close(os.open(A('f5'), os.O_RDONLY))
+assert os.listdir(A('f5')) == ['x']
+os.mkdir(A('d6')); os.stat(A('d6'))
+os.rmdir(B('d6'))
+with open(B('d6'), 'wb') as fh:
+    fh.write(b'six')
+with open(A('d6'), 'rb') as fh:
+    assert fh.read() == b'six'
+print('ok')
+`
+
+t('a name another client gave another file type answers with the new type, never EIO (stat, link)', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount({ name: 'a', attrTimeout: 0.001, entryTimeout: 1 })
+  const b = await c.mount({ name: 'b' })
+  const r = await py(TYPE_CHANGED_ELSEWHERE, [a.mnt, b.mnt])
+  ok(t, r, 'type changed elsewhere')
+  t.is(r.stdout.trim(), 'ok')
+})
+
+// argv: mount A, mount B. A holds a file open for writing; B moves it away and makes a directory at its name.
+const DIR_AT_OPEN_FILE_NAME = String.raw`
+import os, sys
+a, b = sys.argv[1], sys.argv[2]
+fd = os.open(os.path.join(a, 'f'), os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, b'a' * 100)
+os.rename(os.path.join(b, 'f'), os.path.join(b, 'moved'))
+os.mkdir(os.path.join(b, 'f'))
+# A looks at the name (the kernel asks again) and goes on writing through the descriptor
+os.lstat(os.path.join(a, 'f'))
+assert os.write(fd, b'b' * 100) == 100
+assert os.fstat(fd).st_size == 200
+assert os.pread(fd, 300, 0) == b'a' * 100 + b'b' * 100
+os.lstat(os.path.join(a, 'f'))
+assert os.write(fd, b'c' * 100) == 100
+os.close(fd)
+# the writes went to the open file, now at B's 'moved'
+with open(os.path.join(b, 'moved'), 'rb') as fh:
+    assert fh.read() == b'a' * 100 + b'b' * 100 + b'c' * 100
+# once it is closed, A sees the directory at the name
+assert os.path.isdir(os.path.join(a, 'f')), os.lstat(os.path.join(a, 'f'))
+assert os.listdir(os.path.join(a, 'f')) == []
+
+# the same for a file in a directory A renamed itself (its names moved with it)
+os.mkdir(os.path.join(a, 'd'))
+fd = os.open(os.path.join(a, 'd', 'f'), os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, b'a' * 10)
+os.rename(os.path.join(a, 'd'), os.path.join(a, 'e'))
+os.rename(os.path.join(b, 'e', 'f'), os.path.join(b, 'moved2'))
+os.mkdir(os.path.join(b, 'e', 'f'))
+os.lstat(os.path.join(a, 'e', 'f'))
+assert os.write(fd, b'b' * 10) == 10
+os.close(fd)
+with open(os.path.join(b, 'moved2'), 'rb') as fh:
+    assert fh.read() == b'a' * 10 + b'b' * 10
+print('ok')
+`
+
+for (const [what, timeouts] of [
+  ['timeouts of 1 ms', { attrTimeout: 0.001, entryTimeout: 0.001 }],
+  ['the default 1 s timeouts', { attrTimeout: 1, entryTimeout: 1 }],
+] as const) {
+  t(`writes through an open file go on after another client put a directory at its name (${what})`, async (t) => {
+    const c = await startFuseCluster(t)
+    const a = await c.mount({ name: 'a', ...timeouts })
+    const b = await c.mount({ name: 'b' })
+    const r = await py(DIR_AT_OPEN_FILE_NAME, [a.mnt, b.mnt])
+    ok(t, r, 'directory at an open file name')
+    t.is(r.stdout.trim(), 'ok')
+  })
+}
