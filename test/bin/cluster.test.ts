@@ -354,6 +354,29 @@ test.serial('SIGINT during a fresh cluster up stops what it started and says so;
   t.is(up.state, 'ready')
 })
 
+test('destroy --force of a directory whose cluster.json is some other tool\'s (not a Strata cluster) removes nothing; a Strata one with no process left is cleaned up', async (t) => {
+  const base = tempDir(t)
+  const foreign = path.join(base, 'project')
+  for (const sub of ['data', 'config', 'logs']) fs.mkdirSync(path.join(foreign, sub), { recursive: true })
+  fs.writeFileSync(path.join(foreign, 'cluster.json'), '{"apiVersion": "v1", "kind": "Cluster"}\n')
+  fs.writeFileSync(path.join(foreign, 'data', 'keep.db'), 'precious')
+  fs.writeFileSync(path.join(foreign, 'config', 'app.yaml'), 'a: 1\n')
+  fs.writeFileSync(path.join(foreign, 'logs', 'app.log'), 'log\n')
+  const r = await strata(['cluster', 'destroy', '--force', '--dir', foreign])
+  t.is(r.code, 1)
+  t.regex(r.stderr, /^strata: BAD_CONFIG: .*does not look like a Strata cluster directory.*nothing was stopped or removed\n$/)
+  for (const f of ['cluster.json', 'data/keep.db', 'config/app.yaml', 'logs/app.log']) t.true(fs.existsSync(path.join(foreign, f)), f)
+
+  // what `cluster up` leaves before its daemons run (config/mgmtd.json), cluster.json cut short
+  const dir = path.join(base, 'c')
+  for (const sub of ['data/mgmtd', 'config', 'logs']) fs.mkdirSync(path.join(dir, sub), { recursive: true })
+  fs.writeFileSync(path.join(dir, 'config', 'mgmtd.json'), JSON.stringify({ nodeId: 1, dataDir: path.join(dir, 'data', 'mgmtd'), listen: '127.0.0.1:1' }))
+  fs.writeFileSync(path.join(dir, 'cluster.json'), '{"version": 1, "na')
+  const d = await ok(t, ['cluster', 'destroy', '--force', '--dir', dir, '--json'])
+  t.regex(JSON.parse(d).unreadableDescription, /JSON/)
+  t.false(fs.existsSync(dir))
+})
+
 test.serial('a corrupt cluster.json: status, down and destroy name destroy --force; destroy --force stops the processes and mounts without it, nothing outside DIR', async (t) => {
   t.timeout(4 * 60_000)
   const base = tempDir(t)
