@@ -377,6 +377,26 @@ test('destroy --force of a directory whose cluster.json is some other tool\'s (n
   t.false(fs.existsSync(dir))
 })
 
+test('destroy --force with a corrupt cluster.json stops a daemon started through a symlink to DIR', async (t) => {
+  const base = tempDir(t)
+  const dir = path.join(base, 'c')
+  const link = path.join(base, 'link')
+  for (const sub of ['data/mgmtd', 'data/storage-1', 'config', 'logs']) fs.mkdirSync(path.join(dir, sub), { recursive: true })
+  fs.symlinkSync(dir, link)
+  fs.writeFileSync(path.join(dir, 'config', 'mgmtd.json'), JSON.stringify({ nodeId: 1, dataDir: path.join(dir, 'data', 'mgmtd'), listen: '127.0.0.1:1' }))
+  fs.writeFileSync(path.join(dir, 'config', 'storage-1.json'), JSON.stringify({ nodeId: 10001, dataDir: path.join(dir, 'data', 'storage-1'), listen: '127.0.0.1:2' }))
+  // the cluster's storage daemon as `cluster up --dir LINK` would have started it (a stand-in that only waits)
+  const daemon = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)', 'strata.js', 'daemon', 'storage', '--config', path.join(link, 'config', 'storage-1.json'), '--name', 'storage-1'], { stdio: 'ignore' })
+  t.teardown(() => { daemon.kill('SIGKILL') })
+  const config = path.join(link, 'config', 'storage-1.json')
+  await until('the stand-in daemon runs', async () => isAlive(daemon.pid, config))
+  fs.writeFileSync(path.join(dir, 'cluster.json'), '{"version": 1, "na')
+  const r = JSON.parse(await ok(t, ['cluster', 'destroy', '--force', '--dir', dir, '--json']))
+  t.deepEqual(r.stopped, [`storage-1 (pid ${daemon.pid})`])
+  t.false(isAlive(daemon.pid, config), 'the daemon was stopped before its data went')
+  t.false(fs.existsSync(dir))
+})
+
 test.serial('a corrupt cluster.json: status, down and destroy name destroy --force; destroy --force stops the processes and mounts without it, nothing outside DIR', async (t) => {
   t.timeout(4 * 60_000)
   const base = tempDir(t)
