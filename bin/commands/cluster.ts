@@ -220,7 +220,8 @@ without --force. With --force the directory is cleaned up without it: the
 --config F\` process whose F is inside DIR are stopped (SIGTERM, SIGKILL after
 5 s; later roles, then storage, then mgmtd), whatever is mounted below DIR is
 detached, and DIR's config/, logs/, data/, mounts/ and cluster.json are removed.
-Nothing outside DIR is touched.
+Nothing outside DIR is touched. A directory with no sign of a Strata cluster
+(no config/mgmtd.json, no daemon or mount of it) is left alone (BAD_CONFIG).
 ${DIR_HELP}`,
     )
     .action(async (o, cmd: Command) => {

@@ -873,8 +873,18 @@ export async function clusterDestroy(o: { dir?: string | null; force?: boolean }
  * stopped later roles first, storage, then mgmtd, as `cluster down` does.
  */
 async function destroyUndescribed(dir: string, why: StrataError): Promise<ClusterDestroyResult> {
-  const mounts = await stopClusterMounts(dir, { graceMs: 5000 })
+  // a cluster.json of some other tool (DIR is not a Strata cluster at all, say a --dir typo) must not
+  // have DIR/data, config and logs removed: `cluster up` writes config/mgmtd.json before cluster.json,
+  // and a cluster that ran has its daemons or mount records there
   const found = daemonsUnder(dir)
+  if (!found.length && !looksLikeClusterDir(dir)) {
+    throw new StrataError(
+      'BAD_CONFIG',
+      `${why.reason.replace(/; restore it, or .*$/, '')}; and ${dir} does not look like a Strata cluster directory (no ${path.join('config', 'mgmtd.json')}, no daemon or mount of it runs): nothing was stopped or removed`,
+      { cause: why },
+    )
+  }
+  const mounts = await stopClusterMounts(dir, { graceMs: 5000 })
   const rank = (p: ClusterProcess) => (p.role === 'mgmtd' ? 2 : p.role === 'storage' ? 1 : 0)
   const extra = found.filter((p) => rank(p) === 0)
   const roles = [...new Set(extra.map((p) => p.role))].sort((a, b) => (extraRoles.get(b)?.order ?? 1e9) - (extraRoles.get(a)?.order ?? 1e9))
@@ -891,6 +901,17 @@ async function destroyUndescribed(dir: string, why: StrataError): Promise<Cluste
     stopped: [...mounts.stopped, ...mounts.cleared, ...found.map((p) => `${p.name} (pid ${p.pid})`)],
     unreadableDescription: (why.cause as Error | undefined)?.message ?? why.reason,
   }
+}
+
+/** Whether `dir` holds what `cluster up` writes before cluster.json: config/mgmtd.json, a mgmtd config (or any mount record). */
+function looksLikeClusterDir(dir: string): boolean {
+  try {
+    const c = JSON.parse(fs.readFileSync(path.join(dir, 'config', 'mgmtd.json'), 'utf8')) as { listen?: unknown; dataDir?: unknown }
+    if (c && typeof c.listen === 'string' && typeof c.dataDir === 'string') return true
+  } catch {
+    // missing or not a mgmtd config
+  }
+  return listClusterMounts(dir).length > 0
 }
 
 /** Removes what a cluster keeps in `dir` (and data dirs inside it), after detaching every mount below it; `dir` itself if then empty. */

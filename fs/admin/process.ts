@@ -56,15 +56,39 @@ export function isAlive(pid: number | null | undefined, configFile?: string): bo
   return true
 }
 
+/** Whether `file`'s real path (its directory's, if the file is gone) lies inside the real directory `realDir`. */
+function realInside(file: string, realDir: string): boolean {
+  let real: string
+  try {
+    real = fs.realpathSync(file)
+  } catch {
+    try {
+      real = path.join(fs.realpathSync(path.dirname(file)), path.basename(file))
+    } catch {
+      return false
+    }
+  }
+  return real.startsWith(realDir + path.sep)
+}
+
 /**
  * Every live `strata daemon <role> --config F` process whose config F lies
  * inside `dir` (a relative F is taken against the daemon's working
  * directory), as the cluster process it runs: what `cluster destroy --force`
  * stops when DIR/cluster.json cannot be read. A config merely named like
- * the directory (DIR-old/…) is not inside it.
+ * the directory (DIR-old/…) is not inside it; one reached through a symlink
+ * to DIR (the cluster started as LINK/…, destroyed as DIR, or the reverse) is.
  */
 export function daemonsUnder(dir: string): ClusterProcess[] {
   const root = path.resolve(dir)
+  // the cluster may have been started through another path to DIR (a symlink, or DIR is one): the
+  // config is inside DIR when its real path is inside DIR's real path
+  let realRoot: string | null = null
+  try {
+    realRoot = fs.realpathSync(root)
+  } catch {
+    // DIR gone: only the names can match
+  }
   const out: ClusterProcess[] = []
   let pids: string[]
   try {
@@ -97,7 +121,7 @@ export function daemonsUnder(dir: string): ClusterProcess[] {
     } catch {
       continue
     }
-    if (!configFile.startsWith(root + path.sep)) continue
+    if (!configFile.startsWith(root + path.sep) && !(realRoot !== null && realInside(configFile, realRoot))) continue
     if (!isAlive(pid, configFile)) continue
     const name = after('--name') || path.basename(configFile, '.json')
     let nodeId = 0

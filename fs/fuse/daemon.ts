@@ -43,6 +43,7 @@ import {
   isFuseMount,
   setKernelReadahead,
   syncfsAsync,
+  deviceNumber,
   unmountAsync,
   type MountEntry,
 } from './mounts.js'
@@ -191,6 +192,8 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     const m = findMount(mnt)
     if (!m || m.fstype !== FUSE_FSTYPE) throw new StrataError('INTERNAL', `mount at ${mnt} is not in the mount table after init`)
     mounted = m
+    // the rm-rf kernel-cache drop removes names only on this device (ops.ts dropFromKernel)
+    ops.setMountDevice(deviceNumber(m.major, m.minor))
     // fuse-native reports the mount before libfuse has answered the kernel's INIT, and the kernel
     // lowers the readahead to what INIT says when it reads the answer: a round trip (statfs always
     // reaches the daemon) orders the write after it. Async, so this event loop stays free to serve it;

@@ -79,6 +79,13 @@ export function isFuseMount(m: MountEntry | undefined): boolean {
 }
 
 /** The fusectl connection number of a FUSE mount (its anonymous device's minor). */
+/** The st_dev (as stat with bigint gives it) of a mount with this major:minor (glibc's makedev). */
+export function deviceNumber(major: number, minor: number): bigint {
+  const ma = BigInt(major)
+  const mi = BigInt(minor)
+  return ((ma & 0xfffn) << 8n) | ((ma >> 12n) << 44n) | (mi & 0xffn) | ((mi >> 8n) << 20n)
+}
+
 export function connectionId(m: MountEntry): number {
   return m.major === 0 ? m.minor : (m.major << 20) | m.minor
 }

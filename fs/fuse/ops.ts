@@ -180,6 +180,8 @@ export class StrataFuseOps {
   private readonly rmrfLinks = new Map<string, { target: string; until: number }>()
   /** paths a finished rm-rf is dropping from the kernel's caches (rmdir/unlink/rename of them succeed at once) */
   private readonly dropping = new Map<string, number>()
+  /** st_dev of the FUSE mount these ops serve, once mounted (setMountDevice): the only place a drop may remove a name */
+  private mountDev: bigint | null = null
   private readonly rmrfTtlMs: number
   private readonly counters = { ops: {} as Record<string, number>, errors: {} as Record<string, number>, inFlight: 0, rmrf: 0, slowestMs: 0 }
   private readonly readAhead: ReadAheadOptions | null
@@ -911,6 +913,15 @@ export class StrataFuseOps {
     timer.unref()
   }
 
+  /**
+   * The daemon, once mounted: the st_dev of its FUSE mount (the connection's
+   * 0:N). The kernel-cache drop after an rm-rf removes a name only in a
+   * directory on that device; null (not mounted, or a test) turns it off.
+   */
+  setMountDevice(dev: bigint | null): void {
+    this.mountDev = dev
+  }
+
   /** A removal of `p` the kernel asks for while dropping it: already done. */
   private dropped(p: string): boolean {
     if (!this.dropping.has(p)) return false
@@ -931,20 +942,25 @@ export class StrataFuseOps {
    * The kernel follows symlinks by host paths, not DFS paths: a DFS symlink in
    * the directory part (say to /tmp) would lead an rmdir by path off the mount
    * onto a host file. So the parent directory is opened first and used only if
-   * it is on this mount (its st_dev is the mount's), and the name is removed
+   * it is on this mount (its st_dev is the one recorded when the daemon
+   * mounted, setMountDevice: a lazily detached or covered mount point is a
+   * host directory by then), and the name is removed
    * through that open directory (/proc/self/fd/N/name), which no later rename
    * or symlink can redirect.
    */
   private async dropFromKernel(p: string): Promise<void> {
     const base = path.posix.basename(p)
-    if (!base || base === '.' || base === '..') return
+    const mntDev = this.mountDev
+    if (!base || base === '.' || base === '..' || mntDev === null) return
     this.dropping.set(p, (this.dropping.get(p) ?? 0) + 1)
     let dir: fsp.FileHandle | null = null
     try {
-      const mntDev = (await fsp.stat(this.mnt)).dev
+      // compared with the device recorded at mount time, not with a fresh stat of the mount point:
+      // once the mount is lazily detached (a stop with files open) or covered by another mount,
+      // that path is a host directory, and a stat of it would vouch for a host file of the same name
       dir = await fsp.open(this.mnt + path.posix.dirname(p), fsc.O_RDONLY | fsc.O_DIRECTORY)
-      if ((await dir.stat()).dev !== mntDev) {
-        this.log.warn('rm-rf: the removed path leads off the mount through a symlink; the kernel keeps its cached name until the timeouts', { path: p })
+      if ((await dir.stat({ bigint: true })).dev !== mntDev) {
+        this.log.warn('rm-rf: the removed path does not lead into this FUSE mount (a symlink off it, or the mount point is detached or covered); the kernel keeps its cached name until the timeouts', { path: p })
         return
       }
       const full = `/proc/self/fd/${dir.fd}/${base}`

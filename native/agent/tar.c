@@ -251,8 +251,10 @@ static int tw_zeros(struct tw *w, uint64_t left) {
 // A regular file. Its first DATA_CHUNK bytes are read before its header:
 // a file that ends within them is archived with the length it had (so a /proc
 // or /sys file comes with its contents, not with stat's 0 or 4096 bytes), a
-// larger one with its size at stat (cut there if it grows; padded with zeros,
-// with a warning, if it shrinks or a later read fails: the header is out).
+// larger one with the larger of its size at stat and DATA_CHUNK (cut there if
+// it grows: a /proc file of stat size 0 comes with its first DATA_CHUNK bytes;
+// padded with zeros, with a warning, if it shrinks or a later read fails: the
+// header is out).
 // Inside a tree (`in_tree`) a file that cannot be opened or read at all is
 // skipped with a warning, and one whose first read fails part-way is archived
 // up to there, also with a warning. The single file of a request fails it.
@@ -284,8 +286,12 @@ static int tw_file(struct tw *w, int dfd, const char *leaf, const char *name, co
     return tw_warn(w, err, name, "cannot read: %s; skipped", strerror(err));
   }
   uint64_t size = (uint64_t)st->st_size;
-  if (eof || err) size = got;        // all it holds (or all it gave)
-  else if (size < got) got = (size_t)size; // larger than stat said: cut at that size
+  if (eof || err) size = got; // all it holds (or all it gave)
+  // more than stat said, and no end within the first read: a pseudo file larger than DATA_CHUNK (stat
+  // size 0: /proc/kallsyms, a big /proc/PID/environ) or a file that grew. Cutting at stat's size
+  // archived such a /proc file empty; what was read is archived, as `sandbox cp` of the single file
+  // reads max(size at stat, 64 KiB)
+  else if (size < got) size = got;
   if (st->st_nlink > 1) link_seen(w, st->st_dev, st->st_ino, name, true);
   if (tw_entry(w, name, '0', st, size, NULL) < 0 || tw_write(w, w->chunk, got) < 0) { close(fd); return -1; }
   if (err && tw_warn(w, err, name, "read error after %zu bytes: %s; only those are archived", got, strerror(err)) < 0) { close(fd); return -1; }

@@ -271,6 +271,17 @@ rt(title('tar download of a tree with entries it cannot read: each is left out w
   t.regex(fs.readFileSync(path.join(one, 'status'), 'utf8'), /^Name:/)
 })
 
+rt(title('tar download of a pseudo file larger than the first 64 KiB read (/proc/kallsyms, stat size 0) has those bytes, not stat\'s 0'), async (t) => {
+  const { client } = await startAgentContainer(t, { rootfs: busyboxRootfs(t) })
+  const head = (await client.exec('head -c 65536 /proc/kallsyms')).stdout as Buffer
+  t.is(head.length, 65536, 'the kernel lists more than 64 KiB of symbols')
+  t.is((await client.files.stat('/proc/kallsyms')).size, 0)
+  const dir = tmpDir(t)
+  // the single file of a request (a file inside a tree goes the same way: tw_file)
+  await untarOnHost(client.files.downloadTar('/proc/kallsyms'), dir)
+  t.true(fs.readFileSync(path.join(dir, 'kallsyms')).equals(head))
+})
+
 rt(title('writes leave holes for runs of zeros: files.write and a tar upload of a sparse file are sparse in the sandbox, with the same bytes'), async (t) => {
   const { client } = await startAgentContainer(t, { rootfs: busyboxRootfs(t) })
   const MiB = 1024 * 1024
