@@ -169,6 +169,16 @@ const FIRST_READ = 64 * 1024
 
 const TYPE_NAMES: Record<string, string> = { char: 'a character device', block: 'a block device', fifo: 'a fifo', socket: 'a socket', symlink: 'a dangling symlink', unknown: 'a special file' }
 
+/** Where writing `p` lands: the end of its symlink chain (also a dangling one's target), else `p`. */
+function throughSymlinks(p: string): string {
+  for (let hops = 0; hops < 40; hops++) {
+    const l = fs.lstatSync(p, { throwIfNoEntry: false })
+    if (!l?.isSymbolicLink()) return p
+    p = path.resolve(path.dirname(p), fs.readlinkSync(p))
+  }
+  throw new StrataError('LOCAL_IO_ERROR', `cannot write ${p}: too many levels of symbolic links`)
+}
+
 async function copy(s: Strata, src: string, dst: string): Promise<string> {
   const from = splitCpArg(src)
   const to = splitCpArg(dst)
@@ -185,7 +195,16 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
       // least its first 64 KiB, as a directory download reads them, so a /proc or /sys file (stat
       // size 0 or 4096) comes with what it holds
       const length = Math.max(st.size, FIRST_READ)
-      const tmp = `${target}.strata-cp-${process.pid}`
+      // as cp does: a symlink DST is written through (the file it names, dangling or not, not the
+      // link replaced), and a device, fifo or socket DST is written into, never replaced by a file
+      // (cp ID:/f /dev/null as root would otherwise put a regular file at /dev/null)
+      const dest = throughSymlinks(target)
+      const there = fs.statSync(dest, { throwIfNoEntry: false })
+      if (there && !there.isFile()) {
+        await pipeline(await sb.files.readStream(from.path, { length }), fs.createWriteStream(dest)).catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
+        return target
+      }
+      const tmp = `${dest}.strata-cp-${process.pid}`
       try {
         // runs of zeros are left as holes: a sparse file stays sparse here (the transfer carries the zeros)
         const fh = await fsp.open(tmp, 'wx', 0o600).catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
@@ -199,7 +218,7 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
         // its permission bits, as docker cp keeps them, without setuid, setgid and sticky
         local(`cannot write ${target}`, () => {
           fs.chmodSync(tmp, st.mode & 0o777)
-          fs.renameSync(tmp, target)
+          fs.renameSync(tmp, dest)
         })
       } finally {
         fs.rmSync(tmp, { force: true })

@@ -8,7 +8,7 @@
 // cgroups of the cluster behind. Teardown runs `cluster down` and clears
 // leftovers even when the test failed.
 import test, { type ExecutionContext } from 'ava'
-import { execFile, execFileSync } from 'node:child_process'
+import { execFile, execFileSync, spawn } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -203,6 +203,30 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   const fileBack = path.join(local, 'blob.back')
   t.is((await okCli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, fileBack])).trim(), fileBack)
   t.true(fs.readFileSync(fileBack).equals(fs.readFileSync(fileIn)), 'file bytes equal after the round trip')
+  // DST a symlink (also a dangling one), a character device or a fifo: written through or into, as
+  // cp does, never replaced by a regular file (cp ID:/f /dev/null as root replaced /dev/null)
+  const linked = path.join(local, 'linked.bin')
+  fs.writeFileSync(linked, 'old')
+  fs.symlinkSync('linked.bin', path.join(local, 'link'))
+  fs.symlinkSync('dangling.bin', path.join(local, 'dangling'))
+  await okCli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, path.join(local, 'link')])
+  await okCli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, path.join(local, 'dangling')])
+  t.true(fs.lstatSync(path.join(local, 'link')).isSymbolicLink() && fs.lstatSync(path.join(local, 'dangling')).isSymbolicLink(), 'the links stay links')
+  t.true(fs.readFileSync(linked).equals(fs.readFileSync(fileIn)) && fs.readFileSync(path.join(local, 'dangling.bin')).equals(fs.readFileSync(fileIn)))
+  const nullDev = path.join(local, 'null')
+  execFileSync('mknod', ['-m', '666', nullDev, 'c', '1', '3'])
+  await okCli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, nullDev])
+  t.true(fs.statSync(nullDev).isCharacterDevice(), 'a device DST stays the device')
+  const fifo = path.join(local, 'fifo')
+  execFileSync('mkfifo', [fifo])
+  const reader = spawn('sh', ['-c', `cat ${fifo} | wc -c`], { stdio: ['ignore', 'pipe', 'inherit'] })
+  let counted = ''
+  reader.stdout!.on('data', (d: Buffer) => (counted += d.toString()))
+  const readerDone = new Promise<void>((r) => reader.on('close', () => r()))
+  await okCli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, fifo])
+  await readerDone
+  t.is(counted.trim(), String(300 * 1024 + 5), 'the bytes went into the fifo')
+  t.true(fs.statSync(fifo).isFIFO(), 'a fifo DST stays the fifo')
   // into an existing directory: under its own name
   t.is(JSON.parse(await okCli(['sandbox', 'cp', fileIn, `${id}:/root`, '--json'])).copied, `${id}:/root/blob.bin`)
   const inRoot = await cli(['sandbox', 'exec', id, '--', 'cmp', '/root/blob.bin', '/tmp/blob.bin'])
