@@ -284,7 +284,8 @@ async function unmount(mnt: string, mounted: MountEntry, graceMs: number, log: L
   // files are still open, and a process may hold a shared mapping it wrote and never msync'ed:
   // those pages live only in the kernel until written back, and the abort below would drop them.
   // syncfs sends them here while the mount can still be named; shutdown() then flushes them
-  const synced = await syncfsAsync(mnt, Math.max(graceMs, 5000))
+  // bounded by the grace (1–5 s): the whole stop has to fit in what `cluster down` waits before SIGKILL (10 s)
+  const synced = await syncfsAsync(mnt, Math.min(Math.max(graceMs, 1000), 5000))
   if (!synced.ok) log.warn('syncfs of the mount before detaching failed', { mountpoint: mnt, reason: synced.message })
   const r = await unmountAsync(mnt, { lazy: true, timeoutMs: 5000 })
   if (r.result !== 'ok') detachNow(mnt)
