@@ -6,7 +6,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { pidAlive, waitUntilGone } from '../common/daemon.js'
+import { pidAlive, scanDaemonProcesses, waitUntilGone } from '../common/daemon.js'
 import { StrataError } from '../common/errors.js'
 import type { ClusterProcess } from './cluster-file.js'
 
@@ -90,40 +90,10 @@ export function daemonsUnder(dir: string): ClusterProcess[] {
     // DIR gone: only the names can match
   }
   const out: ClusterProcess[] = []
-  let pids: string[]
-  try {
-    pids = fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))
-  } catch {
-    return out
-  }
-  for (const d of pids) {
-    const pid = Number(d)
-    if (pid === process.pid) continue
-    let argv: string[]
-    try {
-      argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
-    } catch {
-      continue
-    }
-    const i = argv.indexOf('daemon')
-    const role = i >= 0 ? argv[i + 1] : undefined
-    if (!role || role.startsWith('-')) continue
-    const after = (flag: string) => {
-      const j = argv.indexOf(flag, i)
-      if (j >= 0) return argv[j + 1]
-      return argv.find((a, k) => k > i && a.startsWith(`${flag}=`))?.slice(flag.length + 1)
-    }
-    const given = after('--config')
-    if (!given) continue
-    let configFile: string
-    try {
-      configFile = path.isAbsolute(given) ? path.resolve(given) : path.resolve(fs.readlinkSync(`/proc/${pid}/cwd`), given)
-    } catch {
-      continue
-    }
+  for (const { pid, role, configFile, name: given } of scanDaemonProcesses()) {
     if (!configFile.startsWith(root + path.sep) && !(realRoot !== null && realInside(configFile, realRoot))) continue
     if (!isAlive(pid, configFile)) continue
-    const name = after('--name') || path.basename(configFile, '.json')
+    const name = given || path.basename(configFile, '.json')
     let nodeId = 0
     let address = ''
     try {

@@ -7,6 +7,7 @@
 // sees the crash instead of a half-alive node.
 
 import fs from 'node:fs'
+import path from 'node:path'
 import type { Logger } from './log.js'
 
 export interface Closable {
@@ -146,4 +147,59 @@ export function pidAlive(pid: number | null | undefined): boolean {
   if (!fs.existsSync('/proc/self')) return true
   const s = procState(pid)
   return s !== undefined && s !== 'Z' && s !== 'X'
+}
+
+/** A `strata daemon ROLE --config F` process as its command line shows it. */
+export interface DaemonProcessScan {
+  pid: number
+  role: string
+  /** F, made absolute against the process's working directory */
+  configFile: string
+  /** its `--name`, when given */
+  name?: string
+}
+
+/**
+ * Every `strata daemon ROLE --config F` process on this machine but this one
+ * (from /proc: its command line and working directory). Liveness beyond
+ * being listed (zombies, a recycled pid) is the caller's to check.
+ */
+export function scanDaemonProcesses(): DaemonProcessScan[] {
+  const out: DaemonProcessScan[] = []
+  let pids: string[]
+  try {
+    pids = fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))
+  } catch {
+    return out
+  }
+  for (const d of pids) {
+    const pid = Number(d)
+    if (pid === process.pid) continue
+    let argv: string[]
+    try {
+      argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
+    } catch {
+      continue
+    }
+    const i = argv.indexOf('daemon')
+    const role = i >= 0 ? argv[i + 1] : undefined
+    if (!role || role.startsWith('-')) continue
+    // `--flag value` or `--flag=value`, after the role
+    const after = (flag: string) => {
+      const j = argv.indexOf(flag, i)
+      if (j >= 0) return argv[j + 1]
+      return argv.find((a, k) => k > i && a.startsWith(`${flag}=`))?.slice(flag.length + 1)
+    }
+    const given = after('--config')
+    if (!given) continue
+    let configFile: string
+    try {
+      configFile = path.isAbsolute(given) ? path.resolve(given) : path.resolve(fs.readlinkSync(`/proc/${pid}/cwd`), given)
+    } catch {
+      continue
+    }
+    const name = after('--name')
+    out.push({ pid, role, configFile, ...(name ? { name } : {}) })
+  }
+  return out
 }

@@ -9,7 +9,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { spawn, spawnSync } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { pidAlive } from '../common/daemon.js'
+import { pidAlive, scanDaemonProcesses } from '../common/daemon.js'
 import { StrataError } from '../common/errors.js'
 import { MNT, native } from '../common/native.js'
 import { registeredDaemon } from './state.js'
@@ -294,11 +294,6 @@ export function mountName(mountpoint: string): string {
   return `mount-${slug}-${hash}`
 }
 
-function argAfter(argv: string[], flag: string): string | undefined {
-  const i = argv.indexOf(flag)
-  return i >= 0 ? argv[i + 1] : undefined
-}
-
 /**
  * Every live `strata daemon fuse --config F` process with the mount point its
  * config names. A daemon whose config is gone or unreadable (its cluster
@@ -307,26 +302,10 @@ function argAfter(argv: string[], flag: string): string | undefined {
  */
 export function listFuseDaemons(): FuseDaemonScan[] {
   const out: FuseDaemonScan[] = []
-  let pids: string[]
-  try {
-    pids = fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))
-  } catch {
-    return out
-  }
-  for (const p of pids) {
-    const pid = Number(p)
-    if (pid === process.pid) continue
-    const argv = readCmdline(pid)
-    if (!argv) continue
-    const d = argv.indexOf('daemon')
-    if (d < 0 || argv[d + 1] !== 'fuse') continue
-    const configFile = argAfter(argv, '--config')
-    if (!configFile) continue
+  for (const { pid, role, configFile: cfgPath, name } of scanDaemonProcesses()) {
+    if (role !== 'fuse') continue
     if (!pidAlive(pid)) continue
-    const name = argAfter(argv, '--name')
-    let cfgPath = configFile
     try {
-      cfgPath = path.isAbsolute(configFile) ? configFile : path.resolve(fs.readlinkSync(`/proc/${pid}/cwd`), configFile)
       const cfg = JSON.parse(fs.readFileSync(cfgPath, 'utf8')) as { mountpoint?: unknown }
       if (typeof cfg.mountpoint === 'string') {
         out.push({ pid, configFile: cfgPath, mountpoint: path.resolve(cfg.mountpoint), ...(name ? { name } : {}) })
