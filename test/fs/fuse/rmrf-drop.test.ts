@@ -6,7 +6,7 @@
 // there must survive.
 import fs from 'node:fs'
 import path from 'node:path'
-import test from 'ava'
+import test, { type ExecutionContext } from 'ava'
 import { createLogger } from '../../../fs/common/log.js'
 import { FileSystem } from '../../../fs/client/file/file-system.js'
 import { StrataFuseOps } from '../../../fs/fuse/ops.js'
@@ -15,21 +15,32 @@ import { tmpDir } from '../../helpers/procs.js'
 
 const shm = fs.existsSync('/dev/shm') && fs.statSync('/dev/shm').dev !== fs.statSync(process.env.TMPDIR ?? '/tmp').dev
 
-;(shm ? test : test.skip)('rm-rf: the kernel-cache drop never follows a path off the mount', async (t) => {
+/** A meta cluster with /d/victim in its DFS, and a client of it. */
+async function dfsWithVictim(t: ExecutionContext): Promise<FileSystem> {
   const m = await startMetaCluster(t)
   const f = new FileSystem({ mgmtdAddresses: [m.c.mgmtdAddress], periodicSyncMs: 0, metaRetry: { totalMs: 30_000 } })
   t.teardown(() => f.shutdown())
   await f.mkdir('/d')
   await f.writeFile('/d/victim', Buffer.from('dfs'))
+  return f
+}
+
+/** The FUSE ops over `f` as a daemon mounted at `mnt` runs them, the kernel-cache drop on. */
+function rmrfOps(f: FileSystem, mnt: string): StrataFuseOps {
+  return new StrataFuseOps({ fs: f, mountpoint: mnt, kernelInvalidate: true, attrTimeoutMs: 1000, uid: 0, gid: 0, log: createLogger('test', () => {}) })
+}
+
+;(shm ? test : test.skip)('rm-rf: the kernel-cache drop never follows a path off the mount', async (t) => {
+  const f = await dfsWithVictim(t)
   // the "mount": d leads to another filesystem, where a host file of the same name lives
   const mnt = tmpDir(t, 'strata-rmrf-drop-')
   const elsewhere = fs.mkdtempSync('/dev/shm/strata-rmrf-drop-')
   t.teardown(() => fs.rmSync(elsewhere, { recursive: true, force: true }))
   fs.writeFileSync(path.join(elsewhere, 'victim'), 'host')
   fs.symlinkSync(elsewhere, path.join(mnt, 'd'))
-  const ops = new StrataFuseOps({ fs: f, mountpoint: mnt, kernelInvalidate: true, attrTimeoutMs: 1000, uid: 0, gid: 0, log: createLogger('test', () => {}) })
+  const ops = rmrfOps(f, mnt)
   // the daemon records its FUSE mount's device; here the "mount" is the host directory
-  ;(ops as unknown as { setMountDevice?: (d: bigint) => void }).setMountDevice?.(fs.statSync(mnt, { bigint: true }).dev)
+  ops.setMountDevice(fs.statSync(mnt, { bigint: true }).dev)
   await ops.symlink(path.join(mnt, 'd', 'victim'), '/3fs-virt/rm-rf/x')
   await t.throwsAsync(f.lstat('/d/victim'), { code: 'META_NOT_FOUND' } as never, 'removed in the DFS')
   t.is(fs.readFileSync(path.join(elsewhere, 'victim'), 'utf8'), 'host', 'the host file is untouched')
@@ -40,18 +51,14 @@ const shm = fs.existsSync('/dev/shm') && fs.statSync('/dev/shm').dev !== fs.stat
 // the FUSE mount's, and a host file with the removed name must survive. The device the drop checks is
 // the one recorded at mount time, not whatever the mount point is now.
 ;(shm ? test : test.skip)('rm-rf: the kernel-cache drop removes nothing once the mount point is no longer the FUSE mount', async (t) => {
-  const m = await startMetaCluster(t)
-  const f = new FileSystem({ mgmtdAddresses: [m.c.mgmtdAddress], periodicSyncMs: 0, metaRetry: { totalMs: 30_000 } })
-  t.teardown(() => f.shutdown())
-  await f.mkdir('/d')
-  await f.writeFile('/d/victim', Buffer.from('dfs'))
+  const f = await dfsWithVictim(t)
   // what the mount point shows now: a host directory with a file of the same name
   const mnt = tmpDir(t, 'strata-rmrf-drop-')
   fs.mkdirSync(path.join(mnt, 'd'))
   fs.writeFileSync(path.join(mnt, 'd', 'victim'), 'host')
-  const ops = new StrataFuseOps({ fs: f, mountpoint: mnt, kernelInvalidate: true, attrTimeoutMs: 1000, uid: 0, gid: 0, log: createLogger('test', () => {}) })
+  const ops = rmrfOps(f, mnt)
   // the FUSE mount the daemon made: another device (here /dev/shm's stands for its 0:N)
-  ;(ops as unknown as { setMountDevice?: (d: bigint) => void }).setMountDevice?.(fs.statSync('/dev/shm', { bigint: true }).dev)
+  ops.setMountDevice(fs.statSync('/dev/shm', { bigint: true }).dev)
   await ops.symlink(path.join(mnt, 'd', 'victim'), '/3fs-virt/rm-rf/x')
   await t.throwsAsync(f.lstat('/d/victim'), { code: 'META_NOT_FOUND' } as never, 'removed in the DFS')
   t.is(fs.readFileSync(path.join(mnt, 'd', 'victim'), 'utf8'), 'host', 'the host file under the mount point is untouched')
