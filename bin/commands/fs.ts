@@ -9,10 +9,11 @@ import type { Command } from 'commander'
 import { readClusterFile, resolveClusterDir, formatTable, interruptExitCode, interruptible, raceAbort } from '../../fs/admin/index.js'
 import { inodeHex, metaAddressesOf, parseLayoutArgs, parsePerm, permString } from '../../fs/admin/fs-ops.js'
 import { FileSystem, checkMgmtdReachable, inodeStats, normalizePath, plainPath, joinPath, baseName, dirName } from '../../fs/client/index.js'
-import { StrataError, fromSystemError } from '../../fs/common/errors.js'
+import { StrataError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
+import { isDevicePath, localDestination, localError, localStat, sameFile } from './local-files.js'
 import { addressListArg, dirArg, dfsPathArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 
 interface FsGlobalOpts {
@@ -146,60 +147,6 @@ async function bounded2<T>(p: Promise<T>): Promise<T | undefined> {
   return v
 }
 
-/**
- * A failed operation on a local file (put's source, get's destination) as the catalogue
- * error the command reports: its errno's code (ENOENT → NOT_FOUND, EACCES →
- * PERMISSION_DENIED, …), anything else LOCAL_IO_ERROR, which is not retryable (IO_ERROR
- * is a storage disk's, which the client retries on another replica). A temporary file's
- * name in the message is replaced by the path the user gave.
- */
-export function localError(e: unknown, temp?: { tmp: string; dest: string }): unknown {
-  if (e instanceof StrataError) return e
-  const se = fromSystemError(e)
-  if (!se) return e
-  const reason = temp ? se.reason.split(temp.tmp).join(temp.dest) : se.reason
-  return new StrataError(se.code === 'IO_ERROR' ? 'LOCAL_IO_ERROR' : se.code, reason, { cause: e })
-}
-
-/** fs.statSync that says null for a path that does not exist (other failures are localError's). */
-function localStat(p: string): fs.Stats | null {
-  try {
-    return fs.statSync(p)
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null
-    throw localError(e)
-  }
-}
-
-/** Device and process paths (/dev/stdout, /dev/fd/N, /proc/self/fd/N) are written in place, never replaced by a rename. */
-function isDevicePath(p: string): boolean {
-  return /^\/(dev|proc)\//.test(path.resolve(p))
-}
-
-/** Symlinks at the end of a local path, followed (relative targets from the link's directory) up to Linux's 40. */
-function followLocalLinks(p: string): string {
-  let cur = path.resolve(p)
-  for (let hops = 0; ; hops++) {
-    let st: fs.Stats
-    try {
-      st = fs.lstatSync(cur)
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return cur
-      throw localError(e)
-    }
-    if (!st.isSymbolicLink()) return cur
-    if (hops >= 40) throw new StrataError('INVALID_ARGUMENT', `${p}: too many levels of symbolic links`)
-    cur = path.resolve(path.dirname(cur), fs.readlinkSync(cur))
-  }
-}
-
-/** The directory a local file is to be created in: it must exist and be a directory. */
-function checkLocalDir(dir: string): void {
-  const st = localStat(dir)
-  if (!st) throw new StrataError('NOT_FOUND', `local directory ${dir} does not exist`)
-  if (!st.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${dir} is not a directory`)
-}
-
 interface GetResult {
   path: string
   local: string
@@ -207,16 +154,6 @@ interface GetResult {
   seconds: number
   /** the data went to this process's stdout (`-`, /dev/stdout): no summary line is printed into it */
   toStdout?: boolean
-}
-
-/** Whether `st` is the file open as descriptor `fd`. */
-function sameFile(st: fs.Stats, fd: number): boolean {
-  try {
-    const o = fs.fstatSync(fd)
-    return o.dev === st.dev && o.ino === st.ino
-  } catch {
-    return false
-  }
 }
 
 /**
@@ -244,40 +181,32 @@ async function getFile(fsys: FileSystem, dfsPath: string, local: string, signal:
     }
   }
   try {
-    // `-`, or a path that is this process's stdout (/dev/stdout, /dev/fd/1; a socket there cannot be opened again)
-    const stdoutSt = local === '-' ? null : localStat(local)
-    if (local === '-' || (stdoutSt && !stdoutSt.isDirectory() && isDevicePath(local) && sameFile(stdoutSt, 1))) {
+    // into LOCAL/<name> when LOCAL is a directory
+    const localSt = local === '-' ? null : localStat(local)
+    const dest = localSt?.isDirectory() ? path.join(local, baseName(dfsPath)) : local
+    const where = localDestination(dest)
+    if (where.kind === 'stdout') {
       await raceAbort(copy((buf) => new Promise<void>((res, rej) => process.stdout.write(buf, (e) => (e ? rej(e) : res())))), signal)
       return { path: normalizePath(dfsPath), local, bytes, seconds: (Date.now() - t0) / 1000, toStdout: true }
     }
-    let dest = local
-    let st = stdoutSt
-    if (st?.isDirectory()) {
-      dest = path.join(local, baseName(dfsPath))
-      st = localStat(dest)
-    } else if (!st && /\/\.{0,2}$/.test(local)) {
-      throw new StrataError('NOT_FOUND', `local directory ${local} does not exist`)
-    }
-    if (st?.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${dest} is a directory`)
-    if (st && (!st.isFile() || isDevicePath(dest))) {
-      // a pipe, FIFO, character device or /dev/stdout: written in order, in place (cp does the same)
+    if (where.kind === 'in-place') {
+      // a pipe, FIFO, character device or /dev path: written in order, in place (cp does the same)
       const h = await raceAbort(fs.promises.open(dest, 'w'), signal).catch((e: unknown) => {
         throw localError(e)
       })
+      let toStdout = false
       try {
+        toStdout = sameFile(await h.stat(), 1)
         await raceAbort(copy((buf) => writeAll(h, buf, null)), signal)
       } catch (e) {
         throw localError(e)
       } finally {
         await h.close().catch(() => undefined)
       }
-      return { path: normalizePath(dfsPath), local: dest, bytes, seconds: (Date.now() - t0) / 1000, toStdout: sameFile(st, 1) }
+      return { path: normalizePath(dfsPath), local: dest, bytes, seconds: (Date.now() - t0) / 1000, toStdout }
     }
     // a regular file, or a new one: a temporary beside the file the path ends at, renamed over it
-    const final = followLocalLinks(dest)
-    checkLocalDir(path.dirname(final))
-    const existing = localStat(final)
-    if (existing && !existing.isFile()) throw new StrataError('INVALID_ARGUMENT', `${dest} is not a regular file`)
+    const { final, existing } = where
     const tmp = path.join(path.dirname(final), `.${path.basename(final)}.strata-get-${randomBytes(4).toString('hex')}`)
     let h: fs.promises.FileHandle | undefined
     try {

@@ -10,6 +10,7 @@ import { importPath } from '../../sandbox/image/oci/import.js'
 import { formatBytes } from '../../sandbox/image/progress.js'
 import { LAYER_KINDS, formatImageRef, parseImageRef, type ImageManifest, type LayerKind } from '../../sandbox/image/types.js'
 import { secondsSince, withImageStore } from './image-store.js'
+import { closeInPlace, localDestination, localError, openInPlace } from './local-files.js'
 import { registerImageTransfer } from './image-transfer.js'
 import { EXIT_SIGPIPE, UsageError, addressListArg, dirArg, choiceArg, out, printJson, timerSecondsArg } from './output.js'
 
@@ -282,11 +283,14 @@ export function registerImageCommands(program: Command): Command {
   g.command('export')
     .description('write an image as an OCI archive (for podman load, skopeo oci-archive:, docker load)')
     .argument('<image>', 'NAME[:TAG] or NAME@sha256:…')
-    .argument('<out>', 'output .tar file, or - for standard output (not a terminal); the summary (and --json) then goes to stderr')
+    .argument('<out>', 'output .tar file (replaced atomically; a symlink is followed), or - (also /dev/stdout) for standard output (not a terminal; the summary and --json then go to stderr); a pipe, FIFO or device is written into')
     .option('--work-dir <dir>', 'local directory for converting layers (default: the system temp dir)')
     .option('--json', 'print JSON')
     .action((ref: string, outFile: string, o: { workDir?: string }, cmd: Command) => {
-      const toStdout = outFile === '-'
+      // a regular file (through symlinks) is replaced atomically; stdout (also as /dev/stdout),
+      // pipes, FIFOs and devices are written in place (see local-files.ts)
+      const where = localDestination(outFile)
+      const toStdout = where.kind === 'stdout'
       // as `docker save`: an archive is not written to a terminal
       if (toStdout && process.stdout.isTTY) throw new UsageError('refusing to write the archive to a terminal: redirect standard output, or give a file name instead of -')
       // the archive owns stdout: what the command says goes to stderr
@@ -305,10 +309,14 @@ export function registerImageCommands(program: Command): Command {
       }
       const done = withImageStore(cmd, async ({ store, json, progress, signal }) => {
         const t0 = Date.now()
-        const r = await exportOciArchive(store, ref, toStdout ? process.stdout : outFile, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress, signal }).catch((e: unknown) => {
-          if (toStdout && (readerGone || (e as NodeJS.ErrnoException)?.code === 'EPIPE')) return null
-          throw e
-        })
+        const inPlace = where.kind === 'in-place' ? await openInPlace(where.path) : null
+        const sink = toStdout ? process.stdout : inPlace ?? (where.kind === 'replace' ? where.final : outFile)
+        const r = await exportOciArchive(store, ref, sink, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress, signal })
+          .catch((e: unknown) => {
+            if (toStdout && (readerGone || (e as NodeJS.ErrnoException)?.code === 'EPIPE')) return null
+            throw inPlace ? localError(e) : e
+          })
+          .finally(() => inPlace && closeInPlace(inPlace))
         progress.stop()
         if (r === null) {
           readerGone = true

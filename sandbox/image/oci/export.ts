@@ -206,7 +206,8 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
     try {
       await written
     } catch (e) {
-      failure ??= e
+      // the writer's failure (a full disk, a closed pipe) is the cause; the pack's own is then only "premature close"
+      failure = e
     }
     if (failure !== null) throw failure
     if (tmpOut !== null) {

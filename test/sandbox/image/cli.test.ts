@@ -182,6 +182,47 @@ test.serial('export to - streams the archive to stdout (the same bytes as a file
   t.regex(tty.stdout, /exit=2/)
 })
 
+test.serial('export through /dev/fd/1, /dev/stdout, a symlink, a FIFO and /dev/null writes into them, never replacing them; /dev/full is NO_SPACE', async (t) => {
+  const dir = localTmp(t)
+  const root = await catRootfs(dir)
+  await image(t, 'import', root, '--name', 'strata-test/devs:v1')
+  const file = path.join(dir, 'file.tar')
+  await image(t, 'export', 'strata-test/devs:v1', file)
+  const want = fs.readFileSync(file)
+  const cli = `"$0" "$1" image ${img.ic.cliArgs.map((a) => `'${a}'`).join(' ')}`
+  // stdout a file, named as /dev/fd/1 (the old code made a temporary "beside" it in /proc and failed;
+  // for /dev/stdout it renamed a regular file over the machine's /dev/stdout symlink)
+  const viaFd = path.join(dir, 'via-fd.tar')
+  const r1 = await run('sh', ['-c', `${cli} export strata-test/devs:v1 /dev/fd/1 > "$2"`, process.execPath, STRATA, viaFd])
+  t.true(fs.readFileSync(viaFd).equals(want), 'the archive went to the file on fd 1')
+  t.regex(r1.stderr, /to standard output/, 'the summary goes to stderr, not into the archive')
+  // /dev/stdout as a pipe
+  const viaPipe = await run('sh', ['-c', `${cli} export strata-test/devs:v1 /dev/stdout | sha256sum`, process.execPath, STRATA])
+  t.is(viaPipe.stdout.split(' ')[0], crypto.createHash('sha256').update(want).digest('hex'))
+  t.true(fs.lstatSync('/dev/stdout').isSymbolicLink())
+  // a symlink: the file it names is replaced, the link stays
+  const real = path.join(dir, 'real.tar')
+  const link = path.join(dir, 'link.tar')
+  fs.writeFileSync(real, 'old')
+  fs.symlinkSync(real, link)
+  await image(t, 'export', 'strata-test/devs:v1', link)
+  t.true(fs.lstatSync(link).isSymbolicLink(), 'the symlink is kept')
+  t.true(fs.readFileSync(real).equals(want))
+  // a FIFO is written into; /dev/null stays the device
+  const fifo = path.join(dir, 'fifo')
+  await run('mkfifo', [fifo])
+  const reader = run('sh', ['-c', 'sha256sum < "$0"', fifo])
+  await image(t, 'export', 'strata-test/devs:v1', fifo)
+  t.is((await reader).stdout.split(' ')[0], crypto.createHash('sha256').update(want).digest('hex'))
+  t.true(fs.statSync(fifo).isFIFO())
+  await image(t, 'export', 'strata-test/devs:v1', '/dev/null')
+  t.true(fs.statSync('/dev/null').isCharacterDevice())
+  // a full device: the writer's error, with its code
+  const full = await strata(['image', ...img.ic.cliArgs, 'export', 'strata-test/devs:v1', '/dev/full'])
+  t.is(full.code, 1)
+  t.regex(full.stderr, /strata: NO_SPACE: /)
+})
+
 test.serial('a rootfs tarball imported, exported and imported again: the second import reuses the layer by the exported diff_id', async (t) => {
   const dir = localTmp(t)
   const root = await catRootfs(dir)

@@ -1,0 +1,119 @@
+// Local files named on the command line (fs get/put, image export): errors in the
+// catalogue's terms, and where writing a destination path lands. A regular file is
+// replaced atomically (a temporary beside the file its symlinks end at, renamed over
+// it); stdout, pipes, FIFOs, devices and /dev or /proc paths are written in place.
+// /dev/stdout is a symlink into /proc: a rename "over" it would replace the symlink
+// in /dev with a regular file for every process on the machine.
+
+import fs from 'node:fs'
+import path from 'node:path'
+import { finished } from 'node:stream/promises'
+import { StrataError, fromSystemError } from '../../fs/common/errors.js'
+
+/**
+ * A failed operation on a local file (put's source, get's destination) as the catalogue
+ * error the command reports: its errno's code (ENOENT → NOT_FOUND, EACCES →
+ * PERMISSION_DENIED, …), anything else LOCAL_IO_ERROR, which is not retryable (IO_ERROR
+ * is a storage disk's, which the client retries on another replica). A temporary file's
+ * name in the message is replaced by the path the user gave.
+ */
+export function localError(e: unknown, temp?: { tmp: string; dest: string }): unknown {
+  if (e instanceof StrataError) return e
+  const se = fromSystemError(e)
+  if (!se) return e
+  const reason = temp ? se.reason.split(temp.tmp).join(temp.dest) : se.reason
+  return new StrataError(se.code === 'IO_ERROR' ? 'LOCAL_IO_ERROR' : se.code, reason, { cause: e })
+}
+
+/** fs.statSync that says null for a path that does not exist (other failures are localError's). */
+export function localStat(p: string): fs.Stats | null {
+  try {
+    return fs.statSync(p)
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null
+    throw localError(e)
+  }
+}
+
+/** Device and process paths (/dev/stdout, /dev/fd/N, /proc/self/fd/N) are written in place, never replaced by a rename. */
+export function isDevicePath(p: string): boolean {
+  return /^\/(dev|proc)\//.test(path.resolve(p))
+}
+
+/** Symlinks at the end of a local path, followed (relative targets from the link's directory) up to Linux's 40. */
+export function followLocalLinks(p: string): string {
+  let cur = path.resolve(p)
+  for (let hops = 0; ; hops++) {
+    let st: fs.Stats
+    try {
+      st = fs.lstatSync(cur)
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return cur
+      throw localError(e)
+    }
+    if (!st.isSymbolicLink()) return cur
+    if (hops >= 40) throw new StrataError('INVALID_ARGUMENT', `${p}: too many levels of symbolic links`)
+    cur = path.resolve(path.dirname(cur), fs.readlinkSync(cur))
+  }
+}
+
+/** The directory a local file is to be created in: it must exist and be a directory. */
+export function checkLocalDir(dir: string): void {
+  const st = localStat(dir)
+  if (!st) throw new StrataError('NOT_FOUND', `local directory ${dir} does not exist`)
+  if (!st.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${dir} is not a directory`)
+}
+
+/** Whether `st` is the file open as descriptor `fd`. */
+export function sameFile(st: fs.Stats, fd: number): boolean {
+  try {
+    const o = fs.fstatSync(fd)
+    return o.dev === st.dev && o.ino === st.ino
+  } catch {
+    return false
+  }
+}
+
+/** Where writing a local destination path lands (see the file comment). */
+export type LocalDestination =
+  /** this process's standard output (`-`, or /dev/stdout, /dev/fd/1 …): written in order, nothing printed into it */
+  | { kind: 'stdout' }
+  /** a pipe, FIFO, device or /dev, /proc path: opened and written in order, never replaced */
+  | { kind: 'in-place'; path: string }
+  /** a regular file (through symlinks) or a new one: a temporary beside `final`, renamed over it */
+  | { kind: 'replace'; final: string; existing: fs.Stats | null }
+
+/**
+ * Classifies `dest` for writing. A directory is INVALID_ARGUMENT (callers that put a file
+ * into a directory join the name first); a new file's directory must exist (NOT_FOUND).
+ */
+export function localDestination(dest: string): LocalDestination {
+  if (dest === '-') return { kind: 'stdout' }
+  const st = localStat(dest)
+  if (st?.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${dest} is a directory`)
+  if (st && isDevicePath(dest) && sameFile(st, 1)) return { kind: 'stdout' }
+  if (st && (!st.isFile() || isDevicePath(dest))) return { kind: 'in-place', path: dest }
+  if (!st && /\/\.{0,2}$/.test(dest)) throw new StrataError('NOT_FOUND', `local directory ${dest} does not exist`)
+  const final = followLocalLinks(dest)
+  checkLocalDir(path.dirname(final))
+  const existing = localStat(final)
+  if (existing && !existing.isFile()) throw new StrataError('INVALID_ARGUMENT', `${dest} is not a regular file`)
+  return { kind: 'replace', final, existing }
+}
+
+/** Opens an in-place destination (a pipe, FIFO, device) as a stream; a failure is localError's. */
+export async function openInPlace(p: string): Promise<fs.WriteStream> {
+  const fh = await fs.promises.open(p, 'w').catch((e: unknown) => {
+    throw localError(e)
+  })
+  const ws = fh.createWriteStream()
+  // a failed write is reported to the writer by its callback; the stream's 'error' event must not crash the process
+  ws.on('error', () => undefined)
+  return ws
+}
+
+/** Ends a stream from openInPlace and waits for its descriptor to be closed (a write error was the writer's to report). */
+export async function closeInPlace(ws: fs.WriteStream): Promise<void> {
+  ws.end()
+  await finished(ws).catch(() => undefined)
+}
