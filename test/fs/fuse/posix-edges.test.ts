@@ -218,3 +218,42 @@ t('chmod g+s and a create with S_ISGID by a user not in the file\'s group drop t
   // directory below a set-group-id one (inherited, not asked for), root's chmod
   t.deepEqual(res.stdout.trim().split('\n'), ['sg/f 755 50', 'sg/g 755 50', 'sg/h 2745 50', 'home/own 2755 1000', 'sg/d 2755 50', 'sg/e 775 50', 'sg/byroot 2755 50'])
 })
+
+// argv: mount. What docs/fuse.md promises where the mount differs from ext4: clean errnos, never EIO.
+const DOCUMENTED_DIFFERENCES = String.raw`
+set -uo pipefail
+cd $1 && printf hello > f
+# fallocate(2) itself: plain, punch hole (with KEEP_SIZE, as it must be), zero range
+python3 -c "
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open('f', os.O_RDWR)
+for mode in (0, 3, 0x10):
+    r = libc.fallocate(fd, mode, ctypes.c_long(0), ctypes.c_long(8192))
+    print('fallocate', mode, r, os.strerror(ctypes.get_errno()))
+"
+fallocate -l 8192 f 2>&1 | sed 's/.*: //'
+echo "f $(stat -c %s f) $(cat f)"
+python3 -c "import os; fd = os.open('f', os.O_RDWR); os.posix_fallocate(fd, 0, 10000); print('posix_fallocate', os.fstat(fd).st_size)"
+python3 -c "import socket; socket.socket(socket.AF_UNIX).bind('sock')" 2>&1 | tail -1
+mkdir -p d/a d/b && stat -c 'nlink %h' d
+truncate -s 1M sparse && stat -c 'blocks %b' sparse
+`
+
+t('fallocate fails with EOPNOTSUPP (posix_fallocate still works), a Unix socket with ENOSYS, a directory has st_nlink 1 and a sparse file its length in st_blocks', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount({ name: 'a' })
+  const res = await run('bash', ['-c', DOCUMENTED_DIFFERENCES, 'diffs', a.mnt])
+  ok(t, res, 'probes')
+  t.deepEqual(res.stdout.trim().split('\n'), [
+    'fallocate 0 -1 Operation not supported',
+    'fallocate 3 -1 Operation not supported',
+    'fallocate 16 -1 Operation not supported',
+    'Operation not supported',
+    'f 5 hello',
+    'posix_fallocate 10000',
+    'OSError: [Errno 38] Function not implemented',
+    'nlink 1',
+    'blocks 2048',
+  ])
+})
