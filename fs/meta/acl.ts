@@ -85,3 +85,25 @@ export function checkRecursiveRmPerm(acl: Acl, user: UserInfo, owner: boolean, w
 export function aclEquals(a: Acl, b: Acl): boolean {
   return a.uid === b.uid && a.gid === b.gid && a.perm === b.perm && a.iflags === b.iflags
 }
+
+/**
+ * The mode a chmod by `user` stores for an inode of group `gid`: without
+ * membership in that group a non-root caller's S_ISGID is dropped silently,
+ * as Linux does (setattr_prepare; POSIX chmod). Otherwise anyone who could
+ * get a file of another group (below a set-group-id directory, or given to
+ * them by root) could make it run with that group's rights.
+ */
+export function chmodPerm(perm: number, user: UserInfo, gid: number): number {
+  return perm & S_ISGID && !isRoot(user) && !inGroup(user, gid) ? perm & ~S_ISGID : perm
+}
+
+/**
+ * The mode a new file created by `user` below `parent` keeps: below a
+ * set-group-id directory of a group the caller is not in, S_ISGID on a
+ * group-executable file is dropped (Linux mode_strip_sgid), for the same
+ * reason as in chmodPerm.
+ */
+export function createPerm(perm: number, user: UserInfo, parent: Acl): number {
+  if ((perm & (S_ISGID | 0o010)) !== (S_ISGID | 0o010) || !(parent.perm & S_ISGID)) return perm
+  return isRoot(user) || inGroup(user, parent.gid) ? perm : perm & ~S_ISGID
+}

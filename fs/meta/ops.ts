@@ -21,6 +21,8 @@ import {
   aclEquals,
   checkPermission,
   checkRecursiveRmPerm,
+  chmodPerm,
+  createPerm,
   hasPermission,
   inGroup,
   isRoot,
@@ -350,7 +352,7 @@ export class MetaStore {
     // the inheritable iflags ('I', 's') go to every child, files as directories (ref/3fs.md §2.3):
     // 3FS keeps a file's iflags 0 and marks 's' in the inode id (new chunk engine); Strata has one
     // chunk engine, so the flag is kept in the acl, where stat shows it (docs/meta.md, deviations)
-    const acl = { uid: req.user.uid, gid: req.user.gid, perm: req.perm & ALLPERMS, iflags: parent.acl.iflags & FS_FL_INHERITABLE }
+    const acl = { uid: req.user.uid, gid: req.user.gid, perm: createPerm(req.perm & ALLPERMS, req.user, parent.acl), iflags: parent.acl.iflags & FS_FL_INHERITABLE }
     // BSD group semantics below a set-group-id directory
     if (parent.acl.perm & S_ISGID) acl.gid = parent.acl.gid
     const inode = newFile(id, acl, layout, this.now())
@@ -754,7 +756,7 @@ export class MetaStore {
     set('iflags', req.iflags)
     set('uid', req.uid)
     set('gid', req.gid)
-    set('perm', req.perm != null ? req.perm & ALLPERMS : null)
+    set('perm', req.perm != null ? chmodPerm(req.perm & ALLPERMS, req.user, req.gid ?? inode.acl.gid) : null)
     if (req.layout && inode.directory && JSON.stringify(layoutKey(inode.directory.layout)) !== JSON.stringify(layoutKey(req.layout))) {
       inode.directory.layout = req.layout
       dirty = true

@@ -1,9 +1,9 @@
 // POSIX edge cases a demanding program hits, through real mounts driven from
 // child processes: open files whose names another client changes, data a
-// process still holds when the mount is stopped, set-group-id directories.
+// process still holds when the mount is stopped, set-group-id bits of another group's files.
 import test from 'ava'
 import { spawn } from 'node:child_process'
-import { PY_EXPECT_ERR, fuseSkipReason, ok, py, startFuseCluster } from './helpers.js'
+import { PY_EXPECT_ERR, fuseSkipReason, ok, py, run, startFuseCluster } from './helpers.js'
 
 const skip = fuseSkipReason()
 const t = skip ? test.skip : test.serial
@@ -192,3 +192,68 @@ for (const [what, timeouts] of [
     t.is(r.stdout.trim(), 'ok')
   })
 }
+
+// argv: root's mount, uid 1000's mount (gid 1000, no other groups). Root makes a world-writable
+// set-group-id directory of group 50, where 1000 gets files of a group it is not in.
+const SGID_OF_ANOTHER_GROUP = String.raw`
+set -euo pipefail
+R=$1 U=$2
+mkdir $R/sg $R/home && chgrp 50 $R/sg && chmod 2777 $R/sg && chown 1000:1000 $R/home
+touch $U/sg/f && chmod 2755 $U/sg/f
+mk() { python3 -c "import os, sys; os.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, int(sys.argv[2], 8)))" "$@"; }
+mk $U/sg/g 2755 && mk $U/sg/h 2745
+touch $U/home/own && chmod 2755 $U/home/own
+mkdir $U/sg/d $U/sg/e && chmod 2775 $U/sg/e
+touch $R/sg/byroot && chmod 2755 $R/sg/byroot
+stat -c '%n %a %g' $R/sg/f $R/sg/g $R/sg/h $R/home/own $R/sg/d $R/sg/e $R/sg/byroot | sed "s|$R/||"
+`
+
+t('chmod g+s and a create with S_ISGID by a user not in the file\'s group drop the bit, as Linux does', async (t) => {
+  const c = await startFuseCluster(t)
+  const r = await c.mount({ name: 'root' })
+  const u = await c.mount({ name: 'u1000', uid: 1000, gid: 1000 })
+  const res = await run('bash', ['-c', SGID_OF_ANOTHER_GROUP, 'sgid', r.mnt, u.mnt])
+  ok(t, res, 'chmod and create as uid 1000')
+  // kept: a create without group execute (Linux keeps it there too), the user's own group, a new
+  // directory below a set-group-id one (inherited, not asked for), root's chmod
+  t.deepEqual(res.stdout.trim().split('\n'), ['sg/f 755 50', 'sg/g 755 50', 'sg/h 2745 50', 'home/own 2755 1000', 'sg/d 2755 50', 'sg/e 775 50', 'sg/byroot 2755 50'])
+})
+
+// argv: mount. What docs/fuse.md promises where the mount differs from ext4: clean errnos, never EIO.
+const DOCUMENTED_DIFFERENCES = String.raw`
+set -uo pipefail
+cd $1 && printf hello > f
+# fallocate(2) itself: plain, punch hole (with KEEP_SIZE, as it must be), zero range
+python3 -c "
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open('f', os.O_RDWR)
+for mode in (0, 3, 0x10):
+    r = libc.fallocate(fd, mode, ctypes.c_long(0), ctypes.c_long(8192))
+    print('fallocate', mode, r, os.strerror(ctypes.get_errno()))
+"
+fallocate -l 8192 f 2>&1 | sed 's/.*: //'
+echo "f $(stat -c %s f) $(cat f)"
+python3 -c "import os; fd = os.open('f', os.O_RDWR); os.posix_fallocate(fd, 0, 10000); print('posix_fallocate', os.fstat(fd).st_size)"
+python3 -c "import socket; socket.socket(socket.AF_UNIX).bind('sock')" 2>&1 | tail -1
+mkdir -p d/a d/b && stat -c 'nlink %h' d
+truncate -s 1M sparse && stat -c 'blocks %b' sparse
+`
+
+t('fallocate fails with EOPNOTSUPP (posix_fallocate still works), a Unix socket with ENOSYS, a directory has st_nlink 1 and a sparse file its length in st_blocks', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount({ name: 'a' })
+  const res = await run('bash', ['-c', DOCUMENTED_DIFFERENCES, 'diffs', a.mnt])
+  ok(t, res, 'probes')
+  t.deepEqual(res.stdout.trim().split('\n'), [
+    'fallocate 0 -1 Operation not supported',
+    'fallocate 3 -1 Operation not supported',
+    'fallocate 16 -1 Operation not supported',
+    'Operation not supported',
+    'f 5 hello',
+    'posix_fallocate 10000',
+    'OSError: [Errno 38] Function not implemented',
+    'nlink 1',
+    'blocks 2048',
+  ])
+})

@@ -83,6 +83,11 @@ test.serial('permission matrix: uid 1000 vs 1001, sticky, setgid, immutable, roo
   // a symlink too (Linux gives every new inode below a set-group-id directory its group)
   t.is((await a.symlink('/sg/l', 'f')).acl.gid, 50)
   t.is((await a.create('/home/open/plain', { flags: { access: 'r', create: true } })).stat.acl.gid, 1000)
+  // S_ISGID of a group the caller is not in is dropped (chmod, and a group-executable create), as Linux does
+  t.is((await a.setAttr('/sg/f', { perm: 0o2755 })).acl.perm, 0o755)
+  t.is((await a.create('/sg/x', { flags: { access: 'r', create: true }, perm: 0o2755 })).stat.acl.perm, 0o755)
+  t.is((await a.setAttr('/home/open/plain', { perm: 0o2755 })).acl.perm, 0o2755, 'its own group keeps it')
+  t.is((await root.setAttr('/sg/f', { perm: 0o2755 })).acl.perm, 0o2755, 'root keeps it')
 
   // immutable: no write open, unlink, rename or link; only root may set or clear it
   const imm = await a.create('/home/open/imm', { flags: { access: 'r', create: true }, perm: 0o666 })
