@@ -389,7 +389,8 @@ export class MetaStore {
     if (req.path.path === undefined || req.path.path === null || req.path.path === '') throw new StrataError('META_INVALID_ARGUMENT', 'path not set')
     if (req.layout) validateLayoutArg(req.layout, true)
     const r = this.resolver(txn, req.user)
-    const { r: res, missing: rawMissing } = await r.resolveRange(req.path.parent, req.path.path)
+    // "a/b/" names a/b, and an existing a/b of any type is EEXIST (mkdir(2)), not a walk into it
+    const { r: res, missing: rawMissing } = await r.resolveRange(req.path.parent, trailingSlashName(req.path.path).path)
     // "a/b/" names a/b
     const missing = rawMissing.filter((c, i) => !(c === '.' && i === rawMissing.length - 1 && i > 0))
     if (missing.length === 0) {
@@ -457,12 +458,14 @@ export class MetaStore {
   async hardLink(txn: ReadWriteTxn, req: HardLinkReq): Promise<Inode> {
     checkValidForCreate(req.newPath, 'newPath')
     const follow = req.flags?.followLastSymlink ?? false
-    const res = await this.resolver(txn, req.user).resolveFollow(req.newPath.parent, req.newPath.path!, false)
-    if (res.entry) {
-      if (res.entry.uuid && res.entry.uuid === req.uuid) return loadEntryInode(txn, res.entry)
-      throw new StrataError('META_EXISTS', `${req.newPath.path} exists`)
-    }
+    const newRes = await settle(this.resolver(txn, req.user).resolveFollow(req.newPath.parent, req.newPath.path!, false))
+    // a replay answers the link it made, whatever became of the old path since
+    if (newRes.ok && newRes.value.entry?.uuid && newRes.value.entry.uuid === req.uuid) return loadEntryInode(txn, newRes.value.entry)
+    // link(2) resolves the old path first: its errors (ENOENT, ENOTDIR, ELOOP) come before the new path's and EEXIST
     const inode = await this.resolver(txn, req.user).inode(req.oldPath, follow, true)
+    if (!newRes.ok) throw newRes.error
+    const res = newRes.value
+    if (res.entry) throw new StrataError('META_EXISTS', `${req.newPath.path} exists`)
     const parent = await this.resolver(txn, req.user).parentInode(res)
     checkPermission(parent.acl, req.user, WRITE, `directory ${hexId(parent.id)}`)
     checkLock(parent, req)
@@ -572,8 +575,15 @@ export class MetaStore {
     const dstName = checkValidForCreate(req.dest.path ? { parent: req.dest.parent, path: dstNamed.path } : req.dest, 'dest')
     const srcR = this.resolver(txn, req.user)
     const dstR = this.resolver(txn, req.user)
-    const [src, dst] = await Promise.all([srcR.resolve(req.src.parent, srcNamed.path), dstR.resolve(req.dest.parent, dstNamed.path)])
-    if (dst.entry && dst.entry.uuid && dst.entry.uuid === req.uuid) return loadEntryInode(txn, dst.entry)
+    // rename(2) order: the source's path, then the destination's, then a missing source name; both walks
+    // ran at once before, so when both failed the errno was whichever walk failed first
+    const srcRes = await settle(srcR.resolve(req.src.parent, srcNamed.path))
+    const dstRes = await settle(dstR.resolve(req.dest.parent, dstNamed.path))
+    if (dstRes.ok && dstRes.value.entry?.uuid && dstRes.value.entry.uuid === req.uuid) return loadEntryInode(txn, dstRes.value.entry)
+    if (!srcRes.ok) throw srcRes.error
+    if (!dstRes.ok) throw dstRes.error
+    const src = srcRes.value
+    const dst = dstRes.value
     if (!src.entry) throw new StrataError('META_NOT_FOUND', `rename source ${req.src.path} not found`)
     if (req.inodeId !== undefined && req.inodeId !== null && src.entry.id !== req.inodeId) throw new StrataError('META_NOT_FOUND', `rename source is no longer inode ${hexId(req.inodeId)}`)
     const srcEntry = src.entry
@@ -584,12 +594,13 @@ export class MetaStore {
     if (dst.entry && dst.entry.id === srcEntry.id) return loadEntryInode(txn, dst.entry)
     if (dst.entry && dst.entry.type === 'File' && req.moveToTrash) throw new StrataError('META_EXISTS', `rename destination ${req.dest.path} exists`)
     if (srcEntry.type === 'Directory') {
+      // rename(2): a move into its own subtree is EINVAL before the destination's type or emptiness is looked at
+      const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
       if (dst.entry && dst.entry.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `rename destination ${req.dest.path} is not a directory`)
       // only a directory can replace a directory, and only an empty one; a non-directory is EISDIR below, empty or not (rename(2))
       if (dst.entry && !(await checkEmpty(txn, dst.entry.id))) {
         throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is a non-empty directory`)
       }
-      const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
       // the replaced (empty) directory goes away: not while another client holds its lock
       if (dst.entry) {
         addInodeConflict(txn, dst.entry.id) // a lock taken on it meanwhile aborts this rename
@@ -607,6 +618,10 @@ export class MetaStore {
         }
       }
     } else if (dst.entry && dst.entry.type === 'Directory') {
+      // rename(2): a destination that is an ancestor of the source is ENOTEMPTY (it holds the source), before the type rule
+      if ((await loadAncestors(txn, src.parent.id, true)).some((a) => a.id === dst.entry!.id)) {
+        throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is an ancestor of the source`)
+      }
       // rename(2): a non-directory cannot replace a directory (3FS lets it)
       throw new StrataError('META_IS_DIRECTORY', `rename destination ${req.dest.path} is a directory`)
     }
@@ -634,12 +649,16 @@ export class MetaStore {
       } else if (old.type === 'Directory') {
         removeInode(txn, old.id)
       } else {
-        // the replaced symlink loses a link but its inode stays (3FS: FUSE may have it cached)
+        // the replaced symlink loses a link; with its last link its inode goes, as an unlink does. (It was
+        // kept at nlink 0 "for FUSE caches", but nothing ever removed it: every symlink replaced by a rename
+        // leaked an inode no path or GC entry reaches — found by the fsck after the differential test.)
         const link = await loadEntryInode(txn, old, false)
         if (link.nlink === 0) throw inconsistent(`symlink ${old.name} has nlink 0`)
         updateTime(link, 'ctime', nowUs(), this.gran, true)
         link.nlink--
-        storeInode(txn, link)
+        addInodeConflict(txn, link.id)
+        if (link.nlink === 0) removeInode(txn, link)
+        else storeInode(txn, link)
       }
     }
     const { parent: _p, name: _n, ...data } = srcEntry
@@ -947,3 +966,11 @@ export function simplifyPath(components: string[]): string {
   return p || (absolute ? '/' : '.')
 }
 
+/** A promise's outcome as a value, so that of two path walks the error of the one POSIX looks at first wins. */
+async function settle<T>(p: Promise<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> {
+  try {
+    return { ok: true, value: await p }
+  } catch (error) {
+    return { ok: false, error }
+  }
+}

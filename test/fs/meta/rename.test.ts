@@ -114,13 +114,18 @@ test.serial('rename errors and replace rules', async (t) => {
   for (const p of ['/h1', '/h4', '/hd/h5']) t.is((await c.stat(p)).id, h.stat.id, p)
   t.is((await c.statById(h.stat.id)).nlink, 3)
 
-  // rename onto a symlink replaces the entry; the old link's inode stays with one link fewer (3FS)
+  // rename onto a symlink replaces the entry; the old link's inode goes with its last link, as on unlink
+  // (it used to stay at nlink 0 with nothing to remove it)
   const link = await c.symlink('/lnk', '/old')
+  await c.hardLink('/lnk', '/lnk2')
   await c.create('/plain', { flags: { access: 'r', create: true } })
   await c.rename('/plain', '/lnk')
   t.is((await c.stat('/lnk')).type, 'File')
   const oldLink: Inode = await c.statById(link.id)
-  t.is(oldLink.nlink, 0)
+  t.is(oldLink.nlink, 1, 'a second link keeps it')
+  await c.create('/plain2', { flags: { access: 'r', create: true } })
+  await c.rename('/plain2', '/lnk2')
+  t.is(await codeOf(c.statById(link.id)), 'META_NOT_FOUND')
 
   // directory rename updates the directory's parent and name
   await c.mkdirs('/p1/q', { recursive: true })

@@ -1,0 +1,217 @@
+// Differential test of the metadata service against POSIX: seeded random
+// namespace operations applied one at a time to a Strata cluster (through the
+// file client) and to a local directory (node:fs on the host's filesystem),
+// comparing success or errno, attributes, link targets and listings after
+// every operation and the whole trees every few operations; then the KV
+// invariant checker (fs/meta/fsck.ts) over the cluster's namespace.
+// A mismatch fails with the seed and the operations up to the first
+// difference. Local runs: STRATA_DIFF_SEEDS=N adds N random seeds of
+// STRATA_DIFF_OPS (default 1000) operations; STRATA_DIFF_SURVEY=1,2,…
+// prints the first mismatch of each seed listed instead of failing;
+// STRATA_DIFF_SHRINK=1,2,… prints each failing seed's sequence shrunk to
+// the few operations that still fail (what REGRESSIONS below keeps).
+
+import test from 'ava'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { isDeepStrictEqual } from 'node:util'
+import type { FileSystem } from '../../../fs/client/index.js'
+import { startFsCluster } from '../client/file/helpers.js'
+import { applyLocal, applyStrata, generateOps, localTree, strataTree, type Op, type Outcome } from '../../helpers/ns-ops.js'
+import { fsckCluster } from '../../helpers/fsck.js'
+
+/**
+ * Documented differences between Strata and Linux, each with where it is
+ * documented; returns true when (strata, local) differ only by one of them.
+ */
+function documentedDifference(op: Op, s: Outcome, l: Outcome): boolean {
+  // docs/meta.md, path resolution: `a/b/` means `a/b/.`, so a create, symlink or link whose new name ends
+  // in a slash names `.` and is META_INVALID_ARGUMENT (3FS); Linux walks it first (ENOENT, ENOTDIR, EISDIR, EEXIST).
+  // Over FUSE the kernel resolves the path and meta never sees the slash.
+  const newName = op.op === 'create' || op.op === 'symlink' ? op.p : op.op === 'link' ? op.q : ''
+  if (newName.endsWith('/') && !s.ok && s.errno === 'EINVAL' && !l.ok) return true
+  return false
+}
+
+/**
+ * docs/meta.md, create / open (3FS OpenOp): a write open by anyone but the
+ * owner — root too — clears set-user-id, set-group-id and sticky on the file,
+ * where Linux clears set-user-id (and set-group-id with group exec) on write,
+ * and not for root. The model does what meta does: returns the local file and
+ * the permission it gets when `op` opens an existing file for writing.
+ */
+function setIdBitsClearedByOpen(local: string, op: Op): { path: string; perm: number } | null {
+  const writeOpen = (op.op === 'create' && !op.excl) || op.op === 'write' || op.op === 'truncate'
+  if (!writeOpen) return null
+  try {
+    const p = `${local}/${op.p}`
+    const st = fs.statSync(p)
+    const sbits = 0o7000
+    if (!st.isFile() || st.uid === process.getuid!() || !(st.mode & sbits)) return null
+    return { path: p, perm: st.mode & 0o777 }
+  } catch {
+    return null
+  }
+}
+
+function same(op: Op, s: Outcome, l: Outcome): boolean {
+  if (s.ok !== l.ok) return documentedDifference(op, s, l)
+  if (!s.ok && !l.ok) return s.errno === l.errno || documentedDifference(op, s, l)
+  return isDeepStrictEqual((s as { value?: unknown }).value, (l as { value?: unknown }).value) || documentedDifference(op, s, l)
+}
+
+const show = (o: Outcome) => JSON.stringify(o, (_k, v: unknown) => (typeof v === 'number' && _k === 'perm' ? `0o${v.toString(8)}` : v))
+
+/**
+ * Runs the ops of one seed; on the first mismatch throws with the seed and the
+ * prefix of operations that shows it (the ops up to and including the one
+ * that differed).
+ */
+export async function runSeed(f: FileSystem, seed: number, ops: Op[], opts: { treeEvery?: number } = {}): Promise<void> {
+  const local = fs.mkdtempSync(path.join(os.tmpdir(), `strata-diff-${seed}-`))
+  const root = `/diff-${seed}-${Date.now()}`
+  try {
+    await f.mkdir(root)
+    const every = opts.treeEvery ?? 10
+    for (let i = 0; i < ops.length; i++) {
+      const op = ops[i]!
+      const s = await applyStrata(f, root, op)
+      const clear = setIdBitsClearedByOpen(local, op)
+      const l = await applyLocal(local, op)
+      if (l.ok && clear) fs.chmodSync(clear.path, clear.perm)
+      const fail = (what: string) =>
+        new Error(`seed ${seed}: ${what} after op ${i}\nfailing prefix (${i + 1} ops):\n${ops.slice(0, i + 1).map((o) => JSON.stringify(o)).join('\n')}`)
+      if (!same(op, s, l)) throw fail(`${JSON.stringify(op)}: strata ${show(s)}, linux ${show(l)}`)
+      if ((i + 1) % every === 0 || i === ops.length - 1) {
+        const st = await strataTree(f, root)
+        const lt = localTree(local)
+        if (!isDeepStrictEqual(st, lt)) {
+          throw fail(`trees differ:\nstrata ${JSON.stringify(st)}\nlinux  ${JSON.stringify(lt)}`)
+        }
+      }
+    }
+  } finally {
+    fs.rmSync(local, { recursive: true, force: true })
+  }
+}
+
+/** Whether the ops fail (on a fresh directory), as runSeed reports it. */
+async function fails(f: FileSystem, ops: Op[]): Promise<boolean> {
+  return runSeed(f, 0, ops, { treeEvery: 1 }).then(
+    () => false,
+    () => true,
+  )
+}
+
+/** Greedy shrink of a failing sequence: drop chunks, then single ops, while it still fails. */
+export async function shrink(f: FileSystem, ops: Op[]): Promise<Op[]> {
+  let cur = ops
+  for (let chunk = Math.max(1, cur.length >> 1); chunk >= 1; chunk >>= 1) {
+    for (let i = 0; i < cur.length; ) {
+      const cand = [...cur.slice(0, i), ...cur.slice(i + chunk)]
+      if (cand.length && (await fails(f, cand))) cur = cand
+      else i += chunk
+    }
+  }
+  return cur
+}
+
+/**
+ * Sequences that once differed from Linux (shrunk from failing seeds with
+ * shrink()), each named after the defect; they run before the random seeds.
+ */
+const REGRESSIONS: Record<string, Op[]> = {
+  // link(2) resolves the old path first: its ENOENT/ENOTDIR/ELOOP came after the new path's EEXIST or errors
+  'link: old path missing, new name exists': [{ op: 'create', p: 'a', excl: false, trunc: true }, { op: 'link', p: 'b', q: 'a' }],
+  'link: old path through a file, new name exists': [{ op: 'create', p: 'a', excl: true, trunc: true }, { op: 'link', p: 'a/a/c', q: 'a' }],
+  'link: old path missing, new parent missing': [{ op: 'create', p: 'c', excl: true, trunc: true }, { op: 'link', p: 'b', q: 'c/c/a' }],
+  'link: old name missing below a dir, new name a dir': [{ op: 'mkdir', p: 'a', mode: 0o777 }, { op: 'link', p: 'a/c', q: 'a' }],
+  // rename(2) walks the source's path, then the destination's: the two walks raced
+  'rename: both paths bad': [
+    { op: 'create', p: 'c', excl: false, trunc: false },
+    { op: 'mkdir', p: 'a', mode: 0o777 },
+    { op: 'rename', p: 'a/c/b', q: 'c/b/a' },
+  ],
+  'rename: source path missing, destination through a file': [
+    { op: 'create', p: 'c', excl: false, trunc: false },
+    { op: 'mkdir', p: 'b', mode: 0o777 },
+    { op: 'rename', p: 'b/c/c', q: 'c/a/b' },
+  ],
+  // a directory moved into its own subtree is EINVAL before the destination's type or emptiness counts
+  'rename: into own subtree over a file': [
+    { op: 'create', p: 'b', excl: false, trunc: false },
+    { op: 'mkdir', p: 'c', mode: 0o777 },
+    { op: 'rename', p: 'b', q: 'c/c' },
+    { op: 'rename', p: 'c', q: 'c/c/' },
+  ],
+  'rename: into own subtree over a non-empty directory': [
+    { op: 'mkdir', p: 'a', mode: 0o777 },
+    { op: 'mkdir', p: 'a/b', mode: 0o777 },
+    { op: 'create', p: 'a/b/c', excl: false, trunc: false },
+    { op: 'rename', p: 'a', q: 'a/b' },
+  ],
+  // a non-directory renamed over its own ancestor: ENOTEMPTY (Linux), not EISDIR
+  'rename: file over its ancestor': [
+    { op: 'mkdir', p: 'c', mode: 0o777 },
+    { op: 'create', p: 'c/a', excl: false, trunc: false },
+    { op: 'rename', p: 'c/a', q: 'c' },
+  ],
+  // mkdir("x/") of an existing x of any type is EEXIST: it walked into x (ENOTDIR, ELOOP, ENOENT)
+  'mkdir: trailing slash on a file': [{ op: 'create', p: 'a', excl: false, trunc: false }, { op: 'mkdir', p: 'a/', mode: 0o755 }],
+  'mkdir: trailing slash on a symlink loop': [{ op: 'symlink', target: 'b', p: 'b' }, { op: 'mkdir', p: 'b/', mode: 0o755 }],
+  'mkdir: trailing slash on a dangling symlink': [
+    { op: 'mkdir', p: 'c', mode: 0o777 },
+    { op: 'symlink', target: 'a', p: 'c/c' },
+    { op: 'mkdir', p: 'c/c/', mode: 0o755 },
+  ],
+  // a symlink replaced by a rename kept its inode at nlink 0 for ever (fsck: UNREACHABLE)
+  'rename over a symlink: its inode goes': [
+    { op: 'symlink', target: 'b', p: 'a' },
+    { op: 'create', p: 'c', excl: false, trunc: false },
+    { op: 'rename', p: 'c', q: 'a' },
+  ],
+}
+
+test.serial('regressions: sequences that once differed from Linux, then fsck', async (t) => {
+  const c = await startFsCluster(t, { nodes: 1, chains: 1, replicas: 1 })
+  const f = c.fs()
+  const failed: string[] = []
+  for (const [name, ops] of Object.entries(REGRESSIONS)) {
+    await runSeed(f, 0, ops, { treeEvery: 1 }).catch((e: Error) => failed.push(`${name}: ${e.message.split('\n')[0]}`))
+  }
+  t.deepEqual(failed, [])
+  t.deepEqual((await fsckCluster(c.m)).violations, [])
+})
+
+const SEEDS = [1, 2, 3, 4, 5, 6]
+const OPS = 300
+// local runs (header): more seeds, longer sequences, a survey of many seeds, shrinking
+const env = process.env
+const extra = Number(env.STRATA_DIFF_SEEDS ?? 0)
+const localOps = Number(env.STRATA_DIFF_OPS ?? 1000)
+const seedList = (v: string) => v.split(',').map(Number)
+
+test.serial('random namespace operations agree with Linux; the KV namespace is consistent afterwards', async (t) => {
+  const c = await startFsCluster(t, { nodes: 1, chains: 1, replicas: 1 })
+  const f = c.fs()
+  if (env.STRATA_DIFF_SHRINK || env.STRATA_DIFF_SURVEY) {
+    for (const seed of seedList(env.STRATA_DIFF_SHRINK ?? '')) {
+      if (!seed) continue
+      const ops = generateOps(seed, localOps)
+      if (await fails(f, ops)) console.log(`seed ${seed} shrunk:\n${(await shrink(f, ops)).map((o) => JSON.stringify(o)).join(',\n')}`)
+    }
+    for (const seed of seedList(env.STRATA_DIFF_SURVEY ?? '')) {
+      if (seed) await runSeed(f, seed, generateOps(seed, localOps)).catch((e: Error) => console.log(e.message))
+    }
+    t.pass('local run: see the output')
+    return
+  }
+  for (const seed of SEEDS) await runSeed(f, seed, generateOps(seed, OPS))
+  for (let k = 0; k < extra; k++) {
+    const seed = 1000 + Math.floor(Math.random() * 1e9)
+    t.log(`extra seed ${seed}`)
+    await runSeed(f, seed, generateOps(seed, localOps))
+  }
+  t.deepEqual((await fsckCluster(c.m)).violations, [])
+})
