@@ -28,10 +28,6 @@ const DEFAULT_TAIL_BUDGET = 256 * 1024 * 1024
 const WRITE_BEHIND = 32 * 1024 * 1024
 
 
-function clampTime(t: Timespec): Timespec {
-  return t.sec < 0 ? { sec: 0, nsec: 0 } : t
-}
-
 /** The header's xattrs as a layer keeps them (overlayfs's own are never taken from a tar). */
 function layerXattrs(h: TarEntryHeader, rel: string, type: number): Map<string, Buffer> {
   const out = new Map<string, Buffer>()
@@ -117,7 +113,7 @@ class LayerBuilder {
     }
     const parent = this.parentsOf(rel)
     const name = baseOf(rel)
-    const mtime = clampTime(h.mtime)
+    const mtime = h.mtime
     if (h.type === 'directory') {
       let d = this.nodes.get(rel)
       if (!d) {
@@ -246,7 +242,7 @@ class LayerBuilder {
     this.root.mode = S_IFDIR | h.mode
     this.root.uid = h.uid
     this.root.gid = h.gid
-    this.root.mtime = clampTime(h.mtime)
+    this.root.mtime = h.mtime
     this.root.xattrs = layerXattrs(h, '', S_IFDIR)
     this.rootSeen = true
   }
@@ -258,7 +254,7 @@ class LayerBuilder {
     if (over === 'opaque') this.whitedDirs.add(target)
     if (over !== 'whiteout') return
     const parent = this.parentsOf(target)
-    const node = newNode(S_IFCHR | h.mode, { uid: h.uid, gid: h.gid, mtime: clampTime(h.mtime) })
+    const node = newNode(S_IFCHR | h.mode, { uid: h.uid, gid: h.gid, mtime: h.mtime })
     parent.children!.set(baseOf(target), node)
     this.nodes.set(target, node)
     this.seen.set(target, 'wh')
@@ -280,7 +276,7 @@ class LayerBuilder {
   finishTree(): Timespec {
     const dflt: Timespec = { sec: this.stats.maxMtime, nsec: 0 }
     for (const d of this.implied) {
-      d.mtime = clampTime(dflt)
+      d.mtime = dflt
       if (d === this.root) d.xattrs = new Map()
     }
     for (const rel of new Set([...this.opaque, ...this.whitedDirs])) {
@@ -288,7 +284,7 @@ class LayerBuilder {
       d.xattrs = new Map(d.xattrs)
       d.xattrs.set(OPAQUE_XATTR, Buffer.from('y'))
     }
-    return clampTime(dflt)
+    return dflt
   }
 }
 

@@ -151,6 +151,9 @@ class Unpacker {
   }
 
   async entry(h: TarEntryHeader, r: TarReader): Promise<void> {
+    // the tree is built into a layer by mkfs.erofs 1.5, which stores a time before 1970 as the
+    // build time (it compares the seconds unsigned): 1970 is the nearest it keeps
+    if (h.mtime.sec < 0) h = { ...h, mtime: { sec: 0, nsec: 0 } }
     const k = classifyEntry(h, this.stats)
     if (k.kind === 'skip') return
     if (k.kind === 'opaque') return this.opaqueMarker(k.dir)

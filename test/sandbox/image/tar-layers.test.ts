@@ -83,3 +83,26 @@ test.serial('a whiteout and an entry of the same name in one layer (OCI: the whi
   t.deepEqual(await diffsAgainstUmoci(t, layout, { compress: 'lz4' }), [])
   t.deepEqual(await diffsAgainstUmoci(t, layout, { squash: true }), [])
 })
+
+test.serial('times before 1970 (GNU tar gnu and pax formats, sub-second) are kept by an import as umoci unpacks them', async (t) => {
+  const work = localTmp(t)
+  const tree = path.join(work, 'tree')
+  writeTree(tree, { '1960': 'a', 'just-before': 'b', '1901': 'c', '1980': 'd', 'dir/': '' })
+  // (fs.utimes takes a negative time for "now")
+  const set = (p: string, when: string) => run('touch', ['-d', `@${when}`, path.join(tree, p)])
+  await set('1960', '-304775999.5') // 1960-05-05 12:00:00.5
+  await set('just-before', '-0.75') // 1969-12-31 23:59:59.25
+  await set('1901', '-2147483648')
+  await set('1980', '315532800')
+  const members = ['.', 'dir', '1960', 'just-before', '1901', '1980']
+  const gnu = path.join(work, 'gnu.tar')
+  await run('tar', ['--format=gnu', '--numeric-owner', '--no-recursion', '-cf', gnu, '-C', tree, ...members])
+  const pax = path.join(work, 'pax.tar')
+  await run('tar', ['--format=pax', '--numeric-owner', '--no-recursion', '-cf', pax, '-C', tree, '.', ...members.slice(1)])
+  for (const tar of [gnu, pax]) {
+    const layout = await umociLayout(localTmp(t), [tar])
+    t.deepEqual(await diffsAgainstUmoci(t, layout), [], path.basename(tar))
+  }
+  // the reference has the times (the tree-compare snapshot compares mtimes of non-directories to the nanosecond)
+  t.is(fs.lstatSync(path.join(tree, '1960'), { bigint: true }).mtimeNs, -304_775_999_500_000_000n)
+})
