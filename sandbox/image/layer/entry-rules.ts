@@ -39,13 +39,33 @@ export function classifyEntry(h: TarEntryHeader, stats: UnpackStats): EntryKind 
   return { kind: 'path', rel }
 }
 
-/** A path may appear again only as a directory over a directory (the later attributes win). */
+/**
+ * A path may appear again only as a directory over a directory (the later
+ * attributes win), or as an entry over its own whiteout (the caller replaces
+ * the whiteout, see whiteoutOver).
+ */
 export function checkRepeat(rel: string, h: TarEntryHeader, prev: Seen | undefined): void {
-  if (prev === undefined || (h.type === 'directory' && (prev === 'dir' || prev === 'idir' || prev === 'ldir'))) return
-  throw dup(
-    rel,
-    prev === 'wh' ? 'is both an entry and a whiteout in this layer' : prev === 'node' ? 'appears twice in this layer' : 'is a directory holding entries of this layer and also a non-directory entry',
-  )
+  if (prev === undefined || prev === 'wh' || (h.type === 'directory' && (prev === 'dir' || prev === 'idir' || prev === 'ldir'))) return
+  throw dup(rel, prev === 'node' ? 'appears twice in this layer' : 'is a directory holding entries of this layer and also a non-directory entry')
+}
+
+export function isDirSeen(s: Seen | undefined): boolean {
+  return s === 'dir' || s === 'idir' || s === 'ldir'
+}
+
+/**
+ * What a whiteout `.wh.NAME` does when the layer itself has NAME (before or
+ * after the whiteout: the OCI spec allows both in one layer, and a whiteout
+ * hides only lower layers' files): over a directory of the layer it hides
+ * the lower directory's entries, i.e. the directory is opaque; over any other
+ * entry it has nothing left to do (the entry already hides the lower path).
+ * An entry that comes after its whiteout replaces the whiteout, and is opaque
+ * when it is a directory. A second whiteout of one path is a duplicate.
+ */
+export function whiteoutOver(target: string, prev: Seen | undefined, whitedBefore: boolean): 'whiteout' | 'opaque' | 'none' {
+  if (whitedBefore) throw dup(target, 'has two whiteouts in this layer')
+  if (prev === undefined) return 'whiteout'
+  return isDirSeen(prev) ? 'opaque' : 'none'
 }
 
 /**

@@ -448,7 +448,8 @@ export class ErofsWriter {
     buf.writeUInt32LE((node.nid & 0xffffffff) >>> 0, at + 20)
     buf.writeUInt32LE(node.uid >>> 0, at + 24)
     buf.writeUInt32LE(node.gid >>> 0, at + 28)
-    buf.writeBigUInt64LE(BigInt(Math.max(0, node.mtime.sec)), at + 32)
+    // the kernel reads i_mtime as signed 64-bit seconds: times before 1970 are kept
+    buf.writeBigInt64LE(BigInt(node.mtime.sec), at + 32)
     buf.writeUInt32LE(node.mtime.nsec >>> 0, at + 40)
     buf.writeUInt32LE(node.nlink >>> 0, at + 44)
     let p = at + INODE_SIZE

@@ -89,5 +89,8 @@ export function setTimes(abs: string, t: Timespec): void {
 }
 
 export function timesOf(st: fs.BigIntStats): Timespec {
-  return { sec: Number(st.mtimeNs / 1_000_000_000n), nsec: Number(st.mtimeNs % 1_000_000_000n) }
+  // floor, so that a time before 1970 has nsec in [0, 1e9) as a timespec does (BigInt division truncates)
+  let sec = st.mtimeNs / 1_000_000_000n
+  if (sec * 1_000_000_000n > st.mtimeNs) sec -= 1n
+  return { sec: Number(sec), nsec: Number(st.mtimeNs - sec * 1_000_000_000n) }
 }

@@ -87,7 +87,8 @@ function parse256(b: Buffer, start: number, len: number): number {
     sum += (positive ? byte : 0xff - byte) * mul
     mul *= 256
   }
-  return positive ? sum : -sum
+  // a negative number is two's complement (GNU tar's base-256: 0xff…ff is -1); tar-stream 3.2.2 read it one too high
+  return positive ? sum : -(sum + 1)
 }
 
 function decodeOct(b: Buffer, start: number, len: number): number {
@@ -271,8 +272,6 @@ function convertHeader(
     if (!Number.isFinite(ms) || Math.abs(ms) > 8.64e15) throw bad(`${JSON.stringify(name)}: invalid mtime`)
     mtime = { sec: Math.floor(ms / 1000), nsec: 0 }
   }
-  // Times before 1970 are stored as 1970: EROFS keeps unsigned seconds.
-  if (mtime.sec < 0) mtime = { sec: 0, nsec: 0 }
   if ((t === 'link' || t === 'symlink') && linkname === '') throw bad(`${JSON.stringify(name)}: ${t} without a target`)
   return {
     name,

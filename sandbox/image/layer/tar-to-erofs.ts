@@ -14,7 +14,7 @@ import { StrataError } from '../../../fs/common/errors.js'
 import { EROFS_UUID } from './erofs.js'
 import { ErofsWriter, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, fitsInline, newNode, xattrAreaSize, type ErofsNode } from './erofs-writer.js'
 import { isOverlayXattr } from './fs-ops.js'
-import { badHardlink, checkRepeat, classifyEntry, dup, hardlinkThroughSymlink, type Seen } from './entry-rules.js'
+import { badHardlink, checkRepeat, classifyEntry, dup, hardlinkThroughSymlink, whiteoutOver, type Seen } from './entry-rules.js'
 import { ancestorsOf, baseOf, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackStats } from './types.js'
@@ -27,10 +27,6 @@ const DEFAULT_TAIL_BUDGET = 256 * 1024 * 1024
 /** bytes of the image waiting for the thread pool to write them before the build waits */
 const WRITE_BEHIND = 32 * 1024 * 1024
 
-
-function clampTime(t: Timespec): Timespec {
-  return t.sec < 0 ? { sec: 0, nsec: 0 } : t
-}
 
 /** The header's xattrs as a layer keeps them (overlayfs's own are never taken from a tar). */
 function layerXattrs(h: TarEntryHeader, rel: string, type: number): Map<string, Buffer> {
@@ -51,6 +47,10 @@ class LayerBuilder {
   readonly seen = new Map<string, Seen>()
   readonly nodes = new Map<string, ErofsNode>()
   readonly opaque = new Set<string>()
+  /** directories of this layer that also have a whiteout in it: opaque too */
+  readonly whitedDirs = new Set<string>()
+  /** paths this layer has whiteouts of */
+  readonly whited = new Set<string>()
   /** directories this layer implied; their time is the layer's newest, known at the end */
   readonly implied = new Set<ErofsNode>()
   rootSeen = false
@@ -75,7 +75,11 @@ class LayerBuilder {
    */
   dirAt(rel: string): ErofsNode {
     const have = this.nodes.get(rel)
-    if (have) {
+    if (have && this.seen.get(rel) === 'wh') {
+      // an entry under a path this layer whited out: a new directory over the lower one
+      this.nodes.delete(rel)
+      this.whitedDirs.add(rel)
+    } else if (have) {
       if (have.children) return have
       if ((have.mode & S_IFMT) === S_IFLNK) throw new StrataError('IMAGE_UNSAFE_PATH', `${JSON.stringify(rel)} is a symlink; no entry may be written through it`)
       throw dup(rel, 'is both a non-directory entry and a parent directory in this layer')
@@ -100,10 +104,16 @@ class LayerBuilder {
     if (k.kind === 'whiteout') return this.whiteout(k.target, h)
     if (k.kind === 'root') return this.rootEntry(h)
     const rel = k.rel
-    checkRepeat(rel, h, this.seen.get(rel))
+    const prev = this.seen.get(rel)
+    checkRepeat(rel, h, prev)
+    if (prev === 'wh') {
+      // the entry replaces its own whiteout; a directory also hides the lower one's entries
+      this.nodes.delete(rel)
+      if (h.type === 'directory') this.whitedDirs.add(rel)
+    }
     const parent = this.parentsOf(rel)
     const name = baseOf(rel)
-    const mtime = clampTime(h.mtime)
+    const mtime = h.mtime
     if (h.type === 'directory') {
       let d = this.nodes.get(rel)
       if (!d) {
@@ -232,16 +242,19 @@ class LayerBuilder {
     this.root.mode = S_IFDIR | h.mode
     this.root.uid = h.uid
     this.root.gid = h.gid
-    this.root.mtime = clampTime(h.mtime)
+    this.root.mtime = h.mtime
     this.root.xattrs = layerXattrs(h, '', S_IFDIR)
     this.rootSeen = true
   }
 
   whiteout(target: string, h: TarEntryHeader): void {
     this.stats.whiteouts++
-    if (this.seen.has(target)) throw dup(target, 'is both an entry and a whiteout in this layer')
+    const over = whiteoutOver(target, this.seen.get(target), this.whited.has(target))
+    this.whited.add(target)
+    if (over === 'opaque') this.whitedDirs.add(target)
+    if (over !== 'whiteout') return
     const parent = this.parentsOf(target)
-    const node = newNode(S_IFCHR | h.mode, { uid: h.uid, gid: h.gid, mtime: clampTime(h.mtime) })
+    const node = newNode(S_IFCHR | h.mode, { uid: h.uid, gid: h.gid, mtime: h.mtime })
     parent.children!.set(baseOf(target), node)
     this.nodes.set(target, node)
     this.seen.set(target, 'wh')
@@ -251,7 +264,7 @@ class LayerBuilder {
     this.stats.whiteouts++
     if (this.opaque.has(dir)) throw dup(dir, 'has two opaque markers in this layer')
     const kind = this.seen.get(dir)
-    if (kind === 'node' || kind === 'wh') throw dup(dir, 'is both a non-directory entry and an opaque directory in this layer')
+    if (kind === 'node') throw dup(dir, 'is both a non-directory entry and an opaque directory in this layer')
     this.opaque.add(dir)
     if (dir !== '') {
       this.parentsOf(dir)
@@ -263,15 +276,15 @@ class LayerBuilder {
   finishTree(): Timespec {
     const dflt: Timespec = { sec: this.stats.maxMtime, nsec: 0 }
     for (const d of this.implied) {
-      d.mtime = clampTime(dflt)
+      d.mtime = dflt
       if (d === this.root) d.xattrs = new Map()
     }
-    for (const rel of this.opaque) {
+    for (const rel of new Set([...this.opaque, ...this.whitedDirs])) {
       const d = this.nodes.get(rel)!
       d.xattrs = new Map(d.xattrs)
       d.xattrs.set(OPAQUE_XATTR, Buffer.from('y'))
     }
-    return clampTime(dflt)
+    return dflt
   }
 }
 

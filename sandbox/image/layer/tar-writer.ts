@@ -80,7 +80,9 @@ function splitUstar(name: Buffer): [Buffer, Buffer] | null {
 
 function formatTime(t: Timespec): string {
   if (t.nsec === 0) return String(t.sec)
-  return `${t.sec}.${String(t.nsec).padStart(9, '0').replace(/0+$/, '')}`
+  // a PAX time is one decimal number: {-2 s, +0.25 s} is -1.75
+  const [sign, sec, nsec] = t.sec < 0 ? ['-', -t.sec - 1, 1e9 - t.nsec] : ['', t.sec, t.nsec]
+  return `${sign}${sec}.${String(nsec).padStart(9, '0').replace(/0+$/, '')}`
 }
 
 /** Writes `n` as `width - 1` octal digits and a NUL at b[at]. */

@@ -19,7 +19,7 @@ import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
 import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, sys, timesOf } from './fs-ops.js'
-import { badHardlink, checkRepeat, classifyEntry, dup, hardlinkThroughSymlink, type Seen } from './entry-rules.js'
+import { badHardlink, checkRepeat, classifyEntry, dup, hardlinkThroughSymlink, whiteoutOver, type Seen } from './entry-rules.js'
 import { ancestorsOf, joinRel, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
 import type { Timespec, UnpackOptions, UnpackStats } from './types.js'
@@ -59,6 +59,10 @@ class Unpacker {
   /** Original times of lower directories this layer changed (apply mode), restored at the end. */
   readonly restore = new Map<string, Timespec>()
   readonly opaque = new Set<string>()
+  /** layer mode: directories of this layer that also have a whiteout in it, opaque too */
+  readonly whitedDirs = new Set<string>()
+  /** paths this layer has whiteouts of */
+  readonly whited = new Set<string>()
   rootTimes: Timespec | null = null
   readonly stats: UnpackStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, maxMtime: 0 }
 
@@ -112,6 +116,13 @@ class Unpacker {
     }
     if (st.isSymbolicLink()) throw new StrataError('IMAGE_UNSAFE_PATH', `${JSON.stringify(rel)} is a symlink; no entry may be written through it`)
     if (!st.isDirectory()) {
+      if (this.seen.get(rel) === 'wh' && create) {
+        // layer mode: an entry under a path this layer whited out, a new directory over the lower one
+        sys(`replacing the whiteout ${JSON.stringify(rel)}`, () => fs.rmSync(this.abs(rel)))
+        this.mkdirImplicit(rel)
+        this.whitedDirs.add(rel)
+        return true
+      }
       if (this.seen.has(rel)) throw dup(rel, 'is both a non-directory entry and a parent directory in this layer')
       if (!create) return false
       throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)} is not a directory but the layer puts entries under it`)
@@ -140,6 +151,9 @@ class Unpacker {
   }
 
   async entry(h: TarEntryHeader, r: TarReader): Promise<void> {
+    // the tree is built into a layer by mkfs.erofs 1.5, which stores a time before 1970 as the
+    // build time (it compares the seconds unsigned): 1970 is the nearest it keeps
+    if (h.mtime.sec < 0) h = { ...h, mtime: { sec: 0, nsec: 0 } }
     const k = classifyEntry(h, this.stats)
     if (k.kind === 'skip') return
     if (k.kind === 'opaque') return this.opaqueMarker(k.dir)
@@ -148,6 +162,8 @@ class Unpacker {
     const rel = k.rel
     const prev = this.seen.get(rel)
     checkRepeat(rel, h, prev)
+    // an entry over its own whiteout replaces it (below, as an existing path); a directory also hides the lower one's entries
+    if (prev === 'wh' && h.type === 'directory' && this.mode === 'layer') this.whitedDirs.add(rel)
     this.parents(rel, true)
     const abs = this.abs(rel)
     // In layer mode the tree holds only what this layer made, all of it in `seen`.
@@ -269,7 +285,16 @@ class Unpacker {
 
   async whiteout(target: string, h: TarEntryHeader): Promise<void> {
     this.stats.whiteouts++
-    if (this.seen.has(target)) throw dup(target, 'is both an entry and a whiteout in this layer')
+    const over = whiteoutOver(target, this.seen.get(target), this.whited.has(target))
+    this.whited.add(target)
+    if (over === 'opaque') {
+      if (this.mode === 'layer') this.whitedDirs.add(target)
+      else {
+        if (this.seen.get(target) === 'ldir') this.ownDir(target)
+        await this.purge(target)
+      }
+    }
+    if (over !== 'whiteout') return
     if (this.mode === 'layer') {
       this.parents(target, true)
       const abs = this.abs(target)
@@ -285,7 +310,7 @@ class Unpacker {
     this.stats.whiteouts++
     if (this.opaque.has(dir)) throw dup(dir, 'has two opaque markers in this layer')
     const kind = this.seen.get(dir)
-    if (kind === 'node' || kind === 'wh') throw dup(dir, 'is both a non-directory entry and an opaque directory in this layer')
+    if (kind === 'node') throw dup(dir, 'is both a non-directory entry and an opaque directory in this layer')
     this.opaque.add(dir)
     if (dir !== '') {
       this.parents(dir, true)
@@ -303,17 +328,7 @@ class Unpacker {
       const p = joinRel(dir, name)
       const kind = this.seen.get(p)
       if (kind === 'node') continue
-      if (kind === 'ldir') {
-        // A lower directory this layer wrote into: from now on it is this layer's.
-        const abs = this.abs(p)
-        sys(`owner/mode of ${JSON.stringify(p)}`, () => {
-          fs.lchownSync(abs, 0, 0)
-          fs.chmodSync(abs, IMPLICIT_DIR_MODE)
-        })
-        clearXattrs(abs)
-        this.seen.set(p, 'idir')
-        this.restore.delete(p)
-      }
+      if (kind === 'ldir') this.ownDir(p)
       if (kind === 'dir' || kind === 'idir' || kind === 'ldir') {
         await this.purge(p)
         continue
@@ -322,11 +337,23 @@ class Unpacker {
     }
   }
 
+  /** Apply mode: a lower directory this layer wrote into and hid the rest of becomes this layer's (implied) directory. */
+  ownDir(p: string): void {
+    const abs = this.abs(p)
+    sys(`owner/mode of ${JSON.stringify(p)}`, () => {
+      fs.lchownSync(abs, 0, 0)
+      fs.chmodSync(abs, IMPLICIT_DIR_MODE)
+    })
+    clearXattrs(abs)
+    this.seen.set(p, 'idir')
+    this.restore.delete(p)
+  }
+
   finish(): void {
     const n = native()
     const dflt: Timespec = { sec: this.stats.maxMtime, nsec: 0 }
     if (this.mode === 'layer') {
-      for (const d of [...this.opaque].sort()) {
+      for (const d of [...new Set([...this.opaque, ...this.whitedDirs])].sort()) {
         try {
           n.lsetxattr(this.abs(d), OPAQUE_XATTR, Buffer.from('y'), 0)
         } catch (e) {

@@ -132,3 +132,24 @@ test('bad input: checksum, unknown format, truncation and oversized records are 
   // cut at an entry boundary: no end-of-archive block
   await t.throwsAsync(listing(chunked(good.subarray(0, 1024), 256)), { code: 'IMAGE_BAD_ARCHIVE' as never })
 })
+
+test('times before 1970 read as GNU tar wrote them: base-256 (gnu format, two\'s complement) and PAX (sub-second)', async (t) => {
+  const dir = tmp(t)
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(tree)
+  fs.writeFileSync(path.join(tree, 'a'), 'a')
+  fs.writeFileSync(path.join(tree, 'b'), 'b')
+  // (fs.utimes takes a negative time for "now")
+  execFileSync('touch', ['-d', '@-304776000', path.join(tree, 'a')])
+  execFileSync('touch', ['-d', '@-1', path.join(tree, 'b')])
+  for (const format of ['gnu', 'pax']) {
+    const tar = path.join(dir, `${format}.tar`)
+    execFileSync('tar', [`--format=${format}`, '-C', tree, '-cf', tar, 'a', 'b'])
+    const times: string[] = []
+    for await (const { header, body } of readTar(fs.createReadStream(tar))) {
+      for await (const _ of body) void _
+      times.push(`${header.name} ${header.mtime.sec}.${header.mtime.nsec}`)
+    }
+    t.deepEqual(times, ['a -304776000.0', 'b -1.0'], format)
+  }
+})

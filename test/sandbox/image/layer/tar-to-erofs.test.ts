@@ -8,6 +8,7 @@ import { execFileSync } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { native } from '../../../../fs/common/native.js'
 import { buildErofs, tarToErofs, unpackLayer } from '../../../../sandbox/image/layer/index.js'
 import { diffTrees, snapshotTree } from '../../../helpers/tree-compare.js'
 import { badCases } from './bad-tars.js'
@@ -125,6 +126,27 @@ test('past the inline-tail budget, tails are stored as blocks of their own: the 
   const inline = await sameAsMkfs(t, tar)
   const capped = await sameAsMkfs(t, tar, { inlineTailBudget: 4096 })
   t.true(capped.size > inline.size)
+})
+
+test('a whiteout and an entry of the same name in one layer: the entry stays, a directory becomes opaque', async (t) => {
+  const built = await sameAsMkfs(
+    t,
+    await packTar([
+      file('.wh.a'), dir('a', { mode: 0o700 }), file('a/n', 'n'),
+      dir('b'), file('b/n', 'n'), file('.wh.b'),
+      file('.wh.c'), file('c', 'file'),
+      file('d', 'file'), file('.wh.d'),
+      file('.wh.e'), file('e/n', 'n'),
+      file('.wh.f'), file('f/.wh..wh..opq'), file('f/n', 'n'),
+    ]),
+  )
+  const mnt = path.join(path.dirname(built.file), 'check')
+  mount(t, built.file, mnt, 'erofs', null)
+  for (const d of ['a', 'b', 'e', 'f']) {
+    t.is(native().lgetxattr(path.join(mnt, d), 'trusted.overlay.opaque').toString(), 'y', d)
+  }
+  t.true(fs.lstatSync(path.join(mnt, 'c')).isFile())
+  t.true(fs.lstatSync(path.join(mnt, 'd')).isFile())
 })
 
 test('a layer of nothing but a root entry, and an empty tar', async (t) => {

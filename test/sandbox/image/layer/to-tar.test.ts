@@ -3,7 +3,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Writable } from 'node:stream'
 import tarStream from 'tar-stream'
-import { buildErofs, layerToTar, readTar, unpackLayer } from '../../../../sandbox/image/layer/index.js'
+import { buildErofs, layerToTar, readTar, tarToErofs, unpackLayer } from '../../../../sandbox/image/layer/index.js'
 import { run } from '../../../helpers/oci-fixtures.js'
 import { diffTrees, snapshotTree } from '../../../helpers/tree-compare.js'
 import { dir, file, fixtureLayerTars, hardlink, mountsUnder, packTar, sha256, streamOf, symlink, tmpDir, type PackEntry } from './helpers.js'
@@ -236,4 +236,21 @@ test('the EROFS mounts of a process killed with SIGKILL are removed by the next 
   t.true(r.size > 0)
   t.deepEqual(left(), [])
   t.deepEqual(fs.readdirSync(work).filter((n) => n.startsWith('strata-erofs-')), [])
+})
+
+test('times before 1970 (kept by tarToErofs) come back out to the nanosecond, as GNU tar reads them', async (t) => {
+  const work = tmpDir(t)
+  const tar = await packTar([file('old', 'o', { pax: { mtime: '-304775999.5' } }), file('just-before', 'j', { pax: { mtime: '-0.75' } }), file('whole', 'w', { pax: { mtime: '-86400' } })])
+  const erofs = path.join(work, 'layer.erofs')
+  await tarToErofs(streamOf(tar), erofs)
+  const out = await tarOf(erofs, work)
+  const times: string[] = []
+  for await (const { header } of readTar(streamOf(out.bytes))) if (header.type === 'file') times.push(`${header.name} ${header.mtime.sec} ${header.mtime.nsec}`)
+  t.deepEqual(times, ['just-before -1 250000000', 'old -304776000 500000000', 'whole -86400 0'])
+  fs.writeFileSync(path.join(work, 'out.tar'), out.bytes)
+  const x = path.join(work, 'x')
+  fs.mkdirSync(x)
+  await run('tar', ['-xf', path.join(work, 'out.tar'), '-C', x])
+  t.is(fs.statSync(path.join(x, 'old'), { bigint: true }).mtimeNs, -304_775_999_500_000_000n)
+  t.is(fs.statSync(path.join(x, 'just-before'), { bigint: true }).mtimeNs, -750_000_000n)
 })

@@ -232,6 +232,28 @@ test('apply mode: entries replace lower ones (dir over dir merges and takes the 
   t.is(fs.readFileSync(path.join(dest, 'b/h'), 'utf8'), 'new h')
 })
 
+test('apply mode: a whiteout and an entry of the same name in one layer: the whiteout removes the lower path only, in either order', async (t) => {
+  const dest = await lowerTree(t)
+  await unpack(
+    t,
+    [
+      file('.wh.a'), dir('a', { mode: 0o750 }), file('a/n', 'n'), // whiteout first, the directory again
+      file('b/new', 'new'), file('.wh.b'), // b written into (a lower directory), then whited out: only this layer's entries stay
+      file('.wh.c'), file('c/mine', 'm'), // an implied directory under a whiteout
+      file('keep', 'new keep'), file('.wh.keep'), // a file, then its whiteout
+    ],
+    'apply',
+    dest,
+  )
+  t.deepEqual(fs.readdirSync(path.join(dest, 'a')), ['n'])
+  t.is(modeOf(path.join(dest, 'a')), 0o750)
+  t.is(xattr(path.join(dest, 'a'), 'user.old'), null)
+  t.deepEqual(fs.readdirSync(path.join(dest, 'b')), ['new'])
+  t.is(modeOf(path.join(dest, 'b')), 0o755, 'a lower directory the layer whited out is the layer\'s implied directory')
+  t.deepEqual(fs.readdirSync(path.join(dest, 'c')), ['mine'])
+  t.is(fs.readFileSync(path.join(dest, 'keep'), 'utf8'), 'new keep')
+})
+
 // --- bad input: each gives its code and leaves nothing outside destDir
 
 const etcPasswd = crypto.createHash('sha256').update(fs.readFileSync('/etc/passwd')).digest('hex')
