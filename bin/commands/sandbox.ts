@@ -437,7 +437,7 @@ Examples:
           const r = await s.sandboxes.createMany(spec, { count: o.count })
           if (o.json) printJson(r.map((x) => (x.ok ? { ok: true, sandbox: x.sandbox.info } : { ok: false, error: x.error.toWire() })))
           // ids on stdout, one per created sandbox; each failure on stderr as every error is printed
-          else for (const x of r) x.ok ? out(x.sandbox.id) : process.stderr.write(`strata: ${x.error.code}: ${x.error.message}\n`)
+          else for (const x of r) x.ok ? out(x.sandbox.id) : process.stderr.write(`strata: ${x.error.code}: ${x.error.reason}\n`)
           if (r.some((x) => !x.ok)) process.exitCode = 1
           return
         }
