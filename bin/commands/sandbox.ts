@@ -1,10 +1,10 @@
 // `strata sandbox create|exec|ls|inspect|kill|rm|cp` (clients of a node
 // daemon, through the SDK) and `strata serve` (a node daemon in the
 // foreground).
-import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import fsp from 'node:fs/promises'
 import path from 'node:path'
+import { PassThrough } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { InvalidArgumentError, type Command } from 'commander'
 import { formatTable, readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
@@ -13,6 +13,7 @@ import { StrataError, fromSystemError, isStrataError, systemErrorWords } from '.
 import { createLogger } from '../../fs/common/log.js'
 import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, validateListFilter, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
 import { extractTarSafely, writeSparse } from '../../sandbox/sdk/extract.js'
+import { packDirectory } from '../../sandbox/sdk/pack.js'
 import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
 import { UsageError, dirArg, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
 
@@ -153,17 +154,6 @@ function splitCpArg(s: string): { id: string; path: string } | null {
   return m ? { id: m[1]!, path: m[2]! } : null
 }
 
-function runTar(args: string[], io: 'in' | 'out'): { proc: ReturnType<typeof spawn>; done: Promise<void> } {
-  const proc = spawn('tar', args, { stdio: io === 'in' ? ['pipe', 'inherit', 'pipe'] : ['ignore', 'pipe', 'pipe'] })
-  let err = ''
-  proc.stderr!.on('data', (c: Buffer) => (err += c.toString()))
-  const done = new Promise<void>((resolve, reject) => {
-    proc.once('error', reject)
-    proc.once('close', (code) => (code === 0 ? resolve() : reject(new StrataError('IO_ERROR', `tar ${args.join(' ')} exited ${code}: ${err.trim()}`))))
-  })
-  return { proc, done }
-}
-
 /** What cp reads of a single file at least, whatever its size at stat (the agent's first read of an archived file). */
 const FIRST_READ = 64 * 1024
 
@@ -257,9 +247,28 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     return `${sb.id}:${target}`
   }
   if (!lst.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${src} is neither a file nor a directory`)
-  const tar = runTar(['-c', '-f', '-', '-C', localSrc, '.'], 'out')
-  const [r] = await Promise.all([sb.files.uploadTar(target, tar.proc.stdout!), tar.done])
-  void r
+  // as for a download: what cannot be read here is left out and named, the rest is copied, and
+  // the exit code is 1 at the end
+  const tar = new PassThrough()
+  // the directory itself is read before anything is sent (an unreadable SRC fails the copy);
+  // after that, whichever side fails first says what went wrong, and the other fails because of it
+  let first: { e: unknown } | undefined
+  const packed = packDirectory(localSrc, tar, {
+    onWarning: (w) => {
+      process.stderr.write(`strata: ${w.code}: ${w.reason}\n`)
+      process.exitCode = 1
+    },
+    onSkip: (p, why) => process.stderr.write(`strata: skipped ${p}: ${why}\n`),
+  }).catch((e: unknown) => {
+    first ??= { e }
+    tar.destroy(e as Error)
+  })
+  const uploaded = sb.files.uploadTar(target, tar).catch((e: unknown) => {
+    first ??= { e }
+    tar.destroy()
+  })
+  await Promise.all([packed, uploaded])
+  if (first) throw first.e
   return `${sb.id}:${target}`
 }
 
@@ -428,7 +437,7 @@ Examples:
           const r = await s.sandboxes.createMany(spec, { count: o.count })
           if (o.json) printJson(r.map((x) => (x.ok ? { ok: true, sandbox: x.sandbox.info } : { ok: false, error: x.error.toWire() })))
           // ids on stdout, one per created sandbox; each failure on stderr as every error is printed
-          else for (const x of r) x.ok ? out(x.sandbox.id) : process.stderr.write(`strata: ${x.error.code}: ${x.error.message}\n`)
+          else for (const x of r) x.ok ? out(x.sandbox.id) : process.stderr.write(`strata: ${x.error.code}: ${x.error.reason}\n`)
           if (r.some((x) => !x.ok)) process.exitCode = 1
           return
         }
@@ -570,7 +579,10 @@ sticky bits, keep the other permission bits, and belong to you.
 As with tar, what a directory download cannot read in the sandbox (an
 unreadable file or directory, much of /proc) is left out and named on stderr
 ("strata: CODE: ID:/path: …; skipped"), the rest is copied, and the exit code
-is 1; bytes that fail mid-file are zeros (named too).
+is 1; bytes that fail mid-file are zeros (named too). An upload does the same
+with what you cannot read here ("strata: PERMISSION_DENIED: /path: cannot
+open: permission denied; skipped"; a directory is sent empty); sockets are
+skipped with a note. A SRC that cannot be read itself fails the copy.
 Sparse files stay sparse on the receiving side, both ways (runs of zeros over
 whole 4 KiB blocks become holes); the transfer still carries the zeros.
 Examples:

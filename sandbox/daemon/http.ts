@@ -12,6 +12,7 @@ import type { AgentProcess, ExitInfo, FileEntry } from '../backends/agent/index.
 import type { SandboxService } from './service.js'
 import type { ExecRequest, OutputEvent } from './types.js'
 import { parseListFilter, validateExec, validatePath, validateUser } from './validate.js'
+import { WARNINGS_TRAILER, WarningsTrailer } from './warnings.js'
 
 export const API_VERSION = 'v1'
 /**
@@ -462,14 +463,14 @@ export class SandboxHttpServer {
       const user = userOf(q)
       await svc.use(params[0]!, async (h, info) => {
         // entries the agent could not read are left out (or zero-filled) and listed in a trailer
-        const warnings: StrataError[] = []
-        const s = h.agent.files.downloadTar(p, { user: user ?? info.user, signal, onWarning: (w) => warnings.push(w) })
+        const warnings = new WarningsTrailer()
+        const s = h.agent.files.downloadTar(p, { user: user ?? info.user, signal, onWarning: (w) => warnings.add(w) })
         // the first bytes (or the error) decide the status: a missing path is a 404, not a truncated 200
         const first = await firstChunk(s)
         res.writeHead(200, { 'content-type': 'application/x-tar', trailer: WARNINGS_TRAILER })
         if (first) res.write(first)
         await pipeline(s, res, { end: false })
-        res.addTrailers({ [WARNINGS_TRAILER]: warningsTrailer(warnings) })
+        res.addTrailers({ [WARNINGS_TRAILER]: warnings.toString() })
         res.end()
       })
     }, { query: ['path', 'user'] })
@@ -632,28 +633,6 @@ function runOpts(body: ExecRequest, info: { user: string; workdir: string }): { 
 
 export function entryJson(e: FileEntry): Record<string, unknown> {
   return { ...e, mtimeNs: e.mtimeNs.toString() }
-}
-
-/** The archive route's trailer: the entries that could not be archived (whole), see warningsTrailer. */
-export const WARNINGS_TRAILER = 'strata-warnings'
-/** What the trailer holds at most (clients keep trailers with the headers, within 16 KiB). */
-const MAX_WARNINGS_TRAILER = 8 * 1024
-
-/**
- * `{"count": N, "warnings": [{code, message, path, errno}, …]}` as one
- * ASCII line (non-ASCII escaped as \uXXXX, so any file name fits a header):
- * all N warnings, or as many of the first as fit in 8 KiB.
- */
-export function warningsTrailer(ws: StrataError[]): string {
-  const items: string[] = []
-  let len = 0
-  for (const w of ws) {
-    const item = JSON.stringify({ code: w.code, message: `${w.detail?.path as string}: ${w.reason}`, path: w.detail?.path, errno: w.detail?.errno }).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
-    if (len + item.length + 1 > MAX_WARNINGS_TRAILER) break
-    items.push(item)
-    len += item.length + 1
-  }
-  return `{"count":${ws.length},"warnings":[${items.join(',')}]}`
 }
 
 async function firstChunk(s: NodeJS.ReadableStream & AsyncIterable<Buffer>): Promise<Buffer | null> {

@@ -224,7 +224,10 @@ export class SandboxService {
         const st = await handle.status()
         if (st.state !== 'running') throw new StrataError('SANDBOX_GONE', `sandbox ${info.id} stopped while the daemon was away`)
         rootfs = await this.builder.adopt({ sandboxId: info.id, layers: info.layers.map((l) => l.digest), datasets: info.mounts, stateDir: d.fs })
-        this.#live.set(info.id, { info: { ...info, pid: handle.pid }, handle, rootfs, active: 0 })
+        // activity is kept in memory only (the record holds the value of its start), and nobody
+        // could reach the sandbox while no daemon ran: the idle TTL counts afresh from re-adoption,
+        // so a sandbox in use before a restart is not reclaimed as idle right after it
+        this.#live.set(info.id, { info: { ...info, pid: handle.pid, lastActivityAt: new Date().toISOString() }, handle, rootfs, active: 0 })
         adopted++
       } catch (e) {
         const oomKills = handle ? (await handle.status().catch(() => ({ oomKills: 0 }))).oomKills : 0

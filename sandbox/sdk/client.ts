@@ -15,7 +15,7 @@ import { Readable, Writable } from 'node:stream'
 import { StrataError, systemErrorWords } from '../../fs/common/errors.js'
 import { readClusterFile, resolveClusterDir } from '../../fs/admin/index.js'
 import type { FileEntry } from '../backends/agent/index.js'
-import { TOKEN_FILE, SANDBOX_ROLE, WARNINGS_TRAILER, validateCreate, validateExec, validateListFilter } from '../daemon/index.js'
+import { MAX_JSON_BODY, TOKEN_FILE, SANDBOX_ROLE, WARNINGS_TRAILER, validateCreate, validateExec, validateListFilter } from '../daemon/index.js'
 import type { CreateSandboxRequest, ExitEvent, ListFilter, NodeInfo, OutputEvent, SandboxInfo } from '../daemon/index.js'
 import { MAX_TIMER_MS, checkCmd, checkData, intIn, isAbortSignal, isBool, isFunction, isString, isUser, options, passThrough, type Check } from './args.js'
 import { DEFAULT_READ_MAX_BYTES, Transport, connectionErrors, ndjson, readAll } from './http.js'
@@ -216,6 +216,11 @@ function execBody(cmd: string | readonly string[], o: ExecOptions | SpawnOptions
     body.stdin = Buffer.from(stdin).toString('base64')
   }
   validateExec(body, withStdin)
+  // the daemon refuses a larger body with a bare 413; here the message can say which call and what to do
+  const size = Buffer.byteLength(JSON.stringify(body))
+  if (size > MAX_JSON_BODY) {
+    throw new StrataError('INVALID_ARGUMENT', `${what}: the request is ${size} bytes, more than the daemon's ${MAX_JSON_BODY} (stdin travels base64-encoded in it: at most about 3 MiB); ${withStdin ? 'write larger input to the stdin of a spawned process (sb.spawn) instead' : 'pass less in cmd and env'}`, { detail: { bytes: size, max: MAX_JSON_BODY } })
+  }
   return body
 }
 

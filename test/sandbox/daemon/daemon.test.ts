@@ -289,6 +289,24 @@ test.serial('a restarted daemon re-adopts running sandboxes and reports the ones
   await (await again.sdk.sandboxes.get(third.id)).delete()
 })
 
+test.serial('a re-adopted sandbox in use before the restart is not reclaimed as idle: its idle TTL counts from re-adoption', async (t) => {
+  const first = await startDaemon(t, env)
+  const sb = await first.sdk.sandboxes.create({ image: 'bb:1', lifetime: { idleTtlSec: 2 } })
+  // in use for longer than its TTL (the record on disk still says it was last active when it started)
+  let last = ''
+  for (let i = 0; i < 5; i++) {
+    last = (await sb.keepalive()).lastActivityAt
+    await new Promise((r) => setTimeout(r, 600))
+  }
+  t.is(await first.stop(), 0)
+  const second = await startDaemon(t, env, { stateDir: first.config.stateDir, listen: first.address, nodeId: first.config.nodeId, tokenFile: first.config.tokenFile })
+  const back = await second.sdk.sandboxes.get(sb.id)
+  t.is(back.info.state, 'running', JSON.stringify(back.info.stop))
+  t.true(Date.parse(back.info.lastActivityAt) >= Date.parse(last), `lastActivityAt ${back.info.lastActivityAt} is before the last keepalive ${last}`)
+  t.is((await back.exec('echo still here')).stdout, 'still here\n')
+  await back.delete()
+})
+
 test.serial('bad input on every SDK call is a typed error, and nothing is left behind', async (t) => {
   const d = await startDaemon(t, env)
   const s = d.sdk

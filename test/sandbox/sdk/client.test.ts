@@ -58,6 +58,8 @@ const CASES: Case[] = [
   ['exec: misspelt timeoutMs', (_s, sb) => sb.exec('true', any({ timeout: 5 })), /timeout/],
   ['exec: timeoutMs out of range', (_s, sb) => sb.exec('true', { timeoutMs: 605_000_000 }), /timeoutMs/],
   ['exec: onStdout not a function', (_s, sb) => sb.exec('true', any({ onStdout: 'x' })), /onStdout/],
+  // it was sent, and the daemon's 413 said only `the JSON body exceeds 4194304 bytes`
+  ['exec: stdin larger than a request can carry', (_s, sb) => sb.exec(['wc', '-c'], { stdin: new Uint8Array(5 << 20) }), /exec: the request is \d+ bytes.*sb\.spawn/],
   ['exec: stdin a number', (_s, sb) => sb.exec('cat', any({ stdin: 42 })), /stdin/],
   ['exec: options not an object', (_s, sb) => sb.exec('true', any(5)), /options/],
   ['spawn: stdin is not an option', (_s, sb) => sb.spawn(['cat'], any({ stdin: 'x' })), /stdin/],
