@@ -610,10 +610,18 @@ class LmdbEngine implements LmdbKvEngine {
       if (this.commitMode === 'sync' || (this.commitMode === 'auto' && this.sh.running <= 1)) {
         version = this.sh.root.transactionSync(() => this.applyCommit(txn))
       } else {
-        version = await this.sh.root.childTransaction(() => this.applyCommit(txn))
+        const child = this.sh.root.childTransaction(() => this.applyCommit(txn))
+        // When lmdb cannot write the batch (a full disk), it also rejects the
+        // batch's own commit promise and the error's `commitError`; nobody else
+        // waits for those, and an unhandled rejection ends a daemon (every meta
+        // server on the host at once). The failure reaches us through `child`.
+        this.sh.root.committed.then(undefined, () => undefined)
+        version = await child
       }
     } catch (e) {
-      throw this.mapError(e)
+      ;(e as { commitError?: Promise<unknown> })?.commitError?.then(undefined, () => undefined)
+      this.sh.root.committed.then(undefined, () => undefined)
+      throw await this.mapCommitError(e)
     } finally {
       gate.exit()
     }
@@ -698,10 +706,37 @@ class LmdbEngine implements LmdbKvEngine {
     return p
   }
 
+  /**
+   * A failed lmdb write says EIO whatever the cause (lmdb-js reports the
+   * status of its write thread, errno 5, also when the disk is full), so a
+   * commit failure on a filesystem with next to no room left is NO_SPACE:
+   * the error a writer can act on, and what 3FS answers.
+   */
+  private async mapCommitError(e: unknown): Promise<StrataError> {
+    const err = this.mapError(e)
+    if (err.code !== 'IO_ERROR') return err
+    const free = await freeBytes(this.sh.dir)
+    if (free === null || free >= NO_SPACE_BELOW) return err
+    return new StrataError('NO_SPACE', `the KV at ${this.sh.dir} could not commit: its filesystem has ${free} bytes free (${err.reason})`, { cause: e })
+  }
+
   private mapError(e: unknown): StrataError {
     if (isStrataError(e)) return e
     if (this.closed) return new StrataError('CLOSED', 'the KV engine was closed', { cause: e })
     return toStrataError(e, 'IO_ERROR')
+  }
+}
+
+/** A commit that fails while its filesystem has less room than this failed for want of space. */
+const NO_SPACE_BELOW = 16 * 1024 * 1024
+
+/** Bytes this process may still write on the filesystem of `dir` (root may use the reserved blocks); null if unknown. */
+async function freeBytes(dir: string): Promise<number | null> {
+  try {
+    const st = await fs.promises.statfs(dir)
+    return (process.getuid?.() === 0 ? st.bfree : st.bavail) * st.bsize
+  } catch {
+    return null
   }
 }
 

@@ -169,7 +169,7 @@ export class Craq {
     }
     const applied = await this.applyLocal(t, io, { fromClient: true, isSyncing: false, chainVer: chain.chainVersion, clientId: tag.clientId, requestId: tag.requestId })
     const fwdIo: UpdateIO = { ...io, updateVer: applied.updateVer }
-    return this.forwardAndCommit(t, fwdIo, tag, applied, io)
+    return this.forwardAndCommit(t, fwdIo, tag, applied, io, undefined, true)
   }
 
   // --- forwarded updates at a middle or tail replica
@@ -211,7 +211,7 @@ export class Craq {
         const m = t.engine.getMeta(io.key.chunkId)
         applied = { updateVer: io.updateVer, checksum: m?.checksum ?? 0, size: m?.size ?? 0 }
       }
-      return this.forwardAndCommit(t, io, tag, applied, io, syncChainVer)
+      return this.forwardAndCommit(t, io, tag, applied, io, syncChainVer, !(options?.isSyncing ?? false))
     })
   }
 
@@ -220,11 +220,13 @@ export class Craq {
     io: UpdateIO,
     opts: { fromClient: boolean; isSyncing: boolean; chainVer: number; clientId: string; requestId: number },
   ): Promise<{ updateVer: number; checksum: number; size: number }> {
+    const before = t.engine.getMeta(io.key.chunkId)
     try {
       return await t.engine.applyUpdate(io, opts)
     } catch (e) {
       const err = toStrataError(e)
       if (err.code === 'IO_ERROR') this.d.onDiskError(t, err)
+      if (err.code === 'NO_SPACE' && sameVersions(before, t.engine.getMeta(io.key.chunkId))) throw unapplied(err)
       throw err
     }
   }
@@ -242,6 +244,8 @@ export class Craq {
     original: UpdateIO,
     /** resync transfer: commit at the end of the chain under this version */
     syncChainVer?: number,
+    /** the local apply was an ordinary (not syncing) update, which abortUpdate can take back */
+    abortable = false,
   ): Promise<IOResult> {
     let commitChainVer = 0
     let attempt = 0
@@ -275,6 +279,15 @@ export class Craq {
         break
       } catch (e) {
         const err = toStrataError(e)
+        if (abortable && syncChainVer === undefined && isUnappliedNoSpace(err)) {
+          // The rest of the chain has no room for the update and holds none
+          // of it: retrying would hold the chunk lock until someone frees
+          // space, and the writer would wait out its deadline for an error
+          // that is certain now. Take the update back here too and say so.
+          if (await t.engine.abortUpdate(io.key.chunkId, applied.updateVer)) {
+            throw unapplied(new StrataError('NO_SPACE', `successor target ${succ} of chain ${io.key.chainId}: ${err.reason}`))
+          }
+        }
         attempt++
         if (attempt === 1 || attempt % 20 === 0) {
           this.d.log.warn('forward failed; retrying', { chainId: io.key.chainId, successor: succ, attempt, err: err.code })
@@ -327,4 +340,23 @@ function validateUpdate(io: UpdateIO): void {
   if (!['WRITE', 'REMOVE', 'TRUNCATE', 'EXTEND'].includes(io.updateType)) throw new StrataError('INVALID_ARGUMENT', `unknown update type ${String(io.updateType)}`)
   if (!Number.isInteger(io.offset) || io.offset < 0 || !Number.isInteger(io.length) || io.length < 0) throw new StrataError('CHUNK_INVALID_RANGE', 'offset and length must be non-negative integers')
   if (io.updateType === 'WRITE' && (!Buffer.isBuffer(io.data) || io.data.length !== io.length)) throw new StrataError('INVALID_ARGUMENT', 'WRITE data length differs from length')
+}
+
+/**
+ * A NO_SPACE that left this replica (and everything after it) without the
+ * update, marked so the predecessor may take it back as well. Only such an
+ * error may be answered by aborting: a full disk met while committing, after
+ * the successors committed, must be retried like any other failure.
+ */
+function unapplied(err: StrataError): StrataError {
+  return new StrataError('NO_SPACE', err.reason, { cause: err, detail: { ...err.detail, unapplied: true } })
+}
+
+function isUnappliedNoSpace(err: StrataError): boolean {
+  return err.code === 'NO_SPACE' && err.detail?.unapplied === true
+}
+
+function sameVersions(a: { updateVer: number; commitVer: number; state: string } | null, b: { updateVer: number; commitVer: number; state: string } | null): boolean {
+  if (!a || !b) return a === b
+  return a.updateVer === b.updateVer && a.commitVer === b.commitVer && a.state === b.state
 }

@@ -142,7 +142,17 @@ export class TestCluster {
  */
 export async function startTestCluster(
   t: ExecutionContext,
-  opts: { nodes?: number; chains?: number; replicas?: number; timers?: Record<string, number>; fsync?: boolean; stripeSize?: number; chunkSize?: number } = {},
+  opts: {
+    nodes?: number
+    chains?: number
+    replicas?: number
+    timers?: Record<string, number>
+    fsync?: boolean
+    stripeSize?: number
+    chunkSize?: number
+    /** data directory of storage node i (1-based) instead of DIR/storage-i, e.g. on a small filesystem of the test's */
+    storageDir?: (i: number) => string | undefined
+  } = {},
 ): Promise<TestCluster> {
   const nodes = opts.nodes ?? 3
   const nchains = opts.chains ?? 2
@@ -163,7 +173,7 @@ export async function startTestCluster(
   add('mgmtd', 'mgmtd', { nodeId: 1, dataDir: path.join(dir, 'mgmtd'), listen: c.mgmtdAddress, timers }, c.mgmtdAddress)
   for (let i = 1; i <= nodes; i++) {
     const port = await freePort()
-    add(`storage-${i}`, 'storage', { nodeId: 10000 + i, dataDir: path.join(dir, `storage-${i}`), listen: `127.0.0.1:${port}`, mgmtdAddresses: [c.mgmtdAddress], timers, fsync: opts.fsync ?? false }, `127.0.0.1:${port}`)
+    add(`storage-${i}`, 'storage', { nodeId: 10000 + i, dataDir: opts.storageDir?.(i) ?? path.join(dir, `storage-${i}`), listen: `127.0.0.1:${port}`, mgmtdAddresses: [c.mgmtdAddress], timers, fsync: opts.fsync ?? false }, `127.0.0.1:${port}`)
   }
   for (const name of c.procs.keys()) c.start(name)
   c.mgmtd = new MgmtdClient({ addresses: [c.mgmtdAddress], rpc: c.rpc })

@@ -453,6 +453,46 @@ export class ChunkEngine {
   }
 
   /**
+   * Drops the pending update `updateVer` (applied here, committed nowhere)
+   * and goes back to the last committed content, as if it had never been
+   * applied. For an update the rest of the chain refused without applying it
+   * (a successor's full disk): left pending, it would block every later write
+   * of the chunk with CHUNK_ADVANCE_UPDATE. Anything but exactly that pending
+   * update (a newer one, a torn or syncing write) is left alone: false.
+   */
+  async abortUpdate(chunkId: Buffer, updateVer: number): Promise<boolean> {
+    const id = chunkIdOf(chunkId)
+    checkUint('updateVer', updateVer)
+    return this.gate.run(() =>
+      this.opLocks.run(id.toString('hex'), async () => {
+        const cur = this.load(id)
+        if (!cur || cur.state !== 'CLEAN' || cur.updateVer !== updateVer || cur.commitVer !== updateVer - 1) return false
+        if (cur.commitVer === 0) {
+          // the update created the chunk: it goes away again
+          await this.deleteRecord(id, cur)
+          await this.reclaim(id, [cur.file], null)
+          return true
+        }
+        const back: ChunkRecord = {
+          ...cur,
+          state: 'COMMIT',
+          recycleState: 'NORMAL',
+          updateVer: cur.commitVer,
+          ...cur.committed,
+          dirtyFile: null,
+          // the aborted request is not what the chunk holds; nor, now, is anyone's in particular
+          lastClientId: '',
+          lastRequestId: 0,
+          timestamp: Date.now(),
+        }
+        await this.persist(id, cur, back)
+        await this.reclaim(id, [cur.file], back)
+        return true
+      }),
+    )
+  }
+
+  /**
    * Force-commits every chunk with a pending or torn update (3FS
    * resetUncommitted): a LASTSRV target returning as SERVING is the only copy,
    * so its newest whole content becomes the committed one. Chunks pending a
