@@ -612,13 +612,16 @@ export class MetaStore {
     }
     await this.checkRenamePermission(txn, srcR, src, req, false)
     const dstInode = await this.checkRenamePermission(txn, dstR, dst, req, true)
+    // rename(2): a directory moved to another parent is itself changed (its parent, "..") and needs
+    // write permission on itself, or anyone who may write both parents could carry off another user's tree
+    const inode = await loadEntryInode(txn, srcEntry, false)
+    if (inode.type === 'Directory' && src.parent.id !== dst.parent.id) checkPermission(inode.acl, req.user, WRITE, `directory ${hexId(inode.id)}`)
 
     addInodeConflict(txn, src.parent.id)
     addDentryConflict(txn, srcEntry.parent, srcEntry.name)
     addInodeConflict(txn, dst.parent.id)
     addDentryConflict(txn, dst.parent.id, dstName)
 
-    const inode = await loadEntryInode(txn, srcEntry, false)
     if (srcEntry.type === 'Directory') {
       inode.directory!.parent = dst.parent.id
       inode.directory!.name = dstName
