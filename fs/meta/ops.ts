@@ -585,10 +585,6 @@ export class MetaStore {
     if (dst.entry && dst.entry.type === 'File' && req.moveToTrash) throw new StrataError('META_EXISTS', `rename destination ${req.dest.path} exists`)
     if (srcEntry.type === 'Directory') {
       if (dst.entry && dst.entry.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `rename destination ${req.dest.path} is not a directory`)
-      // only a directory can replace a directory, and only an empty one; a non-directory is EISDIR below, empty or not (rename(2))
-      if (dst.entry && !(await checkEmpty(txn, dst.entry.id))) {
-        throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is a non-empty directory`)
-      }
       const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
       // the replaced (empty) directory goes away: not while another client holds its lock
       if (dst.entry) {
@@ -616,6 +612,11 @@ export class MetaStore {
     // write permission on itself, or anyone who may write both parents could carry off another user's tree
     const inode = await loadEntryInode(txn, srcEntry, false)
     if (inode.type === 'Directory' && src.parent.id !== dst.parent.id) checkPermission(inode.acl, req.user, WRITE, `directory ${hexId(inode.id)}`)
+    // only a directory can replace a directory, and only an empty one (a non-directory is EISDIR above,
+    // empty or not); checked after the permissions, as Linux does: EACCES before ENOTEMPTY (rename(2))
+    if (inode.type === 'Directory' && dst.entry && !(await checkEmpty(txn, dst.entry.id))) {
+      throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is a non-empty directory`)
+    }
 
     addInodeConflict(txn, src.parent.id)
     addDentryConflict(txn, srcEntry.parent, srcEntry.name)
