@@ -597,10 +597,6 @@ export class MetaStore {
       // rename(2): a move into its own subtree is EINVAL before the destination's type or emptiness is looked at
       const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
       if (dst.entry && dst.entry.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `rename destination ${req.dest.path} is not a directory`)
-      // only a directory can replace a directory, and only an empty one; a non-directory is EISDIR below, empty or not (rename(2))
-      if (dst.entry && !(await checkEmpty(txn, dst.entry.id))) {
-        throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is a non-empty directory`)
-      }
       // the replaced (empty) directory goes away: not while another client holds its lock
       if (dst.entry) {
         addInodeConflict(txn, dst.entry.id) // a lock taken on it meanwhile aborts this rename
@@ -627,13 +623,21 @@ export class MetaStore {
     }
     await this.checkRenamePermission(txn, srcR, src, req, false)
     const dstInode = await this.checkRenamePermission(txn, dstR, dst, req, true)
+    // rename(2): a directory moved to another parent is itself changed (its parent, "..") and needs
+    // write permission on itself, or anyone who may write both parents could carry off another user's tree
+    const inode = await loadEntryInode(txn, srcEntry, false)
+    if (inode.type === 'Directory' && src.parent.id !== dst.parent.id) checkPermission(inode.acl, req.user, WRITE, `directory ${hexId(inode.id)}`)
+    // only a directory can replace a directory, and only an empty one (a non-directory is EISDIR above,
+    // empty or not); checked after the permissions, as Linux does: EACCES before ENOTEMPTY (rename(2))
+    if (inode.type === 'Directory' && dst.entry && !(await checkEmpty(txn, dst.entry.id))) {
+      throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is a non-empty directory`)
+    }
 
     addInodeConflict(txn, src.parent.id)
     addDentryConflict(txn, srcEntry.parent, srcEntry.name)
     addInodeConflict(txn, dst.parent.id)
     addDentryConflict(txn, dst.parent.id, dstName)
 
-    const inode = await loadEntryInode(txn, srcEntry, false)
     if (srcEntry.type === 'Directory') {
       inode.directory!.parent = dst.parent.id
       inode.directory!.name = dstName

@@ -257,3 +257,35 @@ t('fallocate fails with EOPNOTSUPP (posix_fallocate still works), a Unix socket 
     'blocks 2048',
   ])
 })
+
+// argv: root's mount, uid 1000's mount. In world-writable directories, 1000 moves root's directory and file.
+const MOVE_ANOTHER_USERS_DIRECTORY = String.raw`
+set -uo pipefail
+R=$1 U=$2
+mkdir -p $R/a/rootdir $R/a/rootdir2 $R/b && chmod 777 $R/a $R/b && echo x > $R/a/rootfile
+mv $U/a/rootdir $U/b/ 2>&1 | sed 's/.*: //'
+mv $U/a/rootdir2 $U/a/renamed && echo same parent: moved
+mv $U/a/rootfile $U/b/ && echo file: moved
+mv $R/a/rootdir $R/b/ && echo root: moved
+ls $R/a $R/b | tr '\n' ' '
+echo
+# over a non-empty directory in a directory 1000 may not write: the permission is checked first
+mkdir -p $R/nw/full/x $U/a/mine
+python3 -c "import os, sys; os.rename(sys.argv[1], sys.argv[2])" $U/a/mine $U/nw/full 2>&1 | tail -1 || :
+`
+
+t('moving another user\'s directory to another parent needs write permission on it (its ".." changes), and a rename over a non-empty directory checks permissions first: EACCES, as rename(2)', async (t) => {
+  const c = await startFuseCluster(t)
+  const r = await c.mount({ name: 'root' })
+  const u = await c.mount({ name: 'u1000', uid: 1000, gid: 1000 })
+  const res = await run('bash', ['-c', MOVE_ANOTHER_USERS_DIRECTORY, 'mv', r.mnt, u.mnt])
+  ok(t, res, 'mv as uid 1000')
+  t.deepEqual(res.stdout.trim().split('\n'), [
+    'Permission denied',
+    'same parent: moved',
+    'file: moved',
+    'root: moved',
+    `${r.mnt}/a: renamed  ${r.mnt}/b: rootdir rootfile `,
+    `PermissionError: [Errno 13] Permission denied: '${u.mnt}/a/mine' -> '${u.mnt}/nw/full'`,
+  ])
+})

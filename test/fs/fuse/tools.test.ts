@@ -1,4 +1,4 @@
-// Real tools on a FUSE mount: cp -a, tar, git, fio.
+// Real tools on a FUSE mount: cp -a, tar, git, rsync, fio, sqlite, make, python.
 import fs from 'node:fs/promises'
 import path from 'node:path'
 import test from 'ava'
@@ -153,4 +153,81 @@ t('fio verify jobs on the mount', async (t) => {
   const mixed = await sh(`fio --name=m --rw=randrw --bs=64k --size=4m --numjobs=2 ${common}`, { timeoutMs: 240_000 })
   ok(t, mixed, 'fio randrw 64k x2 verify')
   t.log(`randwrite ${rand.ms} ms, seq ${seq.ms} ms, randrw ${mixed.ms} ms`)
+})
+
+// argv: directory, journal mode. A writer process commits transactions while a reader process
+// checks the database; both through the mount (fcntl locks, and the WAL index: a MAP_SHARED -shm file).
+const SQLITE_WRITER_AND_READER = String.raw`
+import os, sqlite3, subprocess, sys
+d, mode = sys.argv[1], sys.argv[2]
+db = os.path.join(d, mode + '.db')
+c = sqlite3.connect(db)
+c.execute('PRAGMA journal_mode=' + mode)
+c.execute('create table t(a integer primary key, b blob)')
+c.commit()
+c.close()
+reader = subprocess.Popen([sys.executable, '-c', '''
+import sqlite3, sys
+seen = 0
+while seen < 40:
+    c = sqlite3.connect(sys.argv[1], timeout=60)
+    assert c.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    n = c.execute("select count(*) from t").fetchone()[0]
+    assert n % 3 == 0 and n >= seen, (n, seen)
+    seen = n
+    c.close()
+''', db])
+c = sqlite3.connect(db, timeout=60)
+for i in range(40):
+    with c:
+        for _ in range(3):
+            c.execute('insert into t(b) values(?)', (os.urandom(2000),))
+assert reader.wait(timeout=300) == 0, 'reader failed'
+if mode == 'wal':
+    c.execute('PRAGMA wal_checkpoint(TRUNCATE)')
+c.execute('vacuum')
+print(mode, c.execute('PRAGMA integrity_check').fetchone()[0], c.execute('select count(*) from t').fetchone()[0])
+`
+
+// a small C project built with make -j2, rebuilt after a header changes (mtimes decide)
+const MAKE_PROJECT = String.raw`
+set -euo pipefail
+mkdir mk && cd mk
+for i in 1 2 3 4; do printf '#include "k.h"\nint f%d(void) { return %d * K; }\n' $i $i > f$i.c; done
+echo '#define K 3' > k.h
+printf '#include <stdio.h>\nint f1(void), f2(void), f3(void), f4(void);\nint main(void) { printf("%%d\\n", f1() + f2() + f3() + f4()); return 0; }\n' > main.c
+printf 'prog: main.o f1.o f2.o f3.o f4.o\n\t$(CC) -o $@ $^\n%%.o: %%.c k.h\n\t$(CC) -O2 -c $< -o $@\n' > Makefile
+make -s -j2 && ./prog && make -q && echo up-to-date
+touch -d '1 minute ago' *.o prog
+echo '#define K 4' > k.h
+make -s -j2 && ./prog && make -q && echo up-to-date
+`
+
+// byte-compiling a package and zip archives of it (python3 -m compileall, -m zipfile), imported from both
+const PY_PACKAGE = String.raw`
+set -euo pipefail
+mkdir -p py/pkg/sub && cd py
+for i in 1 2 3; do echo "X = $i" > pkg/m$i.py; echo "Y = $i" > pkg/sub/s$i.py; done
+touch pkg/__init__.py pkg/sub/__init__.py
+python3 -m compileall -q pkg && find pkg -name '*.pyc' | wc -l
+python3 -c 'import pkg.m1, pkg.sub.s3; print(pkg.m1.X + pkg.sub.s3.Y)'
+python3 -m zipfile -c p.zip pkg && python3 -m zipfile -t p.zip
+mkdir ex && python3 -m zipfile -e p.zip ex && diff -r pkg ex/pkg && echo same
+PYTHONPATH=p.zip python3 -c 'import pkg.m2; print(pkg.m2.X)'
+`
+
+t('sqlite (rollback journal and WAL, a reader beside a writer), make -j2 and python compileall/zipfile on the mount', async (t) => {
+  const c = await startFuseCluster(t)
+  const a = await c.mount()
+  for (const mode of ['delete', 'wal']) {
+    const r = await py(SQLITE_WRITER_AND_READER, [a.mnt, mode], { timeoutMs: 300_000 })
+    ok(t, r, `sqlite ${mode}`)
+    t.is(r.stdout.trim(), `${mode} ok 120`)
+  }
+  const mk = await sh(MAKE_PROJECT, { cwd: a.mnt, timeoutMs: 300_000 })
+  ok(t, mk, 'make')
+  t.deepEqual(mk.stdout.trim().split('\n'), ['30', 'up-to-date', '40', 'up-to-date'])
+  const pyr = await sh(PY_PACKAGE, { cwd: a.mnt })
+  ok(t, pyr, 'python')
+  t.deepEqual(pyr.stdout.trim().split('\n').filter((l) => !l.startsWith('Done testing')), ['8', '4', 'same', '2'])
 })

@@ -71,6 +71,14 @@ test.serial('permission matrix: uid 1000 vs 1001, sticky, setgid, immutable, roo
   await b.remove('/tmp/bf')
   await a.rename('/tmp/af', '/tmp/af2')
   await root.remove('/tmp/af2')
+  // a directory moved to another parent needs write permission on itself (its ".."), as rename(2)
+  await root.mkdirs('/pub')
+  await root.mkdirs('/pub/a', { perm: 0o777 })
+  await root.mkdirs('/pub/b', { perm: 0o777 })
+  await root.mkdirs('/pub/a/rootdir', { perm: 0o755 })
+  t.is(await codeOf(a.rename('/pub/a/rootdir', '/pub/b/rootdir')), 'META_NO_PERMISSION')
+  await a.rename('/pub/a/rootdir', '/pub/a/renamed')
+  await root.rename('/pub/a/renamed', '/pub/b/rootdir')
 
   // setgid directory: new files get the directory's group, new directories also the bit
   await root.mkdirs('/sg', { perm: 0o2777 })
