@@ -176,6 +176,20 @@ const REGRESSIONS: Record<string, Op[]> = {
     { op: 'symlink', target: 'a', p: 'c/c' },
     { op: 'mkdir', p: 'c/c/', mode: 0o755 },
   ],
+  // chown(2) clears set-user-id, and set-group-id with group execute, even for root; meta kept them
+  'chown of a set-user-id file': [
+    { op: 'create', p: 'a', excl: false, trunc: false },
+    { op: 'chmod', p: 'a', mode: 0o4755 },
+    { op: 'chown', p: 'a', uid: 0, gid: 0 },
+  ],
+  'chown of a set-group-id file': [
+    { op: 'create', p: 'b', excl: false, trunc: false },
+    { op: 'chmod', p: 'b', mode: 0o2750 },
+    { op: 'chown', p: 'b', uid: 1000, gid: 100 },
+    { op: 'create', p: 'c', excl: false, trunc: false },
+    { op: 'chmod', p: 'c', mode: 0o2740 },
+    { op: 'chown', p: 'c', uid: 1000, gid: 100 },
+  ],
   // not a defect: the links of a file in a recursively removed tree go when GC takes the tree apart (settleGc)
   'rm -r of a tree holding a hard link': [
     { op: 'mkdir', p: 'b', mode: 0o755 },
