@@ -13,7 +13,9 @@ import { fsckCluster } from '../../helpers/fsck.js'
 import { until } from '../../helpers/procs.js'
 
 const WORKER = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../../helpers/ns-worker.js')
+// local runs: STRATA_FSCK_OPS=N operations per worker, STRATA_FSCK_SEEDS=a,b,c the workers' seeds
 const OPS = Number(process.env.STRATA_FSCK_OPS ?? 160)
+const SEEDS = (process.env.STRATA_FSCK_SEEDS ?? '11,12,13').split(',').map(Number)
 
 interface Worker {
   child: ChildProcess
@@ -45,7 +47,7 @@ test.serial('concurrent clients while meta servers are SIGKILLed and restarted: 
   const setup = new FileSystem({ mgmtdAddresses: [m.c.mgmtdAddress], routingRefreshMs: 200 })
   t.teardown(() => setup.shutdown())
   await setup.mkdir('/conc')
-  const workers = [11, 12, 13].map((seed) => startWorker(m.c.mgmtdAddress, '/conc', seed))
+  const workers = SEEDS.map((seed) => startWorker(m.c.mgmtdAddress, '/conc', seed))
   t.teardown(() => {
     for (const w of workers) if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGKILL')
   })
