@@ -37,6 +37,7 @@ import { StrataError } from '../../fs/common/errors.js'
 import { addressListArg, dirArg, fileArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, writeOutput, U32_MAX, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 import { registerAdminSessionCommands } from './admin-sessions.js'
+import { registerAdminFsckCommand } from './admin-fsck.js'
 
 interface GlobalOpts {
   cluster?: string
@@ -435,6 +436,7 @@ the chain and serves again.`,
 
   registerAdminFsCommands(admin)
   registerAdminSessionCommands(admin)
+  registerAdminFsckCommand(admin)
 }
 
 function dumpTemplate(file: string | undefined, template: string): void {

@@ -11,7 +11,10 @@
 // parent pointer and its contents keep their entries (and links) until GC
 // takes the tree apart.
 
-import type { ReadOnlyTxn } from '../kv/index.js'
+import fs from 'node:fs'
+import path from 'node:path'
+import { StrataError } from '../common/errors.js'
+import { openLmdbKv, type KvDurability, type ReadOnlyTxn } from '../kv/index.js'
 import { aclEquals } from './acl.js'
 import { decodeDirEntry, decodeInode } from './codec.js'
 import { PREFIX_DENTRY, PREFIX_DIR_LOCK, PREFIX_INODE, PREFIX_SESSION, PRUNE_INODE, parseDentryKey, parseInodeKey, prefixEnd } from './keys.js'
@@ -182,4 +185,20 @@ export function checkNamespace(inodes: Map<InodeId, Inode>, entries: DirEntry[],
     if (d && (d.type !== 'Directory' || !d.directory?.lock)) add('LOCK_INDEX', id, `lock index names ${hex(id)}, which holds no lock`)
   }
   return v
+}
+
+/**
+ * fsck of the lmdb KV environment at `kvPath` (read-only: one snapshot; the
+ * meta servers keep running). `durability` must be what they use when that
+ * is 'nosync' (every process of an env agrees on it).
+ */
+export async function fsckKvPath(kvPath: string, durability?: KvDurability): Promise<FsckReport> {
+  // openLmdbKv would create an empty environment where none is
+  if (!fs.existsSync(path.join(kvPath, 'data.mdb'))) throw new StrataError('NOT_FOUND', `no meta KV at ${kvPath} (no data.mdb)`)
+  const kv = await openLmdbKv({ path: kvPath, ...(durability ? { durability } : {}) })
+  try {
+    return await kv.readOnly((txn) => fsckTxn(txn))
+  } finally {
+    await kv.close()
+  }
 }

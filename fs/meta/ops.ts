@@ -780,6 +780,13 @@ export class MetaStore {
     set('uid', req.uid)
     set('gid', req.gid)
     set('perm', req.perm != null ? chmodPerm(req.perm & ALLPERMS, req.user, req.gid ?? inode.acl.gid) : null)
+    // chown(2) of a file, by root too: set-user-id goes, set-group-id with group execute (a plain
+    // setgid without it is a mandatory-locking mark and stays); a mode given alongside (FUSE sends
+    // one when the kernel kills the bits itself) is taken as is
+    if ((req.uid != null || req.gid != null) && req.perm == null && inode.type === 'File') {
+      const kill = S_ISUID | (inode.acl.perm & S_IXGRP ? S_ISGID : 0)
+      set('perm', inode.acl.perm & ~kill)
+    }
     if (req.layout && inode.directory && JSON.stringify(layoutKey(inode.directory.layout)) !== JSON.stringify(layoutKey(req.layout))) {
       inode.directory.layout = req.layout
       dirty = true
@@ -969,6 +976,9 @@ export function simplifyPath(components: string[]): string {
   const p = (absolute ? '/' : '') + out.join('/')
   return p || (absolute ? '/' : '.')
 }
+
+/** group execute (sys/stat.h) */
+const S_IXGRP = 0o010
 
 /** A promise's outcome as a value, so that of two path walks the error of the one POSIX looks at first wins. */
 async function settle<T>(p: Promise<T>): Promise<{ ok: true; value: T } | { ok: false; error: unknown }> {

@@ -2,16 +2,10 @@
 // in-memory KV of in-process servers, or the lmdb environment the meta
 // processes share, opened read-only alongside them and closed again.
 
-import { openLmdbKv } from '../../fs/kv/index.js'
-import { fsckTxn, type FsckReport } from '../../fs/meta/fsck.js'
+import { fsckKvPath, fsckTxn, type FsckReport } from '../../fs/meta/fsck.js'
 import type { MetaCluster } from './meta-cluster.js'
 
 export async function fsckCluster(m: MetaCluster): Promise<FsckReport> {
   if (m.kv) return m.kv.readOnly((txn) => fsckTxn(txn))
-  const kv = await openLmdbKv({ path: m.kvPath })
-  try {
-    return await kv.readOnly((txn) => fsckTxn(txn))
-  } finally {
-    await kv.close()
-  }
+  return fsckKvPath(m.kvPath)
 }

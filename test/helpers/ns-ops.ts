@@ -19,6 +19,7 @@ export type Op =
   | { op: 'truncate'; p: string; len: number }
   | { op: 'unlink'; p: string }
   | { op: 'rmdir'; p: string }
+  | { op: 'rmr'; p: string }
   | { op: 'rename'; p: string; q: string }
   | { op: 'link'; p: string; q: string }
   | { op: 'symlink'; target: string; p: string }
@@ -67,7 +68,8 @@ export function generateOps(seed: number, n: number): Op[] {
     else if (k < 0.36) ops.push({ op: 'write', p, off: int(10), n: 1 + int(5) })
     else if (k < 0.41) ops.push({ op: 'truncate', p, len: int(12) })
     else if (k < 0.49) ops.push({ op: 'unlink', p })
-    else if (k < 0.56) ops.push({ op: 'rmdir', p })
+    else if (k < 0.54) ops.push({ op: 'rmdir', p })
+    else if (k < 0.56) ops.push({ op: 'rmr', p: p.replace(/\/+$/, '') })
     else if (k < 0.7) ops.push({ op: 'rename', p, q: rel() })
     else if (k < 0.75) ops.push({ op: 'link', p, q: rel() })
     else if (k < 0.8) {
@@ -157,6 +159,8 @@ export function applyLocal(root: string, op: Op): Promise<Outcome> {
         return fs.unlinkSync(at(op.p))
       case 'rmdir':
         return fs.rmdirSync(at(op.p))
+      case 'rmr':
+        return fs.rmSync(at(op.p), { recursive: true })
       case 'rename':
         return fs.renameSync(at(op.p), at(op.q))
       case 'link':
@@ -210,6 +214,8 @@ export function applyStrata(f: FileSystem, root: string, op: Op): Promise<Outcom
         return f.unlink(at(op.p))
       case 'rmdir':
         return f.rmdir(at(op.p))
+      case 'rmr':
+        return f.rm(at(op.p), { recursive: true })
       case 'rename':
         await f.rename(at(op.p), at(op.q))
         return
