@@ -169,6 +169,17 @@ function throughSymlinks(p: string): string {
   throw new StrataError('LOCAL_IO_ERROR', `cannot write ${p}: too many levels of symbolic links`)
 }
 
+/**
+ * A DST ending in `/` names a directory, as for cp and docker cp: a file is
+ * copied into it only if it exists, never made a file of that name (nor,
+ * in a sandbox, made a directory of it before the write fails).
+ */
+function notADirectory(dst: string, exists: boolean): void {
+  if (!/\/\.?$/.test(dst)) return
+  if (exists) throw new StrataError('INVALID_ARGUMENT', `${dst}: not a directory`)
+  throw new StrataError('NOT_FOUND', `${dst}: no such directory (a DST ending in / must be an existing directory)`)
+}
+
 async function copy(s: Strata, src: string, dst: string): Promise<string> {
   const from = splitCpArg(src)
   const to = splitCpArg(dst)
@@ -181,6 +192,7 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     const localIsDir = fs.existsSync(localDst) && local(`cannot read ${localDst}`, () => fs.statSync(localDst)).isDirectory()
     const target = localIsDir ? path.join(localDst, path.posix.basename(from.path)) : localDst
     if (st.type === 'file') {
+      if (!localIsDir) notADirectory(dst, fs.existsSync(localDst))
       // as large as it is now: a file that keeps growing (a log) cannot make the copy endless; but at
       // least its first 64 KiB, as a directory download reads them, so a /proc or /sys file (stat
       // size 0 or 4096) comes with what it holds
@@ -235,14 +247,16 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
   const localSrc = path.resolve(src)
   const lst = local(`cannot read ${localSrc}`, () => fs.statSync(localSrc))
   const sb = await s.sandboxes.get(to!.id)
-  let remoteIsDir = false
+  let remoteType: string | undefined
   try {
-    remoteIsDir = (await sb.files.stat(to!.path, { followSymlinks: true })).type === 'dir'
+    remoteType = (await sb.files.stat(to!.path, { followSymlinks: true })).type
   } catch (e) {
     if (!isStrataError(e, 'NOT_FOUND')) throw e
   }
+  const remoteIsDir = remoteType === 'dir'
   const target = remoteIsDir ? path.posix.join(to!.path, path.basename(localSrc)) : to!.path
   if (lst.isFile()) {
+    if (!remoteIsDir) notADirectory(dst, remoteType !== undefined)
     await sb.files.write(target, fs.createReadStream(localSrc), { mode: lst.mode & 0o7777, mkdirs: true })
     return `${sb.id}:${target}`
   }
@@ -571,7 +585,8 @@ Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .option('--json', 'print the destination as JSON')
     .addHelpText('after', `
 Like docker cp: when DST is an existing directory the source goes inside it
-under its own name, else it becomes DST. Directories travel as tar streams.
+under its own name, else it becomes DST; a DST ending in / must be an
+existing directory when SRC is a file. Directories travel as tar streams.
 Regular files and directories only (a symlink SRC is followed; other special
 files are refused). Downloads from a sandbox never create device nodes, fifos
 or sockets (each is skipped with a note on stderr), drop setuid, setgid and

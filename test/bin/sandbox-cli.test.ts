@@ -231,6 +231,19 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   t.is(JSON.parse(await okCli(['sandbox', 'cp', fileIn, `${id}:/root`, '--json'])).copied, `${id}:/root/blob.bin`)
   const inRoot = await cli(['sandbox', 'exec', id, '--', 'cmp', '/root/blob.bin', '/tmp/blob.bin'])
   t.is(inRoot.code, 0, inRoot.stdout + inRoot.stderr)
+  // a DST ending in / names a directory that must exist, as for cp and docker cp (a file of that name was
+  // written here; in the sandbox the directory was made, then the write failed SANDBOX_IS_A_DIRECTORY)
+  const slashed = await cli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, path.join(local, 'nodir') + '/'])
+  t.is(slashed.code, 1, slashed.stderr)
+  t.is(slashed.stderr, `strata: NOT_FOUND: ${path.join(local, 'nodir')}/: no such directory (a DST ending in / must be an existing directory)\n`)
+  t.false(fs.existsSync(path.join(local, 'nodir')))
+  const onFile = await cli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, fileIn + '/'])
+  t.is(onFile.stderr, `strata: INVALID_ARGUMENT: ${fileIn}/: not a directory\n`)
+  const slashedIn = await cli(['sandbox', 'cp', fileIn, `${id}:/nodir/`])
+  t.is(slashedIn.code, 1, slashedIn.stderr)
+  t.is(slashedIn.stderr, `strata: NOT_FOUND: ${id}:/nodir/: no such directory (a DST ending in / must be an existing directory)\n`)
+  t.is((await cli(['sandbox', 'exec', id, '--', 'test', '-e', '/nodir'])).code, 1, 'nothing made in the sandbox')
+  t.is(JSON.parse(await okCli(['sandbox', 'cp', fileIn, `${id}:/root/`, '--json'])).copied, `${id}:/root/blob.bin`)
 
   // --- cp a directory in and back
   const tree = path.join(local, 'tree')
