@@ -257,7 +257,14 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
   const target = remoteIsDir ? path.posix.join(to!.path, path.basename(localSrc)) : to!.path
   if (lst.isFile()) {
     if (!remoteIsDir) notADirectory(dst, remoteType !== undefined)
-    await sb.files.write(target, fs.createReadStream(localSrc), { mode: lst.mode & 0o7777, mkdirs: true })
+    // opened before anything is sent: a file this user cannot read fails as a local error
+    // (PERMISSION_DENIED, in words), not as the upload's 'reading the request body failed'
+    const fh = await fsp.open(localSrc, 'r').catch((e: unknown) => { throw localError(e, `cannot read ${localSrc}`) })
+    try {
+      await sb.files.write(target, fh.createReadStream({ autoClose: false }), { mode: lst.mode & 0o7777, mkdirs: true })
+    } finally {
+      await fh.close()
+    }
     return `${sb.id}:${target}`
   }
   if (!lst.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${src} is neither a file nor a directory`)

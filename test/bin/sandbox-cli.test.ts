@@ -506,6 +506,11 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
   t.is(upNone.code, 1, upNone.stderr)
   t.is(upNone.stderr, `strata: PERMISSION_DENIED: cannot read ${upTree}: permission denied\n`)
   t.is((await cli(['sandbox', 'exec', id, '--', 'test', '-e', '/up-none'])).code, 1)
+  // so does a single file (it was INVALID_ARGUMENT: reading the request body failed: EACCES: …)
+  const oneNone = await asNobody(path.join(upTree, 'sub', 'secret'), `${id}:/tmp/secret`)
+  t.is(oneNone.code, 1, oneNone.stderr)
+  t.is(oneNone.stderr, `strata: PERMISSION_DENIED: cannot read ${upTree}/sub/secret: permission denied\n`)
+  t.is((await cli(['sandbox', 'exec', id, '--', 'test', '-e', '/tmp/secret'])).code, 1)
   // /proc of the sandbox's init: what it hides is named, the rest copied
   const proc1 = path.join(base, 'proc1')
   const pr = await cli(['sandbox', 'cp', `${id}:/proc/1`, proc1], { timeoutMs: 60_000 })
