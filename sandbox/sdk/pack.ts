@@ -52,7 +52,9 @@ class Packer {
   warn(abs: string, what: string, e: unknown, consequence: string): void {
     this.warnings++
     const errno = (e as NodeJS.ErrnoException).code ?? 'EIO'
-    const code = fromSystemError(e)?.code ?? 'IO_ERROR'
+    // the catalogue's code for a command's local file: PERMISSION_DENIED, NOT_FOUND, … else LOCAL_IO_ERROR
+    const sys = fromSystemError(e)?.code
+    const code = sys === undefined || sys === 'IO_ERROR' ? 'LOCAL_IO_ERROR' : sys
     this.o.onWarning?.(new StrataError(code, `${abs}: ${what}: ${systemErrorWords(e)}; ${consequence}`, { cause: e, detail: { path: abs, errno } }))
   }
 
@@ -162,7 +164,7 @@ class Packer {
             const n = fs.readSync(fd, buf, off, len, pos)
             if (n > 0) return n
             this.warnings++
-            this.o.onWarning?.(new StrataError('IO_ERROR', `${abs}: it shrank while it was copied; the rest is zeros`, { detail: { path: abs } }))
+            this.o.onWarning?.(new StrataError('LOCAL_IO_ERROR', `${abs}: it shrank while it was copied; the rest is zeros`, { detail: { path: abs } }))
           } catch (e) {
             this.warn(abs, `cannot read at byte ${pos}`, e, 'the rest is zeros')
           }
