@@ -77,7 +77,7 @@ class Packer {
         names = fs.readdirSync(abs, { encoding: 'buffer' })
       } catch (e) {
         // as tar does: the directory is archived, empty
-        this.warn(abs, 'cannot open', e, 'copied empty')
+        this.warn(abs, 'cannot open the directory', e, 'its contents are skipped')
         return
       }
     }

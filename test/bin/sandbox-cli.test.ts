@@ -494,7 +494,7 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
   noCrash(t, upc, 'cp of a partly unreadable local tree')
   t.is(upc.stdout, `${id}:/up\n`)
   t.is(upc.stderr, [
-    `strata: PERMISSION_DENIED: ${upTree}/closed: cannot open: permission denied; copied empty\n`,
+    `strata: PERMISSION_DENIED: ${upTree}/closed: cannot open the directory: permission denied; its contents are skipped\n`,
     `strata: PERMISSION_DENIED: ${upTree}/sub/secret: cannot open: permission denied; skipped\n`,
   ].join(''))
   const landed = await cli(['sandbox', 'exec', id, '--', 'sh', '-c', 'cd /up && find . | sort && cat hard && readlink link && stat -c %h a'])
