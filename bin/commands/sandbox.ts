@@ -13,7 +13,7 @@ import { StrataError, fromSystemError, isStrataError, systemErrorWords } from '.
 import { createLogger } from '../../fs/common/log.js'
 import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, validateListFilter, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
 import { extractTarSafely, writeSparse } from '../../sandbox/sdk/extract.js'
-import { packDirectory } from '../../sandbox/sdk/pack.js'
+import { FIRST_READ, openLocalFile, packDirectory } from '../../sandbox/sdk/pack.js'
 import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
 import { UsageError, dirArg, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
 
@@ -154,9 +154,6 @@ function splitCpArg(s: string): { id: string; path: string } | null {
   return m ? { id: m[1]!, path: m[2]! } : null
 }
 
-/** What cp reads of a single file at least, whatever its size at stat (the agent's first read of an archived file). */
-const FIRST_READ = 64 * 1024
-
 const TYPE_NAMES: Record<string, string> = { char: 'a character device', block: 'a block device', fifo: 'a fifo', socket: 'a socket', symlink: 'a dangling symlink', unknown: 'a special file' }
 
 /** Where writing `p` lands: the end of its symlink chain (also a dangling one's target), else `p`. */
@@ -258,12 +255,13 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
   if (lst.isFile()) {
     if (!remoteIsDir) notADirectory(dst, remoteType !== undefined)
     // opened before anything is sent: a file this user cannot read fails as a local error
-    // (PERMISSION_DENIED, in words), not as the upload's 'reading the request body failed'
-    const fh = await fsp.open(localSrc, 'r').catch((e: unknown) => { throw localError(e, `cannot read ${localSrc}`) })
+    // (PERMISSION_DENIED, in words), not as the upload's 'reading the request body failed';
+    // and sent as large as it is now, so a growing file cannot make the copy endless
+    const f = await openLocalFile(localSrc)
     try {
-      await sb.files.write(target, fh.createReadStream({ autoClose: false }), { mode: lst.mode & 0o7777, mkdirs: true })
+      await sb.files.write(target, f.stream, { mode: lst.mode & 0o7777, mkdirs: true })
     } finally {
-      await fh.close()
+      await f.close()
     }
     return `${sb.id}:${target}`
   }

@@ -13,7 +13,8 @@
 //     cannot carry them);
 //   - the directory itself must be readable: if it is not, the copy fails.
 import fs from 'node:fs'
-import type { Writable } from 'node:stream'
+import fsp, { type FileHandle } from 'node:fs/promises'
+import type { Readable, Writable } from 'node:stream'
 import { StrataError, fromSystemError, systemErrorWords } from '../../fs/common/errors.js'
 import { TarWriter, type TarWriteHeader } from '../image/layer/tar-writer.js'
 
@@ -203,4 +204,33 @@ export function packDirectory(root: string, out: Writable, o: PackOptions = {}):
     await w.finish(true)
     return { entries: p.entries, warnings: p.warnings }
   })()
+}
+
+/** What is read of a file at least, whatever its size at stat (a /proc file says 0): as the agent's first read. */
+export const FIRST_READ = 64 * 1024
+
+/**
+ * Opens a local file for an upload, as large as it is now (at least its
+ * first 64 KiB, so a pseudo file of stat size 0 comes with what it holds):
+ * a file that keeps growing (a log) cannot make the copy endless. A file
+ * that cannot be opened throws a catalogue error naming it before anything
+ * is sent. close() must be called once the stream is consumed or abandoned.
+ */
+export async function openLocalFile(p: string): Promise<{ stream: Readable; size: number; close: () => Promise<void> }> {
+  let fh: FileHandle
+  let size: number
+  try {
+    fh = await fsp.open(p, 'r')
+  } catch (e) {
+    const sys = fromSystemError(e)
+    throw sys ? new StrataError(sys.code, `cannot read ${p}: ${systemErrorWords(e)}`, { cause: e }) : e
+  }
+  try {
+    size = (await fh.stat()).size
+  } catch (e) {
+    await fh.close()
+    throw e
+  }
+  const stream = fh.createReadStream({ autoClose: false, start: 0, end: Math.max(size, FIRST_READ) - 1 })
+  return { stream, size, close: () => fh.close() }
 }

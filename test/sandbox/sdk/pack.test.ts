@@ -10,7 +10,7 @@ import net from 'node:net'
 import path from 'node:path'
 import { PassThrough } from 'node:stream'
 import { isStrataError } from '../../../fs/common/errors.js'
-import { packDirectory } from '../../../sandbox/sdk/pack.js'
+import { openLocalFile, packDirectory } from '../../../sandbox/sdk/pack.js'
 import { tmpDir } from '../../helpers/procs.js'
 import { diffTrees, snapshotTree } from '../../helpers/tree-compare.js'
 
@@ -65,4 +65,28 @@ test('a root that cannot be read throws at once, naming it, and writes nothing',
   t.true(isStrataError(e, 'NOT_FOUND'), String(e))
   t.is((e as Error).message, 'NOT_FOUND: cannot read /nonexistent-strata-dir: no such file or directory')
   t.is(out.readableLength, 0)
+})
+
+test('a single file is uploaded as large as it is when opened: bytes appended afterwards are not sent', async (t) => {
+  const p = path.join(tmpDir(t, 'strata-pack-'), 'growing.log')
+  fs.writeFileSync(p, Buffer.alloc(1 << 20, 1))
+  const f = await openLocalFile(p)
+  t.teardown(() => f.close().catch(() => undefined))
+  // a log that keeps growing while it is copied (read to EOF, the copy chased it)
+  fs.appendFileSync(p, Buffer.alloc(1 << 20, 2))
+  let n = 0
+  for await (const c of f.stream) n += (c as Buffer).length
+  t.is(n, 1 << 20)
+  t.is(f.size, 1 << 20)
+})
+
+test('a single file: a pseudo file of stat size 0 comes with its contents; one that cannot be opened is named', async (t) => {
+  const f = await openLocalFile('/proc/self/status')
+  t.teardown(() => f.close().catch(() => undefined))
+  let s = ''
+  for await (const c of f.stream) s += String(c)
+  t.regex(s, /^Name:\t/)
+  const e = await t.throwsAsync(openLocalFile('/nonexistent-strata-file'))
+  t.true(isStrataError(e, 'NOT_FOUND'))
+  t.is(e!.message, 'NOT_FOUND: cannot read /nonexistent-strata-file: no such file or directory')
 })
