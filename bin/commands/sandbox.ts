@@ -13,7 +13,7 @@ import { StrataError, fromSystemError, isStrataError, systemErrorWords } from '.
 import { createLogger } from '../../fs/common/log.js'
 import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSandboxDaemon, TOKEN_FILE, validateCreate, validateExec, validateListFilter, type CreateSandboxRequest, type ExecRequest, type ExitEvent, type SandboxInfo } from '../../sandbox/daemon/index.js'
 import { extractTarSafely, writeSparse } from '../../sandbox/sdk/extract.js'
-import { packDirectory } from '../../sandbox/sdk/pack.js'
+import { FIRST_READ, openLocalFile, packDirectory } from '../../sandbox/sdk/pack.js'
 import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
 import { UsageError, dirArg, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
 
@@ -154,9 +154,6 @@ function splitCpArg(s: string): { id: string; path: string } | null {
   return m ? { id: m[1]!, path: m[2]! } : null
 }
 
-/** What cp reads of a single file at least, whatever its size at stat (the agent's first read of an archived file). */
-const FIRST_READ = 64 * 1024
-
 const TYPE_NAMES: Record<string, string> = { char: 'a character device', block: 'a block device', fifo: 'a fifo', socket: 'a socket', symlink: 'a dangling symlink', unknown: 'a special file' }
 
 /** Where writing `p` lands: the end of its symlink chain (also a dangling one's target), else `p`. */
@@ -167,6 +164,17 @@ function throughSymlinks(p: string): string {
     p = path.resolve(path.dirname(p), fs.readlinkSync(p))
   }
   throw new StrataError('LOCAL_IO_ERROR', `cannot write ${p}: too many levels of symbolic links`)
+}
+
+/**
+ * A DST ending in `/` names a directory, as for cp and docker cp: a file is
+ * copied into it only if it exists, never made a file of that name (nor,
+ * in a sandbox, made a directory of it before the write fails).
+ */
+function notADirectory(dst: string, exists: boolean): void {
+  if (!/\/\.?$/.test(dst)) return
+  if (exists) throw new StrataError('INVALID_ARGUMENT', `${dst}: not a directory`)
+  throw new StrataError('NOT_FOUND', `${dst}: no such directory (a DST ending in / must be an existing directory)`)
 }
 
 async function copy(s: Strata, src: string, dst: string): Promise<string> {
@@ -181,6 +189,7 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     const localIsDir = fs.existsSync(localDst) && local(`cannot read ${localDst}`, () => fs.statSync(localDst)).isDirectory()
     const target = localIsDir ? path.join(localDst, path.posix.basename(from.path)) : localDst
     if (st.type === 'file') {
+      if (!localIsDir) notADirectory(dst, fs.existsSync(localDst))
       // as large as it is now: a file that keeps growing (a log) cannot make the copy endless; but at
       // least its first 64 KiB, as a directory download reads them, so a /proc or /sys file (stat
       // size 0 or 4096) comes with what it holds
@@ -235,15 +244,25 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
   const localSrc = path.resolve(src)
   const lst = local(`cannot read ${localSrc}`, () => fs.statSync(localSrc))
   const sb = await s.sandboxes.get(to!.id)
-  let remoteIsDir = false
+  let remoteType: string | undefined
   try {
-    remoteIsDir = (await sb.files.stat(to!.path, { followSymlinks: true })).type === 'dir'
+    remoteType = (await sb.files.stat(to!.path, { followSymlinks: true })).type
   } catch (e) {
     if (!isStrataError(e, 'NOT_FOUND')) throw e
   }
+  const remoteIsDir = remoteType === 'dir'
   const target = remoteIsDir ? path.posix.join(to!.path, path.basename(localSrc)) : to!.path
   if (lst.isFile()) {
-    await sb.files.write(target, fs.createReadStream(localSrc), { mode: lst.mode & 0o7777, mkdirs: true })
+    if (!remoteIsDir) notADirectory(dst, remoteType !== undefined)
+    // opened before anything is sent: a file this user cannot read fails as a local error
+    // (PERMISSION_DENIED, in words), not as the upload's 'reading the request body failed';
+    // and sent as large as it is now, so a growing file cannot make the copy endless
+    const f = await openLocalFile(localSrc)
+    try {
+      await sb.files.write(target, f.stream, { mode: lst.mode & 0o7777, mkdirs: true })
+    } finally {
+      await f.close()
+    }
     return `${sb.id}:${target}`
   }
   if (!lst.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${src} is neither a file nor a directory`)
@@ -571,7 +590,8 @@ Example: strata sandbox exec sb-0123456789ab -- python3 -c 'print(1)'`)
     .option('--json', 'print the destination as JSON')
     .addHelpText('after', `
 Like docker cp: when DST is an existing directory the source goes inside it
-under its own name, else it becomes DST. Directories travel as tar streams.
+under its own name, else it becomes DST; a DST ending in / must be an
+existing directory when SRC is a file. Directories travel as tar streams.
 Regular files and directories only (a symlink SRC is followed; other special
 files are refused). Downloads from a sandbox never create device nodes, fifos
 or sockets (each is skipped with a note on stderr), drop setuid, setgid and

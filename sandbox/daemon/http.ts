@@ -238,7 +238,9 @@ export class SandboxHttpServer {
       }
       throw new StrataError('NOT_FOUND', `no route ${req.method} ${url.pathname}`)
     } catch (e) {
-      this.#error(res, e)
+      // a client that closed the connection (a reader that had enough: `| head`, files.read's
+      // maxBytes) cut its own stream: that is not a failure of the daemon to log with a stack
+      this.#error(res, ac.signal.aborted ? ac.signal.reason : e)
     }
   }
 

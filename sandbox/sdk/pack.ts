@@ -13,7 +13,8 @@
 //     cannot carry them);
 //   - the directory itself must be readable: if it is not, the copy fails.
 import fs from 'node:fs'
-import type { Writable } from 'node:stream'
+import fsp, { type FileHandle } from 'node:fs/promises'
+import type { Readable, Writable } from 'node:stream'
 import { StrataError, fromSystemError, systemErrorWords } from '../../fs/common/errors.js'
 import { TarWriter, type TarWriteHeader } from '../image/layer/tar-writer.js'
 
@@ -52,7 +53,9 @@ class Packer {
   warn(abs: string, what: string, e: unknown, consequence: string): void {
     this.warnings++
     const errno = (e as NodeJS.ErrnoException).code ?? 'EIO'
-    const code = fromSystemError(e)?.code ?? 'IO_ERROR'
+    // the catalogue's code for a command's local file: PERMISSION_DENIED, NOT_FOUND, … else LOCAL_IO_ERROR
+    const sys = fromSystemError(e)?.code
+    const code = sys === undefined || sys === 'IO_ERROR' ? 'LOCAL_IO_ERROR' : sys
     this.o.onWarning?.(new StrataError(code, `${abs}: ${what}: ${systemErrorWords(e)}; ${consequence}`, { cause: e, detail: { path: abs, errno } }))
   }
 
@@ -75,7 +78,7 @@ class Packer {
         names = fs.readdirSync(abs, { encoding: 'buffer' })
       } catch (e) {
         // as tar does: the directory is archived, empty
-        this.warn(abs, 'cannot open', e, 'copied empty')
+        this.warn(abs, 'cannot open the directory', e, 'its contents are skipped')
         return
       }
     }
@@ -162,7 +165,7 @@ class Packer {
             const n = fs.readSync(fd, buf, off, len, pos)
             if (n > 0) return n
             this.warnings++
-            this.o.onWarning?.(new StrataError('IO_ERROR', `${abs}: it shrank while it was copied; the rest is zeros`, { detail: { path: abs } }))
+            this.o.onWarning?.(new StrataError('LOCAL_IO_ERROR', `${abs}: it shrank while it was copied; the rest is zeros`, { detail: { path: abs } }))
           } catch (e) {
             this.warn(abs, `cannot read at byte ${pos}`, e, 'the rest is zeros')
           }
@@ -201,4 +204,33 @@ export function packDirectory(root: string, out: Writable, o: PackOptions = {}):
     await w.finish(true)
     return { entries: p.entries, warnings: p.warnings }
   })()
+}
+
+/** What is read of a file at least, whatever its size at stat (a /proc file says 0): as the agent's first read. */
+export const FIRST_READ = 64 * 1024
+
+/**
+ * Opens a local file for an upload, as large as it is now (at least its
+ * first 64 KiB, so a pseudo file of stat size 0 comes with what it holds):
+ * a file that keeps growing (a log) cannot make the copy endless. A file
+ * that cannot be opened throws a catalogue error naming it before anything
+ * is sent. close() must be called once the stream is consumed or abandoned.
+ */
+export async function openLocalFile(p: string): Promise<{ stream: Readable; size: number; close: () => Promise<void> }> {
+  let fh: FileHandle
+  let size: number
+  try {
+    fh = await fsp.open(p, 'r')
+  } catch (e) {
+    const sys = fromSystemError(e)
+    throw sys ? new StrataError(sys.code, `cannot read ${p}: ${systemErrorWords(e)}`, { cause: e }) : e
+  }
+  try {
+    size = (await fh.stat()).size
+  } catch (e) {
+    await fh.close()
+    throw e
+  }
+  const stream = fh.createReadStream({ autoClose: false, start: 0, end: Math.max(size, FIRST_READ) - 1 })
+  return { stream, size, close: () => fh.close() }
 }

@@ -231,6 +231,19 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   t.is(JSON.parse(await okCli(['sandbox', 'cp', fileIn, `${id}:/root`, '--json'])).copied, `${id}:/root/blob.bin`)
   const inRoot = await cli(['sandbox', 'exec', id, '--', 'cmp', '/root/blob.bin', '/tmp/blob.bin'])
   t.is(inRoot.code, 0, inRoot.stdout + inRoot.stderr)
+  // a DST ending in / names a directory that must exist, as for cp and docker cp (a file of that name was
+  // written here; in the sandbox the directory was made, then the write failed SANDBOX_IS_A_DIRECTORY)
+  const slashed = await cli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, path.join(local, 'nodir') + '/'])
+  t.is(slashed.code, 1, slashed.stderr)
+  t.is(slashed.stderr, `strata: NOT_FOUND: ${path.join(local, 'nodir')}/: no such directory (a DST ending in / must be an existing directory)\n`)
+  t.false(fs.existsSync(path.join(local, 'nodir')))
+  const onFile = await cli(['sandbox', 'cp', `${id}:/tmp/blob.bin`, fileIn + '/'])
+  t.is(onFile.stderr, `strata: INVALID_ARGUMENT: ${fileIn}/: not a directory\n`)
+  const slashedIn = await cli(['sandbox', 'cp', fileIn, `${id}:/nodir/`])
+  t.is(slashedIn.code, 1, slashedIn.stderr)
+  t.is(slashedIn.stderr, `strata: NOT_FOUND: ${id}:/nodir/: no such directory (a DST ending in / must be an existing directory)\n`)
+  t.is((await cli(['sandbox', 'exec', id, '--', 'test', '-e', '/nodir'])).code, 1, 'nothing made in the sandbox')
+  t.is(JSON.parse(await okCli(['sandbox', 'cp', fileIn, `${id}:/root/`, '--json'])).copied, `${id}:/root/blob.bin`)
 
   // --- cp a directory in and back
   const tree = path.join(local, 'tree')
@@ -481,7 +494,7 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
   noCrash(t, upc, 'cp of a partly unreadable local tree')
   t.is(upc.stdout, `${id}:/up\n`)
   t.is(upc.stderr, [
-    `strata: PERMISSION_DENIED: ${upTree}/closed: cannot open: permission denied; copied empty\n`,
+    `strata: PERMISSION_DENIED: ${upTree}/closed: cannot open the directory: permission denied; its contents are skipped\n`,
     `strata: PERMISSION_DENIED: ${upTree}/sub/secret: cannot open: permission denied; skipped\n`,
   ].join(''))
   const landed = await cli(['sandbox', 'exec', id, '--', 'sh', '-c', 'cd /up && find . | sort && cat hard && readlink link && stat -c %h a'])
@@ -493,6 +506,11 @@ run('exec in a pipeline, OOM and a dying init; cp of an untrusted tree, special 
   t.is(upNone.code, 1, upNone.stderr)
   t.is(upNone.stderr, `strata: PERMISSION_DENIED: cannot read ${upTree}: permission denied\n`)
   t.is((await cli(['sandbox', 'exec', id, '--', 'test', '-e', '/up-none'])).code, 1)
+  // so does a single file (it was INVALID_ARGUMENT: reading the request body failed: EACCES: …)
+  const oneNone = await asNobody(path.join(upTree, 'sub', 'secret'), `${id}:/tmp/secret`)
+  t.is(oneNone.code, 1, oneNone.stderr)
+  t.is(oneNone.stderr, `strata: PERMISSION_DENIED: cannot read ${upTree}/sub/secret: permission denied\n`)
+  t.is((await cli(['sandbox', 'exec', id, '--', 'test', '-e', '/tmp/secret'])).code, 1)
   // /proc of the sandbox's init: what it hides is named, the rest copied
   const proc1 = path.join(base, 'proc1')
   const pr = await cli(['sandbox', 'cp', `${id}:/proc/1`, proc1], { timeoutMs: 60_000 })
