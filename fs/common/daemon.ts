@@ -51,6 +51,10 @@ export async function runDaemon(log: Logger, start: () => Promise<Closable>, opt
       process.exit(1)
     }
   }
+  // Others write to stderr too (lmdb-js reports a failed commit with console.error); on a full
+  // disk under the log file that write fails, and an unhandled stream error would end the daemon.
+  process.stdout.on('error', () => {})
+  process.stderr.on('error', () => {})
   process.on('SIGTERM', () => void stop('SIGTERM'))
   process.on('SIGINT', () => void stop('SIGINT'))
   process.on('uncaughtException', (e) => {
