@@ -10,6 +10,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { StrataError, fromSystemError } from '../common/errors.js'
+import { replaceFile } from '../common/atomic-file.js'
 import type { ClusterLayout } from './placement.js'
 
 export const CLUSTER_FILE = 'cluster.json'
@@ -109,12 +110,9 @@ export function readClusterFile(dir: string): ClusterFile {
   }
 }
 
-/** Writes cluster.json atomically (temp file + rename). */
+/** Writes cluster.json atomically; in place on a full disk (see replaceFile). */
 export function writeClusterFile(dir: string, c: ClusterFile): void {
-  const file = clusterFilePath(dir)
-  const tmp = `${file}.${process.pid}.tmp`
-  fs.writeFileSync(tmp, JSON.stringify(c, null, 2) + '\n')
-  fs.renameSync(tmp, file)
+  replaceFile(clusterFilePath(dir), JSON.stringify(c, null, 2) + '\n')
 }
 
 export function findProcess(c: ClusterFile, name: string): ClusterProcess {

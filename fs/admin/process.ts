@@ -20,7 +20,13 @@ export function spawnDaemon(p: ClusterProcess, extraEnv: NodeJS.ProcessEnv = {})
   fs.mkdirSync(path.dirname(p.logFile), { recursive: true })
   const fd = fs.openSync(p.logFile, 'a')
   try {
-    fs.writeSync(fd, `---- ${new Date().toISOString()} starting ${p.name} (${p.role}) on ${p.address}\n`)
+    try {
+      fs.writeSync(fd, `---- ${new Date().toISOString()} starting ${p.name} (${p.role}) on ${p.address}\n`)
+    } catch (e) {
+      // a full disk under the logs must not keep the cluster from starting (to free space through it)
+      const code = (e as NodeJS.ErrnoException).code
+      if (code !== 'ENOSPC' && code !== 'EDQUOT') throw e
+    }
     const child = spawn(process.execPath, [strataBin(), 'daemon', p.role, '--config', p.configFile, '--name', p.name], {
       detached: true,
       stdio: ['ignore', fd, fd],

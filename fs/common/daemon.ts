@@ -51,6 +51,10 @@ export async function runDaemon(log: Logger, start: () => Promise<Closable>, opt
       process.exit(1)
     }
   }
+  // Others write to stderr too (lmdb-js reports a failed commit with console.error); on a full
+  // disk under the log file that write fails, and an unhandled stream error would end the daemon.
+  process.stdout.on('error', () => {})
+  process.stderr.on('error', () => {})
   process.on('SIGTERM', () => void stop('SIGTERM'))
   process.on('SIGINT', () => void stop('SIGINT'))
   process.on('uncaughtException', (e) => {
@@ -58,6 +62,12 @@ export async function runDaemon(log: Logger, start: () => Promise<Closable>, opt
     process.exit(70)
   })
   process.on('unhandledRejection', (e) => {
+    if (isLmdbBatchFailure(e)) {
+      // lmdb-js rejects promises of its own when a write batch fails (a full disk); each
+      // transaction of the batch gets the failure through its own promise, so none is lost
+      log.warn('lmdb write batch failed', { err: e })
+      return
+    }
     log.error('unhandled rejection', { err: e, stack: (e as Error)?.stack })
     process.exit(70)
   })
@@ -202,4 +212,9 @@ export function scanDaemonProcesses(): DaemonProcessScan[] {
     out.push({ pid, role, configFile, ...(name ? { name } : {}) })
   }
   return out
+}
+
+/** lmdb-js's "Commit failed" error: it carries the cause as a promise in `commitError`. */
+function isLmdbBatchFailure(e: unknown): boolean {
+  return e instanceof Error && e.message.startsWith('Commit failed') && typeof (e as { commitError?: { then?: unknown } }).commitError?.then === 'function'
 }

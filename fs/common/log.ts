@@ -2,6 +2,8 @@
 // launcher points stderr at the node's log file). Debug lines only when
 // STRATA_DEBUG names the component or is "*".
 
+import fs from 'node:fs'
+
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 
 export interface Logger {
@@ -29,7 +31,36 @@ function render(v: unknown): string {
   return JSON.stringify(v, (_k, x) => (typeof x === 'bigint' ? x.toString() : x))
 }
 
-export function createLogger(component: string, sink: (line: string) => void = (l) => process.stderr.write(l + '\n')): Logger {
+let stderrIsFile: boolean | undefined
+
+/**
+ * One line to stderr. A daemon's stderr is its log file, on a disk that may
+ * fill up: process.stderr then emits ENOSPC as an 'error' event, which ends
+ * the process. Written directly, a line that does not fit is lost instead,
+ * and logging resumes once there is room again.
+ */
+function stderrLine(line: string): void {
+  stderrIsFile ??= isRegularFile(2)
+  if (!stderrIsFile) {
+    process.stderr.write(line + '\n')
+    return
+  }
+  try {
+    fs.writeSync(2, line + '\n')
+  } catch {
+    // no room for the log line (ENOSPC, EDQUOT) or a broken disk: the daemon goes on without it
+  }
+}
+
+function isRegularFile(fd: number): boolean {
+  try {
+    return fs.fstatSync(fd).isFile()
+  } catch {
+    return false
+  }
+}
+
+export function createLogger(component: string, sink: (line: string) => void = stderrLine): Logger {
   const debugOn = debugSet.has('*') || debugSet.has(component) || debugSet.has(component.split('.')[0]!)
   const emit = (level: LogLevel, msg: string, fields?: Record<string, unknown>) => {
     if (level === 'debug' ? !debugOn : LEVELS[level] < minLevel) return

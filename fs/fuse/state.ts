@@ -6,6 +6,7 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { replaceFile } from '../common/atomic-file.js'
 
 export interface FuseState {
   pid: number
@@ -27,9 +28,7 @@ export function readFuseState(file: string): FuseState | undefined {
 
 export function writeFuseState(file: string, st: FuseState): void {
   fs.mkdirSync(path.dirname(file), { recursive: true })
-  const tmp = `${file}.${process.pid}.tmp`
-  fs.writeFileSync(tmp, JSON.stringify(st, null, 2) + '\n')
-  fs.renameSync(tmp, file)
+  replaceFile(file, JSON.stringify(st, null, 2) + '\n')
 }
 
 // --- registry of live daemons by mount point (finds a --foreground daemon,

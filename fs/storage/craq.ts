@@ -285,7 +285,9 @@ export class Craq {
           // space, and the writer would wait out its deadline for an error
           // that is certain now. Take the update back here too and say so.
           if (await t.engine.abortUpdate(io.key.chunkId, applied.updateVer)) {
-            throw unapplied(new StrataError('NO_SPACE', `successor target ${succ} of chain ${io.key.chainId}: ${err.reason}`))
+            // the replica whose disk is full names itself; those before it pass that on
+            const said = err.reason.startsWith('target ') ? err.reason : `target ${succ} of chain ${io.key.chainId}: ${err.reason}`
+            throw unapplied(new StrataError('NO_SPACE', said))
           }
         }
         attempt++

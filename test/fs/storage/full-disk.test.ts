@@ -53,6 +53,8 @@ test.serial('a successor whose disk is full: the write fails with NO_SPACE befor
   const opts = { deadlineMs: 120_000 }
   const over = await t.throwsAsync(sc.write(chainId, chunkIdOf(0xf00n, 0), 0, b, CHUNK, opts))
   t.is((over as { code?: string }).code, 'NO_SPACE', String(over))
+  // names the replica whose disk is full, once
+  t.regex(String(over), new RegExp(`NO_SPACE: target ${ri.chains[chainId]!.targets[1]!.targetId} of chain ${chainId}: `))
   const fresh = await t.throwsAsync(sc.write(chainId, chunkIdOf(0xf00n, 1), 0, b, CHUNK, opts))
   t.is((fresh as { code?: string }).code, 'NO_SPACE', String(fresh))
   // what was written before the disk filled is intact, on every replica, and no update is left pending
