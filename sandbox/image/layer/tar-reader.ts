@@ -11,9 +11,11 @@
 // into the next `x` record set only) and GNU long names (`L`, `K`, `N`) of
 // at most 4 MiB; a PAX `size` overrides the header's. PAX values are UTF-8
 // strings except SCHILY.xattr.* values, which keep their raw bytes
-// (binary xattrs such as security.capability).
+// (binary xattrs such as security.capability). Sparse files (tar-sparse.ts)
+// read at their full size, holes as zeros.
 import type { Readable } from 'node:stream'
 import { StrataError, toStrataError } from '../../../fs/common/errors.js'
+import { checkSparseMap, paxSparse, Sparse1Parser, SparseCursor, type SparseMap } from './tar-sparse.js'
 import type { Timespec } from './types.js'
 
 export type TarEntryType = 'file' | 'link' | 'symlink' | 'character-device' | 'block-device' | 'directory' | 'fifo'
@@ -163,11 +165,14 @@ interface Pax {
   values: Map<string, string>
   /** raw bytes of SCHILY.xattr.* values */
   raw: Map<string, Buffer> | null
+  /** GNU sparse 0.0: the repeated GNU.sparse.offset / GNU.sparse.numbytes records, in order */
+  sparse00: string[][] | null
 }
 
 function decodePax(buf: Buffer): Pax {
   const values = new Map<string, string>()
   let raw: Map<string, Buffer> | null = null
+  let sparse00: string[][] | null = null
   while (buf.length) {
     let i = 0
     while (i < buf.length && buf[i] !== 32) i++
@@ -178,10 +183,11 @@ function decodePax(buf: Buffer): Pax {
     if (eq === -1) break
     const key = rec.toString('utf8', 0, eq)
     values.set(key, rec.toString('utf8', eq + 1))
+    if (key === 'GNU.sparse.offset' || key === 'GNU.sparse.numbytes') (sparse00 ??= []).push([key, values.get(key)!])
     if (key.startsWith(XATTR_KEY)) (raw ??= new Map()).set(key, Buffer.from(rec.subarray(eq + 1)))
     buf = buf.subarray(len)
   }
-  return { values, raw }
+  return { values, raw, sparse00 }
 }
 
 function parseId(v: string | undefined, fallback: number, what: string, name: string): number {
@@ -204,12 +210,9 @@ function parsePaxTime(s: string, name: string): Timespec {
 
 const NO_XATTRS: ReadonlyMap<string, Buffer> = new Map()
 
-const SPARSE_FILE = 'is a sparse file (tar --sparse): sparse files are not supported; archive the tree without --sparse'
-
 /** Why an entry of typeflag `flag` (a header's byte 156) cannot be read, in words. */
 function unsupportedType(flag: number): string {
   const c = String.fromCharCode(flag)
-  if (c === 'S') return SPARSE_FILE
   if (c === 'V') return 'is a volume label (tar --label): volume entries are not supported'
   if (c === 'M') return 'continues a file from another volume (tar --multi-volume): multi-volume archives are not supported'
   const shown = flag >= 0x21 && flag <= 0x7e ? `'${c}'` : `0x${flag.toString(16).padStart(2, '0')}`
@@ -247,8 +250,6 @@ function convertHeader(
   if (values) {
     const keys: string[] = []
     for (const k of values.keys()) {
-      // PAX sparse formats 1.0 put a placeholder (GNUSparseFile.NNN/NAME) in the header: name the real file
-      if (k.startsWith('GNU.sparse.')) throw bad(`${JSON.stringify(values.get('GNU.sparse.name') ?? name)}: ${SPARSE_FILE}`)
       if (k.startsWith(XATTR_KEY)) keys.push(k)
     }
     if (keys.length) {
@@ -316,15 +317,17 @@ export class TarReader {
   /** end of the last entry's data blocks (its padding included) */
   #endOfData = 0
   #paxGlobal: Pax | null = null
+  /** the current entry is a sparse file: its map and the read position (#remaining counts stored bytes) */
+  #sparse: SparseCursor | null = null
 
   constructor(input: Readable) {
     this.#input = input
     this.#it = (input as AsyncIterable<Buffer | string>)[Symbol.asyncIterator]()
   }
 
-  /** Data bytes of the current entry not read yet. */
+  /** Data bytes of the current entry not read yet (of a sparse file: holes included). */
   get remaining(): number {
-    return this.#remaining
+    return this.#sparse ? this.#sparse.remaining : this.#remaining
   }
 
   async #pull(): Promise<boolean> {
@@ -400,26 +403,47 @@ export class TarReader {
   }
 
   /** The current entry's data that has already arrived (at most `max` bytes), without waiting; null when none has. */
+  // (in a sparse file's hole: null, so that a caller draining what has arrived writes zeros a piece at a time)
   buffered(max = Infinity): Buffer | null {
+    const sp = this.#sparse
+    if (sp) {
+      const ahead = sp.dataAhead()
+      if (ahead === 0) return null
+      max = Math.min(max, ahead)
+    }
     if (this.#remaining === 0 || this.#buffered === 0) return null
     const out = this.#takeSome(Math.min(max, this.#remaining))
     this.#remaining -= out.length
+    if (sp) sp.pos += out.length
     return out
   }
 
   /** The next piece of the current entry's data (waits for input); null at the end of the data. */
   async chunk(max = Infinity): Promise<Buffer | null> {
-    if (this.#remaining === 0) return null
+    const sp = this.#sparse
+    if (sp) {
+      if (sp.remaining === 0) return null
+      if (sp.dataAhead() === 0) return sp.hole(max)
+    } else if (this.#remaining === 0) return null
     while (this.#buffered === 0) if (!(await this.#pull())) throw tarError('Unexpected end of data')
     return this.buffered(max)
   }
 
-  /** The rest of the current entry's data as slices of the input (waits until it has all arrived). */
+  /** The rest of the current entry's data as slices of the input (waits until it has all arrived; a sparse file's holes as shared zeros). */
   async readAll(): Promise<Buffer[]> {
     if (!(await this.#fill(this.#remaining))) throw tarError('Unexpected end of data')
     const out: Buffer[] = []
-    while (this.#remaining > 0) out.push(this.buffered()!)
+    for (let c = await this.chunk(); c !== null; c = await this.chunk()) out.push(c)
     return out
+  }
+
+  /** Old GNU `S` map entries (offset, length; octal) from `count` slots at `at`; an empty offset ends the list. */
+  #oldGnuMap(b: Buffer, at: number, count: number, map: SparseMap): void {
+    for (let i = 0; i < count; i++) {
+      const o = at + i * 24
+      if (b[o] === 0) return
+      map.push(decodeOct(b, o, 12), decodeOct(b, o + 12, 12))
+    }
   }
 
   /** The next entry's header, or null after the last entry (the archive was complete). */
@@ -429,6 +453,7 @@ export class TarReader {
       this.#remaining = 0
       this.#pad = 0
     }
+    this.#sparse = null
     let longPath: string | null = null
     let longLink: string | null = null
     let pax: Pax | null = null
@@ -447,8 +472,23 @@ export class TarReader {
       if (c !== decodeOct(b, 148, 8)) throw tarError('Invalid tar header. Maybe the tar is corrupted or it needs to be gunzipped?')
       const ustar = isUstar(b)
       if (!ustar && !isGnu(b)) throw tarError('Invalid tar header: unknown format.')
-      const type = typeOf(b[156] === 0 ? 0 : b[156]! - 48)
+      // old GNU sparse file ('S'): its map is in the header and in extension blocks before the data
+      const oldSparse = b[156] === 0x53 && !ustar
+      const type = oldSparse ? 'file' : typeOf(b[156] === 0 ? 0 : b[156]! - 48)
       let size = decodeOct(b, 124, 12)
+      let sparseMap: SparseMap | null = null
+      let realSize = 0
+      if (oldSparse) {
+        sparseMap = []
+        this.#oldGnuMap(b, 386, 4, sparseMap)
+        realSize = decodeOct(b, 483, 12)
+        for (let more = b[482] !== 0; more; ) {
+          if (!(await this.#fill(BLOCK))) throw tarError('Unexpected end of data')
+          const ext = this.#take(BLOCK)
+          this.#oldGnuMap(ext, 0, 21, sparseMap)
+          more = ext[504] !== 0
+        }
+      }
       if (type === 'pax-header' || type === 'pax-global-header' || type === 'gnu-long-path' || type === 'gnu-long-link-path') {
         if (size > MAX_META_RECORD) throw tarError('Header exceeds max size')
         if (!(size >= 0)) throw tarError('Invalid header')
@@ -464,7 +504,7 @@ export class TarReader {
           else {
             const values = new Map(this.#paxGlobal.values)
             for (const [k, v] of local.values) values.set(k, v)
-            pax = { values, raw: local.raw ?? this.#paxGlobal.raw }
+            pax = { values, raw: local.raw ?? this.#paxGlobal.raw, sparse00: local.sparse00 }
           }
         }
         continue
@@ -484,12 +524,34 @@ export class TarReader {
         if (s) size = parseInt(s, 10)
       }
       if (!(size >= 0)) throw tarError('Invalid header')
-      const header = convertHeader(b, type, name, linkname, size, pax, this.#paxGlobal?.raw ?? null)
+      const ps = pax && (type === 'file' || type === 'contiguous-file') ? paxSparse(pax.values, pax.sparse00, name) : null
+      if (ps) {
+        if (ps.name !== undefined) name = ps.name
+        realSize = ps.realSize
+        sparseMap = ps.map
+      }
+      if (!Number.isSafeInteger(size) || size < 0) throw bad(`${JSON.stringify(name)}: invalid size ${size}`)
+      // stored bytes of the entry (a sparse file: data segments, after a PAX 1.0 map)
+      let stored = size
+      const pad = padOf(size)
+      if (ps?.version === '1.0') {
+        const p = new Sparse1Parser(name)
+        while (!p.done) {
+          if (stored < BLOCK) throw bad(`${JSON.stringify(name)}: sparse file: the data map runs past the entry's data`)
+          if (!(await this.#fill(BLOCK))) throw tarError('Unexpected end of data')
+          p.feed(this.#take(BLOCK))
+          stored -= BLOCK
+        }
+        sparseMap = p.map
+      }
+      if (sparseMap) checkSparseMap(sparseMap, realSize, stored, name)
+      const header = convertHeader(b, type, name, linkname, sparseMap ? realSize : size, pax, this.#paxGlobal?.raw ?? null)
       // a directory entry has no data, whatever its size field says
-      const dataSize = header.type === 'directory' ? 0 : header.size
+      const dataSize = header.type === 'directory' ? 0 : stored
       this.#remaining = dataSize
-      this.#pad = padOf(dataSize)
+      this.#pad = header.type === 'directory' ? 0 : pad
       this.#endOfData = this.#consumed + dataSize + this.#pad
+      if (sparseMap) this.#sparse = new SparseCursor(sparseMap, realSize)
       return header
     }
   }

@@ -55,6 +55,13 @@ interface Child {
   st: fs.BigIntStats | null
 }
 
+/**
+ * Paths given to the kernel stay under PATH_MAX (4096): a directory whose path
+ * is longer than this is opened and its entries are reached as
+ * /proc/self/fd/N/NAME, so a layer may hold paths of any length (a tar can).
+ */
+const REBASE_AT = 3000
+
 function lstat(abs: string): fs.BigIntStats {
   return fs.lstatSync(abs, { bigint: true })
 }
@@ -75,6 +82,21 @@ class LayerWalker {
   ) {}
 
   async dir(abs: string, rel: string, st: fs.BigIntStats): Promise<void> {
+    let fd = -1
+    try {
+      let base = abs
+      if (abs.length > REBASE_AT) {
+        fd = fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW)
+        base = `/proc/self/fd/${fd}`
+      }
+      await this.dirAt(abs, base, rel, st)
+    } finally {
+      if (fd >= 0) fs.closeSync(fd)
+    }
+  }
+
+  /** `abs` names the directory, `base` too (shorter, for its entries' paths). */
+  async dirAt(abs: string, base: string, rel: string, st: fs.BigIntStats): Promise<void> {
     const { xattrs, opaque } = readXattrs(abs)
     await this.w.entry({
       name: rel === '' ? './' : rel + '/',
@@ -89,7 +111,7 @@ class LayerWalker {
     const children: Child[] = []
     for (const raw of fs.readdirSync(abs, { encoding: 'buffer' })) {
       const name = decodeName(raw, rel || '.')
-      const cabs = abs + '/' + name
+      const cabs = base + '/' + name
       const crel = rel === '' ? name : `${rel}/${name}`
       if (name.startsWith(WHITEOUT_PREFIX)) throw new StrataError('IMAGE_BAD_LAYER', `${crel}: names starting with ${WHITEOUT_PREFIX} cannot be carried in a layer tar`)
       const cst = lstat(cabs)

@@ -79,6 +79,7 @@ export interface ImportOptions {
 export interface ImportResult {
   digest: string
   manifest: ImageManifest
+  /** layersBuilt + layersReused = manifest.layers.length (a layer the image repeats counts as reused after its first occurrence) */
   layersBuilt: number
   layersReused: number
 }
@@ -528,7 +529,7 @@ async function importInto(run: ImportRun, src: OciImageSource): Promise<ImportRe
     if (!p) {
       p = buildOciLayer(run, l, diffId, `layer ${i + 1}/${n} ${shortDigest(l.digest)}`, i)
       builds.set(diffId, p)
-    }
+    } else run.layersReused++ // a repeat reuses its first occurrence's layer: built + reused = layers
     const built = await p
     return { digest: built.digest, size: built.size, kind, diffId } satisfies LayerRef
   })

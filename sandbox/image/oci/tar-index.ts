@@ -18,7 +18,8 @@ const WINDOW = 64 * 1024
 /** PAX and GNU long-name records larger than this are refused (a sane name is far smaller). */
 const MAX_META_RECORD = 1024 * 1024
 
-export type TarEntryType = 'file' | 'dir' | 'symlink' | 'hardlink' | 'other'
+/** 'sparse': a file stored with `tar --sparse`, whose stored bytes are not its contents (never served as a blob) */
+export type TarEntryType = 'file' | 'dir' | 'symlink' | 'hardlink' | 'sparse' | 'other'
 
 export interface TarEntry {
   /** normalized name: no leading `./` or `/`, no trailing `/` */
@@ -164,7 +165,16 @@ export class TarIndex {
           if (prefix) name = `${prefix}/${name}`
         }
         let linkname = cstr(h.subarray(157, 257))
-        const dataAt = pos + BLOCK
+        let dataAt = pos + BLOCK
+        // an old GNU sparse header ('S') is followed by extension blocks of its map while byte 482 (then 504 of each) is set
+        if (typeflag === 'S' && magic !== 'ustar\0') {
+          const ext = Buffer.alloc(BLOCK)
+          for (let more = h[482] !== 0; more; dataAt += BLOCK) {
+            if (dataAt + BLOCK > fileSize) throw bad(file, `truncated archive (sparse map of ${JSON.stringify(name)})`)
+            await readAt(ext, dataAt)
+            more = ext[504] !== 0
+          }
+        }
         if (pax?.has('size')) {
           const s = Number(pax.get('size'))
           if (!Number.isSafeInteger(s) || s < 0) throw bad(file, 'malformed PAX size')
@@ -188,11 +198,16 @@ export class TarIndex {
         if (longLink !== null) linkname = longLink
         if (pax?.has('path')) name = pax.get('path')!
         if (pax?.has('linkpath')) linkname = pax.get('linkpath')!
+        // PAX sparse files (GNU 0.x, 1.0): 1.0 names a placeholder in the header
+        const paxSparse = pax !== null && [...pax.keys()].some((k) => k.startsWith('GNU.sparse.'))
+        if (paxSparse && pax!.has('GNU.sparse.name')) name = pax!.get('GNU.sparse.name')!
         pax = null
         longName = null
         longLink = null
         const type: TarEntryType =
-          typeflag === '0' || typeflag === '\0' || typeflag === '7'
+          typeflag === 'S' || (paxSparse && (typeflag === '0' || typeflag === '\0' || typeflag === '7'))
+            ? 'sparse'
+            : typeflag === '0' || typeflag === '\0' || typeflag === '7'
             ? 'file'
             : typeflag === '5'
               ? 'dir'
@@ -264,6 +279,8 @@ export class TarIndex {
       const e = this.entries.get(cur)
       if (!e) return null
       if (e.type === 'file') return e
+      // its stored bytes are a sparse map and data segments: an archive of blobs has no reason to hold one
+      if (e.type === 'sparse') throw bad(this.file, `${JSON.stringify(cur)} is stored as a sparse file (tar --sparse): archive the image without --sparse`)
       if (e.type === 'hardlink') {
         cur = normalizeArchiveName(e.linkname, this.file)
         continue

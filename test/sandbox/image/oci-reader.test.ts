@@ -406,3 +406,24 @@ test('the index entry\'s platform decides: linux/arm/v7 in the index with a conf
   await t.throwsAsync(openImportInput(layout, dir, { platform: parsePlatform('linux/arm/v5') }), { code: 'IMAGE_PLATFORM_NOT_FOUND', message: /config is for linux\/arm\/v6, not linux\/arm\/v5/ })
   await t.throwsAsync(openImportInput(layout, dir, { platform: parsePlatform('linux/riscv64') }), { code: 'IMAGE_PLATFORM_NOT_FOUND', message: /config is for linux\/amd64/ })
 })
+
+test('tar index: sparse members (GNU tar -S, old GNU with extension blocks and PAX 1.0) are skipped correctly and refused by name when asked for', async (t) => {
+  const dir = localTmp(t)
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(tree)
+  // 60 data segments: an old GNU header with extension blocks, a PAX 1.0 map over two blocks
+  fs.writeFileSync(path.join(tree, 'many'), '')
+  fs.truncateSync(path.join(tree, 'many'), 20 << 20)
+  const fd = fs.openSync(path.join(tree, 'many'), 'r+')
+  for (let i = 1; i <= 60; i++) fs.writeSync(fd, `x${i}`, i * 300_000)
+  fs.closeSync(fd)
+  fs.writeFileSync(path.join(tree, 'plain'), 'plain data\n')
+  for (const flags of [['--format=gnu'], ['--format=pax', '--sparse-version=1.0']]) {
+    const tar = path.join(dir, 'a.tar')
+    await run('tar', [...flags, '-S', '-cf', tar, '-C', tree, 'many', 'plain'])
+    const idx = await TarIndex.open(tar)
+    t.deepEqual([...idx.entries.keys()].sort(), ['many', 'plain'], flags.join(' '))
+    t.is(await sha(idx.open(idx.resolve('plain')!)), 'sha256:' + crypto.createHash('sha256').update('plain data\n').digest('hex'))
+    t.throws(() => idx.resolve('many'), { code: 'IMAGE_BAD_ARCHIVE', message: /"many" is stored as a sparse file/ })
+  }
+})

@@ -97,7 +97,7 @@ export const badCases: BadCase[] = [
   },
   { name: 'oversized PAX header', code: 'IMAGE_BAD_ARCHIVE', tar: tarOf(() => [file('f', 'x', { pax: { comment: 'c'.repeat(5 << 20) } })]) },
   {
-    name: 'sparse entry (typeflag S)',
+    name: 'typeflag S in a ustar header (old GNU sparse entries have GNU magic)',
     code: 'IMAGE_BAD_ARCHIVE',
     tar: async () => withHeader(await packTar([file('f', 'x')]), 0, (h) => h.write('S', 156, 'latin1')),
   },

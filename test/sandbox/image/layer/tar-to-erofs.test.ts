@@ -178,25 +178,6 @@ test('bad input fails with the code unpack gives, and leaves no file behind', as
   t.true(n >= 20)
 })
 
-test('a sparse file made by GNU tar --sparse (old GNU and PAX 1.0 formats) is IMAGE_BAD_ARCHIVE naming the real file', async (t) => {
-  const work = tmpDir(t)
-  const tree = path.join(work, 'tree')
-  fs.mkdirSync(tree)
-  fs.writeFileSync(path.join(tree, 'holes'), '')
-  fs.truncateSync(path.join(tree, 'holes'), 8 << 20)
-  fs.appendFileSync(path.join(tree, 'holes'), 'end\n')
-  for (const format of ['gnu', 'posix']) {
-    const tar = path.join(work, `${format}.tar`)
-    execFileSync('tar', ['--sparse', `--format=${format}`, '-C', tree, '-cf', tar, 'holes'])
-    const e = await t.throwsAsync(tarToErofs(fs.createReadStream(tar), path.join(work, `${format}.erofs`)), { code: 'IMAGE_BAD_ARCHIVE' })
-    t.regex(e!.message, /"holes": is a sparse file \(tar --sparse\): sparse files are not supported/, format)
-    t.notRegex(e!.message, /GNUSparseFile/, format)
-    // said in words, not as the reader's internal type name
-    t.notRegex(e!.message, /type null/, format)
-    t.false(fs.existsSync(path.join(work, `${format}.erofs`)))
-  }
-})
-
 test('a full disk while the image is written: NO_SPACE, and no file left behind', async (t) => {
   // the image's data goes to the file on the thread pool; the failure must still surface, once, with its code
   const work = tmpDir(t)

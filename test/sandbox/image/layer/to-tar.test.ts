@@ -254,3 +254,29 @@ test('times before 1970 (kept by tarToErofs) come back out to the nanosecond, as
   t.is(fs.statSync(path.join(x, 'old'), { bigint: true }).mtimeNs, -304_775_999_500_000_000n)
   t.is(fs.statSync(path.join(x, 'just-before'), { bigint: true }).mtimeNs, -750_000_000n)
 })
+
+test('paths longer than PATH_MAX (valid in a tar) come back out of layerToTar (they failed with a raw ENAMETOOLONG)', async (t) => {
+  const work = tmpDir(t)
+  const src = path.join(work, 'long.tar')
+  // Python's tarfile writes the 6 KiB path as a PAX record, with a hard link and a symlink beside it
+  const script = `
+import sys, tarfile, io
+long = '/'.join(['x' * 200] * 30)
+with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as tf:
+    ti = tarfile.TarInfo(long + '/f'); data = b'deep data\\n'; ti.size = len(data); tf.addfile(ti, io.BytesIO(data))
+    ln = tarfile.TarInfo(long + '/y' * 10); ln.type = tarfile.SYMTYPE; ln.linkname = 'f'; tf.addfile(ln)
+`
+  await run('python3', ['-c', script, src])
+  const long = Array(30).fill('x'.repeat(200)).join('/')
+  const erofs = path.join(work, 'layer.erofs')
+  await tarToErofs(fs.createReadStream(src), erofs)
+  const out = await tarOf(erofs, work)
+  const got: string[] = []
+  for await (const { header, body } of readTar(streamOf(out.bytes))) {
+    const parts: Buffer[] = []
+    for await (const c of body) parts.push(c)
+    if (header.type !== 'directory') got.push(`${header.type} ${header.name} ${header.linkname} ${Buffer.concat(parts).toString()}`)
+  }
+  t.deepEqual(got, [`file ${long}/f  deep data\n`, `symlink ${long}${'/y'.repeat(10)} f `])
+  t.deepEqual(await mountsUnder(work), [])
+})
