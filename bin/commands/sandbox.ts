@@ -15,6 +15,7 @@ import { MAX_EXEC_TIMEOUT_MS, parseListen, probeListen, sandboxStateDir, startSa
 import { extractTarSafely, writeSparse } from '../../sandbox/sdk/extract.js'
 import { FIRST_READ, openLocalFile, packDirectory } from '../../sandbox/sdk/pack.js'
 import { Strata, type SandboxProcess } from '../../sandbox/sdk/index.js'
+import { localDestination } from './local-files.js'
 import { UsageError, dirArg, choiceArg as commanderChoiceArg, describeFailure, intArg as commanderIntArg, out, printJson, warmPoolArg as commanderWarmPoolArg } from './output.js'
 
 // The shared parsers throw commander's InvalidArgumentError, which commander
@@ -156,16 +157,6 @@ function splitCpArg(s: string): { id: string; path: string } | null {
 
 const TYPE_NAMES: Record<string, string> = { char: 'a character device', block: 'a block device', fifo: 'a fifo', socket: 'a socket', symlink: 'a dangling symlink', unknown: 'a special file' }
 
-/** Where writing `p` lands: the end of its symlink chain (also a dangling one's target), else `p`. */
-function throughSymlinks(p: string): string {
-  for (let hops = 0; hops < 40; hops++) {
-    const l = fs.lstatSync(p, { throwIfNoEntry: false })
-    if (!l?.isSymbolicLink()) return p
-    p = path.resolve(path.dirname(p), fs.readlinkSync(p))
-  }
-  throw new StrataError('LOCAL_IO_ERROR', `cannot write ${p}: too many levels of symbolic links`)
-}
-
 /**
  * A DST ending in `/` names a directory, as for cp and docker cp: a file is
  * copied into it only if it exists, never made a file of that name (nor,
@@ -177,7 +168,8 @@ function notADirectory(dst: string, exists: boolean): void {
   throw new StrataError('NOT_FOUND', `${dst}: no such directory (a DST ending in / must be an existing directory)`)
 }
 
-async function copy(s: Strata, src: string, dst: string): Promise<string> {
+/** Copies SRC to DST (one side ID:/path); says where it went, and whether that was this process's stdout (nothing more is printed there). */
+async function copy(s: Strata, src: string, dst: string): Promise<{ target: string; toStdout?: boolean }> {
   const from = splitCpArg(src)
   const to = splitCpArg(dst)
   if (!!from === !!to) throw new UsageError('exactly one of SRC and DST must be ID:/path (a sandbox path)')
@@ -196,13 +188,19 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
       const length = Math.max(st.size, FIRST_READ)
       // as cp does: a symlink DST is written through (the file it names, dangling or not, not the
       // link replaced), and a device, fifo or socket DST is written into, never replaced by a file
-      // (cp ID:/f /dev/null as root would otherwise put a regular file at /dev/null)
-      const dest = throughSymlinks(target)
-      const there = fs.statSync(dest, { throwIfNoEntry: false })
-      if (there && !there.isFile()) {
-        await pipeline(await sb.files.readStream(from.path, { length }), fs.createWriteStream(dest)).catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
-        return target
+      // (cp ID:/f /dev/null as root would otherwise put a regular file at /dev/null); /dev/stdout is
+      // this process's standard output (a rename "over" it would replace the machine's symlink)
+      const where = localDestination(target)
+      if (where.kind === 'stdout') {
+        const src = await sb.files.readStream(from.path, { length })
+        for await (const c of src as AsyncIterable<Buffer>) await new Promise<void>((res, rej) => process.stdout.write(c, (e) => (e ? rej(e) : res())))
+        return { target, toStdout: true }
       }
+      if (where.kind === 'in-place') {
+        await pipeline(await sb.files.readStream(from.path, { length }), fs.createWriteStream(where.path)).catch((e: unknown) => { throw localError(e, `cannot write ${target}`) })
+        return { target }
+      }
+      const dest = where.final
       const tmp = `${dest}.strata-cp-${process.pid}`
       try {
         // runs of zeros are left as holes: a sparse file stays sparse here (the transfer carries the zeros)
@@ -222,7 +220,7 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
       } finally {
         fs.rmSync(tmp, { force: true })
       }
-      return target
+      return { target }
     }
     if (st.type !== 'dir') {
       throw new StrataError('INVALID_ARGUMENT', `${src} is ${TYPE_NAMES[st.type] ?? 'a special file'}: only regular files and directories are copied (symlinks to them are followed)`)
@@ -238,7 +236,7 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     await extractTarSafely(await sb.files.downloadTar(from.path, { onWarning }), target, {
       onSkip: (name, why) => process.stderr.write(`strata: skipped ${path.posix.join(from.path, name)}: ${why}\n`),
     })
-    return target
+    return { target }
   }
   // the local side first: a missing SRC fails before anything is asked of the daemon
   const localSrc = path.resolve(src)
@@ -263,7 +261,7 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
     } finally {
       await f.close()
     }
-    return `${sb.id}:${target}`
+    return { target: `${sb.id}:${target}` }
   }
   if (!lst.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${src} is neither a file nor a directory`)
   // as for a download: what cannot be read here is left out and named, the rest is copied, and
@@ -288,7 +286,7 @@ async function copy(s: Strata, src: string, dst: string): Promise<string> {
   })
   await Promise.all([packed, uploaded])
   if (first) throw first.e
-  return `${sb.id}:${target}`
+  return { target: `${sb.id}:${target}` }
 }
 
 /** How long a command whose output nobody reads any more gets to die of SIGPIPE before SIGKILL. */
@@ -610,7 +608,8 @@ Examples:
   strata sandbox cp sb-0123456789ab:/work/out.json .`)
     .action(async (src: string, dst: string, o, cmd: Command) => {
       await withClient(cmd, async (s) => {
-        const target = await copy(s, src, dst)
+        const { target, toStdout } = await copy(s, src, dst)
+        if (toStdout) return
         if (o.json) printJson({ copied: target })
         else out(target)
       })

@@ -227,6 +227,16 @@ run('a new user: cluster up, image import, sandbox create/exec/ls/inspect/cp/kil
   await readerDone
   t.is(counted.trim(), String(300 * 1024 + 5), 'the bytes went into the fifo')
   t.true(fs.statSync(fifo).isFIFO(), 'a fifo DST stays the fifo')
+  // /dev/stdout and /dev/fd/1 are this process's standard output: written into (a pipe, or the file a shell
+  // redirected it to) with nothing else printed there; the old code made a temporary "beside" the pipe in /proc
+  const viaStdout = await bash(`$STRATA sandbox cp ${id}:/tmp/blob.bin /dev/stdout | sha256sum; exit \${PIPESTATUS[0]}`, env)
+  t.is(viaStdout.code, 0, viaStdout.stderr)
+  t.is(viaStdout.stdout.split(' ')[0], crypto.createHash('sha256').update(fs.readFileSync(fileIn)).digest('hex'))
+  const redirected = path.join(local, 'redirected.bin')
+  const viaFd = await bash(`$STRATA sandbox cp ${id}:/tmp/blob.bin /dev/fd/1 > '${redirected}'`, env)
+  t.is(viaFd.code, 0, viaFd.stderr)
+  t.true(fs.readFileSync(redirected).equals(fs.readFileSync(fileIn)), 'only the file went to stdout')
+  t.true(fs.lstatSync('/dev/stdout').isSymbolicLink())
   // into an existing directory: under its own name
   t.is(JSON.parse(await okCli(['sandbox', 'cp', fileIn, `${id}:/root`, '--json'])).copied, `${id}:/root/blob.bin`)
   const inRoot = await cli(['sandbox', 'exec', id, '--', 'cmp', '/root/blob.bin', '/tmp/blob.bin'])
