@@ -47,6 +47,21 @@ test('state files on a full disk: cluster.json and a FUSE state file are rewritt
   t.deepEqual(fs.readdirSync(dir).sort(), ['cluster.json', 'filler', 'state.json'])
 })
 
+test('a state file rewritten in place on a full disk that would need a new block keeps its old text and is NO_SPACE, not torn', (t) => {
+  if (!root) {
+    t.pass('mounting a tmpfs needs root')
+    return
+  }
+  // 4000 bytes hold one page of the tmpfs; a text of 5000 needs a second one, which is not there
+  // (write(2) stores the first 4096 bytes and returns that count, no error)
+  const cluster = (n: number) => ({ name: 'c', dir: '/x', processes: [{ name: 'mgmtd', pid: 1, note: 'x'.repeat(n) }], mgmtdAddresses: ['127.0.0.1:1'] }) as unknown as ClusterFile
+  const before = JSON.stringify(cluster(3900), null, 2) + '\n'
+  const { dir } = fullDisk(t, '1m', { 'cluster.json': before })
+  t.throws(() => writeClusterFile(dir, cluster(4900)), { code: 'NO_SPACE' })
+  t.is(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8'), before)
+  t.deepEqual(fs.readdirSync(dir).sort(), ['cluster.json', 'filler'])
+})
+
 test('a daemon whose log is on a full disk keeps running, and logs again once there is room', async (t) => {
   if (!root) {
     t.pass('mounting a tmpfs needs root')
