@@ -63,6 +63,16 @@ test('a state file rewritten in place on a full disk that would need a new block
 })
 
 test('a daemon whose log is on a full disk keeps running, and logs again once there is room', async (t) => {
+  await daemonOnFullDisk(t, {})
+})
+
+// Node's own debug output (NODE_DEBUG), its warnings and lmdb-js's console.error go through
+// process.stderr, whose ENOSPC 'error' the CLI's closed-pipe handler rethrew: exit 70
+test('a daemon whose stderr stream fails on a full disk (NODE_DEBUG=net writes each connection there) keeps running', async (t) => {
+  await daemonOnFullDisk(t, { NODE_DEBUG: 'net' })
+})
+
+async function daemonOnFullDisk(t: ExecutionContext, env: Record<string, string>): Promise<void> {
   if (!root) {
     t.pass('mounting a tmpfs needs root')
     return
@@ -76,7 +86,7 @@ test('a daemon whose log is on a full disk keeps running, and logs again once th
   const out = fs.openSync(logFile, 'a')
   const child = spawn(process.execPath, [CLI, 'daemon', 'mgmtd', '--config', config, '--name', 'mgmtd'], {
     stdio: ['ignore', out, out],
-    env: { ...process.env, STRATA_LOG_LEVEL: 'info' },
+    env: { ...process.env, STRATA_LOG_LEVEL: 'info', ...env },
   })
   fs.closeSync(out)
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
@@ -91,4 +101,4 @@ test('a daemon whose log is on a full disk keeps running, and logs again once th
   child.kill('SIGTERM')
   t.is(await exited, 0)
   t.regex(fs.readFileSync(logFile, 'utf8'), /stopped/)
-})
+}
