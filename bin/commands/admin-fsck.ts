@@ -35,8 +35,8 @@ inodes at nlink 0; no parent-pointer cycles; every inode is reachable from /
 or the GC root; no write session or lock index key of a missing inode.
 Prints one line per violation (KIND InodeId Message) and a summary; exits 1
 with INTERNAL when there are violations. The KV is found through the cluster
-directory (--cluster, $STRATA_CLUSTER) unless --kv names it; it must be on
-this host. --json prints {inodes, entries, sessions, violations}.`,
+directory (--cluster, $STRATA_CLUSTER) unless --kv names it (opened with the
+durability it records); it must be on this host. --json prints {inodes, entries, sessions, violations}.`,
     )
     .action(async (o: { kv?: string }, cmd: Command) => {
       const g = cmd.optsWithGlobals() as GlobalOpts

@@ -40,13 +40,34 @@ function rewriteInPlace(file: string, text: string, first: unknown): void {
   try {
     const data = Buffer.from(text)
     const old = fs.fstatSync(fd).size
+    if (data.length > old) {
+      // The part beyond the old end needs new blocks, which a full disk may
+      // not have (write(2) then stores what fits and says so by its count, no
+      // error): it goes first, so when it does not fit the old text is intact.
+      try {
+        writeAll(fd, data.subarray(old), old)
+      } catch (e) {
+        fs.ftruncateSync(fd, old)
+        throw e
+      }
+    }
     // not atomic: a crash here may tear the file; its readers say how to recover
-    fs.writeSync(fd, data, 0, data.length, 0)
+    writeAll(fd, data.subarray(0, Math.min(old, data.length)), 0)
     if (old > data.length) fs.ftruncateSync(fd, data.length)
     fs.fsyncSync(fd)
   } catch (e) {
     throw full(e)
   } finally {
     fs.closeSync(fd)
+  }
+}
+
+/** Writes all of `data` at `pos`; a write that stores less than asked for and then nothing is ENOSPC. */
+function writeAll(fd: number, data: Buffer, pos: number): void {
+  let done = 0
+  while (done < data.length) {
+    const n = fs.writeSync(fd, data, done, data.length - done, pos + done)
+    if (n <= 0) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' })
+    done += n
   }
 }

@@ -53,7 +53,14 @@ export async function runDaemon(log: Logger, start: () => Promise<Closable>, opt
   }
   // Others write to stderr too (lmdb-js reports a failed commit with console.error); on a full
   // disk under the log file that write fails, and an unhandled stream error would end the daemon.
-  process.stdout.on('error', () => {})
+  // The CLI's closed-pipe handlers (bin/commands/output.ts) rethrow every error but EPIPE, which
+  // ended the daemon all the same (exit 70): they are replaced. A reader of stdout that went away
+  // still ends the process as SIGPIPE would (exit 141), as it did.
+  process.stdout.removeAllListeners('error')
+  process.stderr.removeAllListeners('error')
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(128 + 13)
+  })
   process.stderr.on('error', () => {})
   process.on('SIGTERM', () => void stop('SIGTERM'))
   process.on('SIGINT', () => void stop('SIGINT'))

@@ -13,7 +13,7 @@
 
 import fs from 'node:fs'
 import path from 'node:path'
-import { StrataError } from '../common/errors.js'
+import { StrataError, isStrataError } from '../common/errors.js'
 import { openLmdbKv, type KvDurability, type ReadOnlyTxn } from '../kv/index.js'
 import { aclEquals } from './acl.js'
 import { decodeDirEntry, decodeInode } from './codec.js'
@@ -189,13 +189,18 @@ export function checkNamespace(inodes: Map<InodeId, Inode>, entries: DirEntry[],
 
 /**
  * fsck of the lmdb KV environment at `kvPath` (read-only: one snapshot; the
- * meta servers keep running). `durability` must be what they use when that
- * is 'nosync' (every process of an env agrees on it).
+ * meta servers keep running). Without `durability`, the env's own ('nosync'
+ * or a synced one: every process of an env agrees on it).
  */
 export async function fsckKvPath(kvPath: string, durability?: KvDurability): Promise<FsckReport> {
   // openLmdbKv would create an empty environment where none is
   if (!fs.existsSync(path.join(kvPath, 'data.mdb'))) throw new StrataError('NOT_FOUND', `no meta KV at ${kvPath} (no data.mdb)`)
-  const kv = await openLmdbKv({ path: kvPath, ...(durability ? { durability } : {}) })
+  const kv = await openLmdbKv({ path: kvPath, durability: durability ?? 'flushed' }).catch((e: unknown) => {
+    // `admin fsck --kv DIR` cannot know how the meta servers open DIR; a 'nosync' env refuses any
+    // other durability (BAD_CONFIG), and fsck writes nothing, so it takes the env's own
+    if (durability || !isStrataError(e, 'BAD_CONFIG') || !/durability 'nosync'/.test(e.reason)) throw e
+    return openLmdbKv({ path: kvPath, durability: 'nosync' })
+  })
   try {
     return await kv.readOnly((txn) => fsckTxn(txn))
   } finally {

@@ -596,9 +596,8 @@ export class MetaStore {
     if (srcEntry.type === 'Directory') {
       // rename(2): a move into its own subtree is EINVAL before the destination's type or emptiness is looked at
       const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
-      if (dst.entry && dst.entry.type !== 'Directory') throw new StrataError('META_NOT_DIRECTORY', `rename destination ${req.dest.path} is not a directory`)
       // the replaced (empty) directory goes away: not while another client holds its lock
-      if (dst.entry) {
+      if (dst.entry && dst.entry.type === 'Directory') {
         addInodeConflict(txn, dst.entry.id) // a lock taken on it meanwhile aborts this rename
         await checkTreeLocks(txn, await loadEntryInode(txn, dst.entry), req, dst.entry.name, false)
       }
@@ -618,11 +617,18 @@ export class MetaStore {
       if ((await loadAncestors(txn, src.parent.id, true)).some((a) => a.id === dst.entry!.id)) {
         throw new StrataError('META_NOT_EMPTY', `rename destination ${req.dest.path} is an ancestor of the source`)
       }
-      // rename(2): a non-directory cannot replace a directory (3FS lets it)
-      throw new StrataError('META_IS_DIRECTORY', `rename destination ${req.dest.path} is a directory`)
     }
     await this.checkRenamePermission(txn, srcR, src, req, false)
     const dstInode = await this.checkRenamePermission(txn, dstR, dst, req, true)
+    // the type of what is replaced is looked at after both parents' permissions (may_delete in vfs_rename:
+    // EACCES before ENOTDIR/EISDIR): a directory replaces only a directory, and a non-directory cannot
+    // replace a directory (3FS lets it)
+    if (dst.entry && srcEntry.type === 'Directory' && dst.entry.type !== 'Directory') {
+      throw new StrataError('META_NOT_DIRECTORY', `rename destination ${req.dest.path} is not a directory`)
+    }
+    if (dst.entry && srcEntry.type !== 'Directory' && dst.entry.type === 'Directory') {
+      throw new StrataError('META_IS_DIRECTORY', `rename destination ${req.dest.path} is a directory`)
+    }
     // rename(2): a directory moved to another parent is itself changed (its parent, "..") and needs
     // write permission on itself, or anyone who may write both parents could carry off another user's tree
     const inode = await loadEntryInode(txn, srcEntry, false)

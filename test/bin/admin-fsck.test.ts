@@ -3,6 +3,9 @@
 // behind meta's back are reported (exit 1, INTERNAL) by kind and inode.
 
 import test from 'ava'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 import { openLmdbKv } from '../../fs/kv/index.js'
 import { decodeInode, encodeDirEntry, encodeInode } from '../../fs/meta/codec.js'
 import { newEntry } from '../../fs/meta/inode.js'
@@ -51,4 +54,22 @@ test.serial('admin fsck: clean namespace exits 0; a dangling entry and a wrong n
   const none = await strata(['admin', 'fsck', '--kv', `${m.kvPath}-missing`])
   t.is(none.code, 1)
   t.regex(none.stderr, /^strata: NOT_FOUND: no meta KV at /m)
+})
+
+test.serial("admin fsck --kv on a KV its meta servers open with durability 'nosync' checks it (it was BAD_CONFIG: every process must agree)", async (t) => {
+  if (!lmdbKvAvailable()) {
+    t.log('lmdb KV engine not built')
+    t.pass()
+    return
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fsck-nosync-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  const kvPath = path.join(dir, 'kv')
+  const kv = await openLmdbKv({ path: kvPath, durability: 'nosync' })
+  await kv.close()
+  const r = await strata(['admin', 'fsck', '--kv', kvPath])
+  t.is(r.code, 1, r.stderr)
+  // an empty KV has no root directory: checked, and that is what it says (not BAD_CONFIG)
+  t.regex(r.stdout, /^ROOT /m)
+  t.notRegex(r.stderr, /BAD_CONFIG/)
 })

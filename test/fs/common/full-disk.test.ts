@@ -47,7 +47,32 @@ test('state files on a full disk: cluster.json and a FUSE state file are rewritt
   t.deepEqual(fs.readdirSync(dir).sort(), ['cluster.json', 'filler', 'state.json'])
 })
 
+test('a state file rewritten in place on a full disk that would need a new block keeps its old text and is NO_SPACE, not torn', (t) => {
+  if (!root) {
+    t.pass('mounting a tmpfs needs root')
+    return
+  }
+  // 4000 bytes hold one page of the tmpfs; a text of 5000 needs a second one, which is not there
+  // (write(2) stores the first 4096 bytes and returns that count, no error)
+  const cluster = (n: number) => ({ name: 'c', dir: '/x', processes: [{ name: 'mgmtd', pid: 1, note: 'x'.repeat(n) }], mgmtdAddresses: ['127.0.0.1:1'] }) as unknown as ClusterFile
+  const before = JSON.stringify(cluster(3900), null, 2) + '\n'
+  const { dir } = fullDisk(t, '1m', { 'cluster.json': before })
+  t.throws(() => writeClusterFile(dir, cluster(4900)), { code: 'NO_SPACE' })
+  t.is(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8'), before)
+  t.deepEqual(fs.readdirSync(dir).sort(), ['cluster.json', 'filler'])
+})
+
 test('a daemon whose log is on a full disk keeps running, and logs again once there is room', async (t) => {
+  await daemonOnFullDisk(t, {})
+})
+
+// Node's own debug output (NODE_DEBUG), its warnings and lmdb-js's console.error go through
+// process.stderr, whose ENOSPC 'error' the CLI's closed-pipe handler rethrew: exit 70
+test('a daemon whose stderr stream fails on a full disk (NODE_DEBUG=net writes each connection there) keeps running', async (t) => {
+  await daemonOnFullDisk(t, { NODE_DEBUG: 'net' })
+})
+
+async function daemonOnFullDisk(t: ExecutionContext, env: Record<string, string>): Promise<void> {
   if (!root) {
     t.pass('mounting a tmpfs needs root')
     return
@@ -61,7 +86,7 @@ test('a daemon whose log is on a full disk keeps running, and logs again once th
   const out = fs.openSync(logFile, 'a')
   const child = spawn(process.execPath, [CLI, 'daemon', 'mgmtd', '--config', config, '--name', 'mgmtd'], {
     stdio: ['ignore', out, out],
-    env: { ...process.env, STRATA_LOG_LEVEL: 'info' },
+    env: { ...process.env, STRATA_LOG_LEVEL: 'info', ...env },
   })
   fs.closeSync(out)
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)))
@@ -76,4 +101,4 @@ test('a daemon whose log is on a full disk keeps running, and logs again once th
   child.kill('SIGTERM')
   t.is(await exited, 0)
   t.regex(fs.readFileSync(logFile, 'utf8'), /stopped/)
-})
+}

@@ -138,3 +138,18 @@ test.serial('setAttr refuses uid and gid 4294967295 ((uid_t)-1, chown\'s "unchan
   // the largest real ids are fine
   t.deepEqual((await root.setAttr('/ids/f', { uid: 0xfffffffe, gid: 0xfffffffe })).acl.uid, 0xfffffffe)
 })
+
+test.serial('rename over an entry of the wrong type in a directory the caller may not write is EACCES, not ENOTDIR/EISDIR (vfs_rename: may_delete checks the permission before the type)', async (t) => {
+  const root = m.client()
+  const u = m.client({ uid: 1000, gid: 1000, groups: [] })
+  await root.mkdirs('/rtype/ro/d', { recursive: true })
+  await root.create('/rtype/ro/f', { flags: { access: 'r', create: true } })
+  await root.mkdirs('/rtype/w', { perm: 0o777 })
+  await u.mkdirs('/rtype/w/src')
+  await u.create('/rtype/w/f', { flags: { access: 'r', create: true } })
+  t.is(await codeOf(u.rename('/rtype/w/src', '/rtype/ro/f')), 'META_NO_PERMISSION', 'a directory over a file')
+  t.is(await codeOf(u.rename('/rtype/w/f', '/rtype/ro/d')), 'META_NO_PERMISSION', 'a file over a directory')
+  // with the permission, the type rules answer as before
+  t.is(await codeOf(root.rename('/rtype/w/src', '/rtype/ro/f')), 'META_NOT_DIRECTORY')
+  t.is(await codeOf(root.rename('/rtype/w/f', '/rtype/ro/d')), 'META_IS_DIRECTORY')
+})
