@@ -11,6 +11,8 @@
 //   - names are relative and may not climb (`..`), and nothing is written
 //     through a symlink: symlinks are created last, and a path that meets a
 //     symlink (one already in the destination) is refused.
+//   - a sparse file's holes are written as zeros, so the tar reader's cap
+//     (1 GiB of holes per archive) bounds what a tiny archive can expand to.
 // Errors: IMAGE_UNSAFE_PATH for a name that leaves the directory or runs
 // through a symlink, IMAGE_BAD_ARCHIVE for a malformed stream, the stream's
 // own error when the download broke, local file errors as errno codes.

@@ -15,7 +15,7 @@
 // read at their full size, holes as zeros.
 import type { Readable } from 'node:stream'
 import { StrataError, toStrataError } from '../../../fs/common/errors.js'
-import { checkSparseMap, paxSparse, Sparse1Parser, SparseCursor, type SparseMap } from './tar-sparse.js'
+import { checkSparseMap, checkSparseHoles, paxSparse, SPARSE_HOLE_CAP, Sparse1Parser, SparseCursor, type SparseMap } from './tar-sparse.js'
 import type { Timespec } from './types.js'
 
 export type TarEntryType = 'file' | 'link' | 'symlink' | 'character-device' | 'block-device' | 'directory' | 'fifo'
@@ -319,9 +319,14 @@ export class TarReader {
   #paxGlobal: Pax | null = null
   /** the current entry is a sparse file: its map and the read position (#remaining counts stored bytes) */
   #sparse: SparseCursor | null = null
+  /** hole bytes of the sparse files read so far (their size beyond their stored data) */
+  #holes = 0
+  readonly #holeCap: number
 
-  constructor(input: Readable) {
+  /** `holeCap`: most hole bytes the archive's sparse files may expand to, summed (default SPARSE_HOLE_CAP) */
+  constructor(input: Readable, opts: { holeCap?: number } = {}) {
     this.#input = input
+    this.#holeCap = opts.holeCap ?? SPARSE_HOLE_CAP
     this.#it = (input as AsyncIterable<Buffer | string>)[Symbol.asyncIterator]()
   }
 
@@ -544,7 +549,11 @@ export class TarReader {
         }
         sparseMap = p.map
       }
-      if (sparseMap) checkSparseMap(sparseMap, realSize, stored, name)
+      if (sparseMap) {
+        checkSparseMap(sparseMap, realSize, stored, name)
+        // from the map alone, before a byte of the holes is handed out (they are written as zeros)
+        this.#holes = checkSparseHoles(this.#holes, realSize - stored, this.#holeCap, name)
+      }
       const header = convertHeader(b, type, name, linkname, sparseMap ? realSize : size, pax, this.#paxGlobal?.raw ?? null)
       // a directory entry has no data, whatever its size field says
       const dataSize = header.type === 'directory' ? 0 : stored
@@ -570,8 +579,8 @@ export class TarReader {
  * malformed, oversized (PAX/long-name records over 4 MiB) or truncated input;
  * an error of the input stream itself is passed on (as a StrataError).
  */
-export async function* readTar(input: Readable): AsyncGenerator<TarEntry, void, undefined> {
-  const r = new TarReader(input)
+export async function* readTar(input: Readable, opts: { holeCap?: number } = {}): AsyncGenerator<TarEntry, void, undefined> {
+  const r = new TarReader(input, opts)
   try {
     for (;;) {
       const header = await r.next()

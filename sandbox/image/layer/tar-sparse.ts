@@ -116,6 +116,31 @@ export function checkSparseMap(map: SparseMap, realSize: number, stored: number,
   if (sum !== stored) throw bad(name, `the map holds ${sum} bytes of data, the archive ${stored}`)
 }
 
+/**
+ * Most hole bytes (a sparse file's size beyond the data stored for it) one
+ * archive's sparse files may expand to, summed. Nothing downstream writes
+ * holes as holes (the one-pass EROFS writer and the unpack directory both
+ * store zeros), while a header may claim a size up to 2^53: without a bound a
+ * tar of a few KiB would write terabytes. 1 GiB is far above what sparse files
+ * in container layers hold (lastlog, small database files) and keeps the worst
+ * case of one layer to a size an import of real data also reaches.
+ */
+export const SPARSE_HOLE_CAP = 1024 * 1024 * 1024
+
+/** Adds a sparse file's `holes` to the archive's running `total`; refuses it when the sum passes `cap`. */
+export function checkSparseHoles(total: number, holes: number, cap: number, name: string): number {
+  const sum = total + holes
+  if (sum > cap) {
+    const before = total > 0 ? ` (with ${total} hole bytes of sparse files before it)` : ''
+    throw bad(name, `its holes (${holes} bytes${before}) exceed the cap of ${cap} hole bytes per layer (${capText(cap)}): holes are stored as zeros`)
+  }
+  return sum
+}
+
+function capText(cap: number): string {
+  return cap % (1024 * 1024 * 1024) === 0 ? `${cap / (1024 * 1024 * 1024)} GiB` : cap % (1024 * 1024) === 0 ? `${cap / (1024 * 1024)} MiB` : `${cap} bytes`
+}
+
 /** Shared zeros for holes (read-only by contract: consumers write them out, never into them). */
 const ZEROS = Buffer.alloc(1024 * 1024)
 

@@ -213,6 +213,25 @@ test.serial('malformed and truncated archives', async (t) => {
   await expectFailure(t, 'NOT_FOUND', [path.join(dir, 'nope.tar'), '--name', 'bad/nope'])
 })
 
+test.serial('a sparse member of 1 TiB (a tar of a few KiB) is IMAGE_BAD_ARCHIVE naming it and the 1 GiB hole cap, in every build mode, before any zeros are written', async (t) => {
+  const dir = localTmp(t)
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(tree)
+  fs.writeFileSync(path.join(tree, 'small'), 'small\n')
+  fs.writeFileSync(path.join(tree, 'big'), '')
+  fs.truncateSync(path.join(tree, 'big'), 2 ** 40)
+  const tar = path.join(dir, 'sparse.tar')
+  await run('tar', ['--format=pax', '-S', '--numeric-owner', '-cf', tar, '-C', tree, 'small', 'big'])
+  fs.rmSync(tree, { recursive: true })
+  t.true(fs.statSync(tar).size < 64 << 10)
+  const layout = await layoutWithLayer(dir, 'l-sparse', tar)
+  const cap = /strata: IMAGE_BAD_ARCHIVE: .*"big": sparse file: its holes \(1099511627776 bytes\) exceed the cap of 1073741824 hole bytes per layer \(1 GiB\)/
+  for (const mode of [[], ['--compress', 'lz4'], ['--squash']]) {
+    t.regex(await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [layout, '--name', 'bad/sparse', ...mode]), cap, mode.join(' '))
+  }
+  t.regex(await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [tar, '--name', 'bad/sparse-rootfs']), cap)
+})
+
 test.serial('an OCI layout (directory, tar, tar.gz) with oci-layout and blobs/ but no index.json, or index.json and blobs/ but no oci-layout, is IMAGE_BAD_ARCHIVE naming what is missing, not a rootfs; a docker save whose manifest.json is broken is IMAGE_BAD_MANIFEST', async (t) => {
   const dir = localTmp(t)
   const noIndex = copyLayout(dir, 'no-index')

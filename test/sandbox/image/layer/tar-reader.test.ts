@@ -230,8 +230,51 @@ for name, (pax, data) in cases.items():
   for (const [what, tar] of cases) {
     const e = await t.throwsAsync(listing(chunked(tar, 100)), { code: 'IMAGE_BAD_ARCHIVE' as never }, what)
     t.notRegex(e!.message, /GNUSparseFile/, what)
-    if (what !== 'gnu-extension-missing') t.regex(e!.message, /^"f": sparse file: |^"holes": sparse file: /, what)
+    if (what !== 'gnu-extension-missing') t.regex(e!.message, /^IMAGE_BAD_ARCHIVE: "(f|holes)": sparse file: /, what)
   }
   // the unpatched archive reads (the cases fail for what was changed)
   t.regex((await listing(chunked(gnu, 100)))[0]!, new RegExp(`^file holes .* ${(1 << 20) + 3} ${(1 << 20) + 3} `))
+})
+
+test('the holes of a tar\'s sparse files are capped (1 GiB by default, summed over the archive): past it IMAGE_BAD_ARCHIVE from the map, before any zeros', async (t) => {
+  const dir = tmp(t)
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(tree)
+  // each file: 1 MiB of holes (and 'end' stored); the default-cap file: 1 GiB + 1 MiB of holes
+  for (const n of ['a', 'b']) {
+    fs.writeFileSync(path.join(tree, n), '')
+    fs.truncateSync(path.join(tree, n), 1 << 20)
+    fs.appendFileSync(path.join(tree, n), 'end')
+  }
+  fs.writeFileSync(path.join(tree, 'big'), '')
+  fs.truncateSync(path.join(tree, 'big'), (1 << 30) + (1 << 20))
+  fs.appendFileSync(path.join(tree, 'big'), 'end')
+  for (const flags of [['--format=gnu'], ['--format=pax', '--sparse-version=0.0'], ['--format=pax', '--sparse-version=0.1'], ['--format=pax', '--sparse-version=1.0']]) {
+    const what = flags.join(' ')
+    const two = path.join(dir, 'two.tar')
+    execFileSync('tar', [...flags, '-S', '--numeric-owner', '-cf', two, '-C', tree, 'a', 'b'])
+    // a cap of 1.5 MiB takes 'a' and refuses 'b' (the sum), with no byte of b's holes handed out
+    const r = new TarReader(chunked(fs.readFileSync(two), 512), { holeCap: 3 << 19 })
+    try {
+      t.is((await r.next())!.name, 'a', what)
+      const e = await t.throwsAsync(r.next(), { code: 'IMAGE_BAD_ARCHIVE' as never }, what)
+      t.regex(e!.message, /^IMAGE_BAD_ARCHIVE: "b": sparse file: its holes \(1048576 bytes \(with 1048576 hole bytes of sparse files before it\)\) exceed the cap of 1572864 hole bytes per layer/, what)
+    } finally {
+      r.close()
+    }
+    // a cap of 2 MiB takes both
+    const ok = new TarReader(chunked(fs.readFileSync(two), 512), { holeCap: 2 << 20 })
+    try {
+      t.is((await ok.next())!.name, 'a', what)
+      t.is((await ok.next())!.size, (1 << 20) + 3, what)
+    } finally {
+      ok.close()
+    }
+    // the default cap, through readTar (what sdk extract reads with)
+    const big = path.join(dir, 'big.tar')
+    execFileSync('tar', [...flags, '-S', '--numeric-owner', '-cf', big, '-C', tree, 'big'])
+    t.true(fs.statSync(big).size < 1 << 20, what)
+    const e = await t.throwsAsync(listing(chunked(fs.readFileSync(big), 4096)), { code: 'IMAGE_BAD_ARCHIVE' as never }, what)
+    t.regex(e!.message, /^IMAGE_BAD_ARCHIVE: "big": sparse file: its holes \(1074790400 bytes\) exceed the cap of 1073741824 hole bytes per layer \(1 GiB\)/, what)
+  }
 })
