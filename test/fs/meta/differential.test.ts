@@ -43,9 +43,10 @@ function documentedDifference(op: Op, s: Outcome, l: Outcome): boolean {
 /**
  * docs/meta.md, create / open (3FS OpenOp): a write open by anyone but the
  * owner — root too — clears set-user-id, set-group-id and sticky on the file,
- * where Linux clears set-user-id (and set-group-id with group exec) on write,
- * and not for root. The model does what meta does: returns the local file and
- * the permission it gets when `op` opens an existing file for writing.
+ * where Linux clears set-user-id (and set-group-id with group exec) on write
+ * or truncate by anyone but root, the owner too. (Over FUSE the kernel does
+ * Linux's part itself.) The model does what meta does: returns the local file
+ * and the permission it has after `op` opens an existing file for writing.
  */
 function setIdBitsClearedByOpen(local: string, op: Op, uid: number): { path: string; perm: number } | null {
   const writeOpen = (op.op === 'create' && !op.excl) || op.op === 'write' || op.op === 'truncate'
@@ -54,7 +55,10 @@ function setIdBitsClearedByOpen(local: string, op: Op, uid: number): { path: str
     const p = `${local}/${op.p}`
     const st = fs.statSync(p)
     const sbits = 0o7000
-    if (!st.isFile() || st.uid === uid || !(st.mode & sbits)) return null
+    if (!st.isFile() || !(st.mode & sbits)) return null
+    // Linux also clears set-user-id (and group-executable set-group-id) when anyone without
+    // CAP_FSETID truncates or writes, the owner too; meta keeps them for the owner: put them back
+    if (st.uid === uid) return uid === 0 ? null : { path: p, perm: st.mode & 0o7777 }
     return { path: p, perm: st.mode & 0o777 }
   } catch {
     return null
@@ -105,7 +109,7 @@ export async function runSeed(f: FileSystem, seed: number, ops: Op[], opts: { tr
       const op = ops[i]!
       let s = await applyStrata(actor.f, root, op)
       const clear = setIdBitsClearedByOpen(local, op, actor.uid)
-      const l = await actor.local(local, op)
+      let l = await actor.local(local, op)
       if (l.ok && clear) fs.chmodSync(clear.path, clear.perm)
       // docs/meta.md, remove: a recursive remove needs the remover to own the tree's top with rwx and
       // checks every directory below (3FS recursiveCheckRmPerm), an empty one too, where rm -r only
@@ -113,6 +117,19 @@ export async function runSeed(f: FileSystem, seed: number, ops: Op[], opts: { tr
       if (op.op === 'rmr' && !s.ok && (s.errno === 'EACCES' || s.errno === 'EPERM') && l.ok) {
         await f.rm(`${root}/${op.p}`, { recursive: true })
         s = l
+      }
+      // docs/meta.md, remove (and FileSystem.rm): a recursive remove is one atomic transaction, where rm -r
+      // removes entry by entry and stops at the first it may not remove, leaving the rest half removed.
+      // When both refuse, the model removes what is left on both sides as root.
+      if (op.op === 'rmr' && !s.ok && !l.ok && s.errno === l.errno && (s.errno === 'EACCES' || s.errno === 'EPERM')) {
+        // (or the path itself was not searchable, and there is nothing to remove)
+        await f.rm(`${root}/${op.p}`, { recursive: true }).catch(() => undefined)
+        try {
+          fs.rmSync(`${local}/${op.p}`, { recursive: true, force: true })
+        } catch {
+          // as above
+        }
+        s = l = { ok: true }
       }
       if (op.op === 'rmr' && s.ok) await settle?.()
       const fail = (what: string) =>
