@@ -117,14 +117,14 @@ export class PathResolver {
     return { id: parent, acl: inode.acl, inode }
   }
 
-  private async component(parent: InodeId | DirEntry, name: string): Promise<ResolveResult> {
+  private async component(parent: InodeId | DirEntry, name: string, search = true): Promise<ResolveResult> {
     const parentId = typeof parent === 'bigint' ? parent : parent.id
     if (this.trace) {
       if (parentId === ROOT_INODE) this.trace = ['/']
       this.trace.push(name)
     }
     const info = await this.loadParent(parent)
-    checkPermission(info.acl, this.user, EXEC, `directory 0x${parentId.toString(16)}`)
+    if (search) checkPermission(info.acl, this.user, EXEC, `directory 0x${parentId.toString(16)}`)
     if (name === '.') return { parent: info, entry: fakeDirEntry(parentId, '.', parentId, info.acl), name }
     if (name === '..') {
       const inode = info.inode ?? (await mustLoadInode(this.txn, parentId))
@@ -142,7 +142,7 @@ export class PathResolver {
    * Walks components[from..]; returns the last result and the index of the
    * first missing component (components.length when everything exists).
    */
-  private async walk(parentId: InodeId, comps: string[]): Promise<{ r: ResolveResult; missing: number }> {
+  private async walk(parentId: InodeId, comps: string[], trailingSlash = false): Promise<{ r: ResolveResult; missing: number }> {
     let parent: InodeId | DirEntry = parentId
     let i = 0
     if (comps.length === 0) throw new StrataError('META_NOT_FOUND', 'empty path')
@@ -156,7 +156,8 @@ export class PathResolver {
       const name = comps[i]!
       if (name === '.') {
         i++
-        if (i === comps.length) return { r: await this.component(parent, '.'), missing: i }
+        // `d/` is d, which must be a directory: unlike `d/.` it needs no search permission on d (path_resolution(7))
+        if (i === comps.length) return { r: await this.component(parent, '.', !trailingSlash), missing: i }
         continue
       }
       let r = await this.component(parent, name)
@@ -175,7 +176,7 @@ export class PathResolver {
   /** Resolves the path without following a symlink at its end; only its last component may be missing. */
   async resolve(parentId: InodeId, path: string): Promise<ResolveResult> {
     const comps = splitPath(path)
-    const { r, missing } = await this.walk(parentId, comps)
+    const { r, missing } = await this.walk(parentId, comps, path.length > 1 && path.endsWith('/'))
     if (missing >= comps.length - 1) return r
     throw new StrataError('META_NOT_FOUND', `${comps[missing]} in ${path} not found`)
   }

@@ -36,7 +36,7 @@ export interface Attrs {
   perm: number
   uid: number
   gid: number
-  /** files and symlinks (directory link counts are a documented difference: docs/meta.md) */
+  /** files and symlinks (a directory's nlink is 1 in meta, 2 + subdirectories on Linux: docs/meta.md, deviations) */
   nlink?: number
   size?: number
   target?: string

@@ -10,8 +10,13 @@
 // prints the first mismatch of each seed listed instead of failing;
 // STRATA_DIFF_SHRINK=1,2,… prints each failing seed's sequence shrunk to
 // the few operations that still fail (what REGRESSIONS below keeps).
+// The unprivileged run (uid 1000 on both sides; the local side is a child
+// process of that uid) takes its seeds from STRATA_DIFF_USER_SEEDS=1,2,…
+// (with STRATA_DIFF_SHRINK=1: shrink each failing one instead).
 
-import test from 'ava'
+import test, { type ExecutionContext } from 'ava'
+import { spawn } from 'node:child_process'
+import readline from 'node:readline'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -38,18 +43,22 @@ function documentedDifference(op: Op, s: Outcome, l: Outcome): boolean {
 /**
  * docs/meta.md, create / open (3FS OpenOp): a write open by anyone but the
  * owner — root too — clears set-user-id, set-group-id and sticky on the file,
- * where Linux clears set-user-id (and set-group-id with group exec) on write,
- * and not for root. The model does what meta does: returns the local file and
- * the permission it gets when `op` opens an existing file for writing.
+ * where Linux clears set-user-id (and set-group-id with group exec) on write
+ * or truncate by anyone but root, the owner too. (Over FUSE the kernel does
+ * Linux's part itself.) The model does what meta does: returns the local file
+ * and the permission it has after `op` opens an existing file for writing.
  */
-function setIdBitsClearedByOpen(local: string, op: Op): { path: string; perm: number } | null {
+function setIdBitsClearedByOpen(local: string, op: Op, uid: number): { path: string; perm: number } | null {
   const writeOpen = (op.op === 'create' && !op.excl) || op.op === 'write' || op.op === 'truncate'
   if (!writeOpen) return null
   try {
     const p = `${local}/${op.p}`
     const st = fs.statSync(p)
     const sbits = 0o7000
-    if (!st.isFile() || st.uid === process.getuid!() || !(st.mode & sbits)) return null
+    if (!st.isFile() || !(st.mode & sbits)) return null
+    // Linux also clears set-user-id (and group-executable set-group-id) when anyone without
+    // CAP_FSETID truncates or writes, the owner too; meta keeps them for the owner: put them back
+    if (st.uid === uid) return uid === 0 ? null : { path: p, perm: st.mode & 0o7777 }
     return { path: p, perm: st.mode & 0o777 }
   } catch {
     return null
@@ -77,19 +86,51 @@ const show = (o: Outcome) => JSON.stringify(o, (_k, v: unknown) => (typeof v ===
  * prefix of operations that shows it (the ops up to and including the one
  * that differed).
  */
-export async function runSeed(f: FileSystem, seed: number, ops: Op[], opts: { treeEvery?: number } = {}): Promise<void> {
+/** Who runs the ops: a FileSystem of that user and a local process of the same uid (default: root, this process). */
+export interface Actor {
+  f: FileSystem
+  uid: number
+  gid: number
+  local: (root: string, op: Op) => Promise<Outcome>
+}
+
+export async function runSeed(f: FileSystem, seed: number, ops: Op[], opts: { treeEvery?: number; actor?: Actor } = {}): Promise<void> {
   const settle = settleGc
+  const actor: Actor = opts.actor ?? { f, uid: 0, gid: 0, local: applyLocal }
   const local = fs.mkdtempSync(path.join(os.tmpdir(), `strata-diff-${seed}-`))
   const root = `/diff-${seed}-${Date.now()}`
   try {
     await f.mkdir(root)
+    await f.chown(root, actor.uid, actor.gid)
+    fs.chownSync(local, actor.uid, actor.gid)
+    fs.chmodSync(local, 0o755)
     const every = opts.treeEvery ?? 10
     for (let i = 0; i < ops.length; i++) {
       const op = ops[i]!
-      const s = await applyStrata(f, root, op)
-      const clear = setIdBitsClearedByOpen(local, op)
-      const l = await applyLocal(local, op)
+      let s = await applyStrata(actor.f, root, op)
+      const clear = setIdBitsClearedByOpen(local, op, actor.uid)
+      let l = await actor.local(local, op)
       if (l.ok && clear) fs.chmodSync(clear.path, clear.perm)
+      // docs/meta.md, remove: a recursive remove needs the remover to own the tree's top with rwx and
+      // checks every directory below (3FS recursiveCheckRmPerm), an empty one too, where rm -r only
+      // needs write and search on each directory it empties. The model then removes the tree as root.
+      if (op.op === 'rmr' && !s.ok && (s.errno === 'EACCES' || s.errno === 'EPERM') && l.ok) {
+        await f.rm(`${root}/${op.p}`, { recursive: true })
+        s = l
+      }
+      // docs/meta.md, remove (and FileSystem.rm): a recursive remove is one atomic transaction, where rm -r
+      // removes entry by entry and stops at the first it may not remove, leaving the rest half removed.
+      // When both refuse, the model removes what is left on both sides as root.
+      if (op.op === 'rmr' && !s.ok && !l.ok && s.errno === l.errno && (s.errno === 'EACCES' || s.errno === 'EPERM')) {
+        // (or the path itself was not searchable, and there is nothing to remove)
+        await f.rm(`${root}/${op.p}`, { recursive: true }).catch(() => undefined)
+        try {
+          fs.rmSync(`${local}/${op.p}`, { recursive: true, force: true })
+        } catch {
+          // as above
+        }
+        s = l = { ok: true }
+      }
       if (op.op === 'rmr' && s.ok) await settle?.()
       const fail = (what: string) =>
         new Error(`seed ${seed}: ${what} after op ${i}\nfailing prefix (${i + 1} ops):\n${ops.slice(0, i + 1).map((o) => JSON.stringify(o)).join('\n')}`)
@@ -108,20 +149,20 @@ export async function runSeed(f: FileSystem, seed: number, ops: Op[], opts: { tr
 }
 
 /** Whether the ops fail (on a fresh directory), as runSeed reports it. */
-async function fails(f: FileSystem, ops: Op[]): Promise<boolean> {
-  return runSeed(f, 0, ops, { treeEvery: 1 }).then(
+async function fails(f: FileSystem, ops: Op[], actor?: Actor): Promise<boolean> {
+  return runSeed(f, 0, ops, { treeEvery: 1, ...(actor ? { actor } : {}) }).then(
     () => false,
     () => true,
   )
 }
 
 /** Greedy shrink of a failing sequence: drop chunks, then single ops, while it still fails. */
-export async function shrink(f: FileSystem, ops: Op[]): Promise<Op[]> {
+export async function shrink(f: FileSystem, ops: Op[], actor?: Actor): Promise<Op[]> {
   let cur = ops
   for (let chunk = Math.max(1, cur.length >> 1); chunk >= 1; chunk >>= 1) {
     for (let i = 0; i < cur.length; ) {
       const cand = [...cur.slice(0, i), ...cur.slice(i + chunk)]
-      if (cand.length && (await fails(f, cand))) cur = cand
+      if (cand.length && (await fails(f, cand, actor))) cur = cand
       else i += chunk
     }
   }
@@ -225,6 +266,18 @@ test.after.always(async () => {
   await stop?.()
 })
 
+/** The same, run by uid 1000 (permission checks). */
+const USER_REGRESSIONS: Record<string, Op[]> = {
+  // `d/` was resolved as `d/.`, which needs search permission on d: stat/open of `d/` said EACCES
+  'trailing slash on a directory without search permission': [
+    { op: 'mkdir', p: 'a', mode: 0o755 },
+    { op: 'chmod', p: 'a', mode: 0o644 },
+    { op: 'stat', p: 'a/', follow: false },
+    { op: 'write', p: 'a/', off: 3, n: 2 },
+    { op: 'truncate', p: 'a/', len: 5 },
+  ],
+}
+
 test.serial('regressions: sequences that once differed from Linux, then fsck', async (t) => {
   const failed: string[] = []
   for (const [name, ops] of Object.entries(REGRESSIONS)) {
@@ -234,6 +287,7 @@ test.serial('regressions: sequences that once differed from Linux, then fsck', a
   t.deepEqual((await fsckCluster(m)).violations, [])
 })
 
+const LOCAL_WORKER = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../../helpers/ns-local-worker.js')
 const SEEDS = [1, 2, 3, 4]
 const OPS = 250
 // local runs (header): more seeds, longer sequences, a survey of many seeds, shrinking
@@ -262,4 +316,41 @@ test.serial('random namespace operations agree with Linux; the KV namespace is c
     await runSeed(f, seed, generateOps(seed, localOps))
   }
   t.deepEqual((await fsckCluster(m)).violations, [])
+})
+
+/** A local process running as `uid`:`gid` that applies ops for an Actor (ns-local-worker.ts); killed at teardown. */
+function localAs(t: ExecutionContext, uid: number, gid: number): (root: string, op: Op) => Promise<Outcome> {
+  const child = spawn(process.execPath, [LOCAL_WORKER], { uid, gid, stdio: ['pipe', 'pipe', 'inherit'] })
+  t.teardown(() => void child.kill('SIGKILL'))
+  const lines = readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
+  return async (root, op) => {
+    child.stdin!.write(`${JSON.stringify({ root, op })}\n`)
+    const r = await lines.next()
+    if (r.done) throw new Error('local worker exited')
+    return JSON.parse(r.value) as Outcome
+  }
+}
+
+test.serial('as an unprivileged user: random namespace operations agree with Linux (permission checks)', async (t) => {
+  const user = { uid: 1000, gid: 1000, groups: [] }
+  const uf = new FileSystem({ mgmtdAddresses: [m.c.mgmtdAddress], routingRefreshMs: 200, metaRetry: { totalMs: 20_000 }, user })
+  t.teardown(() => uf.shutdown())
+  const actor: Actor = { f: uf, uid: user.uid, gid: user.gid, local: localAs(t, user.uid, user.gid) }
+  const seeds = env.STRATA_DIFF_USER_SEEDS ? seedList(env.STRATA_DIFF_USER_SEEDS) : [31, 32]
+  const failed: string[] = []
+  if (env.STRATA_DIFF_SHRINK) {
+    for (const seed of seeds) {
+      const ops = generateOps(seed, localOps)
+      if (await fails(f, ops, actor)) console.log(`seed ${seed} shrunk:\n${(await shrink(f, ops, actor)).map((o) => JSON.stringify(o)).join(',\n')}`)
+    }
+    t.pass('local run: see the output')
+    return
+  }
+  for (const [name, ops] of Object.entries(USER_REGRESSIONS)) {
+    await runSeed(f, 0, ops, { treeEvery: 1, actor }).catch((e: Error) => failed.push(`${name}: ${e.message.split('\n')[0]}`))
+  }
+  for (const seed of seeds) {
+    await runSeed(f, seed, generateOps(seed, env.STRATA_DIFF_USER_SEEDS ? localOps : OPS), { actor }).catch((e: Error) => failed.push(env.STRATA_DIFF_FULL ? e.message : e.message.split('\n')[0]!))
+  }
+  t.deepEqual(failed, [])
 })
