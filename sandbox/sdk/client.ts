@@ -18,7 +18,7 @@ import type { FileEntry } from '../backends/agent/index.js'
 import { MAX_JSON_BODY, TOKEN_FILE, SANDBOX_ROLE, WARNINGS_TRAILER, validateCreate, validateExec, validateListFilter } from '../daemon/index.js'
 import type { CreateSandboxRequest, ExitEvent, ListFilter, NodeInfo, OutputEvent, SandboxInfo } from '../daemon/index.js'
 import { MAX_TIMER_MS, checkCmd, checkData, intIn, isAbortSignal, isBool, isFunction, isString, isUser, options, passThrough, type Check } from './args.js'
-import { DEFAULT_READ_MAX_BYTES, Transport, connectionErrors, ndjson, readAll } from './http.js'
+import { DEFAULT_READ_MAX_BYTES, Transport, parseEndpoint, connectionErrors, ndjson, readAll } from './http.js'
 
 export interface StrataOptions {
   /** http://host:port of a node daemon. Default: $STRATA_ENDPOINT, else the local cluster's. */
@@ -99,6 +99,8 @@ export function resolveConnection(o: StrataOptions = {}): { endpoint: string; to
   options(o, 'new Strata', STRATA_OPTIONS)
   let endpoint = o.endpoint ?? process.env.STRATA_ENDPOINT
   const fromCluster = !endpoint
+  // a bad endpoint is the error to report, before a token is looked for in a cluster that may not exist
+  if (endpoint) parseEndpoint(endpoint)
   let token = o.token ?? process.env.STRATA_TOKEN
   if (!endpoint || !token) {
     const dir = resolveClusterDir(o.cluster)

@@ -31,6 +31,18 @@ export interface RequestOptions {
   timeoutMs?: number
 }
 
+/** A daemon endpoint as a URL: http://host:port only (INVALID_ARGUMENT otherwise). */
+export function parseEndpoint(endpoint: string): URL {
+  let u: URL
+  try {
+    u = new URL(endpoint)
+  } catch {
+    throw new StrataError('INVALID_ARGUMENT', `endpoint ${JSON.stringify(endpoint)} is not a URL (http://host:port)`)
+  }
+  if (u.protocol !== 'http:') throw new StrataError('INVALID_ARGUMENT', `endpoint ${endpoint}: only http:// is supported (the daemon listens on a local address)`)
+  return u
+}
+
 export class Transport {
   readonly endpoint: URL
   readonly #token: string
@@ -39,13 +51,7 @@ export class Transport {
   readonly #unreachableHint: string
 
   constructor(o: TransportOptions) {
-    let u: URL
-    try {
-      u = new URL(o.endpoint)
-    } catch {
-      throw new StrataError('INVALID_ARGUMENT', `endpoint ${JSON.stringify(o.endpoint)} is not a URL (http://host:port)`)
-    }
-    if (u.protocol !== 'http:') throw new StrataError('INVALID_ARGUMENT', `endpoint ${o.endpoint}: only http:// is supported (the daemon listens on a local address)`)
+    const u = parseEndpoint(o.endpoint)
     if (typeof o.token !== 'string' || o.token.length === 0) throw new StrataError('INVALID_ARGUMENT', 'a token is required')
     this.endpoint = u
     this.#token = o.token

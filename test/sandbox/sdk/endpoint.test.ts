@@ -149,3 +149,21 @@ test('nothing listening at an endpoint given outright: RPC_CONNECT_FAILED withou
   t.regex(env.stderr, /\(is a sandbox daemon listening there\? check \$STRATA_ENDPOINT\)\n$/)
   t.notRegex(flag.stderr + env.stderr, /cluster up/)
 })
+
+test('SDK: a bad endpoint with no token is INVALID_ARGUMENT about the endpoint, not UNAUTHENTICATED about a cluster that is not there', (t) => {
+  const saved = { STRATA_TOKEN: process.env.STRATA_TOKEN, STRATA_CLUSTER: process.env.STRATA_CLUSTER }
+  delete process.env.STRATA_TOKEN
+  process.env.STRATA_CLUSTER = '/nonexistent/strata-cluster'
+  try {
+    for (const endpoint of ['ftp://x', 'not a url']) {
+      const e = t.throws(() => new Strata({ endpoint }))
+      t.true(isStrataError(e, 'INVALID_ARGUMENT'), `${endpoint}: ${String(e)}`)
+      t.regex(e!.message, /endpoint/)
+    }
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k]
+      else process.env[k] = v
+    }
+  }
+})
