@@ -143,7 +143,7 @@ function stateText(i: SandboxInfo): string {
 function sandboxTable(list: SandboxInfo[]): string {
   return formatTable([
     ['ID', 'State', 'Image', 'Created', 'Labels'],
-    ...list.map((i) => [i.id, stateText(i), i.image?.ref ?? i.layers.map((l) => l.kind).join('+'), ago(i.createdAt), Object.entries(i.labels).map(([k, v]) => `${k}=${v}`).join(',') || '-']),
+    ...list.map((i) => [i.id, stateText(i), i.image?.ref ?? i.composedOf?.map((c) => c.ref).join('+') ?? i.layers.map((l) => l.kind).join('+'), ago(i.createdAt), Object.entries(i.labels).map(([k, v]) => `${k}=${v}`).join(',') || '-']),
   ])
 }
 

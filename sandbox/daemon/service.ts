@@ -367,7 +367,7 @@ export class SandboxService {
   async #build(req: CreateSandboxRequest, resources: ResourceSpec, lifetime: SandboxInfo['lifetime'], t0: number, onListed: (() => void) | null): Promise<Live> {
     let live: Live | undefined
     try {
-      const { layers, config, image } = await this.#resolveLayers(req)
+      const { layers, config, image, composedOf } = await this.#resolveLayers(req)
       const id = newId()
       const env: Record<string, string> = {}
       for (const kv of config.env) {
@@ -384,6 +384,7 @@ export class SandboxService {
         lastActivityAt: now,
         labels: req.labels ?? {},
         ...(image ? { image } : {}),
+        ...(composedOf ? { composedOf } : {}),
         layers: layers.map((l) => ({ digest: l.digest, kind: l.kind, size: l.size })),
         mounts: req.mounts ?? [],
         resources,
@@ -545,7 +546,7 @@ export class SandboxService {
     return n
   }
 
-  async #resolveLayers(req: CreateSandboxRequest): Promise<{ layers: LayerRef[]; config: ImageConfig; image?: { ref: string; digest: string } }> {
+  async #resolveLayers(req: CreateSandboxRequest): Promise<{ layers: LayerRef[]; config: ImageConfig; image?: { ref: string; digest: string }; composedOf?: SandboxInfo['composedOf'] }> {
     if (req.image !== undefined) {
       const digest = await this.#tagDigest(req.image)
       let m = this.#manifestCache.get(digest)
@@ -557,7 +558,7 @@ export class SandboxService {
       return { ...m, image: { ref: req.image, digest } }
     }
     const c = await composeLayers(this.store, { base: req.base!, ...(req.workspace ? { workspace: req.workspace } : {}), ...(req.toolkits ? { toolkits: req.toolkits } : {}) })
-    return { layers: c.layers, config: c.config }
+    return { layers: c.layers, config: c.config, composedOf: c.parts.map((p) => ({ kind: p.kind, ref: p.ref, digest: p.digest })) }
   }
 
   /**

@@ -84,6 +84,8 @@ export interface SandboxInfo {
   createMs?: number
   labels: Record<string, string>
   image?: { ref: string; digest: string }
+  /** a sandbox made from base/workspace/toolkits: each image as given, its manifest digest, in layer order */
+  composedOf?: Array<{ kind: string; ref: string; digest: string }>
   layers: Array<{ digest: string; kind: string; size: number }>
   mounts: DatasetMountSpec[]
   resources: ResourceSpec

@@ -574,3 +574,22 @@ test.serial('every sandbox has its own /etc/hosts and /etc/hostname; a read-only
   await sb.delete()
   await ro.delete()
 })
+
+test.serial('a sandbox composed from base and toolkits says which images it was made of (composedOf), in create, get and list', async (t) => {
+  const d = await startDaemon(t, env)
+  const dir = fs.mkdtempSync(path.join(fs.realpathSync('/tmp'), 'strata-tk-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  fs.mkdirSync(path.join(dir, 'opt', 'tk'), { recursive: true })
+  fs.writeFileSync(path.join(dir, 'opt', 'tk', 'version'), 'tk 1\n')
+  const tk = await importPath(env.store, dir, { name: 'tk', tag: '1', kind: 'toolkit' })
+  const bb = await env.store.resolve('bb:1')
+  const sb = await d.sdk.sandboxes.create({ base: 'bb:1', toolkits: ['tk:1'], labels: { composed: 'yes' } })
+  const want = [{ kind: 'base', ref: 'bb:1', digest: bb.digest }, { kind: 'toolkit', ref: 'tk:1', digest: tk.digest }]
+  t.deepEqual(sb.info.composedOf, want)
+  t.is(sb.info.image, undefined)
+  t.is((await sb.exec(['cat', '/opt/tk/version'])).stdout, 'tk 1\n')
+  t.deepEqual((await d.sdk.sandboxes.get(sb.id)).info.composedOf, want)
+  const listed = await d.sdk.sandboxes.list({ labels: { composed: 'yes' } })
+  t.deepEqual(listed.map((x) => x.info.composedOf), [want])
+  await sb.delete()
+})
