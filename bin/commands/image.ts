@@ -289,7 +289,7 @@ export function registerImageCommands(program: Command): Command {
     .action((ref: string, outFile: string, o: { workDir?: string }, cmd: Command) => {
       // a regular file (through symlinks) is replaced atomically; stdout (also as /dev/stdout),
       // pipes, FIFOs and devices are written in place (see local-files.ts)
-      const where = localDestination(outFile)
+      const where = localDestination(outFile, "archive's file")
       const toStdout = where.kind === 'stdout'
       // as `docker save`: an archive is not written to a terminal
       if (toStdout && process.stdout.isTTY) throw new UsageError('refusing to write the archive to a terminal: redirect standard output, or give a file name instead of -')

@@ -87,7 +87,8 @@ export type LocalDestination =
  * Classifies `dest` for writing. A directory is INVALID_ARGUMENT (callers that put a file
  * into a directory join the name first); a new file's directory must exist (NOT_FOUND).
  */
-export function localDestination(dest: string): LocalDestination {
+export function localDestination(dest: string, what = 'file'): LocalDestination {
+  if (dest === '') throw new StrataError('INVALID_ARGUMENT', `the ${what} name is empty`)
   if (dest === '-') return { kind: 'stdout' }
   const st = localStat(dest)
   if (st?.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${dest} is a directory`)
