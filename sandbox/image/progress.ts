@@ -83,8 +83,12 @@ function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void 
   )
   let width = 0
   let stopped = false
+  // a MultiBar that never drew a bar still writes its cursor reset and a newline on stop(): a
+  // command that showed no progress (ls, tag …) would leave a blank line and escapes behind
+  let drawn = false
   return {
     start(label: string, total?: number) {
+      drawn = true
       width = Math.max(width, label.length)
       const known = total !== undefined && total > 0
       let value = 0
@@ -115,7 +119,7 @@ function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void 
     stop() {
       if (stopped) return
       stopped = true
-      multi.stop()
+      if (drawn) multi.stop()
     },
   }
 }
