@@ -47,7 +47,7 @@ export async function withImageStore<T>(cmd: Command, fn: (ctx: ImageCommandCont
       (signal) =>
         withFileSystem(cmd, async (fsys, json) => {
           const store = new ImageStore(fsys)
-          const progress = createProgress({ quiet: json })
+          const progress = createProgress({ quiet: json, signal })
           try {
             await store.open()
             const settle = () => progress.stop()

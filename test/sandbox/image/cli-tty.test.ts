@@ -1,12 +1,15 @@
 // `strata image` on a terminal (a real pty from script(1)): progress bars on
 // stderr and the command's result on stdout share the screen, so the bars
 // must be finished before the result is printed, and a command that showed
-// no bar must leave nothing of the bar machinery behind.
+// no bar must leave nothing of the bar machinery behind; a bar cut short by
+// Ctrl-C says so.
 import test from 'ava'
-import { execFile } from 'node:child_process'
+import { execFile, execFileSync, spawn } from 'node:child_process'
+import path from 'node:path'
 import { startImageCluster, localTmp, type ImageCluster } from '../../helpers/image-cluster.js'
 import { startS3 } from '../../helpers/s3rver.js'
 import { STRATA } from '../../bin/helpers.js'
+import { until } from '../../helpers/procs.js'
 import { publishFixture } from './s3/fixture.js'
 
 let A: ImageCluster
@@ -64,4 +67,26 @@ test.serial('a command that shows no progress writes nothing to a terminal stder
     t.is(r.code, 0, `${args.join(' ')}: ${r.screen}`)
     t.is(r.screen, '', `image ${args.join(' ')} wrote ${JSON.stringify(r.screen)} to stderr`)
   }
+})
+
+test.serial('Ctrl-C on a terminal: a task cut short shows "interrupted" where it stopped, not a full bar marked done', async (t) => {
+  const dir = localTmp(t, 'strata-tty-int-')
+  const fifo = path.join(dir, 'in')
+  execFileSync('mkfifo', [fifo])
+  // stdin: a FIFO the shell holds open for writing and never writes to, so the read of standard input is in progress
+  const cmd = `exec 3<>${q(fifo)}; ${q(process.execPath)} ${q(STRATA)} image ${A.cliArgs.map(q).join(' ')} import - --name tty/int <&3 & echo "pid=$!"; wait $!; echo "exit=$?"`
+  const child = spawn('script', ['-qec', cmd, '/dev/null'], { stdio: ['ignore', 'pipe', 'inherit'] })
+  t.teardown(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+  })
+  let screen = ''
+  child.stdout.on('data', (d: Buffer) => (screen += d.toString()))
+  const closed = new Promise<void>((r) => child.once('close', () => r()))
+  await until(() => /pid=\d+/.test(screen) && /read standard input/.test(plain(screen)), 60_000, 'the import is reading standard input')
+  process.kill(Number(/pid=(\d+)/.exec(screen)![1]), 'SIGINT')
+  await closed
+  const text = plain(screen.replace(/\r\n/g, '\n'))
+  t.regex(text, /exit=130/, text)
+  t.regex(text, /read standard input .*interrupted/, text)
+  t.notRegex(text, /read standard input .*100%/, text)
 })
