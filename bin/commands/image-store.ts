@@ -6,6 +6,7 @@ import { interruptible } from '../../fs/admin/index.js'
 import { createProgress, type ProgressSink } from '../../sandbox/image/progress.js'
 import { ImageStore } from '../../sandbox/image/store.js'
 import { exitOnInterrupt, withFileSystem } from './fs.js'
+import { out, printJson } from './output.js'
 
 /** What a `strata image` command body gets. */
 export interface ImageCommandContext {
@@ -13,8 +14,15 @@ export interface ImageCommandContext {
   store: ImageStore
   /** --json was given (progress is then silent) */
   json: boolean
-  /** progress bars on stderr; stop() before printing the result */
+  /** progress bars on stderr (stopped by print and printJson) */
   progress: ProgressSink & { stop(): void }
+  /**
+   * Prints the command's result on stdout once the progress has stopped: a
+   * bar owns its terminal line until then, and text written meanwhile runs
+   * into it ("… 100% 76.3 MiB donepushed app:v1 …").
+   */
+  print(text: string): void
+  printJson(v: unknown): void
   /** aborted with CANCELLED by the first SIGINT or SIGTERM */
   signal: AbortSignal
 }
@@ -39,10 +47,18 @@ export async function withImageStore<T>(cmd: Command, fn: (ctx: ImageCommandCont
       (signal) =>
         withFileSystem(cmd, async (fsys, json) => {
           const store = new ImageStore(fsys)
-          const progress = createProgress({ quiet: json })
+          const progress = createProgress({ quiet: json, signal })
           try {
             await store.open()
-            return await fn({ store, json, progress, signal })
+            const settle = () => progress.stop()
+            return await fn({
+              store,
+              json,
+              progress,
+              signal,
+              print: (text) => (settle(), out(text)),
+              printJson: (v) => (settle(), printJson(v)),
+            })
           } finally {
             progress.stop()
             await store.close()

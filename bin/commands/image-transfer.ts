@@ -11,7 +11,7 @@ import { formatBytes } from '../../sandbox/image/progress.js'
 import { parseS3ImageUrl, parseS3Location, pullS3, pushS3, withPrefix, type S3TransferOptions } from '../../sandbox/image/s3/index.js'
 import { parseRegistryUrl, pullRegistry, pushRegistry, type RegistryOptions } from '../../sandbox/image/registry/index.js'
 import { secondsSince, withImageStore } from './image-store.js'
-import { UsageError, intArg, out, printJson, sizeArg } from './output.js'
+import { UsageError, intArg, sizeArg } from './output.js'
 
 interface TransferCliOpts {
   endpoint?: string
@@ -140,7 +140,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
       if (kind === 's3') parseS3Location(dest)
       else parseRegistryUrl(dest)
       const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
-      return withImageStore(cmd, async ({ store, progress, signal, json }) => {
+      return withImageStore(cmd, async ({ store, progress, signal, json, print, printJson }) => {
         const t0 = Date.now()
         const r =
           kind === 's3'
@@ -148,7 +148,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
             : await pushRegistry(store, ref, dest, { ...registryOptions(o), timeoutMs: remoteTimeoutMs(cmd), progress, signal })
         const seconds = secondsSince(t0)
         if (json) return printJson({ ...r, seconds })
-        out(
+        print(
           `pushed ${r.ref} (${r.digest}) to ${r.url}: ${r.blobsPushed} blob(s) pushed, ${r.blobsSkipped} already there, ` +
             `${formatBytes(r.bytesSent)} sent in ${seconds.toFixed(1)} s`,
         )
@@ -173,7 +173,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
         if (o.prefix !== undefined) withPrefix(parsed, src, o.prefix)
       } else parseRegistryUrl(src)
       const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
-      return withImageStore(cmd, async ({ store, progress, signal, json }) => {
+      return withImageStore(cmd, async ({ store, progress, signal, json, print, printJson }) => {
         const t0 = Date.now()
         const named = o.name !== undefined ? { name: o.name } : {}
         const r =
@@ -191,7 +191,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
         const seconds = secondsSince(t0)
         if (json) return printJson({ ...r, seconds })
         const as = r.tag ? `${r.name}:${r.tag}` : `${r.name}@${r.digest}`
-        out(
+        print(
           `pulled ${r.url} as ${as} (${r.digest}): ${r.blobsFetched} blob(s) fetched, ${r.blobsSkipped} already stored, ` +
             `${formatBytes(r.bytesReceived)} received in ${seconds.toFixed(1)} s`,
         )

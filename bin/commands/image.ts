@@ -64,7 +64,7 @@ export function registerImageCommands(program: Command): Command {
     .action((input: string, o: { name?: string; kind: LayerKind; squash?: boolean; platform?: string; ref?: string; compress?: 'lz4' | 'lz4hc'; workDir?: string }, cmd: Command) => {
       // as `docker load`: an archive is not typed in
       if (input === '-' && process.stdin.isTTY) throw new UsageError('refusing to read the archive from a terminal: pipe it in (podman save IMAGE | strata image import - …), or give a file name instead of -')
-      return withImageStore(cmd, async ({ store, json, progress, signal }) => {
+      return withImageStore(cmd, async ({ store, json, progress, signal, print, printJson }) => {
         const t0 = Date.now()
         const target = o.name !== undefined ? targetName(o.name, '--name') : null
         const r = await importPath(store, input, {
@@ -84,7 +84,6 @@ export function registerImageCommands(program: Command): Command {
           if (isStrataError(e, ['INVALID_ARGUMENT']) && e.detail?.usage === true) throw new UsageError(e.reason)
           throw e
         })
-        progress.stop()
         const seconds = secondsSince(t0)
         const image = `${r.name}:${r.tag}`
         if (json) {
@@ -103,7 +102,7 @@ export function registerImageCommands(program: Command): Command {
           })
         }
         const also = (r.tags ?? []).slice(1)
-        out(`imported ${image} ${r.digest} (${r.manifest.layers.length} layer(s): ${r.layersBuilt} built, ${r.layersReused} reused; ${formatBytes(imageSize(r.manifest))}) in ${seconds} s${also.length ? `; also tagged ${also.join(' ')}` : ''}`)
+        print(`imported ${image} ${r.digest} (${r.manifest.layers.length} layer(s): ${r.layersBuilt} built, ${r.layersReused} reused; ${formatBytes(imageSize(r.manifest))}) in ${seconds} s${also.length ? `; also tagged ${also.join(' ')}` : ''}`)
       })
     })
 
@@ -287,6 +286,8 @@ export function registerImageCommands(program: Command): Command {
     .option('--work-dir <dir>', 'local directory for converting layers (default: the system temp dir)')
     .option('--json', 'print JSON')
     .action((ref: string, outFile: string, o: { workDir?: string }, cmd: Command) => {
+      // '' (an unset shell variable) names no file: said as such, not "  is not a regular file"
+      if (outFile === '') throw new StrataError('INVALID_ARGUMENT', "the archive's file name is empty")
       // a regular file (through symlinks) is replaced atomically; stdout (also as /dev/stdout),
       // pipes, FIFOs and devices are written in place (see local-files.ts)
       const where = localDestination(outFile, "archive's file")

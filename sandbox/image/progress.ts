@@ -38,14 +38,22 @@ export function formatBytes(n: number): string {
  * stream is a TTY, one line per finished task otherwise, nothing when quiet.
  * Call stop() when the command ends (restores the cursor on a TTY).
  */
-export function createProgress(opts: { stream?: NodeJS.WriteStream; quiet?: boolean } = {}): ProgressSink & { stop(): void } {
+export function createProgress(opts: { stream?: NodeJS.WriteStream; quiet?: boolean; signal?: AbortSignal } = {}): ProgressSink & { stop(): void } {
   const stream = opts.stream ?? process.stderr
   if (opts.quiet) return { ...NO_PROGRESS, stop: () => undefined }
-  if (!stream.isTTY) return lineProgress(stream)
-  return barProgress(stream)
+  const interrupted = () => opts.signal?.aborted === true
+  if (!stream.isTTY) return lineProgress(stream, interrupted)
+  return barProgress(stream, interrupted)
 }
 
-function lineProgress(stream: NodeJS.WritableStream): ProgressSink & { stop(): void } {
+/**
+ * A task ends with done() in a `finally` whether it finished or not; one that
+ * ends without a note of its own once the command was cancelled did not
+ * finish, and must not be shown as if it had (a full bar, a plain line).
+ */
+const INTERRUPTED = 'interrupted'
+
+function lineProgress(stream: NodeJS.WritableStream, interrupted: () => boolean): ProgressSink & { stop(): void } {
   return {
     start(label: string) {
       const t0 = Date.now()
@@ -58,6 +66,7 @@ function lineProgress(stream: NodeJS.WritableStream): ProgressSink & { stop(): v
         done(note?: string) {
           if (ended) return
           ended = true
+          if (note === undefined && interrupted()) note = INTERRUPTED
           const secs = ((Date.now() - t0) / 1000).toFixed(1)
           stream.write(`${label}: ${bytes > 0 ? `${formatBytes(bytes)} ` : ''}${secs}s${note ? ` (${note})` : ''}\n`)
         },
@@ -67,7 +76,7 @@ function lineProgress(stream: NodeJS.WritableStream): ProgressSink & { stop(): v
   }
 }
 
-function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void } {
+function barProgress(stream: NodeJS.WriteStream, interrupted: () => boolean): ProgressSink & { stop(): void } {
   const multi = new cliProgress.MultiBar(
     {
       stream,
@@ -83,8 +92,12 @@ function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void 
   )
   let width = 0
   let stopped = false
+  // a MultiBar that never drew a bar still writes its cursor reset and a newline on stop(): a
+  // command that showed no progress (ls, tag …) would leave a blank line and escapes behind
+  let drawn = false
   return {
     start(label: string, total?: number) {
+      drawn = true
       width = Math.max(width, label.length)
       const known = total !== undefined && total > 0
       let value = 0
@@ -106,6 +119,13 @@ function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void 
         },
         done(note?: string) {
           if (ended) return
+          if (note === undefined && interrupted()) {
+            // where it stopped, not a full bar
+            bar.update(known ? Math.min(value, total) : 0, { ...payload(), note: INTERRUPTED })
+            ended = true
+            bar.stop()
+            return
+          }
           ended = true
           bar.update(known ? total : 1, { ...payload(), note: note ?? 'done' })
           bar.stop()
@@ -115,7 +135,7 @@ function barProgress(stream: NodeJS.WriteStream): ProgressSink & { stop(): void 
     stop() {
       if (stopped) return
       stopped = true
-      multi.stop()
+      if (drawn) multi.stop()
     },
   }
 }

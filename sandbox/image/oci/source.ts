@@ -135,6 +135,7 @@ async function openDirectory(input: string, abs: string, opts: OpenImportOptions
     const idx = fs.statSync(path.join(abs, 'index.json'), { throwIfNoEntry: false })
     if (idx?.isFile() && idx.size <= MAX_DOCUMENT_BYTES && isOciIndex(await fs.promises.readFile(path.join(abs, 'index.json')))) throw unmarkedLayout(input, 'directory')
   }
+  if (await isDirTransportCopy(reader)) throw dirTransportCopy(input)
   // a symlink to a directory is built as the directory it names (mkfs.erofs refuses the link)
   return { kind: 'rootfs-dir', dir: await fs.promises.realpath(abs), ref: abs }
 }
@@ -304,6 +305,28 @@ function incompleteLayout(input: string, what: 'directory' | 'tar', blobs: boole
     'IMAGE_BAD_ARCHIVE',
     `${input} has ${OCI_LAYOUT_FILE}${blobs ? ' and blobs/' : ''} but no index.json: an OCI layout ${what} needs index.json to name its images`,
     { detail: { missing: 'index.json' } },
+  )
+}
+
+/** What containers/image writes first in a `dir:` copy (`skopeo copy … dir:D`, `podman save --format docker-dir|oci-dir`). */
+const DIR_TRANSPORT_VERSION = 'Directory Transport Version:'
+
+/**
+ * Whether a directory is a containers/image `dir:` copy: its `version` file
+ * says so and `manifest.json` beside it is the image's manifest. Such a copy
+ * (blobs named by bare hex, no index) is no layout import reads, and built as
+ * a rootfs it would give an image whose tree is those blob files.
+ */
+async function isDirTransportCopy(reader: DirArchiveReader): Promise<boolean> {
+  const size = await dirMemberSize(reader, 'version')
+  if (size === null || size > 256 || (await dirMemberSize(reader, 'manifest.json')) === null) return false
+  return (await reader.read('version', 256)).toString('utf8').startsWith(DIR_TRANSPORT_VERSION)
+}
+
+function dirTransportCopy(input: string): StrataError {
+  return new StrataError(
+    'IMAGE_BAD_ARCHIVE',
+    `${input} is a containers/image dir: copy (skopeo copy … dir:, podman save --format docker-dir or oci-dir), which import does not read: copy it to an OCI layout or archive instead (skopeo copy dir:${input} oci:LAYOUT:NAME:TAG, or podman save --format oci-archive)`,
   )
 }
 

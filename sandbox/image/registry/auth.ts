@@ -17,6 +17,11 @@ export interface Challenge {
   params: Record<string, string>
 }
 
+/** The auth file credentials are looked up in: $REGISTRY_AUTH_FILE, else ~/.docker/config.json. */
+export function registryAuthFile(env: NodeJS.ProcessEnv = process.env): string {
+  return env.REGISTRY_AUTH_FILE || path.join(env.HOME || os.homedir(), '.docker', 'config.json')
+}
+
 /**
  * Credentials for `host`, first found wins: explicit username/password, the
  * STRATA_REGISTRY_USER / STRATA_REGISTRY_PASSWORD environment, then the
@@ -32,7 +37,7 @@ export function resolveCredentials(
   if (env.STRATA_REGISTRY_USER !== undefined || env.STRATA_REGISTRY_PASSWORD !== undefined) {
     return { username: env.STRATA_REGISTRY_USER ?? '', password: env.STRATA_REGISTRY_PASSWORD ?? '' }
   }
-  const file = env.REGISTRY_AUTH_FILE || path.join(env.HOME || os.homedir(), '.docker', 'config.json')
+  const file = registryAuthFile(env)
   let text: string
   try {
     text = fs.readFileSync(file, 'utf8')

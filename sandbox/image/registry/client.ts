@@ -15,7 +15,7 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import { StrataError } from '../../../fs/common/errors.js'
 import { isDigest, sha256Digest } from '../types.js'
-import { basicAuthorization, parseWwwAuthenticate, resolveCredentials, type Credentials } from './auth.js'
+import { basicAuthorization, parseWwwAuthenticate, registryAuthFile, resolveCredentials, type Credentials } from './auth.js'
 import { MANIFEST_ACCEPT } from '../oci/media-types.js'
 import { registryScheme } from './reference.js'
 
@@ -354,7 +354,7 @@ export class RegistryClient {
       return
     }
     if (challenges.some((c) => c.scheme === 'basic')) {
-      if (!this.#creds) throw new StrataError('IMAGE_AUTH_FAILED', `${this.host} wants basic auth and no credentials were given (--username/--password, STRATA_REGISTRY_USER/STRATA_REGISTRY_PASSWORD or ~/.docker/config.json)`)
+      if (!this.#creds) throw new StrataError('IMAGE_AUTH_FAILED', `${this.host} wants basic auth and no credentials were given (--username/--password, STRATA_REGISTRY_USER/STRATA_REGISTRY_PASSWORD, or an auths entry for ${this.host} in ${registryAuthFile()})`)
       this.#authorization = basicAuthorization(this.#creds)
       return
     }

@@ -513,3 +513,25 @@ test.serial('export refuses a directory or a missing directory as OUT, before an
   t.is(c.code, 1)
   t.regex(c.stderr, /^strata: INVALID_ARGUMENT: tiny\/gz:latest adds no layers to the images before it/m)
 })
+
+test.serial('a containers/image dir: copy (skopeo copy … dir:, podman save --format docker-dir) is IMAGE_BAD_ARCHIVE saying what it is, not built as a rootfs of blob files; a rootfs with its own /version file stays a rootfs', async (t) => {
+  const dir = localTmp(t)
+  for (const format of ['v2s2', 'oci']) {
+    const copy = path.join(dir, `dir-${format}`)
+    await run('skopeo', ['copy', '--quiet', '--format', format, `oci:${img.fx.ref}`, `dir:${copy}`])
+    t.regex(fs.readFileSync(path.join(copy, 'version'), 'utf8'), /^Directory Transport Version: /)
+    for (const named of [true, false]) {
+      const err = await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [copy, ...(named ? ['--name', 'bad/dir-copy'] : [])])
+      t.regex(err, /is a containers\/image dir: copy .*\(skopeo copy dir:/, err)
+    }
+  }
+  // a tree that happens to hold /version and /manifest.json is a tree
+  const root = path.join(dir, 'rootfs')
+  fs.mkdirSync(root)
+  fs.writeFileSync(path.join(root, 'version'), '1.2.3\n')
+  fs.writeFileSync(path.join(root, 'manifest.json'), '{"name":"web-app"}\n')
+  const r = await strata(['image', ...img.ic.cliArgs, 'import', root, '--name', 'ok/rootfs-version', '--json'])
+  t.is(r.code, 0, r.stderr)
+  t.is(JSON.parse(r.stdout).source.type, 'rootfs')
+  t.is((await strata(['image', ...img.ic.cliArgs, 'rm', 'ok/rootfs-version'])).code, 0)
+})

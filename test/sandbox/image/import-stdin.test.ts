@@ -185,6 +185,8 @@ test.serial('a terminal on stdin is a usage error (exit 2) before any work; Ctrl
   const code = await exited
   t.is(code, 130, stderr)
   t.regex(stderr, /strata: CANCELLED: image import interrupted by SIGINT/)
+  // the read was cut short: its progress line says so, not like one that finished ("read standard input: 1.0 MiB 0.3s")
+  t.regex(stderr, /^read standard input: .*\(interrupted\)$/m, stderr)
   t.deepEqual(fs.readdirSync(work), [])
   t.deepEqual(await state(), before)
 })
