@@ -247,9 +247,11 @@ export function fuseTimeout(seconds: number): number {
  * the name any time), and auto_cache: an open keeps the file's page cache
  * when its mtime and size are what the kernel cached, instead of dropping
  * it at every open, so the sandboxes of a node that open one dataset file
- * read it from the DFS once, not once each.
+ * read it from the DFS once, not once each. `ro` for a read-only mount.
  */
 export function extraFuseOptions(c: ResolvedFuseConfig): string {
   const extra = ['use_ino', 'big_writes', `max_write=${c.maxWrite}`, `max_read=${c.maxRead}`, `max_readahead=${c.maxReadahead}`, 'negative_timeout=0', 'auto_cache']
+  // a read-only mount is one for the kernel too: findmnt and /proc/mounts say ro, and tools that check the mount flags (statvfs ST_RDONLY) see it
+  if (c.readonly) extra.push('ro')
   return ['strata', ...extra].join(',')
 }

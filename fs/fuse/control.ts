@@ -13,7 +13,7 @@ import { StrataError } from '../common/errors.js'
 import { readClusterFile, resolveClusterDir, type ClusterProcess } from '../admin/cluster-file.js'
 import { logTail, spawnDaemon } from '../admin/process.js'
 import type { FuseDaemonConfig } from './config.js'
-import { readFuseState } from './state.js'
+import { readFuseState, registeredDaemon, unregisterDaemon } from './state.js'
 import { forgetMount, recordMount, type MountRecord } from './cluster-mounts.js'
 import { checkMgmtdReachable } from '../client/reachability.js'
 import { FUSE_FSTYPE, checkMountpoint, daemonsFor, findMount, forceUnmount, isFuseMount, mountName, pidAlive, waitUnmounted } from './mounts.js'
@@ -220,7 +220,9 @@ export async function unmountFs(mountpoint: string, o: { timeoutMs?: number; clu
   if (!daemons.length && !m) throw new StrataError('NOT_FOUND', `${mnt} is not mounted`)
   if (!daemons.length && m && !isFuseMount(m)) throw new StrataError('INVALID_ARGUMENT', `${mnt} is a ${m.fstype} mount, not a Strata FUSE mount`)
   const pids = daemons.map((d) => d.pid)
-  const clusterDirs = new Set([...daemons.map((d) => clusterDirOf(d.configFile)), o.clusterDir].filter((d): d is string => !!d))
+  // a daemon that was SIGKILLed left its registry entry: the only trace of the cluster that records its mount
+  const reg = registeredDaemon(mnt)
+  const clusterDirs = new Set([...daemons.map((d) => clusterDirOf(d.configFile)), reg?.clusterDir, o.clusterDir].filter((d): d is string => !!d))
   for (const pid of pids) {
     try {
       process.kill(pid, 'SIGTERM')
@@ -247,5 +249,6 @@ export async function unmountFs(mountpoint: string, o: { timeoutMs?: number; clu
     }
   }
   for (const dir of clusterDirs) forgetMount(dir, mountName(mnt))
+  if (reg && !pidAlive(reg.pid)) unregisterDaemon(mnt, reg.pid)
   return { mountpoint: mnt, stopped: pids, killed, forced }
 }

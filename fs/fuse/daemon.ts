@@ -223,7 +223,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     if (crashMs > 0) setTimeout(() => {
       throw new Error('STRATA_FUSE_TEST_CRASH_AFTER_MS: deliberate uncaught error')
     }, crashMs)
-    registerDaemon({ pid: process.pid, mountpoint: mnt })
+    registerDaemon({ pid: process.pid, mountpoint: mnt, ...(cfg.clusterDir ? { clusterDir: cfg.clusterDir } : {}) })
     if (cfg.stateFile) writeFuseState(cfg.stateFile, { pid: process.pid, mountpoint: mnt, connection: connectionId(m), mountedAt: new Date().toISOString(), clientId })
   } catch (e) {
     ops.attachFastReads(null)

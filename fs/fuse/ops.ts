@@ -33,6 +33,7 @@ import { PathCache, childOf, parentOf } from './path-cache.js'
 import { READ_AHEAD_DEFAULTS, ReadAhead, ReadAheadBudget, type ReadAheadOptions, type ReadAheadStats } from './read-ahead.js'
 import type { FastReadStats, FastReads } from './fast-reads.js'
 import { msToWire, usToWire, wireToSetattrUs } from './times.js'
+import { RmdirRetries, isHiddenName } from './hidden-files.js'
 
 export const VIRT_DIR = '3fs-virt'
 export const VIRT_ROOT = `/${VIRT_DIR}`
@@ -201,6 +202,8 @@ export class StrataFuseOps {
    */
   private readonly reported = new Map<string, { id: bigint; type: Inode['type'] }>()
   private readonly reportedMax: number
+  /** rmdirs answered ESTALE while a release of a hidden file in the directory may be queued (hidden-files.ts) */
+  private readonly rmdirRetries = new RmdirRetries()
 
   constructor(readonly opts: FuseOpsOptions) {
     this.fs = opts.fs
@@ -664,11 +667,27 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     try {
-      await this.fs.rmdir(p)
+      await this.fs.rmdir(p).catch(async (e: unknown) => {
+        if (errnoOf(e) === E.ENOTEMPTY && (await this.onlyHiddenOpenHere(p)) && this.rmdirRetries.first(p)) {
+          fail(E.ESTALE, `${p}: only names of files unlinked while open here are left; their release may be queued behind this rmdir`)
+        }
+        this.rmdirRetries.done(p)
+        throw e
+      })
+      this.rmdirRetries.done(p)
       this.forgetReported(p)
     } finally {
       this.cache.invalidateTree(p)
     }
+  }
+
+  /** Whether directory p holds nothing but `.fuse_hidden…` names of files this mount has open. */
+  private async onlyHiddenOpenHere(p: string): Promise<boolean> {
+    const { entries } = await this.fs.readdirAll(p).catch(() => ({ entries: [] }))
+    if (!entries.length || !entries.every((e) => isHiddenName(e.name))) return false
+    const open = new Set<bigint>()
+    for (const h of this.handles.values()) if (h.kind === 'file') open.add(h.fh.inodeId)
+    return entries.every((e) => open.has(e.id))
   }
 
   async unlink(p: string): Promise<void> {

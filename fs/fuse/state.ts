@@ -39,6 +39,8 @@ export interface RegistryEntry {
   pid: number
   mountpoint: string
   configFile?: string
+  /** the cluster directory whose DIR/mounts records this mount: `fs umount` of a mount whose daemon was killed finds it here */
+  clusterDir?: string
 }
 
 /** /run/strata/fuse as root, else a per-user directory under the temp dir. */

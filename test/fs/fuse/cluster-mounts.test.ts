@@ -193,6 +193,26 @@ t('with mgmtd gone but a meta server and other replicas alive, requests still su
   ok(t, await sh(`timeout 60 ls ${m2} && timeout 60 cat ${m2}/hello && timeout 60 cmp ${m2}/big ${base}/ref && timeout 60 df ${m2}`), 'reads with mgmtd, meta-1 and storage-1 dead')
 })
 
+t('fs umount of a mount whose daemon was SIGKILLed clears it and drops its record in the cluster directory', async (t) => {
+  const m3 = path.join(tmpDir(t, 'strata-fuse-cm-k-'), 'm3')
+  const dir = await cluster(t, [m3])
+  const pid = await mountInBackground(t, dir, m3)
+  const records = () => fs.readdirSync(path.join(dir, 'mounts'))
+  t.is(records().length, 1)
+  process.kill(pid, 'SIGKILL')
+  await until(() => !pidAlive(pid), 10_000, 'daemon gone')
+  const st = await strata(['cluster', 'status', '--dir', dir, '--json'])
+  ok(t, st, 'cluster status')
+  const mounts = (JSON.parse(st.stdout) as { mounts: { mountpoint: string; alive: boolean; mounted: boolean }[] }).mounts
+  t.like(mounts[0], { mountpoint: m3, alive: false, mounted: true }, 'status reports the dead mount')
+  // no --cluster: the daemon is gone, so only what it registered names the cluster
+  const u = await strata(['fs', 'umount', m3])
+  ok(t, u, 'fs umount of a dead mount')
+  t.regex(u.stdout, /cleared a dead mount/)
+  t.falsy(findMount(m3))
+  t.deepEqual(records(), [], 'the record is gone with the mount')
+})
+
 t('fs umount stops the daemon when its mount is dead or its config is gone', async (t) => {
   const base = tmpDir(t, 'strata-fuse-cm-u-')
   const m2 = path.join(base, 'm2')

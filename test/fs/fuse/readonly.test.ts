@@ -2,6 +2,7 @@
 // (setxattr/removexattr of hf3fs.lock) included: a lock taken there blocked
 // every other client's creates in the directory, and outlived the mount.
 import test from 'ava'
+import { findMount } from '../../../fs/fuse/mounts.js'
 import { fuseSkipReason, ok, py, sh, startFuseCluster } from './helpers.js'
 
 const skip = fuseSkipReason()
@@ -40,6 +41,10 @@ t('a --readonly mount refuses hf3fs.lock set and remove with EROFS; the lock sta
   t.is(await run('remove', ro), 'EROFS')
   t.is(await run('user', ro), 'EROFS', 'any setxattr is a change')
   t.is(await run('create', ro, 'x'), 'EROFS', 'as every other change')
+  // the kernel knows it too (it showed rw, and statvfs had no ST_RDONLY)
+  t.true(findMount(r.mnt)!.options.split(',').includes('ro'), `mount options: ${findMount(r.mnt)!.options}`)
+  t.regex((await sh(`findmnt -no OPTIONS ${r.mnt}`)).stdout, /^ro,/)
+  t.false(findMount(a.mnt)!.options.split(',').includes('ro'))
   t.is((await c.m.client().stat('/ad')).directory?.lock ?? null, null, 'no lock was taken')
   t.is(await run('create', rw, 'y'), 'ok', 'the writable mount is not blocked')
   // a lock held by the writable mount cannot be cleared from the read-only one, which still sees it
