@@ -7,7 +7,7 @@ import test, { type ExecutionContext } from 'ava'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { execFileSync, spawnSync } from 'node:child_process'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { openLmdbKv } from '../../../fs/kv/index.js'
 import { DEFAULT_RESERVE_BYTES } from '../../../fs/kv/lmdb.js'
 
@@ -138,4 +138,55 @@ test.serial('opening a new KV on a full disk fails with NO_SPACE instead of endi
   t.is(r.signal, null, `ended by ${r.signal}`)
   t.is(r.status, 0, r.stdout + r.stderr)
   t.regex(r.stdout, /NO_SPACE: cannot create the KV at /, r.stdout)
+})
+
+test.serial('two processes sharing a full env both free space: one spends the reserve, the other commits all the same', async (t) => {
+  if (process.getuid?.() !== 0) {
+    t.pass('mounting a tmpfs needs root')
+    return
+  }
+  const dir = mountSmall(t, '16m')
+  const kvDir = path.join(dir, 'kv')
+  const kv = await openLmdbKv({ path: kvDir })
+  t.teardown(() => kv.close())
+  fs.writeFileSync(path.join(dir, 'filler'), Buffer.alloc(8 * 1024 * 1024, 1))
+  const key = (i: number): Buffer => Buffer.from(`key-${String(i).padStart(6, '0')}`)
+  let n = 0
+  for (const size of [8000, 100]) {
+    for (let failure: unknown; failure === undefined && n < 100_000; n++) {
+      failure = await kv.transact(async (txn) => txn.set(key(n), Buffer.alloc(size, 2))).then(
+        () => undefined,
+        (e: unknown) => e,
+      )
+      if (failure !== undefined) t.is((failure as { code?: string }).code, 'NO_SPACE', String(failure))
+    }
+  }
+  t.true(fs.existsSync(path.join(kvDir, 'strata-kv.reserve')))
+
+  // the other process removes the first half while this one removes the second, at once
+  const kvIndex = new URL('../../../fs/kv/index.js', import.meta.url).href
+  const script = `
+    const { openLmdbKv } = await import(${JSON.stringify(kvIndex)})
+    const kv = await openLmdbKv({ path: process.argv[1] })
+    const key = (i) => Buffer.from('key-' + String(i).padStart(6, '0'))
+    process.stdout.write('ready\\n')
+    process.stdin.once('data', async () => {
+      try { await kv.transact(async (txn) => txn.clearRange(key(0), key(${Math.floor(n / 2)})), { frees: true }); console.log('REMOVED') }
+      catch (e) { console.log(String(e)) }
+      await kv.close()
+    })
+  `
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script, kvDir], { stdio: ['pipe', 'pipe', 'inherit'] })
+  t.teardown(() => void child.kill('SIGKILL'))
+  let out = ''
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()))
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)))
+  for (let i = 0; i < 600 && !out.includes('ready'); i++) await new Promise((r) => setTimeout(r, 50))
+  t.true(out.includes('ready'), out)
+  child.stdin.end('go\n')
+  const mine = kv.transact(async (txn) => txn.clearRange(key(Math.floor(n / 2)), key(n)), { frees: true })
+  await t.notThrowsAsync(mine)
+  t.is(await exited, 0)
+  t.regex(out, /REMOVED/, out)
+  t.deepEqual(await kv.readOnly((txn) => txn.getRange(key(0), key(n))), [])
 })
