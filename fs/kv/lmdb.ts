@@ -22,6 +22,10 @@
 //    (OpenGate below): lmdb-js's mdb_env_open resets the shared "last
 //    committed txnid" to what it read at open, so an open overlapping a
 //    commit of another process rolls it back and corrupts the env.
+//  - A full disk: a commit run with `frees` (it frees space) that fails for
+//    want of room spends the env's space reserve (reserve.ts) and is retried
+//    once; other commits fail NO_SPACE. A new env is only created where there
+//    is room for it (lmdb would die of SIGBUS).
 //  - The log is kept for `logRetentionMs` (and at most `maxLogEntries`
 //    records); a transaction whose read version is older than the oldest
 //    record it would need fails with KV_TXN_TOO_OLD (retryable), like FDB's
@@ -43,6 +47,7 @@ import { DEFAULT_BACKOFF, withRetries, type BackoffOptions } from './retry.js'
 import { BufferedTxn, type SnapshotReader } from './txn.js'
 import type { CommitInfo, KeyValue, KvEngine, ReadOnlyTxn, ReadWriteTxn, TransactOptions } from './types.js'
 import { ReadConflicts, encodeWriteSet, writeSetTime } from './write-set.js'
+import { SpaceReserve } from './reserve.js'
 
 /**
  * When `transact` resolves:
@@ -80,6 +85,13 @@ export interface LmdbKvOptions {
   maxKeyBytes?: number
   /** lmdb map size: the largest the file may grow (default 64 GiB; address space only) */
   mapSizeBytes?: number
+  /**
+   * Room kept in the env directory for commits that free space when the
+   * filesystem is full (`TransactOptions.frees`; see reserve.ts). Default
+   * DEFAULT_RESERVE_BYTES; 0: none. The first process to open the env in this
+   * process decides.
+   */
+  reserveBytes?: number
   /** lmdb reader slots shared by all processes (default 1024) */
   maxReaders?: number
   /**
@@ -279,6 +291,7 @@ interface SharedEnv {
   running: number
   readerTimer: NodeJS.Timeout
   gate: OpenGate
+  reserve: SpaceReserve
 }
 
 /** One lmdb root per env directory per process, shared by every engine handle on it. */
@@ -324,18 +337,44 @@ async function createEnv(dir: string, nosync: boolean, opts: LmdbKvOptions): Pro
     // no commit may run anywhere on the host while lmdb opens the env (OpenGate says why); held
     // until the named databases exist and the format is checked (both may write)
     await gate.exclusive()
+    let sh: SharedEnv
     try {
-      return await openEnvGated(dir, nosync, opts, gate)
+      sh = await openEnvGated(dir, nosync, opts, gate)
     } finally {
       gate.releaseExclusive()
     }
+    // outside the gate: writing it must not hold up other processes' commits
+    sh.reserve.sweep()
+    await sh.reserve.replenish()
+    return sh
   } catch (e) {
     gate.close()
     throw e
   }
 }
 
+/**
+ * lmdb writes a new env's lock file through a shared mapping of a sparse
+ * file: on a full filesystem the first store into it is SIGBUS, which ends
+ * the process before any error can be handled. So a new env (or one whose
+ * lock file never got a block) is only made where there is room for it.
+ */
+async function assertRoomToOpen(dir: string): Promise<void> {
+  const blocks = (f: string): number => {
+    try {
+      return fs.statSync(path.join(dir, f)).blocks
+    } catch {
+      return 0
+    }
+  }
+  if (blocks('data.mdb') > 0 && blocks('lock.mdb') > 0) return
+  const free = await freeBytes(dir)
+  if (free !== null && free < OPEN_ROOM_BYTES)
+    throw new StrataError('NO_SPACE', `cannot create the KV at ${dir}: its filesystem has ${free} bytes free (at least ${OPEN_ROOM_BYTES} needed)`)
+}
+
 async function openEnvGated(dir: string, nosync: boolean, opts: LmdbKvOptions, gate: OpenGate): Promise<SharedEnv> {
+  await assertRoomToOpen(dir)
   let root: RootDatabase<Buffer, Buffer>
   try {
     root = open<Buffer, Buffer>({
@@ -354,15 +393,17 @@ async function openEnvGated(dir: string, nosync: boolean, opts: LmdbKvOptions, g
       ...(nosync ? { noSync: true } : {}),
     })
   } catch (e) {
-    throw toStrataError(e, 'IO_ERROR')
+    throw await spaceOr(dir, toStrataError(e, 'IO_ERROR'), 'could not open', e)
   }
   const dbOpts = { keyEncoding: 'binary' as const, encoding: 'binary' as const, compression: false }
-  const data = root.openDB<Buffer, Buffer>({ name: 'kv.data', ...dbOpts })
-  const log = root.openDB<Buffer, Buffer>({ name: 'kv.log', ...dbOpts })
-  const sys = root.openDB<Buffer, Buffer>({ name: 'kv.sys', ...dbOpts })
   const syncMode = nosync ? 'nosync' : 'sync'
+  let data: Database<Buffer, Buffer>, log: Database<Buffer, Buffer>, sys: Database<Buffer, Buffer>
   try {
-    const err = await root.childTransaction(() => {
+    // creating the named databases writes (a synchronous lmdb transaction): inside the try
+    data = root.openDB<Buffer, Buffer>({ name: 'kv.data', ...dbOpts })
+    log = root.openDB<Buffer, Buffer>({ name: 'kv.log', ...dbOpts })
+    sys = root.openDB<Buffer, Buffer>({ name: 'kv.sys', ...dbOpts })
+    const child = root.childTransaction(() => {
       const f = sys.get(FORMAT_KEY)
       if (f === undefined) {
         sys.put(FORMAT_KEY, Buffer.from(FORMAT))
@@ -375,10 +416,15 @@ async function openEnvGated(dir: string, nosync: boolean, opts: LmdbKvOptions, g
       if (s !== syncMode) return `${dir} is used with ${s === 'nosync' ? "durability 'nosync'" : 'a synced durability'}; every process must agree`
       return ''
     })
+    // a failed batch also rejects these, which nobody else awaits (see commit): an unhandled rejection ends a daemon
+    root.committed.then(undefined, () => undefined)
+    const err = await child
     if (err) throw new StrataError('BAD_CONFIG', err)
   } catch (e) {
+    ;(e as { commitError?: Promise<unknown> })?.commitError?.then(undefined, () => undefined)
+    root.committed.then(undefined, () => undefined)
     await root.close().catch(() => {})
-    throw isStrataError(e) ? e : toStrataError(e, 'IO_ERROR')
+    throw isStrataError(e) ? e : await spaceOr(dir, toStrataError(e, 'IO_ERROR'), 'could not open', e)
   }
   // readers left behind by processes that died pin old pages; clear them now and then
   const readerTimer = setInterval(() => {
@@ -389,7 +435,8 @@ async function openEnvGated(dir: string, nosync: boolean, opts: LmdbKvOptions, g
     }
   }, READER_CHECK_MS)
   readerTimer.unref()
-  return { dir, root, data, log, sys, nosync, refs: 0, closed: false, running: 0, readerTimer, gate }
+  const reserve = new SpaceReserve(dir, Math.max(0, opts.reserveBytes ?? DEFAULT_RESERVE_BYTES), freeBytes)
+  return { dir, root, data, log, sys, nosync, refs: 0, closed: false, running: 0, readerTimer, gate, reserve }
 }
 
 async function releaseEnv(sh: SharedEnv): Promise<void> {
@@ -490,7 +537,8 @@ class LmdbEngine implements LmdbKvEngine {
 
   async transactWithInfo<T>(fn: (txn: ReadWriteTxn) => Promise<T>, opts?: TransactOptions): Promise<{ result: T; info: CommitInfo }> {
     this.assertOpen()
-    return withRetries((deadline) => this.attempt(fn, deadline), opts, this.backoff)
+    const frees = opts?.frees === true
+    return withRetries((deadline) => this.attempt(fn, deadline, frees), opts, this.backoff)
   }
 
   close(): Promise<void> {
@@ -569,7 +617,7 @@ class LmdbEngine implements LmdbKvEngine {
     return { txn, release }
   }
 
-  private async attempt<T>(fn: (txn: ReadWriteTxn) => Promise<T>, deadline: number): Promise<{ result: T; info: CommitInfo }> {
+  private async attempt<T>(fn: (txn: ReadWriteTxn) => Promise<T>, deadline: number, frees: boolean): Promise<{ result: T; info: CommitInfo }> {
     this.assertOpen()
     const { txn, release } = this.begin(true, deadline)
     this.sh.running++
@@ -585,7 +633,7 @@ class LmdbEngine implements LmdbKvEngine {
       if (!txn.hasWrites()) return { result, info: { versionstamps: [] } }
       this.assertOpen()
       // close() waits for it (including a wait at the gate, which must not outlive the env)
-      const c = this.commit(txn, deadline)
+      const c = this.commit(txn, deadline, frees)
       this.inflight.add(c)
       try {
         return { result, info: await c }
@@ -597,7 +645,7 @@ class LmdbEngine implements LmdbKvEngine {
     }
   }
 
-  private async commit(txn: BufferedTxn, deadline: number): Promise<CommitInfo> {
+  private async commit(txn: BufferedTxn, deadline: number, frees: boolean): Promise<CommitInfo> {
     const { gate } = this.sh
     try {
       const entered = gate.enter(deadline) // waits only while another process opens the env
@@ -607,24 +655,29 @@ class LmdbEngine implements LmdbKvEngine {
     }
     let version: number
     try {
-      if (this.commitMode === 'sync' || (this.commitMode === 'auto' && this.sh.running <= 1)) {
-        version = this.sh.root.transactionSync(() => this.applyCommit(txn))
-      } else {
-        const child = this.sh.root.childTransaction(() => this.applyCommit(txn))
-        // When lmdb cannot write the batch (a full disk), it also rejects the
-        // batch's own commit promise and the error's `commitError`; nobody else
-        // waits for those, and an unhandled rejection ends a daemon (every meta
-        // server on the host at once). The failure reaches us through `child`.
+      try {
+        if (this.commitMode === 'sync' || (this.commitMode === 'auto' && this.sh.running <= 1)) {
+          version = this.sh.root.transactionSync(() => this.applyCommit(txn))
+        } else {
+          const child = this.sh.root.childTransaction(() => this.applyCommit(txn))
+          // When lmdb cannot write the batch (a full disk), it also rejects the
+          // batch's own commit promise and the error's `commitError`; nobody else
+          // waits for those, and an unhandled rejection ends a daemon (every meta
+          // server on the host at once). The failure reaches us through `child`.
+          this.sh.root.committed.then(undefined, () => undefined)
+          version = await child
+        }
+      } catch (e) {
+        ;(e as { commitError?: Promise<unknown> })?.commitError?.then(undefined, () => undefined)
         this.sh.root.committed.then(undefined, () => undefined)
-        version = await child
+        const err = await this.mapCommitError(e)
+        if (err.code !== 'NO_SPACE' || !frees) throw err
+        version = await this.commitOnReserve(txn, err)
       }
-    } catch (e) {
-      ;(e as { commitError?: Promise<unknown> })?.commitError?.then(undefined, () => undefined)
-      this.sh.root.committed.then(undefined, () => undefined)
-      throw await this.mapCommitError(e)
     } finally {
       gate.exit()
     }
+    if (version !== CONFLICT && version !== TOO_OLD) void this.sh.reserve.replenish()
     if (version === CONFLICT) {
       this.counters.conflicts++
       throw new StrataError('KV_CONFLICT', 'a key or range this transaction read was written by a later commit')
@@ -638,6 +691,35 @@ class LmdbEngine implements LmdbKvEngine {
     const versionstamps: Buffer[] = []
     for (let i = 0; i < txn.versionstampCount; i++) versionstamps.push(makeVersionstamp(version, i))
     return { commitVersion: BigInt(version), versionstamps }
+  }
+
+  /**
+   * The second try of a commit that frees space and failed for want of it:
+   * the reserve is released from inside the lmdb write transaction, i.e.
+   * while this process holds lmdb's host-wide write lock, so no other
+   * process's commit can take the room first (commits of this process in the
+   * same batch may share it). Another process may have released the reserve
+   * already; then the room it gave back is tried all the same. (A batch, not
+   * a synchronous transaction: lmdb-js 3.5.6 has been seen to corrupt its
+   * heap when a synchronous commit fails on a full disk.)
+   */
+  private async commitOnReserve(txn: BufferedTxn, first: StrataError): Promise<number> {
+    const { root, reserve } = this.sh
+    try {
+      const child = root.childTransaction(() => {
+        const version = this.applyCommit(txn)
+        if (version >= 0) reserve.release()
+        return version
+      })
+      root.committed.then(undefined, () => undefined)
+      return await child
+    } catch (e) {
+      ;(e as { commitError?: Promise<unknown> })?.commitError?.then(undefined, () => undefined)
+      root.committed.then(undefined, () => undefined)
+      const err = await this.mapCommitError(e)
+      if (err.code !== 'NO_SPACE') throw err
+      throw new StrataError('NO_SPACE', `${first.reason}; nor with the KV's space reserve (${reserve.bytes} bytes) given back`, { cause: e })
+    }
   }
 
   /** Runs inside the lmdb (child) write transaction; synchronous. Returns the commit version or CONFLICT / TOO_OLD. */
@@ -713,11 +795,7 @@ class LmdbEngine implements LmdbKvEngine {
    * the error a writer can act on, and what 3FS answers.
    */
   private async mapCommitError(e: unknown): Promise<StrataError> {
-    const err = this.mapError(e)
-    if (err.code !== 'IO_ERROR') return err
-    const free = await freeBytes(this.sh.dir)
-    if (free === null || free >= NO_SPACE_BELOW) return err
-    return new StrataError('NO_SPACE', `the KV at ${this.sh.dir} could not commit: its filesystem has ${free} bytes free (${err.reason})`, { cause: e })
+    return spaceOr(this.sh.dir, this.mapError(e), 'could not commit', e)
   }
 
   private mapError(e: unknown): StrataError {
@@ -729,6 +807,29 @@ class LmdbEngine implements LmdbKvEngine {
 
 /** A commit that fails while its filesystem has less room than this failed for want of space. */
 const NO_SPACE_BELOW = 16 * 1024 * 1024
+
+/** Free room needed to create an env (its first pages and the lock file's first page, with margin). */
+const OPEN_ROOM_BYTES = 1024 * 1024
+
+/**
+ * The reserve's default size. A commit that frees space copies, in each lmdb
+ * tree it changes (kv.data, kv.log, kv.sys, the main tree and lmdb's free
+ * list), the path from every changed leaf to the root (4 pages deep for
+ * millions of keys). The largest freeing transaction meta runs, a GC batch of
+ * 32 directory entries (entry, inode and lock of each, ~100 leaves at worst),
+ * with its commit-log record, needs about 100 × 4 × 4 KiB ≈ 1.6 MiB; twice
+ * that, rounded up. Small beside any real disk; removals after the first
+ * mostly reuse the pages earlier removals freed.
+ */
+export const DEFAULT_RESERVE_BYTES = 4 * 1024 * 1024
+
+/** `err` as NO_SPACE when it is a failed lmdb write (lmdb says EIO whatever the cause) on a filesystem with next to no room. */
+async function spaceOr(dir: string, err: StrataError, what: string, cause: unknown): Promise<StrataError> {
+  if (err.code !== 'IO_ERROR') return err
+  const free = await freeBytes(dir)
+  if (free === null || free >= NO_SPACE_BELOW) return err
+  return new StrataError('NO_SPACE', `the KV at ${dir} ${what}: its filesystem has ${free} bytes free (${err.reason})`, { cause })
+}
 
 /** Bytes this process may still write on the filesystem of `dir` (root may use the reserved blocks); null if unknown. */
 async function freeBytes(dir: string): Promise<number | null> {

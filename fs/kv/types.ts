@@ -58,6 +58,13 @@ export interface TransactOptions {
   maxRetries?: number
   /** give up with TIMEOUT after this long in total (default 5000 ms, like 3FS) */
   timeoutMs?: number
+  /**
+   * This transaction frees space, or is needed before space can be freed
+   * (removals, GC steps, closing a write session). When the store's disk is
+   * full, an engine may let such a commit use room it keeps aside for that
+   * (the lmdb engine's space reserve); any other commit fails NO_SPACE.
+   */
+  frees?: boolean
 }
 
 export interface CommitInfo {

@@ -47,6 +47,8 @@ export const GC_DIRS_PER_SERVER = 5
 const SMALL_FILE_CHUNKS = 32
 const LARGE_FILE_CHUNKS = 128
 const DIR_ENTRY_BATCH = 32
+/** GC's transactions free space (or, moving an entry to the tail, keep GC going): on a full disk they may use the KV's reserve */
+const FREES = { frees: true } as const
 const SCAN_BATCH = 256
 
 export type GcType = 'd' | 'L' | 'f' | 'S'
@@ -259,7 +261,7 @@ export class GcManager {
       const removedAt = cur.removedAt ?? parseGcEntry(cur.name)?.timestampUs
       storeDirEntry(txn, { ...cur, name: formatGcEntry(type, nowUs() + this.o.settings.gcRetryDelayMs * 1000, entry.id), ...(removedAt ? { removedAt } : {}) })
       removeDirEntry(txn, cur)
-    })
+    }, FREES)
   }
 
   private removeGcEntryAndInode(txn: ReadWriteTxn, entry: DirEntry): void {
@@ -285,7 +287,7 @@ export class GcManager {
     }
     await this.o.kv.transact(async (txn) => {
       this.removeGcEntryAndInode(txn, entry)
-    })
+    }, FREES)
     this.stats.filesRemoved++
   }
 
@@ -312,7 +314,7 @@ export class GcManager {
           return true
         }
         return false
-      })
+      }, FREES)
       checked = true
       if (finished) break
       if (this.stopped) throw new StrataError('CLOSED', 'GC stopped')

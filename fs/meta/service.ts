@@ -458,8 +458,16 @@ export class MetaService {
 
   // --- drivers
 
-  private txnOpts(long = false) {
-    return { timeoutMs: Math.max(1, long ? Math.max(this.o.settings.operationTimeoutMs, 30_000) : this.o.settings.operationTimeoutMs) }
+  /**
+   * `frees`: the transaction frees space or is needed to free it (see
+   * TransactOptions.frees): on a full disk the KV lets only these commit into
+   * the room it keeps aside, so `rm` works where `mkdir` gets ENOSPC.
+   */
+  private txnOpts(long = false, frees = false) {
+    return {
+      timeoutMs: Math.max(1, long ? Math.max(this.o.settings.operationTimeoutMs, 30_000) : this.o.settings.operationTimeoutMs),
+      ...(frees ? { frees } : {}),
+    }
   }
 
   /**
@@ -469,7 +477,7 @@ export class MetaService {
    * `recordErrors` a final error is recorded too, in a transaction of its own
    * (3FS resets the transaction and stores the error).
    */
-  private async mutate<T>(req: ReqBase, opts: { idem: boolean; recordErrors?: boolean; long?: boolean }, fn: (txn: ReadWriteTxn) => Promise<T>): Promise<T> {
+  private async mutate<T>(req: ReqBase, opts: { idem: boolean; recordErrors?: boolean; long?: boolean; frees?: boolean }, fn: (txn: ReadWriteTxn) => Promise<T>): Promise<T> {
     const useIdem = opts.idem && !isZeroUuid(req.uuid) && !isZeroUuid(req.client.uuid)
     const key = useIdem ? idemKey(req.uuid, req.client.uuid) : null
     const record = (ok: boolean, body: unknown): Buffer =>
@@ -487,7 +495,7 @@ export class MetaService {
         const result = await fn(txn)
         if (key && txn.writes > 0) raw.set(key, record(true, result))
         return result
-      }, this.txnOpts(opts.long))
+      }, this.txnOpts(opts.long, opts.frees))
     } catch (e) {
       const err = toStrataError(e)
       if (key && opts.recordErrors && isFinal(err) && !/\(replayed\)$/.test(err.reason)) {
@@ -583,7 +591,7 @@ export class MetaService {
     if (inodeId !== undefined) req.inodeId = inodeId
     else delete req.inodeId
     if (req.recursive && (isZeroUuid(req.uuid) || isZeroUuid(req.client.uuid))) throw bad('a recursive remove needs request and client uuids')
-    await this.mutate(req, { idem: true, recordErrors: true }, async (txn) => {
+    await this.mutate(req, { idem: true, recordErrors: true, frees: true }, async (txn) => {
       await this.store.remove(txn, req)
       return { ok: true }
     })
@@ -621,7 +629,8 @@ export class MetaService {
 
   private async close_(p: unknown) {
     const req = this.closeReq(p)
-    return { stat: await this.o.kv.transact((txn) => this.store.close(txn, req), this.txnOpts(true)) }
+    // frees: GC waits for a file's write sessions to close before it drops the file
+    return { stat: await this.o.kv.transact((txn) => this.store.close(txn, req), this.txnOpts(true, true)) }
   }
 
   /** Closes a session of a dead client with a storage-queried length (session pruning). */
@@ -634,7 +643,7 @@ export class MetaService {
       session: { session: s.session },
       updateLength: true,
     }
-    await this.o.kv.transact((txn) => this.store.close(txn, req), this.txnOpts(true))
+    await this.o.kv.transact((txn) => this.store.close(txn, req), this.txnOpts(true, true))
   }
 
   private async rename(p: unknown) {
@@ -643,7 +652,8 @@ export class MetaService {
     const inodeId = optInode(r.inodeId, 'inodeId')
     if (inodeId !== undefined) req.inodeId = inodeId
     else delete req.inodeId
-    return { stat: await this.mutate(req, { idem: true, recordErrors: true }, (txn) => this.store.rename(txn, req)) }
+    // frees: libfuse 2 unlinks an open file by renaming it to .fuse_hidden…, and a rename over a name drops that one
+    return { stat: await this.mutate(req, { idem: true, recordErrors: true, frees: true }, (txn) => this.store.rename(txn, req)) }
   }
 
   private async list(p: unknown) {
@@ -798,7 +808,7 @@ export class MetaService {
           }
         }
         return { last: kvs.length ? kvs[kvs.length - 1]!.key : null, n: kvs.length, cleaned }
-      })
+      }, { frees: true })
       this.counters.idemCleaned += cleaned
       if (!last || n < 2048) break
       begin = keyAfter(last)

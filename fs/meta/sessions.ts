@@ -125,9 +125,12 @@ export class SessionManager {
           if ((e as { code?: string }).code !== 'META_NOT_FOUND') throw e
         }
       }
-      await this.o.kv.transact(async (txn) => {
-        txn.clear(sessionKey(s.inode, s.session))
-      })
+      await this.o.kv.transact(
+        async (txn) => {
+          txn.clear(sessionKey(s.inode, s.session))
+        },
+        { frees: true },
+      )
       this.stats.pruned++
       return true
     } catch (e) {
