@@ -286,8 +286,6 @@ export function registerImageCommands(program: Command): Command {
     .option('--work-dir <dir>', 'local directory for converting layers (default: the system temp dir)')
     .option('--json', 'print JSON')
     .action((ref: string, outFile: string, o: { workDir?: string }, cmd: Command) => {
-      // '' (an unset shell variable) names no file: said as such, not "  is not a regular file"
-      if (outFile === '') throw new StrataError('INVALID_ARGUMENT', "the archive's file name is empty")
       // a regular file (through symlinks) is replaced atomically; stdout (also as /dev/stdout),
       // pipes, FIFOs and devices are written in place (see local-files.ts)
       const where = localDestination(outFile, "archive's file")
