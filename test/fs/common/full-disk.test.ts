@@ -4,28 +4,18 @@
 import test, { type ExecutionContext } from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
-import { execFileSync, spawn } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { writeClusterFile, type ClusterFile } from '../../../fs/admin/cluster-file.js'
 import { readFuseState, writeFuseState } from '../../../fs/fuse/state.js'
 import { RpcClient } from '../../../fs/rpc/index.js'
 import { CLI, freePort, tmpDir, until } from '../../helpers/procs.js'
+import { fillDisk, smallTmpfs } from '../../helpers/small-disk.js'
 
 /** A tmpfs of `size` mounted for this test, filled to the last byte; returns it and its filler file. */
 function fullDisk(t: ExecutionContext, size: string, keep: Record<string, string> = {}): { dir: string; filler: string } {
-  const dir = tmpDir(t, 'strata-full-')
-  execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', dir])
-  t.teardown(() => execFileSync('umount', ['-l', dir]))
+  const dir = smallTmpfs(t, size, 'strata-full-')
   for (const [name, text] of Object.entries(keep)) fs.writeFileSync(path.join(dir, name), text)
-  const filler = path.join(dir, 'filler')
-  const fd = fs.openSync(filler, 'w')
-  try {
-    for (;;) fs.writeSync(fd, Buffer.alloc(64 * 1024))
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOSPC') throw e
-  } finally {
-    fs.closeSync(fd)
-  }
-  return { dir, filler }
+  return { dir, filler: fillDisk(dir) }
 }
 
 const root = process.getuid?.() === 0

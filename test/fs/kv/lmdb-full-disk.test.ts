@@ -3,13 +3,14 @@
 // transaction only. lmdb-js reports it as EIO and also rejects promises
 // nobody waits for; unhandled, those ended every meta server sharing the env.
 
-import test, { type ExecutionContext } from 'ava'
+import test from 'ava'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { openLmdbKv } from '../../../fs/kv/index.js'
 import { DEFAULT_RESERVE_BYTES } from '../../../fs/kv/lmdb.js'
+import { smallTmpfs } from '../../helpers/small-disk.js'
 
 test.serial('a commit on a full disk fails with NO_SPACE, leaves no unhandled rejection, and commits work again once space is freed', async (t) => {
   if (process.getuid?.() !== 0) {
@@ -54,20 +55,13 @@ test.serial('a commit on a full disk fails with NO_SPACE, leaves no unhandled re
   t.deepEqual(back.first, value)
 })
 
-const mountSmall = (t: ExecutionContext, size: string): string => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-kv-full-'))
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
-  execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', dir])
-  t.teardown(() => execFileSync('umount', ['-l', dir]))
-  return dir
-}
 
 test.serial('on a full disk a transaction that frees space commits into the reserve; creates stay NO_SPACE; the reserve comes back with room', async (t) => {
   if (process.getuid?.() !== 0) {
     t.pass('mounting a tmpfs needs root')
     return
   }
-  const dir = mountSmall(t, '16m')
+  const dir = smallTmpfs(t, '16m')
   const kvDir = path.join(dir, 'kv')
   const reserve = path.join(kvDir, 'strata-kv.reserve')
   const kv = await openLmdbKv({ path: kvDir })
@@ -125,7 +119,7 @@ test.serial('opening a new KV on a full disk fails with NO_SPACE instead of endi
     t.pass('mounting a tmpfs needs root')
     return
   }
-  const dir = mountSmall(t, '1m')
+  const dir = smallTmpfs(t, '1m')
   execFileSync('sh', ['-c', `cat /dev/zero > ${dir}/filler 2>/dev/null || true`])
   // in a process of its own: lmdb used to die of SIGBUS creating its lock file
   const kvIndex = new URL('../../../fs/kv/index.js', import.meta.url).href
@@ -145,7 +139,7 @@ test.serial('two processes sharing a full env both free space: one spends the re
     t.pass('mounting a tmpfs needs root')
     return
   }
-  const dir = mountSmall(t, '16m')
+  const dir = smallTmpfs(t, '16m')
   const kvDir = path.join(dir, 'kv')
   const kv = await openLmdbKv({ path: kvDir })
   t.teardown(() => kv.close())

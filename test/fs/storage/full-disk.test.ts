@@ -6,37 +6,21 @@
 import test from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
-import { execFileSync } from 'node:child_process'
-import { startTestCluster, tmpDir } from '../../helpers/procs.js'
+import { startTestCluster } from '../../helpers/procs.js'
+import { fillDisk, smallTmpfs } from '../../helpers/small-disk.js'
 import { compareReplicas } from '../../helpers/replicas.js'
 import { StorageClient } from '../../../fs/client/index.js'
 import { chunkIdOf } from '../../../fs/common/chunk-id.js'
 
 const CHUNK = 1024 * 1024
 
-/** Writes a filler file until the filesystem says ENOSPC; returns its path. */
-function fill(dir: string): string {
-  const file = path.join(dir, 'filler')
-  const fd = fs.openSync(file, 'w')
-  const block = Buffer.alloc(256 * 1024, 7)
-  try {
-    for (;;) fs.writeSync(fd, block)
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOSPC') throw e
-  } finally {
-    fs.closeSync(fd)
-  }
-  return file
-}
 
 test.serial('a successor whose disk is full: the write fails with NO_SPACE before its deadline, the chain writes again once space is freed', async (t) => {
   if (process.getuid?.() !== 0) {
     t.pass('mounting a tmpfs needs root')
     return
   }
-  const small = tmpDir(t, 'strata-small-')
-  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=24m', 'tmpfs', small])
-  t.teardown(() => execFileSync('umount', ['-l', small]))
+  const small = smallTmpfs(t, '24m')
   // one chain storage-1 → storage-2 → storage-3; storage-2 (the head's successor) on the small disk
   const c = await startTestCluster(t, { chains: 1, chunkSize: CHUNK, storageDir: (i) => (i === 2 ? path.join(small, 'storage-2') : undefined) })
   const chainId = c.chains[0]!.chainId
@@ -48,7 +32,7 @@ test.serial('a successor whose disk is full: the write fails with NO_SPACE befor
   const b = Buffer.alloc(CHUNK, 0xb)
   await sc.write(chainId, chunkIdOf(0xf00n, 0), 0, a, CHUNK)
 
-  const filler = fill(small)
+  const filler = fillDisk(small)
   // the deadline is long: the old head retried the forward until then, and the writer saw CHANNEL_IS_LOCKED or TIMEOUT
   const opts = { deadlineMs: 120_000 }
   const over = await t.throwsAsync(sc.write(chainId, chunkIdOf(0xf00n, 0), 0, b, CHUNK, opts))
