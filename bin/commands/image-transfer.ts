@@ -131,7 +131,8 @@ export function registerImageTransfer(image: Command): void {
 Options marked s3: or docker: are a usage error with the other kind of URL.
 S3 layout under PREFIX: blobs/sha256/<hex> (layers), manifests/sha256/<hex>,
 tags/<name>/<tag> (written last). Credentials: AWS_ACCESS_KEY_ID /
-AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files.`,
+AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files
+(a set AWS_PROFILE wins over the keys, as in the AWS SDK).`,
     )
     .action((ref: string, dest: string, o: TransferCliOpts, cmd: Command) => {
       // bad URLs and endpoints fail before the cluster is contacted

@@ -1,6 +1,9 @@
 // The S3 client of image push/pull (@aws-sdk/client-s3) and the mapping of
 // its failures onto the image error codes.
+import os from 'node:os'
+import path from 'node:path'
 import { S3Client, type S3ClientConfig } from '@aws-sdk/client-s3'
+import { ENV_PROFILE, parseKnownFiles } from '@smithy/core/config'
 import { StrataError } from '../../../fs/common/errors.js'
 
 /** Where and how to reach the object store. Unset fields come from the SDK's default chain (env, profile files). */
@@ -108,6 +111,7 @@ const SILENT_LOGGER = { trace: ignore, debug: ignore, info: ignore, warn: ignore
  */
 export async function createS3Client(init: S3ClientInit = {}): Promise<S3Client> {
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true'
+  if (!init.credentials) missingProfile = await findMissingProfile()
   const base: S3ClientConfig = {
     ...(init.endpoint ? { endpoint: init.endpoint } : {}),
     ...(init.forcePathStyle !== undefined ? { forcePathStyle: init.forcePathStyle } : {}),
@@ -147,6 +151,32 @@ export async function createS3Client(init: S3ClientInit = {}): Promise<S3Client>
     probe.destroy()
     return new S3Client({ ...base, region: 'us-east-1' })
   }
+}
+
+/**
+ * What is wrong with $AWS_PROFILE, when it names a profile that neither AWS
+ * file has: the SDK's chain then ends in "Could not load credentials from any
+ * providers", which does not say that the name is the problem (nor that the
+ * SDK takes AWS_PROFILE over AWS_ACCESS_KEY_ID, so keys in the environment
+ * are not used). Set by createS3Client, which every request follows, for
+ * s3Error, which cannot wait for the files.
+ */
+let missingProfile: string | undefined
+
+async function findMissingProfile(): Promise<string | undefined> {
+  const profile = process.env[ENV_PROFILE]
+  if (!profile) return undefined
+  let known: Record<string, unknown>
+  try {
+    known = await parseKnownFiles({})
+  } catch {
+    return undefined // an unreadable file: the SDK's own message says more
+  }
+  if (Object.hasOwn(known, profile)) return undefined
+  const aws = path.join(os.homedir(), '.aws')
+  const files = `${process.env.AWS_CONFIG_FILE || path.join(aws, 'config')} nor ${process.env.AWS_SHARED_CREDENTIALS_FILE || path.join(aws, 'credentials')}`
+  const keys = process.env.AWS_ACCESS_KEY_ID ? '; the SDK takes AWS_PROFILE over AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, so unset AWS_PROFILE to use those' : ''
+  return `AWS_PROFILE is "${profile}", a profile in neither ${files}${keys}`
 }
 
 interface SdkError {
@@ -212,6 +242,7 @@ export function s3Error(e: unknown, what: string): StrataError {
   const status = statusOf(e)
   const msg = (e as SdkError)?.message || name
   if (name === 'CredentialsProviderError') {
+    if (missingProfile) return new StrataError('IMAGE_AUTH_FAILED', `${what}: ${missingProfile}`, { cause: e })
     return new StrataError('IMAGE_AUTH_FAILED', `${what}: no AWS credentials found (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws/credentials): ${msg}`, { cause: e })
   }
   // an answer without a body (HEAD) leaves the SDK nothing but "Unknown: UnknownError": the status says more

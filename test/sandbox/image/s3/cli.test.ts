@@ -135,6 +135,13 @@ test.serial('CLI errors: codes on stderr, exit 1; usage errors exit 2', async (t
   const viaProfile = JSON.parse(await ok(t, ['image', ...A.cliArgs, 'push', '--json', '--force-path-style', 'small:v1', `s3://${s3.bucket}/profile`], { env: profileEnv }))
   t.is(viaProfile.tag, 'v1')
   await fails(['push', '--force-path-style', 'small:v1', `s3://${s3.bucket}/profile`], 'IMAGE_AUTH_FAILED', { ...noKeys, HOME: home })
+  // a profile name that neither file has: said so, also when keys in the environment lose to it
+  for (const e of [{ ...noKeys, HOME: home, AWS_PROFILE: 'nosuch' }, { ...s3.env, HOME: home, AWS_PROFILE: 'nosuch' }] as NodeJS.ProcessEnv[]) {
+    const r = await run(['push', '--force-path-style', 'small:v1', `s3://${s3.bucket}/profile`], e)
+    t.is(r.code, 1, r.stderr)
+    t.regex(r.stderr, /^strata: IMAGE_AUTH_FAILED: .*AWS_PROFILE is "nosuch", a profile in neither .*\.aws\/config nor .*\.aws\/credentials/)
+    t.is(/unset AWS_PROFILE to use those/.test(r.stderr), e.AWS_ACCESS_KEY_ID !== undefined, r.stderr)
+  }
   const usage = await run(['push', '--part-size', 'lots', 'small:v1', `s3://${s3.bucket}/e`])
   t.is(usage.code, 2, usage.stderr)
   const tooSmall = await run(['push', '--force-path-style', '--part-size', '1M', 'small:v1', `s3://${s3.bucket}/e`])
