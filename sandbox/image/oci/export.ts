@@ -111,8 +111,13 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
     // every distinct layer → an uncompressed OCI layer tar in the work dir
     const tars = new Map<string, { file: string; diffId: string; size: number }>()
     for (const [i, l] of m.layers.entries()) {
-      if (tars.has(l.digest)) continue
-      const task = progress.start(`export layer ${i + 1}/${m.layers.length} ${l.digest.slice(7, 19)}`, l.size)
+      const label = `export layer ${i + 1}/${m.layers.length} ${l.digest.slice(7, 19)}`
+      if (tars.has(l.digest)) {
+        // written once; its line says so, so that every layer of the image has one
+        progress.start(label, l.size).done(`as layer ${m.layers.findIndex((x) => x.digest === l.digest) + 1}`)
+        continue
+      }
+      const task = progress.start(label, l.size)
       try {
         const erofs = path.join(work, `${i}.erofs`)
         await pipeline(

@@ -104,6 +104,13 @@ async function buildLayerTarGz(erofsFile: string, outFile: string, tmpDir: strin
   const gzip = zlib.createGzip({ level: GZIP_LEVEL })
   const hash = crypto.createHash('sha256')
   let size = 0
+  // the tar's bytes as they go into gzip: the progress of the slow part (its total is not known before)
+  const tarBytes = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      onTarBytes?.(chunk.length)
+      cb(null, chunk)
+    },
+  })
   const count = new Transform({
     transform(chunk: Buffer, _enc, cb) {
       hash.update(chunk)
@@ -111,17 +118,16 @@ async function buildLayerTarGz(erofsFile: string, outFile: string, tmpDir: strin
       cb(null, chunk)
     },
   })
-  const written = pipeline(gzip, count, fs.createWriteStream(outFile))
+  const written = pipeline(tarBytes, gzip, count, fs.createWriteStream(outFile))
   let tar: { diffId: string; size: number }
   try {
-    tar = await layerToTar(erofsFile, gzip, { tmpDir })
+    tar = await layerToTar(erofsFile, tarBytes, { tmpDir })
   } catch (e) {
-    gzip.destroy(e as Error)
+    tarBytes.destroy(e as Error)
     await written.catch(() => undefined)
     throw e
   }
   await written
-  onTarBytes?.(tar.size)
   return { diffId: tar.diffId, digest: 'sha256:' + hash.digest('hex'), size }
 }
 
@@ -174,11 +180,12 @@ export async function pushRegistry(store: ImageStore, ref: string, url: string, 
 
   /** HEAD, then upload the file if the registry lacks the blob. */
   const pushBlob = async (file: string, digest: string, size: number): Promise<void> => {
+    const task = progress?.start(`push ${shortDigest(digest)}`, size)
     if ((await client.headBlob(digest)) === size) {
       skippedBlobs++
+      task?.done('exists')
       return
     }
-    const task = progress?.start(`push ${shortDigest(digest)}`, size)
     try {
       await client.uploadBlob(file, digest, size, (n) => task?.tick(n))
       task?.done()
@@ -194,10 +201,19 @@ export async function pushRegistry(store: ImageStore, ref: string, url: string, 
   let uploading: Promise<void> = Promise.resolve()
   try {
     const layers: OciLayer[] = []
+    // a layer the image repeats is built and sent once (its blob is counted once too)
+    const builtHere = new Map<string, OciLayer>()
     for (const [i, layer] of manifest.layers.entries()) {
+      const again = builtHere.get(layer.digest)
+      if (again) {
+        layers.push(again)
+        continue
+      }
       const cached = cache?.get(layer.digest)
       if (cached && (await client.headBlob(cached.digest)) === cached.size) {
         skippedBlobs++
+        progress?.start(`push ${shortDigest(cached.digest)}`, cached.size).done('exists')
+        builtHere.set(layer.digest, cached)
         layers.push(cached)
         continue
       }
@@ -216,6 +232,7 @@ export async function pushRegistry(store: ImageStore, ref: string, url: string, 
         await fs.promises.rm(erofs, { force: true })
       }
       cache?.put(layer.digest, built)
+      builtHere.set(layer.digest, built)
       layers.push(built)
       await uploading
       uploading = pushBlob(tgz, built.digest, built.size).finally(() => fs.promises.rm(tgz, { force: true }))

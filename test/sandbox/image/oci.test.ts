@@ -5,6 +5,7 @@
 import test from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
+import { exportOciArchive } from '../../../sandbox/image/oci/export.js'
 import { importPath } from '../../../sandbox/image/oci/import.js'
 import type { ImageStore } from '../../../sandbox/image/store.js'
 import { localTmp } from '../../helpers/image-cluster.js'
@@ -235,4 +236,9 @@ test.serial('an image that repeats a layer: layersBuilt + layersReused is the nu
   t.deepEqual([first.layersBuilt, first.layersReused], [2, 1])
   const again = await importPath(store, layout, { name: 'repeat', tag: 'again', ref: 't', workDir: dir })
   t.deepEqual([again.layersBuilt, again.layersReused], [0, 3])
+  // export writes the repeated layer once, and still gives each layer of the image its line
+  const lines: string[] = []
+  const onProgress = { start: (label: string) => ({ tick: () => undefined, done: (note?: string) => void lines.push(`${label.replace(/ [0-9a-f]{12}$/, '')}: ${note ?? 'done'}`) }) }
+  await exportOciArchive(store, 'repeat:t', path.join(dir, 'out.tar'), { workDir: dir, onProgress })
+  t.deepEqual(lines, ['export layer 1/3: done', 'export layer 2/3: done', 'export layer 3/3: as layer 1'])
 })

@@ -12,7 +12,8 @@ import type { ImageStore } from '../../../../sandbox/image/store.js'
 import { sha256Digest } from '../../../../sandbox/image/types.js'
 import { localTmp, startImageCluster, type ImageCluster } from '../../../helpers/image-cluster.js'
 import { mountImage } from '../../../helpers/image-mount.js'
-import { makeOciFixture, umociUnpack, type OciFixture } from '../../../helpers/oci-fixtures.js'
+import { importPath } from '../../../../sandbox/image/oci/import.js'
+import { makeOciFixture, run, umociUnpack, type OciFixture } from '../../../helpers/oci-fixtures.js'
 import {
   hasRegistryTools,
   layoutBlob,
@@ -314,4 +315,50 @@ t0('(5) failures: unknown tag → IMAGE_NOT_FOUND; tampered blob → IMAGE_DIGES
   t.is(res.status, 404)
   t.deepEqual(freg.tagsOnDisk('dead/rich'), [])
   t.deepEqual(fs.readdirSync(dir).filter((f) => f.startsWith('strata-push-')), [], 'work files are removed')
+})
+
+t0('(6) progress: tar+gzip counts the tar as it is made; a blob the registry has is a task "exists"; a layer the image repeats is built and sent once', async (t) => {
+  const dir = localTmp(t, 'strata-reg-')
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(tree)
+  const tars: string[] = []
+  for (const name of ['a', 'b']) {
+    fs.writeFileSync(path.join(tree, name), name.repeat(300_000))
+    const tar = path.join(dir, `${name}.tar`)
+    await run('tar', ['--numeric-owner', '-cf', tar, '-C', tree, name])
+    tars.push(tar)
+  }
+  const layout = path.join(dir, 'oci')
+  await run('umoci', ['init', '--layout', layout])
+  await run('umoci', ['new', '--image', `${layout}:t`])
+  for (const l of [tars[0]!, tars[1]!, tars[0]!]) await run('umoci', ['raw', 'add-layer', '--image', `${layout}:t`, l])
+  const store = await freshStore(t)
+  await importPath(store, layout, { name: 'repeat', tag: 't', ref: 't', workDir: dir })
+  type Task = { label: string; ticks: number; ticked: number; tickedBeforeDone: number; note: string | undefined }
+  const record = () => {
+    const tasks: Task[] = []
+    const sink: ProgressSink = {
+      start: (label) => {
+        const task: Task = { label, ticks: 0, ticked: 0, tickedBeforeDone: -1, note: undefined }
+        tasks.push(task)
+        return { tick: (n) => void ((task.ticked += n), task.ticks++), done: (note) => void ((task.tickedBeforeDone = task.ticked), (task.note = note)) }
+      },
+    }
+    return { tasks, sink }
+  }
+  const first = record()
+  const r1 = await pushRegistry(store, 'repeat:t', reg.url('rep/eat:t'), { layerCache: false, workDir: dir, onProgress: first.sink })
+  const built = first.tasks.filter((x) => x.label.startsWith('tar+gzip '))
+  t.is(built.length, 2, JSON.stringify(first.tasks))
+  // the tar of each layer (300 kB of data and its headers) went by in pieces before the task ended
+  for (const b of built) t.true(b.tickedBeforeDone > 300_000 && b.ticks > 1, JSON.stringify(b))
+  t.deepEqual([r1.pushedBlobs, r1.skippedBlobs], [3, 0])
+  const m = JSON.parse((await registryGet(reg.host, '/v2/rep/eat/manifests/t', { accept: 'application/vnd.oci.image.manifest.v1+json' })).body.toString()) as { layers: Array<{ digest: string }> }
+  t.is(m.layers.length, 3)
+  t.is(m.layers[0]!.digest, m.layers[2]!.digest)
+  const second = record()
+  const r2 = await pushRegistry(store, 'repeat:t', reg.url('rep/eat:t'), { layerCache: false, workDir: dir, onProgress: second.sink })
+  t.is(r2.digest, r1.digest)
+  t.deepEqual([r2.pushedBlobs, r2.skippedBlobs], [0, 3])
+  t.deepEqual(second.tasks.filter((x) => x.label.startsWith('push ')).map((x) => x.note), ['exists', 'exists', 'exists'])
 })
