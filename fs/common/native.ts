@@ -61,6 +61,8 @@ export interface NativeAddon {
   flock(fd: number, operation: number): boolean
   /** true when the memory of `data` starts at a multiple of `alignment` (a power of two) */
   isAligned(data: Uint8Array, alignment: number): boolean
+  /** FS_IOC_FIEMAP of `fd`: the file's data extents as offset, length pairs, in the filesystem's order (EOPNOTSUPP without fiemap) */
+  dataExtents(fd: number): number[]
 }
 
 /**

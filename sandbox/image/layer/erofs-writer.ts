@@ -11,7 +11,11 @@
 //   meta area    every other inode: the 64-byte extended inode (mtime to the
 //                nanosecond, 32-bit ids), its inline xattrs, and the last
 //                partial block of its data inline (FLAT_INLINE) when all of
-//                that fits in one block; FLAT_PLAIN otherwise
+//                that fits in one block; FLAT_PLAIN otherwise; a file with
+//                holes (a sparse file of the tar) is CHUNK_BASED: its block
+//                map (one 32-bit block address per chunk, NULL for a chunk
+//                that is all hole) follows its xattrs, and only the chunks
+//                that hold data are in the data area
 //
 // Only features every EROFS kernel reads are used (no compression, no
 // shared xattrs, no superblock checksum), and the same calls give the same
@@ -22,6 +26,7 @@ import { StrataError } from '../../../fs/common/errors.js'
 import type { Timespec } from './types.js'
 
 const BLOCK = 4096
+export const BLOCK_BITS = 12
 const SUPER_OFFSET = 1024
 const MAGIC = 0xe0f5e1e2
 const INODE_SIZE = 64
@@ -31,6 +36,11 @@ const MAX_NAME = 255
 
 const LAYOUT_FLAT_PLAIN = 0
 const LAYOUT_FLAT_INLINE = 2
+const LAYOUT_CHUNK_BASED = 4
+/** a block map entry of a chunk with no data: it reads as zeros */
+export const CHUNK_HOLE = 0xffffffff
+/** superblock feature_incompat: some inode is CHUNK_BASED (set only then, so other images keep their bytes) */
+const FEATURE_INCOMPAT_CHUNKED_FILE = 0x4
 
 export const S_IFMT = 0o170000
 export const S_IFREG = 0o100000
@@ -70,6 +80,8 @@ export interface ErofsNode {
   startBlock: number
   /** the last partial block, stored after the inode */
   tail: Buffer | null
+  /** a CHUNK_BASED file: log2 of its chunk size and each chunk's first block (CHUNK_HOLE: none) */
+  chunks: { bits: number; map: Uint32Array } | null
   /** hard links to this node */
   nlink: number
   /** assigned at finish() */
@@ -89,6 +101,7 @@ export function newNode(mode: number, attrs: { uid: number; gid: number; mtime: 
     size: 0,
     startBlock: 0,
     tail: null,
+    chunks: null,
     nlink: 1,
     nid: -1,
   }
@@ -385,6 +398,7 @@ export class ErofsWriter {
     const inlineTail = (node: ErofsNode): number => {
       const d = dirOf.get(node)
       if (d) return d.inline ? d.l.size % BLOCK : 0
+      if (node.chunks) return node.chunks.map.length * 4
       return node.tail?.length ?? 0
     }
     root.nid = ROOT_NID
@@ -393,6 +407,8 @@ export class ErofsWriter {
       if (node === root) continue
       const size = INODE_SIZE + xattrBytes.get(node)! + inlineTail(node)
       pos = roundUp(pos, 32)
+      // what fits in a block stays in one (an inline tail must); a longer inline part (a large block
+      // map) may cross blocks, since the kernel reads its entries one by one
       if (size <= BLOCK && (pos % BLOCK) + size > BLOCK) pos = roundUp(pos, BLOCK)
       node.nid = pos / 32
       pos += size
@@ -418,13 +434,14 @@ export class ErofsWriter {
     const block0 = Buffer.alloc(BLOCK)
     const sb = block0.subarray(SUPER_OFFSET)
     sb.writeUInt32LE(MAGIC, 0)
-    sb.writeUInt8(12, 12) // blkszbits
+    sb.writeUInt8(BLOCK_BITS, 12) // blkszbits
     sb.writeUInt16LE(ROOT_NID, 14)
     sb.writeBigUInt64LE(BigInt(this.#inos), 16)
     sb.writeBigUInt64LE(BigInt(Math.max(0, buildTime.sec)), 24)
     sb.writeUInt32LE(buildTime.nsec >>> 0, 32)
     sb.writeUInt32LE(end / BLOCK, 36)
     uuid.copy(sb, 48, 0, 16)
+    if (order.some(({ node }) => node.chunks !== null)) sb.writeUInt32LE(FEATURE_INCOMPAT_CHUNKED_FILE, 80)
     this.#encodeInode(root, block0, ROOT_NID * 32, dirOf.get(root))
     this.onWrite?.([block0], 0)
     this.#gather(block0, 0)
@@ -437,13 +454,14 @@ export class ErofsWriter {
     const xattrs = encodeXattrs(node.xattrs, 'inode')
     const xbytes = node.xattrs.size === 0 ? 0 : 12 + xattrs.reduce((a, x) => a + align4(4 + x.suffix.length + x.value.length), 0)
     const tail = dir ? (dir.inline ? dirBlock(dir.l, dir.l.blocks.length - 1) : null) : node.tail
-    const layout = tail && tail.length > 0 ? LAYOUT_FLAT_INLINE : LAYOUT_FLAT_PLAIN
+    const layout = node.chunks ? LAYOUT_CHUNK_BASED : tail && tail.length > 0 ? LAYOUT_FLAT_INLINE : LAYOUT_FLAT_PLAIN
     buf.writeUInt16LE(1 | (layout << 1), at) // extended inode
     buf.writeUInt16LE(xbytes === 0 ? 0 : (xbytes - 12) / 4 + 1, at + 2)
     buf.writeUInt16LE(node.mode & 0xffff, at + 4)
     buf.writeBigUInt64LE(BigInt(node.size), at + 8)
     const type = node.mode & S_IFMT
-    const iu = type === S_IFCHR || type === S_IFBLK ? newEncodeDev(node.rdevMajor, node.rdevMinor) : node.startBlock
+    // a chunked file's i_u is its chunk format: the chunk size's bits above the block's (4-byte block map entries)
+    const iu = type === S_IFCHR || type === S_IFBLK ? newEncodeDev(node.rdevMajor, node.rdevMinor) : node.chunks ? node.chunks.bits - BLOCK_BITS : node.startBlock
     buf.writeUInt32LE(iu >>> 0, at + 16)
     buf.writeUInt32LE((node.nid & 0xffffffff) >>> 0, at + 20)
     buf.writeUInt32LE(node.uid >>> 0, at + 24)
@@ -465,6 +483,11 @@ export class ErofsWriter {
         p += align4(4 + x.suffix.length + x.value.length)
       }
     }
-    if (tail) tail.copy(buf, p)
+    if (node.chunks) {
+      for (const blk of node.chunks.map) {
+        buf.writeUInt32LE(blk, p)
+        p += 4
+      }
+    } else if (tail) tail.copy(buf, p)
   }
 }

@@ -129,17 +129,20 @@ async function build(dir: string, outFile: string, opts: BuildErofsOptions, hash
 /** Where an EROFS image's superblock starts, and the bytes of it `erofsIsPlain` reads. */
 export const EROFS_SUPERBLOCK_OFFSET = 1024
 export const EROFS_SUPERBLOCK_BYTES = 128
+/** feature_incompat bit of images with chunk-based files */
+const EROFS_FEATURE_CHUNKED_FILE = 0x4
 
 /**
  * Whether the superblock (EROFS_SUPERBLOCK_BYTES from EROFS_SUPERBLOCK_OFFSET)
- * is that of a layer built without compression: no incompatible feature and
- * no compression algorithms, as tarToErofs and mkfs.erofs without -z write
- * it. A compressed build (-zlz4, -zlz4hc: the LZ4 zero-padding feature at
+ * is that of a layer built without compression: no incompatible feature but
+ * chunked files (tarToErofs's sparse files) and no compression algorithms, as
+ * tarToErofs and mkfs.erofs without -z write it. A compressed build (-zlz4, -zlz4hc: the LZ4 zero-padding feature at
  * least) and anything that is not an EROFS superblock are not. lz4 and lz4hc
  * layers cannot be told apart this way.
  */
 export function erofsIsPlain(sb: Buffer): boolean {
   if (sb.length < EROFS_SUPERBLOCK_BYTES || sb.readUInt32LE(0) !== 0xe0f5e1e2) return false
-  // feature_incompat at 0x50; u.available_compr_algs / lz4_max_distance at 0x54
-  return sb.readUInt32LE(0x50) === 0 && sb.readUInt16LE(0x54) === 0
+  // feature_incompat at 0x50 (CHUNKED_FILE, 0x4, is tarToErofs's sparse files: still uncompressed);
+  // u.available_compr_algs / lz4_max_distance at 0x54
+  return (sb.readUInt32LE(0x50) & ~EROFS_FEATURE_CHUNKED_FILE) === 0 && sb.readUInt16LE(0x54) === 0
 }

@@ -407,6 +407,18 @@ export class TarReader {
     }
   }
 
+  /** The current entry's data map (offset, length pairs) when it is a sparse file, else null. */
+  get sparseMap(): SparseMap | null {
+    return this.#sparse?.map ?? null
+  }
+
+  /** Passes over `n` bytes of a hole of the current (sparse) entry without handing out its zeros. */
+  skipHole(n: number): void {
+    const sp = this.#sparse
+    if (!sp || n > sp.holeAhead()) throw new StrataError('INTERNAL', `tar reader: ${n} bytes are not a hole here`)
+    sp.pos += n
+  }
+
   /** The current entry's data that has already arrived (at most `max` bytes), without waiting; null when none has. */
   // (in a sparse file's hole: null, so that a caller draining what has arrived writes zeros a piece at a time)
   buffered(max = Infinity): Buffer | null {

@@ -117,20 +117,31 @@ export function checkSparseMap(map: SparseMap, realSize: number, stored: number,
 }
 
 /**
- * Most hole bytes (a sparse file's size beyond the data stored for it) one
- * archive's sparse files may expand to, summed. Nothing downstream writes
- * holes as holes (the one-pass EROFS writer and the unpack directory both
- * store zeros), while a header may claim a size up to 2^53: without a bound a
- * tar of a few KiB would write terabytes. 1 GiB is far above what sparse files
- * in container layers hold (lastlog, small database files) and keeps the worst
- * case of one layer to a size an import of real data also reaches.
+ * Most bytes one archive's sparse files may cost beyond their data, summed: a
+ * header may claim a size up to 2^53, so without a bound a tar of a few KiB
+ * would write terabytes. Where holes are written as zeros (the unpack
+ * directory of `--compress` and `--squash`), the cost is the holes; the
+ * one-pass EROFS writer keeps whole chunks of hole as holes, and its cost is
+ * the zeros it still stores plus the block maps (erofs-chunks.ts). 1 GiB is
+ * far above what sparse files in container layers need (lastlog, small
+ * database files) and keeps the worst case of one layer to a size an import
+ * of real data also reaches.
  */
 export const SPARSE_HOLE_CAP = 1024 * 1024 * 1024
 
-/** Adds a sparse file's `holes` to the archive's running `total`; refuses it when the sum passes `cap`. */
-export function checkSparseHoles(total: number, holes: number, cap: number, name: string): number {
+/**
+ * Adds a sparse file's `holes` (the bytes it costs beyond its data) to the
+ * archive's running `total`; refuses it when the sum passes `cap`. `stored`:
+ * the cost is what the EROFS writer stores for it (zeros and block map), not
+ * its holes.
+ */
+export function checkSparseHoles(total: number, holes: number, cap: number, name: string, stored = false): number {
   const sum = total + holes
   if (sum > cap) {
+    if (stored) {
+      const before = total > 0 ? ` (with ${total} bytes for sparse files before it)` : ''
+      throw bad(name, `storing it takes ${holes} bytes of zeros and block map beyond its data${before}, over the cap of ${cap} bytes per layer (${capText(cap)}): its data is spread too thinly over its size`)
+    }
     const before = total > 0 ? ` (with ${total} hole bytes of sparse files before it)` : ''
     throw bad(name, `its holes (${holes} bytes${before}) exceed the cap of ${cap} hole bytes per layer (${capText(cap)}): holes are stored as zeros`)
   }
@@ -162,6 +173,15 @@ export class SparseCursor {
     while (this.#i < this.map.length && this.pos >= this.map[this.#i]! + this.map[this.#i + 1]!) this.#i += 2
     if (this.#i < this.map.length && this.pos >= this.map[this.#i]!) return this.map[this.#i]! + this.map[this.#i + 1]! - this.pos
     return 0
+  }
+
+  /** Bytes of hole that come next (0 in data or at the end). */
+  holeAhead(): number {
+    if (this.dataAhead() > 0) return 0
+    // empty segments (GNU tar ends its maps with one at the real size) hold no data
+    let j = this.#i
+    while (j < this.map.length && this.map[j + 1] === 0) j += 2
+    return (j < this.map.length ? this.map[j]! : this.size) - this.pos
   }
 
   /** Zeros of the hole at the position, at most `max` bytes (call when dataAhead() is 0). */

@@ -12,11 +12,13 @@ import path from 'node:path'
 import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { EROFS_UUID } from './erofs.js'
-import { ErofsWriter, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, fitsInline, newNode, xattrAreaSize, type ErofsNode } from './erofs-writer.js'
+import { dataBytes, planChunks, type ChunkPlan } from './erofs-chunks.js'
+import { CHUNK_HOLE, ErofsWriter, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, fitsInline, newNode, xattrAreaSize, type ErofsNode } from './erofs-writer.js'
 import { isOverlayXattr } from './fs-ops.js'
 import { badHardlink, checkRepeat, classifyEntry, dup, hardlinkThroughSymlink, whiteoutOver, type Seen } from './entry-rules.js'
 import { ancestorsOf, baseOf, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
+import { SPARSE_HOLE_CAP, checkSparseHoles } from './tar-sparse.js'
 import type { Timespec, UnpackStats } from './types.js'
 
 const BLOCK = 4096
@@ -26,6 +28,8 @@ const OPAQUE_XATTR = 'trusted.overlay.opaque'
 const DEFAULT_TAIL_BUDGET = 256 * 1024 * 1024
 /** bytes of the image waiting for the thread pool to write them before the build waits */
 const WRITE_BEHIND = 32 * 1024 * 1024
+/** bytes of sparse files' block maps held in memory until the image's metadata is written */
+const CHUNK_MAP_BUDGET = 64 * 1024 * 1024
 
 
 /** The header's xattrs as a layer keeps them (overlayfs's own are never taken from a tar). */
@@ -57,6 +61,9 @@ class LayerBuilder {
   readonly stats: UnpackStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, maxMtime: 0 }
 
   tailBytes = 0
+  /** zeros and block maps the layer's sparse files need stored so far (SPARSE_HOLE_CAP bounds them) */
+  sparseCost = 0
+  mapBytes = 0
 
   constructor(
     readonly w: ErofsWriter,
@@ -134,7 +141,7 @@ class LayerBuilder {
     switch (h.type) {
       case 'file':
         node = newNode(S_IFREG | h.mode, { uid: h.uid, gid: h.gid, mtime, xattrs: layerXattrs(h, rel, S_IFREG) })
-        await this.fileData(node, rel, h.size, r)
+        await this.regularFile(node, rel, h.size, r)
         this.stats.files++
         this.stats.bytes += h.size
         break
@@ -172,6 +179,49 @@ class LayerBuilder {
     if (!fitsInline(xattrBytes, tail) || this.tailBytes + tail > this.tailBudget) return false
     this.tailBytes += tail
     return true
+  }
+
+  /**
+   * A regular file's data: a sparse one with whole chunks of hole as a
+   * CHUNK_BASED file (the holes not stored), anything else flat. What the
+   * holes still cost (zeros stored, block maps) is bounded per layer before
+   * any of it is written.
+   */
+  async regularFile(node: ErofsNode, rel: string, size: number, r: TarReader): Promise<void> {
+    const map = r.sparseMap
+    if (map === null) return this.fileData(node, rel, size, r)
+    const plan = planChunks(map, size, CHUNK_MAP_BUDGET - this.mapBytes)
+    const cost = plan ? plan.storedBytes - dataBytes(map) + plan.mapBytes : size - dataBytes(map)
+    this.sparseCost = checkSparseHoles(this.sparseCost, cost, SPARSE_HOLE_CAP, rel, true)
+    if (plan === null) return this.fileData(node, rel, size, r)
+    this.mapBytes += plan.mapBytes
+    return this.chunkedData(node, rel, size, r, plan)
+  }
+
+  /** A sparse file as chunks: those with data stored whole from a block boundary each, the others holes. */
+  async chunkedData(node: ErofsNode, rel: string, size: number, r: TarReader, plan: ChunkPlan): Promise<void> {
+    node.size = size
+    const map = new Uint32Array(plan.count).fill(CHUNK_HOLE)
+    const chunk = 2 ** plan.bits
+    let at = 0
+    for (const i of plan.stored) {
+      const start = i * chunk
+      if (start > at) r.skipHole(start - at)
+      map[i] = this.w.beginData()
+      let left = Math.min(chunk, size - start)
+      while (left > 0) {
+        const c = await r.chunk(left)
+        if (c === null) throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: ${start + Math.min(chunk, size - start) - left} bytes of ${size}`)
+        this.w.write([c])
+        left -= c.length
+        if (this.w.behind > WRITE_BEHIND) await this.w.settled(WRITE_BEHIND)
+        if (this.ready) await this.ready()
+      }
+      this.w.endData()
+      at = start + Math.min(chunk, size - start)
+    }
+    if (size > at) r.skipHole(size - at)
+    node.chunks = { bits: plan.bits, map }
   }
 
   /** Streams a file's data into the image: whole blocks as they arrive, the last partial block inline when it fits. */
@@ -316,7 +366,8 @@ export async function tarToErofs(tar: Readable, outFile: string, opts: TarToErof
     tar.destroy()
     throw writeError(e, outFile)
   }
-  const r = new TarReader(tar)
+  // sparse files' holes are bounded by the builder, which stores most of them as holes
+  const r = new TarReader(tar, { holeCap: Infinity })
   try {
     let size: number
     let stats: UnpackStats

@@ -229,9 +229,9 @@ export class TarWriter {
     this.#pos += 512 - r
   }
 
-  /** The header block(s) of an entry: a PAX record set where ustar cannot hold a value, then the ustar header. */
-  async #header(h: TarWriteHeader): Promise<number> {
-    const pax = new Map<string, Buffer>()
+  /** The header block(s) of an entry: a PAX record set where ustar cannot hold a value (and `extra`), then the ustar header. */
+  async #header(h: TarWriteHeader, extra?: Map<string, Buffer>): Promise<number> {
+    const pax = new Map<string, Buffer>(extra)
     const nameBuf = Buffer.from(h.name)
     let split = isAscii(nameBuf) ? splitUstar(nameBuf) : null
     if (split === null) {
@@ -329,32 +329,65 @@ export class TarWriter {
    */
   async fileEntry(h: TarWriteHeader, read: ReadAt): Promise<void> {
     const size = await this.#header({ ...h, type: 'file' })
-    const short = (got: number): Error => toStrataError(new Error(`${h.name}: file changed size while being read (${got} of ${size} bytes)`), 'IO_ERROR')
-    if (size <= BATCH) {
-      await this.#reserve(size)
+    await this.#copy(h.name, read, 0, size)
+    await this.#pad(size)
+  }
+
+  /**
+   * Writes a regular file that has holes as a GNU sparse member (PAX format
+   * 1.0, which GNU tar, Go's archive/tar and so podman, skopeo and umoci
+   * read): only the data segments of `map` (offset, length pairs, sorted,
+   * disjoint, within `h.size`) are stored, after the map itself.
+   */
+  async sparseFileEntry(h: TarWriteHeader, map: number[], read: ReadAt): Promise<void> {
+    const lines = [String(map.length / 2), ...map.map(String)]
+    const mapText = Buffer.from(lines.join('\n') + '\n')
+    const mapBytes = Math.ceil(mapText.length / 512) * 512
+    let data = 0
+    for (let k = 1; k < map.length; k += 2) data += map[k]!
+    // GNU tar's placeholder name (DIR/GNUSparseFile.PID/NAME, with 0 for a pid: the same input gives the same bytes)
+    const cut = h.name.lastIndexOf('/')
+    const placeholder = `${h.name.slice(0, cut + 1)}GNUSparseFile.0/${h.name.slice(cut + 1)}`
+    const records = new Map<string, Buffer>([
+      ['GNU.sparse.major', Buffer.from('1')],
+      ['GNU.sparse.minor', Buffer.from('0')],
+      ['GNU.sparse.name', Buffer.from(h.name)],
+      ['GNU.sparse.realsize', Buffer.from(String(h.size))],
+    ])
+    const stored = await this.#header({ ...h, type: 'file', name: placeholder, size: mapBytes + data }, records)
+    await this.#put(mapText)
+    await this.#pad(mapText.length)
+    for (let k = 0; k < map.length; k += 2) await this.#copy(h.name, read, map[k]!, map[k + 1]!)
+    await this.#pad(stored)
+  }
+
+  /** `length` bytes of a file from `position`, read straight into the batch when they fit in it, in pieces otherwise. */
+  async #copy(name: string, read: ReadAt, position: number, length: number): Promise<void> {
+    const short = (got: number): Error => toStrataError(new Error(`${name}: file changed size while being read (${position + got} of ${position + length} bytes)`), 'IO_ERROR')
+    if (length <= BATCH) {
+      await this.#reserve(length)
       let got = 0
-      while (got < size) {
-        const n = read(this.#buf, this.#pos + got, size - got, got)
+      while (got < length) {
+        const n = read(this.#buf, this.#pos + got, length - got, position + got)
         if (n === 0) throw short(got)
         got += n
       }
-      this.#pos += size
-    } else {
-      await this.#flush()
-      let got = 0
-      while (got < size) {
-        const piece = Buffer.allocUnsafe(Math.min(PIECE, size - got))
-        let filled = 0
-        while (filled < piece.length) {
-          const n = read(piece, filled, piece.length - filled, got + filled)
-          if (n === 0) throw short(got + filled)
-          filled += n
-        }
-        got += filled
-        await this.#emit(piece)
-      }
+      this.#pos += length
+      return
     }
-    await this.#pad(size)
+    await this.#flush()
+    let got = 0
+    while (got < length) {
+      const piece = Buffer.allocUnsafe(Math.min(PIECE, length - got))
+      let filled = 0
+      while (filled < piece.length) {
+        const n = read(piece, filled, piece.length - filled, position + got + filled)
+        if (n === 0) throw short(got + filled)
+        filled += n
+      }
+      got += filled
+      await this.#emit(piece)
+    }
   }
 
   /** Writes the end-of-archive blocks; ends `out` when `end`. */

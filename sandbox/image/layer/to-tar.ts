@@ -4,7 +4,9 @@
 // `trusted.overlay.opaque=y` becomes `DIR/.wh..wh..opq`; hard links (same
 // inode) point at the first path; xattrs other than overlayfs's go into PAX
 // SCHILY.xattr records; uid/gid/mode/mtime kept, uname/gname empty, no
-// atime/ctime. The same layer gives the same bytes.
+// atime/ctime; a file with holes (a chunked file of the layer) is a GNU sparse
+// member, so its holes are not written out as zeros. The same layer gives the
+// same bytes.
 import fs from 'node:fs'
 import type { Writable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
@@ -61,6 +63,43 @@ interface Child {
  * /proc/self/fd/N/NAME, so a layer may hold paths of any length (a tar can).
  */
 const REBASE_AT = 3000
+
+const BLOCK = 4096
+
+/**
+ * Where a file of the mounted layer has data, as offset, length pairs, when
+ * it has holes; null when it has none (a file stored flat, the usual case),
+ * or the filesystem cannot say.
+ */
+function dataMap(fd: number, size: number): number[] | null {
+  if (size <= BLOCK) return null
+  let extents: number[]
+  try {
+    extents = native().dataExtents(fd)
+  } catch {
+    return null
+  }
+  const map: number[] = []
+  let data = 0
+  for (let k = 0; k < extents.length; k += 2) {
+    const start = extents[k]!
+    const end = Math.min(start + extents[k + 1]!, size)
+    if (end <= start) continue
+    const last = map.length - 2
+    if (last >= 0 && start <= map[last]! + map[last + 1]!) {
+      const grown = Math.max(map[last]! + map[last + 1]!, end) - map[last]!
+      data += grown - map[last + 1]!
+      map[last + 1] = grown
+    } else {
+      map.push(start, end - start)
+      data += end - start
+    }
+  }
+  if (data >= size) return null
+  // a map that ends in a hole says where the file ends, as GNU tar's do
+  if (map.length === 0 || map[map.length - 2]! + map[map.length - 1]! < size) map.push(size, 0)
+  return map
+}
 
 function lstat(abs: string): fs.BigIntStats {
   return fs.lstatSync(abs, { bigint: true })
@@ -161,7 +200,11 @@ class LayerWalker {
       // The file must be closed before the layer can be unmounted: always closed here.
       const fd = fs.openSync(c.abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW)
       try {
-        await this.w.fileEntry({ ...base, type: 'file', size: Number(st.size), xattrs }, (buf, off, len, pos) => fs.readSync(fd, buf, off, len, pos))
+        const h: TarWriteHeader = { ...base, type: 'file', size: Number(st.size), xattrs }
+        const read = (buf: Buffer, off: number, len: number, pos: number): number => fs.readSync(fd, buf, off, len, pos)
+        const map = dataMap(fd, h.size)
+        if (map) await this.w.sparseFileEntry(h, map, read)
+        else await this.w.fileEntry(h, read)
       } finally {
         fs.closeSync(fd)
       }

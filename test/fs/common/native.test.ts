@@ -49,3 +49,24 @@ test('alignedBuffer: memory at the asked alignment, which O_DIRECT accepts where
     t.throws(() => native().alignedBuffer(size, align), { code: 'EINVAL' }, `${size}, ${align}`)
   }
 })
+
+test('dataExtents: where a file has data (FIEMAP), holes left out; a bad descriptor is EBADF', (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fiemap-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  const file = path.join(dir, 'f')
+  fs.writeFileSync(file, '')
+  fs.truncateSync(file, 8 << 20)
+  const fd = fs.openSync(file, 'r+')
+  try {
+    fs.writeSync(fd, Buffer.alloc(4096, 1), 0, 4096, 5 << 20)
+    fs.fsyncSync(fd)
+    const ext = native().dataExtents(fd)
+    t.is(ext.length % 2, 0)
+    // the one written block is covered; nothing before 5 MiB is
+    t.true(ext.some((_, k) => k % 2 === 0 && ext[k]! <= 5 << 20 && ext[k]! + ext[k + 1]! >= (5 << 20) + 4096), JSON.stringify(ext))
+    t.false(ext.some((_, k) => k % 2 === 0 && ext[k]! < 5 << 20 && ext[k]! + ext[k + 1]! > 0 && ext[k]! + ext[k + 1]! <= 5 << 20), JSON.stringify(ext))
+  } finally {
+    fs.closeSync(fd)
+  }
+  t.throws(() => native().dataExtents(1 << 20), { code: 'EBADF' })
+})

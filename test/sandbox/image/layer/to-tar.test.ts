@@ -3,7 +3,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Writable } from 'node:stream'
 import tarStream from 'tar-stream'
-import { buildErofs, layerToTar, readTar, tarToErofs, unpackLayer } from '../../../../sandbox/image/layer/index.js'
+import { EROFS_SUPERBLOCK_BYTES, EROFS_SUPERBLOCK_OFFSET, buildErofs, erofsIsPlain, layerToTar, readTar, tarToErofs, unpackLayer } from '../../../../sandbox/image/layer/index.js'
 import { run } from '../../../helpers/oci-fixtures.js'
 import { diffTrees, snapshotTree } from '../../../helpers/tree-compare.js'
 import { dir, file, fixtureLayerTars, hardlink, mountsUnder, packTar, sha256, streamOf, symlink, tmpDir, type PackEntry } from './helpers.js'
@@ -279,4 +279,44 @@ with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as tf:
   }
   t.deepEqual(got, [`file ${long}/f  deep data\n`, `symlink ${long}${'/y'.repeat(10)} f `])
   t.deepEqual(await mountsUnder(work), [])
+})
+
+test('a sparse file: tarToErofs stores no chunk that is all hole, and layerToTar writes it back as a GNU sparse member that GNU tar and umoci (Go archive/tar) read whole', async (t) => {
+  const work = tmpDir(t)
+  const tree = path.join(work, 'tree')
+  fs.mkdirSync(tree)
+  const sparse = path.join(tree, 'sparse')
+  fs.writeFileSync(sparse, '')
+  fs.truncateSync(sparse, 64 << 20)
+  const fd = fs.openSync(sparse, 'r+')
+  for (const [text, pos] of [['head', 0], ['mid', (40 << 20) + 123], ['tail', (64 << 20) - 4]] as const) fs.writeSync(fd, text, pos)
+  fs.closeSync(fd)
+  fs.writeFileSync(path.join(tree, 'plain'), Buffer.alloc(10_000, 7))
+  const inTar = path.join(work, 'in.tar')
+  await run('tar', ['--format=pax', '-S', '--numeric-owner', '-cf', inTar, '-C', tree, '.'])
+  const layer = path.join(work, 'sparse.erofs')
+  await tarToErofs(fs.createReadStream(inTar), layer)
+  // three chunks of data and a block map, not 64 MiB of zeros
+  t.true(fs.statSync(layer).size < 1 << 20, `a layer of ${fs.statSync(layer).size} bytes`)
+  await run('fsck.erofs', [layer])
+  // still an uncompressed layer (an s3 pull records its diffId for such layers only)
+  t.true(erofsIsPlain(fs.readFileSync(layer).subarray(EROFS_SUPERBLOCK_OFFSET, EROFS_SUPERBLOCK_OFFSET + EROFS_SUPERBLOCK_BYTES)))
+  const back = await tarOf(layer, work)
+  t.true(back.size < 1 << 20, `a tar of ${back.size} bytes`)
+  t.deepEqual((await names(back.bytes)).sort(), ['directory ./', 'file plain', 'file sparse'])
+  const outTar = path.join(work, 'out.tar')
+  fs.writeFileSync(outTar, back.bytes)
+  const byGnu = path.join(work, 'gnu')
+  fs.mkdirSync(byGnu)
+  await run('tar', ['-xf', outTar, '-C', byGnu])
+  await run('cmp', [sparse, path.join(byGnu, 'sparse')])
+  // GNU tar writes the file sparse again: the holes stayed holes all the way
+  t.true(fs.statSync(path.join(byGnu, 'sparse')).blocks * 512 < 4 << 20)
+  const layout = path.join(work, 'oci')
+  await run('umoci', ['init', '--layout', layout])
+  await run('umoci', ['new', '--image', `${layout}:t`])
+  await run('umoci', ['raw', 'add-layer', '--image', `${layout}:t`, outTar])
+  await run('umoci', ['unpack', '--image', `${layout}:t`, path.join(work, 'bundle')])
+  await run('cmp', [sparse, path.join(work, 'bundle', 'rootfs', 'sparse')])
+  t.deepEqual(fs.readFileSync(path.join(work, 'bundle', 'rootfs', 'plain')), Buffer.alloc(10_000, 7))
 })
