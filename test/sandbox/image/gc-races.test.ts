@@ -15,6 +15,9 @@ import { MANIFEST_MEDIA_TYPE, emptyConfig, sha256Digest, type ImageManifest } fr
 import type { ImageStore, StoredBlob } from '../../../sandbox/image/store.js'
 import { importOciImage } from '../../../sandbox/image/oci/import.js'
 import { OCI_LAYER_TAR } from '../../../sandbox/image/oci/media-types.js'
+import { pullS3, pushS3, type TransferStore } from '../../../sandbox/image/s3/index.js'
+import { S3RVER_CREDENTIALS, startS3 } from '../../helpers/s3rver.js'
+import { publishFixture } from './s3/fixture.js'
 
 const stores = useImageStores(test, '/img-gc-races')
 const here = path.dirname(fileURLToPath(import.meta.url))
@@ -202,4 +205,32 @@ test.serial('a failing import does not remove a layer another import found store
   t.truthy(await s.statBlob(built))
   t.is(await s.lookupDiffId(sharedD), built)
   await t.throwsAsync(s.resolve('a:v1'), { code: 'IMAGE_NOT_FOUND' })
+})
+
+test.serial('an s3 pull whose blobs are stored but not yet referenced keeps them through a gc that runs before it stores the manifest', async (t) => {
+  const s3 = await startS3(t)
+  const o = { endpoint: s3.endpoint, region: 'us-east-1', forcePathStyle: true, credentials: S3RVER_CREDENTIALS }
+  const src = await stores.fresh()
+  await publishFixture(t, src, 'pulled', 'v1', 256 * 1024)
+  await pushS3(src, 'pulled:v1', `s3://${s3.bucket}/m`, o)
+  const s = await stores.fresh()
+  const other = await stores.cluster().store(s.root)
+  // the pull's own store, with a full gc (another process's) run just before its manifest is stored
+  let collected: string[] | null = null
+  const putManifest = async (m: Buffer) => {
+    collected = (await other.gc()).removedBlobs
+    return s.putManifest(m)
+  }
+  const store: TransferStore = new Proxy(s, {
+    get: (target, prop) => {
+      if (prop === 'putManifest') return putManifest
+      const v: unknown = Reflect.get(target, prop)
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v
+    },
+  })
+  const r = await pullS3(store, `s3://${s3.bucket}/m/pulled:v1`, o)
+  t.deepEqual(collected, [])
+  t.is(r.blobsFetched, 2)
+  await assertWhole(t, s)
+  t.is((await s.resolve('pulled:v1')).digest, r.digest)
 })
