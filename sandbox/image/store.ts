@@ -131,6 +131,8 @@ export interface TagRecord {
   digest: string
 }
 
+/** Times setTag makes a name's tags/ directory again when a concurrent removeTag dropped it. */
+const TAG_DIR_ATTEMPTS = 10
 /** Directories under tmp/ holding what a gc or discard is about to remove (tmp/gc-<id>/blob-<hex>, manifest-<hex>). */
 const ASIDE_PREFIX = 'gc-'
 type Removable = 'blob' | 'manifest'
@@ -887,8 +889,16 @@ export class ImageStore {
       for (const d of new Set(manifest.layers.map((l) => l.digest))) {
         if (!(await this.statBlob(d))) throw new StrataError('IMAGE_BLOB_MISSING', `layer ${d} of manifest ${digest} is not stored`, { detail: { digest: d } })
       }
-      await this.#mkdirp(`${this.root}/tags/${encodeTagDir(name)}`)
-      await this.#writeAtomic(this.tagPath(name, tag), tagFileBody(name, digest))
+      for (let attempt = 1; ; attempt++) {
+        await this.#mkdirp(`${this.root}/tags/${encodeTagDir(name)}`)
+        try {
+          await this.#writeAtomic(this.tagPath(name, tag), tagFileBody(name, digest))
+          break
+        } catch (e) {
+          // removeTag of the name's last other tag dropped the directory between the mkdir and the rename
+          if (!isMetaCode(e, 'META_NOT_FOUND') || attempt >= TAG_DIR_ATTEMPTS) throw e
+        }
+      }
     } finally {
       await this.removeLease(holder, digest).catch(() => undefined)
     }

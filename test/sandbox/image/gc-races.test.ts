@@ -234,3 +234,25 @@ test.serial('an s3 pull whose blobs are stored but not yet referenced keeps them
   await assertWhole(t, s)
   t.is((await s.resolve('pulled:v1')).digest, r.digest)
 })
+
+test.serial('tagging a name while another client removes its last other tag never fails (removeTag drops the name\'s directory)', async (t) => {
+  const s = await stores.fresh()
+  const other = await stores.cluster().store(s.root)
+  const layer = await blob(s, 'layer of a retagged image')
+  const m = await s.putManifest(manifestOf([layer], 'retag'))
+  const failures: string[] = []
+  // `image tag IMG app:a` + `image rm app:a` in one client, the same with app:b in the other
+  const loop = async (st: ImageStore, tag: string) => {
+    for (let i = 0; i < 25; i++) {
+      try {
+        await st.setTag('app', tag, m.digest)
+        await st.removeTag('app', tag)
+      } catch (e) {
+        failures.push(`${tag} ${i}: ${String(e)}`)
+      }
+    }
+  }
+  await Promise.all([loop(s, 'a'), loop(other, 'b')])
+  t.deepEqual(failures, [])
+  t.deepEqual(await s.listTags(), [])
+})
