@@ -136,10 +136,10 @@ export async function composeImage(store: ImageStore, opts: ComposeOptions): Pro
     if (opts.name) await store.setTag(opts.name, opts.tag ?? 'latest', digest)
     created = false
   } catch (e) {
-    if (created) {
-      const others = new Set((await store.listLeases().catch(() => [])).filter((l) => l.holder !== holder).map((l) => l.digest))
-      if (!others.has(digest)) await store.fs.unlink(store.manifestPath(digest)).catch(() => undefined)
-    }
+    for (const d of leased) await store.removeLease(holder, d).catch(() => undefined)
+    leased.length = 0
+    // kept when a tag or another command's lease reaches it by now
+    if (created) await store.discard({ manifests: [digest] }).catch(() => undefined)
     throw e
   } finally {
     for (const d of leased) await store.removeLease(holder, d).catch(() => undefined)

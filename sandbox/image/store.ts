@@ -10,6 +10,15 @@
 // manifest references, except layers and manifests named by a lease. An
 // import leases what it stores until its tag is written, so a concurrent gc
 // does not collect it half-way.
+//
+// Removal is reversible until it is decided on the state after it: what gc
+// (or a failed command's clean-up, discard) means to remove is first renamed
+// into a directory of its own, tmp/gc-<id>/, then tags and leases are read
+// again and whatever they now reach is linked back; only the rest is
+// unlinked. Whoever makes something reachable does the opposite: lease (or
+// tag) first, then check that what it references is present, and a check
+// that misses links it back from any tmp/gc-* directory. Either the remover
+// sees the lease, or the checker sees the object gone.
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import { Readable } from 'node:stream'
@@ -100,6 +109,12 @@ export interface GcOptions {
   dryRun?: boolean
   /** manifests to keep even when no tag references them */
   keep?: string[]
+  /**
+   * Tests only: awaited at 'listed' (blobs and manifests listed, tags and
+   * leases not yet read), 'decided' (what to remove is known, nothing moved
+   * yet) and 'aside' (it is in tmp/gc-<id>/, not yet checked again).
+   */
+  pause?: (at: 'listed' | 'decided' | 'aside') => Promise<void>
 }
 
 export interface GcResult {
@@ -115,6 +130,12 @@ export interface TagRecord {
   tag: string
   digest: string
 }
+
+/** Times setTag makes a name's tags/ directory again when a concurrent removeTag dropped it. */
+const TAG_DIR_ATTEMPTS = 10
+/** Directories under tmp/ holding what a gc or discard is about to remove (tmp/gc-<id>/blob-<hex>, manifest-<hex>). */
+const ASIDE_PREFIX = 'gc-'
+type Removable = 'blob' | 'manifest'
 
 /** The longest file name the DFS takes (its NAME_MAX), in bytes. */
 const DFS_NAME_MAX = 255
@@ -284,14 +305,138 @@ export class ImageStore {
     }
   }
 
+  // --- removal that can be taken back (see the top of the file)
+
+  #pathOf(kind: Removable, digest: string): string {
+    return kind === 'blob' ? this.blobPath(digest) : this.manifestPath(digest)
+  }
+
+  /**
+   * Puts `aside` back at `dest` without replacing anything (a hard link, then
+   * the aside name is dropped): a blob rebuilt meanwhile may be open or
+   * mounted, and replacing it would take its chunks away from its readers.
+   * False when `aside` is gone (its remover decided).
+   */
+  async #restore(aside: string, dest: string): Promise<boolean> {
+    try {
+      await this.fs.link(aside, dest)
+    } catch (e) {
+      if (isMetaCode(e, 'META_NOT_FOUND')) return false
+      if (!isMetaCode(e, 'META_EXISTS')) throw e
+    }
+    await this.#unlinkQuiet(aside)
+    return true
+  }
+
+  /** A blob or manifest found missing: links it back if a gc or discard has it aside. */
+  async #resurrect(kind: Removable, digest: string): Promise<boolean> {
+    const hex = digestHex(digest)
+    for (const d of await this.#list(`${this.root}/tmp`)) {
+      if (d.startsWith(ASIDE_PREFIX) && (await this.#restore(`${this.root}/tmp/${d}/${kind}-${hex}`, this.#pathOf(kind, digest)))) return true
+    }
+    return false
+  }
+
+  /**
+   * Puts back everything a gc or discard killed half-way left aside, and
+   * drops the emptied directories. One of a gc still running is emptied too:
+   * that gc then removes less (what it finds gone it leaves), never more.
+   */
+  async #restoreAsides(): Promise<void> {
+    for (const d of await this.#list(`${this.root}/tmp`)) {
+      if (!d.startsWith(ASIDE_PREFIX)) continue
+      const dir = `${this.root}/tmp/${d}`
+      for (const n of await this.#list(dir)) {
+        const m = /^(blob|manifest)-([0-9a-f]{64})$/.exec(n)
+        if (m) await this.#restore(`${dir}/${n}`, this.#pathOf(m[1] as Removable, 'sha256:' + m[2]))
+      }
+      await this.fs.rmdir(dir).catch(() => undefined)
+    }
+  }
+
+  /**
+   * Removes the given manifests and blobs unless, once they are aside, a tag
+   * or lease (or `keep`) reaches them: those are linked back. Returns what
+   * was removed. A failure puts back everything still aside.
+   */
+  async #removeUnreferenced(manifests: string[], blobs: string[], keep: string[], pause?: (at: 'aside') => Promise<void>): Promise<{ manifests: string[]; blobs: string[] }> {
+    if (manifests.length === 0 && blobs.length === 0) return { manifests: [], blobs: [] }
+    const dir = `${this.root}/tmp/${ASIDE_PREFIX}${Date.now().toString(36)}-${process.pid}-${crypto.randomBytes(6).toString('hex')}`
+    await this.#mkdirp(dir)
+    const aside = new Map<string, { kind: Removable; digest: string; path: string }>()
+    try {
+      for (const [kind, list] of [['manifest', manifests], ['blob', blobs]] as const) {
+        for (const digest of list) {
+          const path = `${dir}/${kind}-${digestHex(digest)}`
+          try {
+            await this.fs.rename(this.#pathOf(kind, digest), path)
+          } catch (e) {
+            if (isMetaCode(e, 'META_NOT_FOUND')) continue
+            throw e
+          }
+          aside.set(`${kind}:${digest}`, { kind, digest, path })
+        }
+      }
+      await pause?.('aside')
+      // what is reachable now, read after everything went aside
+      const leases = await this.listLeases()
+      const liveManifests = new Set([...(await this.listTags()).map((t) => t.digest), ...leases.map((l) => l.digest), ...keep])
+      const liveBlobs = new Set(leases.map((l) => l.digest))
+      for (const d of liveManifests) {
+        const a = aside.get(`manifest:${d}`)
+        // (a reader may have linked it back already)
+        if (a) await this.#restore(a.path, this.manifestPath(d))
+        aside.delete(`manifest:${d}`)
+        try {
+          for (const l of (await this.getManifest(d)).manifest.layers) liveBlobs.add(l.digest)
+        } catch (e) {
+          // a layer digest's lease, or an unreadable manifest: it keeps no layer alive
+          if (!isMetaCode(e, 'IMAGE_DIGEST_MISMATCH', 'IMAGE_BAD_MANIFEST', 'IMAGE_NOT_FOUND')) throw e
+        }
+      }
+      for (const d of liveBlobs) {
+        const a = aside.get(`blob:${d}`)
+        if (a) await this.#restore(a.path, this.blobPath(d))
+        aside.delete(`blob:${d}`)
+      }
+      // whoever linked one back meanwhile keeps it: this drops only the aside name (and then it
+      // is not reported), gone already when the reader also dropped it
+      const removed: Array<{ kind: Removable; digest: string }> = []
+      for (const a of aside.values()) {
+        const unlinked = await this.fs.unlink(a.path).then(
+          () => true,
+          () => false,
+        )
+        if (unlinked) removed.push(a)
+      }
+      aside.clear()
+      return { manifests: removed.filter((a) => a.kind === 'manifest').map((a) => a.digest), blobs: removed.filter((a) => a.kind === 'blob').map((a) => a.digest) }
+    } finally {
+      for (const a of aside.values()) await this.#restore(a.path, this.#pathOf(a.kind, a.digest)).catch(() => undefined)
+      await this.fs.rmdir(dir).catch(() => undefined)
+    }
+  }
+
+  /**
+   * Removes manifests and blobs a failed command stored, unless a tag or
+   * lease reaches them by now (another import that found them stored, a tag
+   * written meanwhile): what gc would do to just these. The caller drops its
+   * own leases first. Returns what was removed.
+   */
+  async discard(what: { manifests?: string[]; blobs?: string[] }): Promise<{ manifests: string[]; blobs: string[] }> {
+    return this.#removeUnreferenced(what.manifests ?? [], what.blobs ?? [], [])
+  }
+
   // --- blobs
 
   async hasBlob(digest: string): Promise<boolean> {
     return (await this.statBlob(digest)) !== null
   }
 
+  /** The stored blob's size, or null; a blob a gc has aside is linked back first. */
   async statBlob(digest: string): Promise<StoredBlob | null> {
-    const size = await this.#statLength(this.blobPath(digest))
+    let size = await this.#statLength(this.blobPath(digest))
+    if (size === null && (await this.#resurrect('blob', digest))) size = await this.#statLength(this.blobPath(digest))
     return size === null ? null : { digest, size }
   }
 
@@ -525,7 +670,7 @@ export class ImageStore {
   readBlob(digest: string, opts: { start?: number; end?: number } = {}): Readable {
     const path = this.blobPath(digest)
     return Readable.from(
-      this.#readFile(path, opts.start ?? 0, opts.end, () => new StrataError('IMAGE_BLOB_MISSING', `blob ${digest} is not stored`)),
+      this.#readFile(path, opts.start ?? 0, opts.end, () => new StrataError('IMAGE_BLOB_MISSING', `blob ${digest} is not stored`), () => this.#resurrect('blob', digest)),
       { objectMode: false, highWaterMark: IO_STEP },
     )
   }
@@ -539,7 +684,7 @@ export class ImageStore {
    */
   async readBlobInto(digest: string, start: number, target: Buffer): Promise<void> {
     const path = this.blobPath(digest)
-    const fh = await this.#openForRead(path, () => new StrataError('IMAGE_BLOB_MISSING', `blob ${digest} is not stored`))
+    const fh = await this.#openForRead(path, () => new StrataError('IMAGE_BLOB_MISSING', `blob ${digest} is not stored`), () => this.#resurrect('blob', digest))
     try {
       let next = 0
       const worker = async () => {
@@ -563,7 +708,14 @@ export class ImageStore {
     }
   }
 
-  async #openForRead(path: string, missing: () => StrataError): Promise<FileHandle> {
+  /** Opens `path`; when it is missing, `resurrect` may put it back once (a blob a gc has aside). */
+  async #openForRead(path: string, missing: () => StrataError, resurrect?: () => Promise<boolean>): Promise<FileHandle> {
+    try {
+      return await this.fs.open(path, 'r')
+    } catch (e) {
+      if (!isMetaCode(e, 'META_NOT_FOUND')) throw e
+      if (!resurrect || !(await resurrect())) throw missing()
+    }
     try {
       return await this.fs.open(path, 'r')
     } catch (e) {
@@ -572,8 +724,8 @@ export class ImageStore {
     }
   }
 
-  async *#readFile(path: string, start: number, end: number | undefined, missing: () => StrataError): AsyncGenerator<Buffer> {
-    const fh = await this.#openForRead(path, missing)
+  async *#readFile(path: string, start: number, end: number | undefined, missing: () => StrataError, resurrect?: () => Promise<boolean>): AsyncGenerator<Buffer> {
+    const fh = await this.#openForRead(path, missing, resurrect)
     const reads: Array<Promise<Buffer>> = []
     try {
       const length = fh.inode.file?.length ?? 0
@@ -640,7 +792,8 @@ export class ImageStore {
   /** A stored manifest; IMAGE_NOT_FOUND if absent, IMAGE_DIGEST_MISMATCH if its bytes were altered. */
   async getManifest(digest: string): Promise<{ digest: string; bytes: Buffer; manifest: ImageManifest }> {
     assertDigest(digest, 'manifest digest')
-    const bytes = await this.#readSmall(this.manifestPath(digest))
+    let bytes = await this.#readSmall(this.manifestPath(digest))
+    if (!bytes && (await this.#resurrect('manifest', digest))) bytes = await this.#readSmall(this.manifestPath(digest))
     if (!bytes) throw new StrataError('IMAGE_NOT_FOUND', `no manifest ${digest}`)
     const got = sha256Digest(bytes)
     if (got !== digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `stored manifest ${digest} hashes to ${got}`)
@@ -648,7 +801,8 @@ export class ImageStore {
   }
 
   async hasManifest(digest: string): Promise<boolean> {
-    return (await this.#statLength(this.manifestPath(digest))) !== null
+    if ((await this.#statLength(this.manifestPath(digest))) !== null) return true
+    return (await this.#resurrect('manifest', digest)) && (await this.#statLength(this.manifestPath(digest))) !== null
   }
 
   /** NAME[:TAG] or NAME@sha256:… → its manifest; IMAGE_NOT_FOUND if the tag or manifest does not exist. */
@@ -710,14 +864,44 @@ export class ImageStore {
     }
   }
 
-  /** Points NAME:TAG at a stored manifest (tmp + rename: readers see the old or the new digest). */
+  /**
+   * Points NAME:TAG at a stored manifest (tmp + rename: readers see the old
+   * or the new digest). The manifest is leased while its bytes and layers are
+   * checked and the tag written, so a gc running meanwhile either sees the
+   * lease and keeps them, or has them aside and the check puts them back or
+   * finds them gone: IMAGE_NOT_FOUND (no such manifest) or
+   * IMAGE_BLOB_MISSING (a layer is not stored), and the tag is left as it was.
+   */
   async setTag(name: string, tag: string, digest: string): Promise<void> {
     checkNameTag(name, tag)
     assertDigest(digest, 'manifest digest')
     await this.open()
-    if (!(await this.hasManifest(digest))) throw new StrataError('IMAGE_NOT_FOUND', `no manifest ${digest} to tag`)
-    await this.#mkdirp(`${this.root}/tags/${encodeTagDir(name)}`)
-    await this.#writeAtomic(this.tagPath(name, tag), tagFileBody(name, digest))
+    const holder = `${TRANSIENT_LEASE_PREFIX}tag-${process.pid}-${crypto.randomBytes(6).toString('hex')}`
+    await this.addLease(holder, digest)
+    try {
+      let manifest: ImageManifest
+      try {
+        manifest = (await this.getManifest(digest)).manifest
+      } catch (e) {
+        if (isMetaCode(e, 'IMAGE_NOT_FOUND')) throw new StrataError('IMAGE_NOT_FOUND', `no manifest ${digest} to tag`)
+        throw e
+      }
+      for (const d of new Set(manifest.layers.map((l) => l.digest))) {
+        if (!(await this.statBlob(d))) throw new StrataError('IMAGE_BLOB_MISSING', `layer ${d} of manifest ${digest} is not stored`, { detail: { digest: d } })
+      }
+      for (let attempt = 1; ; attempt++) {
+        await this.#mkdirp(`${this.root}/tags/${encodeTagDir(name)}`)
+        try {
+          await this.#writeAtomic(this.tagPath(name, tag), tagFileBody(name, digest))
+          break
+        } catch (e) {
+          // removeTag of the name's last other tag dropped the directory between the mkdir and the rename
+          if (!isMetaCode(e, 'META_NOT_FOUND') || attempt >= TAG_DIR_ATTEMPTS) throw e
+        }
+      }
+    } finally {
+      await this.removeLease(holder, digest).catch(() => undefined)
+    }
   }
 
   /** Removes a tag; IMAGE_NOT_FOUND if it does not exist. */
@@ -854,15 +1038,21 @@ export class ImageStore {
    * diffId records of removed layers, staging files older than an hour
    * (partial pulls: a day) and transient leases older than an hour.
    * Listings are read blobs first, references last, so an object that
-   * appears during gc is never mistaken for garbage.
+   * appears during gc is never mistaken for garbage; and what it decided to
+   * remove goes aside first and is checked against tags and leases read
+   * after that (#removeUnreferenced), so a lease or tag taken at any moment
+   * keeps what it names.
    */
   async gc(opts: GcOptions = {}): Promise<GcResult> {
     await this.open()
     const dry = !!opts.dryRun
     const now = Date.now()
+    // what a gc or discard killed half-way left aside is a candidate like anything else
+    if (!dry) await this.#restoreAsides()
     const blobs = await this.listBlobs()
     const manifests = await this.listManifests()
     const tmpEntries = await this.fs.readdirAll(`${this.root}/tmp`, { status: true }).catch(() => ({ entries: [], inodes: [] }))
+    await opts.pause?.('listed')
 
     // transient leases whose command died long ago
     if (!dry) {
@@ -877,10 +1067,10 @@ export class ImageStore {
     const leased = new Set(leases.map((l) => l.digest))
     const keep = new Set<string>([...tags.map((t) => t.digest), ...(opts.keep ?? []), ...[...leased].filter((d) => manifests.includes(d))])
 
-    const removedManifests: string[] = []
+    let removedManifests: string[] = []
     const referenced = new Set<string>()
-    let freedBytes = 0
-    for (const d of manifests) {
+    // a kept manifest stored after the listing (an import that finished meanwhile) references layers too
+    for (const d of new Set([...manifests, ...keep])) {
       if (keep.has(d)) {
         try {
           for (const l of (await this.getManifest(d)).manifest.layers) referenced.add(l.digest)
@@ -892,7 +1082,7 @@ export class ImageStore {
       }
       removedManifests.push(d)
     }
-    const removedBlobs: string[] = []
+    let removedBlobs: string[] = []
     const keptLeased: string[] = []
     for (const b of blobs) {
       if (referenced.has(b.digest)) continue
@@ -903,47 +1093,35 @@ export class ImageStore {
       removedBlobs.push(b.digest)
     }
     const blobSize = new Map(blobs.map((b) => [b.digest, b.size]))
-    if (dry) {
-      // what the same run would free: manifests and blobs alike
-      for (const d of removedManifests) freedBytes += (await this.#statLength(this.manifestPath(d))) ?? 0
-      for (const d of removedBlobs) freedBytes += blobSize.get(d) ?? 0
-    } else {
+    const manifestSize = new Map<string, number>()
+    for (const d of removedManifests) manifestSize.set(d, (await this.#statLength(this.manifestPath(d))) ?? 0)
+    let freedBytes = 0
+    if (!dry) {
+      await opts.pause?.('decided')
       // a lease or tag taken while we were deciding wins (and what it kept is neither reported nor counted)
-      const lateLeases = new Set((await this.listLeases()).map((l) => l.digest))
-      const lateTags = new Set((await this.listTags()).map((t) => t.digest))
-      for (const d of [...removedManifests]) {
-        if (lateLeases.has(d) || lateTags.has(d)) {
-          removedManifests.splice(removedManifests.indexOf(d), 1)
-          continue
-        }
-        const len = await this.#statLength(this.manifestPath(d))
-        await this.#unlinkQuiet(this.manifestPath(d))
-        freedBytes += len ?? 0
-      }
-      for (const d of [...removedBlobs]) {
-        if (lateLeases.has(d)) {
-          removedBlobs.splice(removedBlobs.indexOf(d), 1)
-          continue
-        }
-        await this.#unlinkQuiet(this.blobPath(d))
-        freedBytes += blobSize.get(d) ?? 0
-      }
+      const removed = await this.#removeUnreferenced(removedManifests, removedBlobs, opts.keep ?? [], opts.pause)
+      removedManifests = removed.manifests
+      removedBlobs = removed.blobs
       // diffId records of layers that are gone
       const gone = new Set(removedBlobs)
       for (const n of await this.#list(`${this.root}/diffids/sha256`)) {
-        if (!HEX_RE.test(n)) continue
+        if (!/^[0-9a-f]{64}(\.[a-z0-9]+)?$/.test(n)) continue
         const b = await this.#readSmall(`${this.root}/diffids/sha256/${n}`)
         const d = b?.toString('utf8').trim() ?? ''
         if (!isDigest(d) || gone.has(d)) await this.#unlinkQuiet(`${this.root}/diffids/sha256/${n}`)
       }
       for (const [i, e] of tmpEntries.entries.entries()) {
         const ino = tmpEntries.inodes[i]
-        if (!ino) continue
+        // an aside directory is a gc's at work (or put back above), never stale staging
+        if (!ino || e.name.startsWith(ASIDE_PREFIX)) continue
         const age = now - ino.mtime / 1000
         const maxAge = e.name.startsWith('partial-') ? PARTIAL_MAX_AGE_MS : TMP_MAX_AGE_MS
         if (age > maxAge) await this.fs.rm(`${this.root}/tmp/${e.name}`, { recursive: true }).catch(() => undefined)
       }
     }
+    // what the run frees (or, dry, would free): manifests and blobs alike
+    for (const d of removedManifests) freedBytes += manifestSize.get(d) ?? 0
+    for (const d of removedBlobs) freedBytes += blobSize.get(d) ?? 0
     return { removedBlobs, removedManifests, keptLeased, freedBytes }
   }
 }

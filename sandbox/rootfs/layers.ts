@@ -227,16 +227,23 @@ export class LayerMounts {
 
   async #mount(digest: string, dir: string): Promise<void> {
     const file = this.layerFile(digest)
-    let st
-    try {
-      st = await fs.stat(file)
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new StrataError('IMAGE_BLOB_MISSING', `layer ${digest} is not stored (${file})`, { cause: e })
-      throw new StrataError('ROOTFS_MOUNT_FAILED', `layer ${digest}: cannot stat ${file}: ${(e as Error).message}`, { cause: e })
-    }
-    if (!st.isFile()) throw new StrataError('ROOTFS_MOUNT_FAILED', `layer ${digest}: ${file} is not a regular file`)
-    // lease first: gc must not remove the blob between the check and the mount
+    // lease first, then look: a gc running meanwhile either sees the lease, or has the
+    // blob aside and statBlob links it back (or it is gone: IMAGE_BLOB_MISSING)
     await this.store.addLease(this.nodeId, digest)
+    try {
+      await this.store.statBlob(digest)
+      let st
+      try {
+        st = await fs.stat(file)
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new StrataError('IMAGE_BLOB_MISSING', `layer ${digest} is not stored (${file})`, { cause: e })
+        throw new StrataError('ROOTFS_MOUNT_FAILED', `layer ${digest}: cannot stat ${file}: ${(e as Error).message}`, { cause: e })
+      }
+      if (!st.isFile()) throw new StrataError('ROOTFS_MOUNT_FAILED', `layer ${digest}: ${file} is not a regular file`)
+    } catch (e) {
+      await this.store.removeLease(this.nodeId, digest).catch(() => undefined)
+      throw e
+    }
     try {
       await fs.mkdir(dir, { recursive: true })
       // a mount left by an earlier daemon that nobody adopted or swept yet is reused, not stacked on

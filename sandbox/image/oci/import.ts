@@ -385,13 +385,14 @@ class ImportRun {
 
   /** Ends the run: leases dropped, work dir removed; after a failure, what it created is removed too. */
   async end(failed: boolean): Promise<void> {
-    if (failed) {
-      const others = new Set((await this.store.listLeases().catch(() => [])).filter((l) => l.holder !== this.holder).map((l) => l.digest))
-      if (this.createdManifest && !others.has(this.createdManifest)) await this.store.fs.unlink(this.store.manifestPath(this.createdManifest)).catch(noop)
-      for (const d of this.createdBlobs) if (!others.has(d)) await this.store.fs.unlink(this.store.blobPath(d)).catch(noop)
-      for (const [diffId, d] of this.recorded) if (!others.has(d)) await this.store.fs.unlink(this.store.diffIdPath(diffId, this.opts.compress)).catch(noop)
-    }
     for (const d of this.leased) await this.store.removeLease(this.holder, d).catch(noop)
+    if (failed) {
+      // what another command reaches by now (it found a layer stored, or tagged the manifest) stays:
+      // discard decides on the tags and leases read after it took the objects aside
+      const gone = await this.store.discard({ manifests: this.createdManifest ? [this.createdManifest] : [], blobs: [...this.createdBlobs] }).catch(() => ({ manifests: [], blobs: [] }))
+      const goneBlobs = new Set(gone.blobs)
+      for (const [diffId, d] of this.recorded) if (goneBlobs.has(d)) await this.store.fs.unlink(this.store.diffIdPath(diffId, this.opts.compress)).catch(noop)
+    }
     if (this.workDir) await fs.promises.rm(this.workDir, { recursive: true, force: true }).catch(noop)
   }
 }

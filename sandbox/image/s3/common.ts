@@ -24,6 +24,9 @@ export interface TransferStore {
   /** the diffId cache (ImageStore's): uncompressed builds only, the default variant */
   lookupDiffId(diffId: string): Promise<string | null>
   recordDiffId(diffId: string, layerDigest: string): Promise<void>
+  /** leases (ImageStore's): a pull holds what it stores until its tag is written, as an import does */
+  addLease(holder: string, digest: string): Promise<void>
+  removeLease(holder: string, digest: string): Promise<void>
 }
 
 /** Progress reporting as sandbox/image/progress.ts provides it. */

@@ -4,9 +4,11 @@
 // earlier run stopped) and verified when complete; then the manifest is
 // stored, the diffIds it gives recorded, and the local tag set, last.
 import { GetObjectCommand, HeadObjectCommand, type GetObjectCommandOutput, type S3Client } from '@aws-sdk/client-s3'
+import crypto from 'node:crypto'
 import type { Readable } from 'node:stream'
 import { BufferPool } from '../../../fs/common/buffer-pool.js'
 import { StrataError, isStrataError } from '../../../fs/common/errors.js'
+import { TRANSIENT_LEASE_PREFIX } from '../store.js'
 import { DEFAULT_TAG, isDigest, parseImageRef, sha256Digest, validateManifest, type LayerRef } from '../types.js'
 import { EROFS_SUPERBLOCK_BYTES, EROFS_SUPERBLOCK_OFFSET, erofsIsPlain } from '../layer/erofs.js'
 import { atEndpoint, createS3Client, isNotFound, isTimeout, s3Error } from './client.js'
@@ -113,17 +115,30 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
     }
     const layers = new Map<string, LayerRef>()
     for (const l of manifest.layers) layers.set(l.digest, l)
-    const fetched = await allOrAbort(
-      signal,
-      [...layers.values()].map((l) => (signal: AbortSignal) => ctx.limiter.run(() => pullBlob(ctx, l, signal))),
-    )
-    signal.throwIfAborted()
-    const put = await store.putManifest(bytes)
-    if (put.digest !== src.digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `the store addressed the manifest as ${put.digest}, expected ${src.digest}`)
-    await recordDiffIds(store, manifest.layers)
     const name = local?.name ?? src.name
     const tag = local?.tag ?? src.tag ?? ''
-    if (tag) await store.setTag(name, tag, src.digest)
+    // leased before each blob is looked for, until the tag is written: a gc running meanwhile
+    // keeps a blob this pull found stored or stored itself (it references nothing yet)
+    const holder = `${TRANSIENT_LEASE_PREFIX}pull-${process.pid}-${crypto.randomBytes(6).toString('hex')}`
+    const leased: string[] = []
+    let fetched: boolean[]
+    try {
+      for (const d of [src.digest, ...layers.keys()]) {
+        await store.addLease(holder, d)
+        leased.push(d)
+      }
+      fetched = await allOrAbort(
+        signal,
+        [...layers.values()].map((l) => (signal: AbortSignal) => ctx.limiter.run(() => pullBlob(ctx, l, signal))),
+      )
+      signal.throwIfAborted()
+      const put = await store.putManifest(bytes)
+      if (put.digest !== src.digest) throw new StrataError('IMAGE_DIGEST_MISMATCH', `the store addressed the manifest as ${put.digest}, expected ${src.digest}`)
+      await recordDiffIds(store, manifest.layers)
+      if (tag) await store.setTag(name, tag, src.digest)
+    } finally {
+      for (const d of leased) await store.removeLease(holder, d).catch(() => undefined)
+    }
     return {
       url,
       name,
