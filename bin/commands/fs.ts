@@ -14,7 +14,7 @@ import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
 import { isDevicePath, localDestination, localError, localStat, sameFile } from './local-files.js'
-import { addressListArg, dirArg, dfsPathArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
+import { addressListArg, dirArg, dfsPathArg, dfsPathsArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -618,7 +618,7 @@ written in place, in order.`,
 
   g.command('ls')
     .description('list a directory (or show one file); -l long format: mode nlink uid gid size mtime name')
-    .argument('[path]', 'DFS path', '/')
+    .argument('[path]', 'DFS path', dfsPathArg('path'), '/')
     .option('-l, --long', 'long format')
     .option('-L, --dereference', 'show what symlinks point to, not the links (the path given and, with -l, the entries)')
     .option('--json', 'print JSON records')
@@ -678,7 +678,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
 
   g.command('stat')
     .description('attributes of a path (a symlink itself unless -L)')
-    .argument('<path>', 'DFS path')
+    .argument('<path>', 'DFS path', dfsPathArg('path'))
     .option('-L, --dereference', 'follow a symlink at the end of the path')
     .option('--json', 'print JSON')
     .action((p: string, o, cmd: Command) =>
@@ -717,7 +717,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
 
   g.command('mkdir')
     .description('create directories; a path that fails is reported and the others are still made (exit 1)')
-    .argument('<paths...>', 'DFS paths')
+    .argument('<paths...>', 'DFS paths', dfsPathsArg('a path'))
     .option('-p, --parents', 'create missing parents; no error if it exists')
     .option('--mode <octal>', 'permission (default 0755)', permArg)
     .option('--json', 'print JSON')
@@ -740,7 +740,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
 
   g.command('rm')
     .description('remove files, symlinks and empty directories; -r whole trees; a path that fails is reported and the others still go (exit 1); META_NO_LOCK when another client holds the hf3fs.lock of the parent, of the directory or of one inside the tree')
-    .argument('<paths...>', 'DFS paths')
+    .argument('<paths...>', 'DFS paths', dfsPathsArg('a path'))
     .option('-r, --recursive', 'remove directories and their contents')
     .option('-f, --force', 'ignore paths that do not exist')
     .option('--json', 'print JSON')

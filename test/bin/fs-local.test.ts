@@ -56,11 +56,15 @@ test('--uid, --gid and --groups beyond 4294967294 are usage errors; fs mount wit
   t.is(r.code, 2, r.stderr)
   t.false(fs.existsSync(path.join(dir, 'a')))
   // an empty path, local or in the DFS, is a usage error before anything is contacted
-  for (const args of [['put', '/etc/hostname', ''], ['put', '', '/x'], ['get', '/x', ''], ['get', '', 'out']]) {
-    const e = await strata(['fs', '--mgmtd-address', '127.0.0.1:1', ...args])
+  // (ls, stat, rm and mkdir said META_INVALID_ARGUMENT, exit 1, rm and mkdir after acting on the
+  // other paths; mount and umount took '' for the working directory)
+  const cases = [['put', '/etc/hostname', ''], ['put', '', '/x'], ['get', '/x', ''], ['get', '', 'out'], ['ls', ''], ['stat', ''], ['rm', '/x', ''], ['mkdir', '-p', '/x', ''], ['mount', ''], ['umount', '']]
+  for (const args of cases) {
+    const e = await strata(['fs', '--mgmtd-address', '127.0.0.1:1', ...args], { cwd: dir })
     t.is(e.code, 2, `${args.join(' ')}: ${e.stderr}`)
     t.regex(e.stderr, /^strata: usage: .*is empty/m, args.join(' '))
   }
+  t.deepEqual(fs.readdirSync(dir), [], 'nothing was made in the working directory')
 })
 
 test.serial('fs get: pipes, FIFOs and /dev/stdout are written in order; a regular file is replaced atomically and survives a failed or interrupted get', async (t) => {
