@@ -32,7 +32,7 @@ export function strata(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
 }
 
 /** Like strata() but fails the test (with both streams) unless the exit code is 0. */
-export async function ok(t: ExecutionContext, args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<string> {
+export async function ok(t: ExecutionContext, args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; input?: string } = {}): Promise<string> {
   const r = await strata(args, opts)
   if (r.code !== 0) t.fail(`strata ${args.join(' ')} exited ${r.code}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`)
   return r.stdout
