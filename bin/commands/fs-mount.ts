@@ -12,7 +12,7 @@ import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { mountBackground, mountRecord, planMount, preflightMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
 import { forgetMount, recordMount } from '../../fs/fuse/cluster-mounts.js'
-import { intArg, MAX_TIMER_MS, MAX_TIMER_SECONDS, out, printJson, sizeArg, timerSecondsArg } from './output.js'
+import { intArg, localDirArg, MAX_TIMER_MS, MAX_TIMER_SECONDS, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 import { MAX_WRITE_BUFFER_SIZE } from '../../fs/client/index.js'
 import { fsUser } from './fs.js'
 
@@ -82,7 +82,7 @@ export function registerFsMountCommands(parent: Command): void {
 
   g.command('mount')
     .description('mount the cluster\'s filesystem with FUSE (a background daemon; prints its pid)')
-    .argument('<mountpoint>', 'directory to mount on (created when missing)')
+    .argument('<mountpoint>', 'directory to mount on (created when missing)', localDirArg('the mount point'))
     .option('--attr-timeout <s>', 'kernel attribute cache and daemon path cache lifetime in seconds (0: no caching)', secondsArg('--attr-timeout'))
     .option('--entry-timeout <s>', 'kernel name cache lifetime in seconds (0: no caching)', secondsArg('--entry-timeout'))
     .option('--periodic-sync-ms <n>', 'send length hints and flush write buffers this often (0: off; default 5000)', intArg('--periodic-sync-ms', { min: 0 }))
@@ -157,7 +157,7 @@ export function registerFsMountCommands(parent: Command): void {
   g.command('umount')
     .alias('unmount')
     .description('unmount: stop the FUSE daemon serving the mount point (SIGTERM: it flushes and unmounts), whether its mount is alive or dead; clear a mount whose daemon died')
-    .argument('<mountpoint>', 'the mount point')
+    .argument('<mountpoint>', 'the mount point', localDirArg('the mount point'))
     .option('--wait <s>', 'seconds to wait for the daemon to exit after SIGTERM before SIGKILL (a daemon that survives SIGKILL is an error)', timerSecondsArg('--wait'), 20)
     .action(async (mountpoint: string, _o: unknown, cmd: Command) => {
       const o = cmd.opts() as { wait?: number }

@@ -13,8 +13,9 @@ import { StrataError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
-import { isDevicePath, localDestination, localError, localStat, sameFile } from './local-files.js'
-import { addressListArg, dirArg, dfsPathArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
+import { isDevicePath, localDestination, localError, localStat, openFifoReader, openFifoWriter, sameFile } from './local-files.js'
+import { createProgress, NO_PROGRESS, type ProgressSink, type ProgressTask } from '../../fs/common/progress.js'
+import { addressListArg, dirArg, dfsPathArg, dfsPathsArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -147,6 +148,14 @@ async function bounded2<T>(p: Promise<T>): Promise<T | undefined> {
   return v
 }
 
+/**
+ * put's and get's progress: a bar on stderr when it is a terminal; otherwise nothing, the
+ * summary line being the one line a log needs (and --json prints only the JSON).
+ */
+function transferProgress(json: boolean, signal: AbortSignal): ProgressSink & { stop(): void } {
+  return createProgress({ quiet: json || !process.stderr.isTTY, signal })
+}
+
 interface GetResult {
   path: string
   local: string
@@ -163,13 +172,17 @@ interface GetResult {
  * interrupted get removes the temporary. Anything else (stdout, a pipe, a FIFO, a
  * character device, a path under /dev or /proc) is written in order as the data comes.
  */
-async function getFile(fsys: FileSystem, dfsPath: string, local: string, signal: AbortSignal): Promise<GetResult> {
+async function getFile(fsys: FileSystem, dfsPath: string, local: string, signal: AbortSignal, progress: ProgressSink = NO_PROGRESS): Promise<GetResult> {
   const fh = await fsys.open(dfsPath, 'r')
   const t0 = Date.now()
   let bytes = 0
   const length = fh.inode.file?.length ?? 0
+  // started by the copy, once the destination is known to be usable
+  let task: ProgressTask | undefined
+  let finished = false
   /** Reads the DFS file from the start and hands every block to `write` with its offset. */
   const copy = async (write: (buf: Buffer, offset: number) => Promise<void>) => {
+    task ??= progress.start(normalizePath(dfsPath), length)
     for (;;) {
       signal.throwIfAborted()
       const want = Math.max(1, Math.min(IO_STEP, Math.max(length - bytes, 64 * 1024)))
@@ -177,6 +190,7 @@ async function getFile(fsys: FileSystem, dfsPath: string, local: string, signal:
       if (r.bytesRead === 0) break
       await write(r.buffer.subarray(0, r.bytesRead), bytes)
       bytes += r.bytesRead
+      task.tick(r.bytesRead)
       if (r.bytesRead < want && bytes >= length) break
     }
   }
@@ -187,7 +201,29 @@ async function getFile(fsys: FileSystem, dfsPath: string, local: string, signal:
     const where = localDestination(dest)
     if (where.kind === 'stdout') {
       await raceAbort(copy((buf) => new Promise<void>((res, rej) => process.stdout.write(buf, (e) => (e ? rej(e) : res())))), signal)
+      finished = true
       return { path: normalizePath(dfsPath), local, bytes, seconds: (Date.now() - t0) / 1000, toStdout: true }
+    }
+    if (where.kind === 'in-place' && localStat(dest)?.isFIFO()) {
+      // a FIFO: written through a socket, so neither waiting for a reader nor a reader that
+      // stopped reading holds a pool thread that would keep an interrupted get from exiting
+      const s = await openFifoWriter(dest, signal)
+      try {
+        const toStdout = sameFile(fs.statSync(dest), 1)
+        await raceAbort(
+          (async () => {
+            await copy((buf) => new Promise<void>((res, rej) => s.write(buf, (e) => (e ? rej(e) : res()))))
+            await new Promise<void>((res) => s.end(res))
+          })(),
+          signal,
+        )
+        finished = true
+        return { path: normalizePath(dfsPath), local: dest, bytes, seconds: (Date.now() - t0) / 1000, toStdout }
+      } catch (e) {
+        throw localError(e)
+      } finally {
+        s.destroy()
+      }
     }
     if (where.kind === 'in-place') {
       // a pipe, FIFO, character device or /dev path: written in order, in place (cp does the same)
@@ -203,6 +239,7 @@ async function getFile(fsys: FileSystem, dfsPath: string, local: string, signal:
       } finally {
         await h.close().catch(() => undefined)
       }
+      finished = true
       return { path: normalizePath(dfsPath), local: dest, bytes, seconds: (Date.now() - t0) / 1000, toStdout }
     }
     // a regular file, or a new one: a temporary beside the file the path ends at, renamed over it
@@ -235,8 +272,11 @@ async function getFile(fsys: FileSystem, dfsPath: string, local: string, signal:
       throw localError(e, { tmp, dest: final })
     }
     await syncDir(path.dirname(final))
+    finished = true
     return { path: normalizePath(dfsPath), local: dest, bytes, seconds: (Date.now() - t0) / 1000 }
   } finally {
+    // a copy that failed is not shown as done (an interrupted one says so by itself)
+    task?.done(finished || signal.aborted ? undefined : 'failed')
     await fsys.close(fh)
   }
 }
@@ -303,11 +343,14 @@ async function putFile(
   o: { mode?: number; chainTableId?: number; chunkSize?: number; stripeSize?: number },
   signal: AbortSignal,
   names: string[] = [],
+  progress: ProgressSink = NO_PROGRESS,
 ): Promise<PutResult> {
   let fromStdin = local === '-'
   // stdin, a pipe, a FIFO, a character device: read in order, as it comes; the new file is 0644
   let sequential = fromStdin
   let localMode = 0o644
+  let size: number | undefined
+  let fifo = false
   if (!fromStdin) {
     let st: fs.Stats
     try {
@@ -316,8 +359,11 @@ async function putFile(
       throw localError(e)
     }
     if (st.isDirectory()) throw new StrataError('INVALID_ARGUMENT', `${local} is a directory`)
-    if (st.isFile() && !isDevicePath(local)) localMode = st.mode & 0o7777
-    else sequential = true
+    if (st.isFile() && !isDevicePath(local)) {
+      localMode = st.mode & 0o7777
+      size = st.size
+    } else sequential = true
+    fifo = st.isFIFO()
     // this process's stdin under another name (/dev/stdin, /dev/fd/0): read as stdin (a socket there cannot be opened again)
     if (sequential && isDevicePath(local) && sameFile(st, 0)) fromStdin = true
   }
@@ -338,14 +384,16 @@ async function putFile(
     throw e
   })
   let bytes = 0
+  const task = progress.start(target, size)
   const copy = async (): Promise<Inode> => {
     if (sequential) {
-      const src = fromStdin ? process.stdin : fs.createReadStream(local, { highWaterMark: 1 << 20 })
+      const src = fromStdin ? process.stdin : fifo ? openFifoReader(local) : fs.createReadStream(local, { highWaterMark: 1 << 20 })
       try {
         for await (const chunk of src) {
           signal.throwIfAborted()
           await fsys.write(fh, chunk as Buffer, bytes)
           bytes += (chunk as Buffer).length
+          task.tick((chunk as Buffer).length)
         }
       } finally {
         if (!fromStdin) src.destroy()
@@ -361,6 +409,7 @@ async function putFile(
           signal.throwIfAborted()
           const [w, next] = await Promise.all([fsys.write(fh, a.subarray(0, r.bytesRead), bytes), h.read(b, 0, IO_STEP, bytes + r.bytesRead)])
           bytes += w
+          task.tick(w)
           r = next
           ;[a, b] = [b, a]
         }
@@ -379,7 +428,10 @@ async function putFile(
   let st: Inode
   try {
     st = await raceAbort(copy(), signal)
+    task.done()
   } catch (e) {
+    // a copy that failed is not shown as done (an interrupted one says so by itself)
+    task.done(signal.aborted ? undefined : 'failed')
     // the target is untouched; the temporary goes (its chunks with it, through meta's GC)
     await bounded(
       (async () => {
@@ -562,7 +614,8 @@ An existing target keeps its layout and permission unless --mode or the layout
 options say otherwise; the new file belongs to the caller. A symlink target is
 followed (the file it names is replaced, or created when the link dangles).
 LOCAL may be anything readable but a directory: a regular file, or stdin ("-",
-/dev/stdin), a pipe or a FIFO, read in order (a new file is then 0644).`,
+/dev/stdin), a pipe or a FIFO, read in order (a new file is then 0644).
+On a terminal a progress bar is drawn on stderr; otherwise only the summary.`,
     )
     .action((local: string, dfsPath: string, o, cmd: Command) => {
       // the paths a refusal may name a directory of (the target is known once resolved)
@@ -572,7 +625,13 @@ LOCAL may be anything readable but a directory: a regular file, or stdin ("-",
           withFileSystem(
             cmd,
             async (fsys, json) => {
-              const r = await putFile(fsys, local, dfsPath, o, signal, names)
+              const progress = transferProgress(json, signal)
+              let r: PutResult
+              try {
+                r = await putFile(fsys, local, dfsPath, o, signal, names, progress)
+              } finally {
+                progress.stop()
+              }
               if (json) return printJson(r)
               out(`${local} -> ${r.path}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
             },
@@ -597,7 +656,8 @@ interrupted get (error, --timeout, Ctrl-C, SIGTERM) removes the temporary file
 and leaves the destination as it was. A new file gets the DFS file's permission
 less the umask; a replaced one keeps its permission (and owner, where allowed).
 Stdout, pipes, FIFOs, character devices and paths under /dev and /proc are
-written in place, in order.`,
+written in place, in order. On a terminal a progress bar is drawn on stderr;
+otherwise only the summary.`,
     )
     .action((dfsPath: string, local: string, _o, cmd: Command) =>
       exitOnInterrupt(
@@ -605,7 +665,13 @@ written in place, in order.`,
           withFileSystem(
             cmd,
             async (fsys, json) => {
-              const r = await getFile(fsys, dfsPath, local, signal)
+              const progress = transferProgress(json, signal)
+              let r: GetResult
+              try {
+                r = await getFile(fsys, dfsPath, local, signal, progress)
+              } finally {
+                progress.stop()
+              }
               if (r.toStdout) return
               if (json) return printJson({ path: r.path, local: r.local, bytes: r.bytes, seconds: r.seconds })
               out(`${r.path} -> ${r.local}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
@@ -618,7 +684,7 @@ written in place, in order.`,
 
   g.command('ls')
     .description('list a directory (or show one file); -l long format: mode nlink uid gid size mtime name')
-    .argument('[path]', 'DFS path', '/')
+    .argument('[path]', 'DFS path', dfsPathArg('path'), '/')
     .option('-l, --long', 'long format')
     .option('-L, --dereference', 'show what symlinks point to, not the links (the path given and, with -l, the entries)')
     .option('--json', 'print JSON records')
@@ -678,7 +744,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
 
   g.command('stat')
     .description('attributes of a path (a symlink itself unless -L)')
-    .argument('<path>', 'DFS path')
+    .argument('<path>', 'DFS path', dfsPathArg('path'))
     .option('-L, --dereference', 'follow a symlink at the end of the path')
     .option('--json', 'print JSON')
     .action((p: string, o, cmd: Command) =>
@@ -717,7 +783,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
 
   g.command('mkdir')
     .description('create directories; a path that fails is reported and the others are still made (exit 1)')
-    .argument('<paths...>', 'DFS paths')
+    .argument('<paths...>', 'DFS paths', dfsPathsArg('a path'))
     .option('-p, --parents', 'create missing parents; no error if it exists')
     .option('--mode <octal>', 'permission (default 0755)', permArg)
     .option('--json', 'print JSON')
@@ -740,7 +806,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
 
   g.command('rm')
     .description('remove files, symlinks and empty directories; -r whole trees; a path that fails is reported and the others still go (exit 1); META_NO_LOCK when another client holds the hf3fs.lock of the parent, of the directory or of one inside the tree')
-    .argument('<paths...>', 'DFS paths')
+    .argument('<paths...>', 'DFS paths', dfsPathsArg('a path'))
     .option('-r, --recursive', 'remove directories and their contents')
     .option('-f, --force', 'ignore paths that do not exist')
     .option('--json', 'print JSON')

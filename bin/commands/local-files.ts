@@ -6,8 +6,10 @@
 // in /dev with a regular file for every process on the machine.
 
 import fs from 'node:fs'
+import net from 'node:net'
 import path from 'node:path'
 import { finished } from 'node:stream/promises'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { StrataError, fromSystemError } from '../../fs/common/errors.js'
 
 /**
@@ -117,4 +119,44 @@ export async function openInPlace(p: string): Promise<fs.WriteStream> {
 export async function closeInPlace(ws: fs.WriteStream): Promise<void> {
   ws.end()
   await finished(ws).catch(() => undefined)
+}
+
+/**
+ * A FIFO to read from, as a socket on a non-blocking descriptor. A stream of fs reads
+ * would block a libuv pool thread in read(2) until a writer writes or leaves, and
+ * process.exit joins those threads: Ctrl-C of `fs put FIFO` with an idle writer printed
+ * CANCELLED and then never exited. epoll waits for a writer as the blocking open did
+ * (no end of file before one has come and gone) and holds no thread.
+ */
+export function openFifoReader(p: string): net.Socket {
+  let fd: number
+  try {
+    fd = fs.openSync(p, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK)
+  } catch (e) {
+    throw localError(e)
+  }
+  return new net.Socket({ fd, readable: true, writable: false })
+}
+
+/**
+ * A FIFO to write to, as a socket on a non-blocking descriptor, once it has a reader
+ * (as the blocking open waited for one; polled, since a non-blocking open without a
+ * reader fails ENXIO). A blocking open or write would hold a libuv pool thread until a
+ * reader came or read, and process.exit waits for those threads: Ctrl-C of `fs get
+ * /f FIFO` with no reader, or with one that stopped reading, never exited.
+ */
+export async function openFifoWriter(p: string, signal: AbortSignal): Promise<net.Socket> {
+  for (;;) {
+    signal.throwIfAborted()
+    try {
+      const fd = fs.openSync(p, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK)
+      const s = new net.Socket({ fd, readable: false, writable: true })
+      // a failed write is reported to the writer by its callback; the 'error' event must not crash the process
+      s.on('error', () => undefined)
+      return s
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENXIO') throw localError(e)
+    }
+    await sleep(50, undefined, { signal })
+  }
 }

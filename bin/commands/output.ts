@@ -211,6 +211,24 @@ export function dfsPathArg(what: string): (v: string) => string {
   }
 }
 
+/** The variadic form of dfsPathArg (`rm`, `mkdir`): commander hands each value with those before it. */
+export function dfsPathsArg(what: string): (v: string, prev: string[] | undefined) => string[] {
+  const one = dfsPathArg(what)
+  return (v, prev) => [...(prev ?? []), one(v)]
+}
+
+/**
+ * A local directory argument (a mount point): an empty one would be resolved
+ * against the working directory, so `fs mount "$UNSET"` would mount over it.
+ */
+export function localDirArg(what: string): (v: string) => string {
+  return (v: string) => {
+    if (v === '') throw new InvalidArgumentError(`${what} is empty (a local directory such as /mnt/strata)`)
+    if (v.includes('\0')) throw new InvalidArgumentError(`${what} contains a NUL byte`)
+    return v
+  }
+}
+
 /** A client id as clients make them (MetaClient, FUSE daemon: randomUUID), as 3FS's ClientId is a Uuid. */
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 export function uuidArg(what: string): (v: string) => string {

@@ -129,7 +129,11 @@ export function parseLayoutArgs(a: LayoutArgs, base?: Layout): Layout | undefine
   const given = [a.chainTableId, a.chainTableVer, a.chainList, a.chunkSize, a.stripeSize].filter((x) => x !== undefined).length
   if (given === 0) return undefined
   if (base && a.chainList === undefined && a.chainTableId === undefined && a.chainTableVer === undefined) {
-    return { ...base, chunkSize: a.chunkSize ?? base.chunkSize, stripeSize: a.stripeSize ?? base.stripeSize }
+    // checked here as the other forms are, so a size no layout allows is INVALID_ARGUMENT
+    // from every command (fs put says so), not meta's META_INVALID_ARGUMENT
+    const l: Layout = { ...base, chunkSize: a.chunkSize ?? base.chunkSize, stripeSize: a.stripeSize ?? base.stripeSize }
+    validateLayout(l, true)
+    return l
   }
   if (a.chunkSize === undefined || (a.stripeSize === undefined && a.chainList === undefined) || (a.chainList === undefined && a.chainTableId === undefined)) {
     throw new StrataError(

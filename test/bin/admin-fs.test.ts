@@ -48,6 +48,11 @@ test.serial('admin mkdir -p with layout flags, unknown chain tables and versions
   await fails(t, adm('mkdir', '--chain-table-id', '1', '--chain-table-ver', '7', '--chunk-size', '64K', '--stripe-size', '1', '/ad/d7'), 1, notFound('1 version 7'))
   await fails(t, adm('create', '--chain-table-id', '9', '--chunk-size', '64K', '--stripe-size', '2', '/ad/f5'), 1, notFound('9'))
   await fails(t, adm('create', '--chain-table-id', '9', '--chain-list', '1', '--chunk-size', '64K', '/ad/f6'), 1, notFound('9'))
+  // sizes alone that no layout allows: INVALID_ARGUMENT, as fs put and the other layout forms say (meta's META_INVALID_ARGUMENT before)
+  const notPow2 = /^strata: INVALID_ARGUMENT: layout chunkSize 98304 is not a power of 2$/m
+  await fails(t, adm('create', '--chunk-size', '96K', '/ad/np'), 1, notPow2)
+  await fails(t, adm('mkdir', '-p', '--chunk-size', '96K', '/ad/npd/x'), 1, notPow2)
+  await fails(t, fsx('put', '--chunk-size', '96K', '/etc/hostname', '/ad/npf'), 1, notPow2)
   // a chain list beyond the table or naming an index twice: refused, naming the table's size
   await fails(t, adm('create', '--chain-table-id', '1', '--chain-list', '1,70', '--chunk-size', '64K', '/ad/cl3'), 1, /^strata: META_INVALID_ARGUMENT: invalid layout: chain index 70 is beyond chain table 1 version 1, which has \d+ chains? \(indexes 1\.\.\d+\)$/m)
   await fails(t, adm('create', '--chain-table-id', '1', '--chain-list', '1,1', '--chunk-size', '64K', '/ad/cl4'), 1, /^strata: META_INVALID_ARGUMENT: invalid layout: the chain list names chain index 1 twice$/m)

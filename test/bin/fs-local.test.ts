@@ -12,6 +12,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { ExecutionContext } from 'ava'
 import { startMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
+import { until } from '../helpers/procs.js'
 import { FileSystem } from '../../fs/client/index.js'
 import { fuseUsable } from '../../fs/fuse/cluster-role.js'
 import { STRATA, ok, strata, tempDir } from './helpers.js'
@@ -56,11 +57,15 @@ test('--uid, --gid and --groups beyond 4294967294 are usage errors; fs mount wit
   t.is(r.code, 2, r.stderr)
   t.false(fs.existsSync(path.join(dir, 'a')))
   // an empty path, local or in the DFS, is a usage error before anything is contacted
-  for (const args of [['put', '/etc/hostname', ''], ['put', '', '/x'], ['get', '/x', ''], ['get', '', 'out']]) {
-    const e = await strata(['fs', '--mgmtd-address', '127.0.0.1:1', ...args])
+  // (ls, stat, rm and mkdir said META_INVALID_ARGUMENT, exit 1, rm and mkdir after acting on the
+  // other paths; mount and umount took '' for the working directory)
+  const cases = [['put', '/etc/hostname', ''], ['put', '', '/x'], ['get', '/x', ''], ['get', '', 'out'], ['ls', ''], ['stat', ''], ['rm', '/x', ''], ['mkdir', '-p', '/x', ''], ['mount', ''], ['umount', '']]
+  for (const args of cases) {
+    const e = await strata(['fs', '--mgmtd-address', '127.0.0.1:1', ...args], { cwd: dir })
     t.is(e.code, 2, `${args.join(' ')}: ${e.stderr}`)
     t.regex(e.stderr, /^strata: usage: .*is empty/m, args.join(' '))
   }
+  t.deepEqual(fs.readdirSync(dir), [], 'nothing was made in the working directory')
 })
 
 test.serial('fs get: pipes, FIFOs and /dev/stdout are written in order; a regular file is replaced atomically and survives a failed or interrupted get', async (t) => {
@@ -256,4 +261,49 @@ fuseTest('fs mount that does not come up removes the mount point directories it 
   }
   t.false(fs.existsSync(path.join(base, 'made')), 'the directories it made are gone')
   t.true(fs.statSync(existing).isDirectory(), 'a directory that was there stays')
+})
+
+/** Whether process `pid` holds `file` open (a FIFO it waits on). */
+function holds(pid: number, file: string): boolean {
+  try {
+    return fs.readdirSync(`/proc/${pid}/fd`).some((fd) => {
+      try {
+        return fs.readlinkSync(`/proc/${pid}/fd/${fd}`) === file
+      } catch {
+        return false
+      }
+    })
+  } catch {
+    return false
+  }
+}
+
+test.serial('Ctrl-C of fs put from a FIFO whose writer is idle, and of fs get into a FIFO whose reader stopped reading: CANCELLED and exit 130', async (t) => {
+  t.timeout(4 * 60_000)
+  const { args, dir } = await cluster(t)
+  const fsx = (...a: string[]) => ['fs', ...args, ...a]
+  await ok(t, fsx('put', '-', '/big'), { input: 'x'.repeat(1 << 20) })
+  // before, both printed CANCELLED and then never exited: process.exit waits for the libuv pool
+  // thread that was blocked reading (writing) the FIFO
+  for (const [what, cmd] of [['put', (f: string) => fsx('put', f, '/from-fifo')], ['get', (f: string) => fsx('get', '/big', f)]] as const) {
+    const fifo = path.join(dir, `fifo-${what}`)
+    spawnSync('mkfifo', [fifo])
+    // the other end, held open by this process and never used
+    const other = fs.openSync(fifo, fs.constants.O_RDWR)
+    t.teardown(() => fs.closeSync(other))
+    const c = spawn(process.execPath, [STRATA, ...cmd(fifo)], { stdio: ['ignore', 'ignore', 'pipe'] })
+    let stderr = ''
+    c.stderr.on('data', (d) => (stderr += d))
+    const exited = new Promise<number | null>((r) => c.once('exit', (code) => r(code)))
+    t.teardown(() => {
+      if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL')
+    })
+    await until(() => holds(c.pid!, fifo), 60_000, `fs ${what} opened the FIFO`)
+    if (what === 'get') await sleep(500) // let it fill the pipe and block in a write
+    c.kill('SIGINT')
+    const code = await Promise.race([exited, sleep(60_000).then(() => 'still running after 60 s')])
+    t.is(code, 130, `fs ${what}: ${stderr}`)
+    t.regex(stderr, new RegExp(`^strata: CANCELLED: fs ${what} interrupted by SIGINT`, 'm'))
+  }
+  t.deepEqual((await ok(t, fsx('ls', '/'))).trim().split('\n'), ['big'], 'no put temporary or target left')
 })

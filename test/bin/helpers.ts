@@ -19,11 +19,11 @@ export interface Run {
 }
 
 /** Runs `strata …args`; never rejects on a non-zero exit. */
-export function strata(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; input?: string } = {}): Promise<Run> {
+export function strata(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; input?: string; cwd?: string } = {}): Promise<Run> {
   const env = { ...process.env, ...opts.env }
   if (!opts.env?.STRATA_CLUSTER) delete env.STRATA_CLUSTER
   return new Promise((resolve) => {
-    const child = execFile(process.execPath, [STRATA, ...args], { env, timeout: opts.timeoutMs ?? 90_000, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+    const child = execFile(process.execPath, [STRATA, ...args], { env, timeout: opts.timeoutMs ?? 90_000, maxBuffer: 16 << 20, ...(opts.cwd ? { cwd: opts.cwd } : {}) }, (err, stdout, stderr) => {
       const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? ((err as { code: number }).code as number) : 128) : 0
       resolve({ code, stdout: String(stdout), stderr: String(stderr) })
     })
@@ -32,7 +32,7 @@ export function strata(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutM
 }
 
 /** Like strata() but fails the test (with both streams) unless the exit code is 0. */
-export async function ok(t: ExecutionContext, args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<string> {
+export async function ok(t: ExecutionContext, args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number; input?: string } = {}): Promise<string> {
   const r = await strata(args, opts)
   if (r.code !== 0) t.fail(`strata ${args.join(' ')} exited ${r.code}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`)
   return r.stdout

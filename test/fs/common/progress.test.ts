@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream'
 import test from 'ava'
-import { createProgress } from '../../../sandbox/image/progress.js'
+import { createProgress } from '../../../fs/common/progress.js'
 
 /** A stream that says it is a terminal and keeps what is written to it. */
 function fakeTty(): { stream: NodeJS.WriteStream; text: () => string } {
