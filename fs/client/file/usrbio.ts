@@ -52,6 +52,10 @@ export const IOR_ALLOW_READ_UNCOMMITTED = 1
 export const IOR_FORBID_READ_HOLES = 2
 /** 3FS max_jobs_per_ioring */
 export const DEFAULT_MAX_JOBS_PER_IOR = 32
+/** 3FS ring indices are int32 */
+export const MAX_IOR_ENTRIES = 2 ** 31 - 1
+/** the longest delay setTimeout takes (a longer one fires at once) */
+const MAX_TIMER_MS = 2 ** 31 - 1
 
 const ERRNO = os.constants.errno
 export const EAGAIN = ERRNO.EAGAIN
@@ -101,6 +105,8 @@ export interface RegisteredFd {
 }
 
 const registry = new Map<number, RegisteredFd>()
+/** the registration of each handle: 3FS refuses an fd registered twice */
+const byHandle = new Map<FileHandle, RegisteredFd>()
 let nextFd = 0
 
 /** Registers an open file for batch I/O. */
@@ -114,12 +120,15 @@ export function regFd(target: FileHandle | string, fs?: FileSystem, flags: OpenF
   }
   if (!target || typeof target !== 'object' || !('state' in target)) throw new StrataError('INVALID_ARGUMENT', 'regFd needs a FileHandle or a path')
   if (target.closed) throw new StrataError('META_BAD_FILE', 'cannot register a closed handle')
+  const prev = byHandle.get(target)
+  if (prev) throw new StrataError('INVALID_ARGUMENT', `${target.path}: handle ${target.fd} is already registered as fd ${prev.fd}`)
   return register(target, false)
 }
 
 function register(handle: FileHandle, owned: boolean): RegisteredFd {
   const r: RegisteredFd = { fd: nextFd--, handle, owned }
   registry.set(r.fd, r)
+  byHandle.set(handle, r)
   return r
 }
 
@@ -127,6 +136,8 @@ export async function deregFd(fd: RegisteredFd | number): Promise<void> {
   const r = registry.get(typeof fd === 'number' ? fd : fd.fd)
   if (!r) return
   registry.delete(r.fd)
+  byHandle.delete(r.handle)
+  // closing waits for the fd's writes in flight (they are on the inode's behind list) and reports their length
   if (r.owned) await r.handle.close()
 }
 
@@ -189,7 +200,9 @@ export class Ior {
   readonly maxJobs: number
   readonly shortBatchAfterMs: number
   readonly stats: IorStats = { batchSizes: [], batches: 0, maxConcurrentBatches: 0, completed: 0 }
+  /** reaped slots, reused first; slots from `fresh` on were never used (a huge ring costs nothing up front) */
   private readonly freeSlots: number[] = []
+  private fresh = 0
   private readonly args: Array<Args | undefined>
   /** prepared, not yet claimed by a batch (sqe ring) */
   private readonly queued: number[] = []
@@ -201,10 +214,12 @@ export class Ior {
   private lastPrepAt = 0
   private batchTimer: NodeJS.Timeout | null = null
   private readonly waiters = new Set<() => void>()
-  private destroyed = false
+  private isDestroyed = false
 
   constructor(o: IorOptions) {
-    if (!o || !Number.isSafeInteger(o.entries) || o.entries <= 0) throw new StrataError('INVALID_ARGUMENT', `ior entries must be a positive integer, got ${o?.entries}`)
+    if (!o || !Number.isSafeInteger(o.entries) || o.entries <= 0 || o.entries > MAX_IOR_ENTRIES) {
+      throw new StrataError('INVALID_ARGUMENT', `ior entries must be an integer from 1 to ${MAX_IOR_ENTRIES}, got ${o?.entries}`)
+    }
     const ioDepth = o.ioDepth ?? 0
     if (!Number.isSafeInteger(ioDepth) || Math.abs(ioDepth) > o.entries) {
       throw new StrataError('INVALID_ARGUMENT', `ior ioDepth must be an integer with |ioDepth| <= entries (${o.entries}), got ${ioDepth}`)
@@ -219,10 +234,15 @@ export class Ior {
     this.timeoutMs = timeoutMs
     this.flags = flags
     this.maxJobs = o.maxJobs ?? DEFAULT_MAX_JOBS_PER_IOR
+    // no batch could ever start
+    if (!Number.isSafeInteger(this.maxJobs) || this.maxJobs <= 0) throw new StrataError('INVALID_ARGUMENT', `ior maxJobs must be a positive integer, got ${o.maxJobs}`)
     this.shortBatchAfterMs = o.shortBatchAfterMs ?? 1000
     if (!(this.shortBatchAfterMs >= 0)) throw new StrataError('INVALID_ARGUMENT', `ior shortBatchAfterMs must be >= 0, got ${this.shortBatchAfterMs}`)
     this.args = new Array(o.entries)
-    for (let i = o.entries - 1; i >= 0; i--) this.freeSlots.push(i)
+  }
+
+  get destroyed(): boolean {
+    return this.isDestroyed
   }
 
   /** requests prepared and not claimed by a batch yet */
@@ -243,9 +263,10 @@ export class Ior {
     if (!Number.isSafeInteger(len) || len <= 0 || !Number.isSafeInteger(bufOff) || bufOff < 0 || bufOff + len > iov.size) return -EINVAL
     if (!Number.isSafeInteger(fileOff) || fileOff < 0) return -EINVAL
     const reg = lookupFd(fd)
-    if (!reg) return -EBADF
+    // a closed handle can do no IO (3FS keeps a dup of the fd open; a FileHandle has no such thing)
+    if (!reg || reg.handle.closed) return -EBADF
     if ((read && !reg.handle.readable) || (!read && !reg.handle.writable)) return -EACCES
-    const idx = this.freeSlots.pop()
+    const idx = this.freeSlots.pop() ?? (this.fresh < this.entries ? this.fresh++ : undefined)
     if (idx === undefined) return -EAGAIN
     this.args[idx] = { iov, bufOff, reg, fileOff, len, userdata }
     this.queued.push(idx)
@@ -254,10 +275,12 @@ export class Ior {
   }
 
   /** @internal see submitIos */
-  submit(): void {
+  submit(): number {
+    if (this.destroyed) return -EINVAL
     this.schedule(false)
     // a waiter re-checks whether it can make progress
     for (const w of [...this.waiters]) w()
+    return 0
   }
 
   /**
@@ -303,10 +326,11 @@ export class Ior {
 
   private armBatchTimer(ms: number): void {
     if (this.batchTimer) return
+    // a longer wait comes back here and re-arms
     this.batchTimer = setTimeout(() => {
       this.batchTimer = null
       this.schedule(false)
-    }, Math.ceil(ms))
+    }, Math.min(MAX_TIMER_MS, Math.ceil(ms)))
   }
 
   private async runBatch(slots: number[]): Promise<void> {
@@ -343,7 +367,13 @@ export class Ior {
   /** @internal see waitForIos */
   async wait(maxResults: number, minResults: number, timeoutMs?: number | null): Promise<Cqe[]> {
     if (!Number.isInteger(maxResults) || maxResults <= 0) throw new StrataError('INVALID_ARGUMENT', `maxResults must be a positive integer, got ${maxResults}`)
+    if (!Number.isInteger(minResults)) throw new StrataError('INVALID_ARGUMENT', `minResults must be an integer, got ${minResults}`)
+    if (timeoutMs !== undefined && timeoutMs !== null && (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs))) {
+      throw new StrataError('INVALID_ARGUMENT', `timeoutMs must be a number of milliseconds, got ${String(timeoutMs)}`)
+    }
+    if (this.destroyed) throw new StrataError('CLOSED', 'the ior was destroyed')
     const min = Math.min(Math.max(0, minResults), maxResults)
+    // a timeout already past (≤ 0) reaps what is there, as 3FS does with an abs_timeout in the past
     const deadline = timeoutMs === undefined || timeoutMs === null ? Infinity : performance.now() + Math.max(0, timeoutMs)
     const out: Cqe[] = []
     for (;;) {
@@ -355,7 +385,12 @@ export class Ior {
       }
       // freed cqe space and a waiting consumer: let the ring make progress (3FS posts the submit sem here)
       this.schedule(false)
-      if (out.length >= min || out.length >= maxResults || this.destroyed) return out
+      if (out.length >= min || out.length >= maxResults) return out
+      if (this.destroyed) {
+        // completions already taken off the ring are this waiter's: losing them would lose their results
+        if (out.length > 0) return out
+        throw new StrataError('CLOSED', 'the ior was destroyed while waiting')
+      }
       const now = performance.now()
       if (now >= deadline) return out
       let wakeAt = deadline
@@ -374,14 +409,15 @@ export class Ior {
           this.waiters.delete(wake)
           resolve()
         }
-        const t = wakeAt === Infinity ? undefined : setTimeout(wake, Math.max(1, Math.ceil(wakeAt - now)))
+        // a wait longer than a timer can take wakes early and goes round again
+        const t = wakeAt === Infinity ? undefined : setTimeout(wake, Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(wakeAt - now))))
         this.waiters.add(wake)
       })
     }
   }
 
   destroy(): void {
-    this.destroyed = true
+    this.isDestroyed = true
     if (this.batchTimer) clearTimeout(this.batchTimer)
     for (const w of [...this.waiters]) w()
   }
@@ -392,14 +428,15 @@ export function createIor(o: IorOptions): Ior {
 }
 
 export function destroyIor(ior: Ior): void {
-  ior.destroy()
+  if (ior instanceof Ior) ior.destroy()
 }
 
 /**
  * Queues one request; returns its index (≥ 0) or -errno: -EAGAIN when
  * `entries` requests are outstanding, -EINVAL for bad arguments or a read
- * on a write ring (and vice versa), -EBADF for an unregistered fd, -EACCES
- * when the file is not open for that direction.
+ * on a write ring (and vice versa), a destroyed ring or no ring, -EBADF for
+ * an unregistered fd or a closed handle, -EACCES when the file is not open
+ * for that direction.
  */
 export function prepIo(
   ior: Ior,
@@ -411,20 +448,24 @@ export function prepIo(
   len: number,
   userdata?: unknown,
 ): number {
+  if (!(ior instanceof Ior)) return -EINVAL
   return ior.prep(iov, read, bufOff, fd, fileOff, len, userdata)
 }
 
-/** Lets the ring start batches of what is queued. */
+/** Lets the ring start batches of what is queued: 0, or -EINVAL for a destroyed (or no) ring. */
 export function submitIos(ior: Ior): number {
-  ior.submit()
-  return 0
+  if (!(ior instanceof Ior)) return -EINVAL
+  return ior.submit()
 }
 
 /**
  * Reaps up to maxResults completions, waiting until at least minResults are
- * there or timeoutMs passes (no timeout: wait as long as it takes).
+ * there or timeoutMs passes (no timeout: wait as long as it takes; ≤ 0: no
+ * wait). Rejects with INVALID_ARGUMENT for bad arguments, CLOSED on a
+ * destroyed ring.
  */
-export function waitForIos(ior: Ior, maxResults: number, minResults = 1, timeoutMs?: number | null): Promise<Cqe[]> {
+export async function waitForIos(ior: Ior, maxResults: number, minResults = 1, timeoutMs?: number | null): Promise<Cqe[]> {
+  if (!(ior instanceof Ior)) throw new StrataError('INVALID_ARGUMENT', 'waitForIos needs an Ior from createIor')
   return ior.wait(maxResults, minResults, timeoutMs)
 }
 
@@ -649,14 +690,30 @@ async function writeBatch(items: Args[]): Promise<number[]> {
   return results
 }
 
-/** Writes requests run[0..] (one handle, contiguous, sorted by file offset) as one range. */
-async function writeRun(items: Args[], run: number[], results: number[]): Promise<void> {
+/**
+ * Writes requests run[0..] (one handle, contiguous, sorted by file offset)
+ * as one range. Until its length hints are recorded the run counts as a
+ * write in flight on the inode (state.behind, as the write buffer's direct
+ * flushes do), so a close, fsync or read of the file waits for it: a close
+ * (deregFd of a path it opened) that did not would end the session without
+ * the run's length, and the file would stay short of bytes on storage.
+ */
+function writeRun(items: Args[], run: number[], results: number[]): Promise<void> {
+  const first = items[run[0]!]!
+  const st = first.reg.handle.state
+  const runOff = first.fileOff
+  const runLen = run.reduce((n, i) => n + items[i]!.len, 0)
+  const p: Promise<void> = writeRunNow(items, run, results, runLen).finally(() => st.behind.delete(p))
+  st.behind.set(p, { off: runOff, end: runOff + runLen })
+  return p
+}
+
+async function writeRunNow(items: Args[], run: number[], results: number[], runLen: number): Promise<void> {
   const first = items[run[0]!]!
   const h = first.reg.handle
   const st = h.state
   const tvs = run.map(() => st.beginWrite())
   const runOff = first.fileOff
-  const runLen = run.reduce((n, i) => n + items[i]!.len, 0)
   try {
     const pieces = await h.fs.io.plan(st.inode, runOff, runLen)
     const sources = pieces.map((p) => sourceOf(items, run, p.fileOffset, p.length))
@@ -670,7 +727,7 @@ async function writeRun(items: Args[], run: number[], results: number[]): Promis
     const err = -errnoOf(e)
     for (const i of run) results[i] = err
   }
-  if (h.closed) return
+  // also when the handle was closed meanwhile: the state is the inode's, shared with other handles
   run.forEach((i, k) => {
     const a = items[i]!
     const res = results[i]!
