@@ -39,6 +39,7 @@
 // flight, and no request was prepared for shortBatchAfterMs (default 1 s;
 // Infinity keeps 3FS's behaviour).
 
+import { constants as bufferConstants } from 'node:buffer'
 import os from 'node:os'
 import { randomUUID } from 'node:crypto'
 import { StrataError, toStrataError } from '../../common/errors.js'
@@ -82,7 +83,9 @@ export interface Iov {
 }
 
 export function createIov(size: number, opts: { shared?: boolean } = {}): Iov {
-  if (!Number.isSafeInteger(size) || size <= 0) throw new StrataError('INVALID_ARGUMENT', `iov size must be a positive integer, got ${size}`)
+  if (!Number.isSafeInteger(size) || size <= 0 || size > bufferConstants.MAX_LENGTH) {
+    throw new StrataError('INVALID_ARGUMENT', `iov size must be an integer from 1 to ${bufferConstants.MAX_LENGTH} (the largest Buffer), got ${size}`)
+  }
   const shared = !!opts.shared
   const buf = shared ? Buffer.from(new SharedArrayBuffer(size)) : Buffer.alloc(size)
   return { id: randomUUID(), buf, size, shared }
@@ -90,6 +93,7 @@ export function createIov(size: number, opts: { shared?: boolean } = {}): Iov {
 
 /** Wraps existing memory as an iov (3FS hf3fs_iovwrap). */
 export function wrapIov(mem: Uint8Array): Iov {
+  if (!(mem instanceof Uint8Array)) throw new StrataError('INVALID_ARGUMENT', 'wrapIov needs a Buffer or Uint8Array')
   const buf = Buffer.isBuffer(mem) ? mem : Buffer.from(mem.buffer, mem.byteOffset, mem.byteLength)
   return { id: randomUUID(), buf, size: buf.length, shared: buf.buffer instanceof SharedArrayBuffer }
 }
@@ -260,7 +264,7 @@ export class Ior {
   prep(iov: Iov, read: boolean, bufOff: number, fd: RegisteredFd | number, fileOff: number, len: number, userdata: unknown): number {
     if (this.destroyed) return -EINVAL
     if (read !== this.forRead || !iov || !(iov.buf instanceof Uint8Array)) return -EINVAL
-    if (!Number.isSafeInteger(len) || len <= 0 || !Number.isSafeInteger(bufOff) || bufOff < 0 || bufOff + len > iov.size) return -EINVAL
+    if (!Number.isSafeInteger(len) || len <= 0 || !Number.isSafeInteger(bufOff) || bufOff < 0 || bufOff + len > Math.min(iov.size, iov.buf.length)) return -EINVAL
     if (!Number.isSafeInteger(fileOff) || fileOff < 0) return -EINVAL
     const reg = lookupFd(fd)
     // a closed handle can do no IO (3FS keeps a dup of the fd open; a FileHandle has no such thing)
@@ -499,7 +503,9 @@ async function readBatch(items: Args[], flags: number, post: (i: number, result:
     [...runsByHandle].map(async ([h, runs]) => {
       try {
         const st = h.state
-        if (!st.wb.empty || st.behind.size > 0) await st.lock.run(() => h.fs.flushLocked(st, false))
+        if (!st.wb.empty) await st.lock.run(() => h.fs.flushLocked(st, false))
+        // the writes in flight now (not those started later: a ring writing the file without pause must not starve its readers)
+        else if (st.behind.size > 0) await Promise.allSettled([...st.behind.keys()])
         let g = groups.get(h.fs)
         if (!g) groups.set(h.fs, (g = []))
         for (const idx of runs) {

@@ -15,6 +15,7 @@ import {
   regFd,
   submitIos,
   waitForIos,
+  wrapIov,
   EACCES,
   EBADF,
   EINVAL,
@@ -246,4 +247,61 @@ test.serial('bad arguments to the ring calls are stable errors, not crashes or h
   t.is(big.entries, 2 ** 31 - 1)
   const e = t.throws(() => createIor({ entries: 2 ** 31, forRead: true }))
   t.is((e as { code?: string }).code, 'INVALID_ARGUMENT')
+})
+
+test.serial('a read ring is not held back by a write ring that keeps writing the same file', async (t) => {
+  await fs.writeFile('/busy', patternBytes(CHUNK, 8))
+  const wfd = await regFd('/busy', fs, 'r+')
+  const rfd = await regFd('/busy', fs)
+  const wiov = createIov(4096)
+  const riov = createIov(CHUNK)
+  // batches of one: each write is in flight on its own
+  const wior = createIor({ entries: 4, forRead: false, ioDepth: 1 })
+  const rior = createIor({ entries: 4, forRead: true })
+  // the writer always has writes in flight (apart, far from what is read), up to 400 writes
+  let writes = 0
+  let readerDone = false
+  const at = (n: number) => CHUNK + (n % 16) * 8192
+  const writer = (async () => {
+    for (let i = 0; i < 4; i++) prepIo(wior, wiov, false, 0, wfd, at(i), 4096, i)
+    submitIos(wior)
+    let next = 4
+    while (!readerDone && writes < 400) {
+      const cqes = await waitForIos(wior, 4, 1, 20_000)
+      for (const c of cqes) {
+        t.is(c.result, 4096)
+        writes++
+        prepIo(wior, wiov, false, 0, wfd, at(next++), 4096, next)
+      }
+      submitIos(wior)
+    }
+    await waitForIos(wior, 4, 4, 20_000)
+  })()
+  // wait for the writer to be going, then read
+  while (writes < 10) await sleep(5)
+  t.true(prepIo(rior, riov, true, 0, rfd, 0, CHUNK, 'r') >= 0)
+  submitIos(rior)
+  const [c] = await waitForIos(rior, 1, 1, 20_000)
+  readerDone = true
+  t.is(c?.result, CHUNK)
+  t.true(writes < 400, `the read finished only when the writer stopped (${writes} writes)`)
+  await writer
+  t.deepEqual(riov.buf, patternBytes(CHUNK, 8))
+  await deregFd(wfd)
+  await deregFd(rfd)
+})
+
+test.serial('iovs: a size beyond the largest Buffer and memory that is not bytes are INVALID_ARGUMENT; a forged iov larger than its memory is -EINVAL', async (t) => {
+  for (const size of [0, -1, 1.5, 2 ** 33]) {
+    const e = t.throws(() => createIov(size), undefined, String(size))
+    t.is((e as { code?: string }).code, 'INVALID_ARGUMENT', String(size))
+  }
+  const e = t.throws(() => wrapIov('abc' as unknown as Uint8Array))
+  t.is((e as { code?: string }).code, 'INVALID_ARGUMENT')
+  await fs.writeFile('/f', 'x'.repeat(100))
+  const fd = await regFd('/f', fs)
+  const ior = createIor({ entries: 4, forRead: true })
+  const forged = { ...wrapIov(new Uint8Array(16)), size: 1 << 20 }
+  t.is(prepIo(ior, forged, true, 8, fd, 0, 100), -EINVAL)
+  await deregFd(fd)
 })
