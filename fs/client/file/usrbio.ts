@@ -225,8 +225,9 @@ export class Ior {
       throw new StrataError('INVALID_ARGUMENT', `ior entries must be an integer from 1 to ${MAX_IOR_ENTRIES}, got ${o?.entries}`)
     }
     const ioDepth = o.ioDepth ?? 0
-    if (!Number.isSafeInteger(ioDepth) || Math.abs(ioDepth) > o.entries) {
-      throw new StrataError('INVALID_ARGUMENT', `ior ioDepth must be an integer with |ioDepth| <= entries (${o.entries}), got ${ioDepth}`)
+    // a batch of more than entries could never start; a cap beyond entries (ioDepth < 0) is merely never reached
+    if (!Number.isSafeInteger(ioDepth) || ioDepth > o.entries) {
+      throw new StrataError('INVALID_ARGUMENT', `ior ioDepth must be an integer <= entries (${o.entries}), got ${ioDepth}`)
     }
     const timeoutMs = o.timeoutMs ?? 0
     if (!(timeoutMs >= 0)) throw new StrataError('INVALID_ARGUMENT', `ior timeoutMs must be >= 0, got ${timeoutMs}`)
@@ -691,8 +692,20 @@ function requestShare(a: Args, runPieces: readonly ChunkPiece[], runResults: rea
  */
 async function writeBatch(items: Args[]): Promise<number[]> {
   const results = new Array<number>(items.length).fill(0)
-  const runs = [...contiguousRuns(items, results).values()].flat()
-  await Promise.all(runs.map((run) => writeRun(items, run, results)))
+  const byHandle = contiguousRuns(items, results)
+  await Promise.all(
+    [...byHandle].map(async ([h, runs]) => {
+      // bytes write() left in the buffer were written before these: they go first, or their later flush would land over them
+      const st = h.state
+      try {
+        if (!st.wb.empty) await st.lock.run(() => h.fs.flushLocked(st, false))
+      } catch (e) {
+        for (const run of runs) for (const i of run) results[i] = -errnoOf(e)
+        return
+      }
+      await Promise.all(runs.map((run) => writeRun(items, run, results)))
+    }),
+  )
   return results
 }
 

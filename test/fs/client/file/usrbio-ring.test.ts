@@ -269,7 +269,7 @@ function fakeWriteHandle(failChunks: number[] = []) {
   }
   const handle = {
     fs,
-    state: { inode: { type: 'File', file: { layout: { chunkSize: CHUNK } } }, beginWrite: () => 1, behind: new Map() },
+    state: { inode: { type: 'File', file: { layout: { chunkSize: CHUNK } } }, beginWrite: () => 1, behind: new Map(), wb: { empty: true } },
     readable: false,
     writable: true,
     closed: false,
