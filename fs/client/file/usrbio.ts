@@ -47,7 +47,7 @@ import type { ChunkReadResult } from '../storage-client.js'
 import { assembleRead, fileLayout } from './file-io.js'
 import type { FileHandle, FileSystem } from './file-system.js'
 import type { OpenFlagsInput } from './flags.js'
-import type { ChunkPiece } from './pieces.js'
+import { maxFileSize, type ChunkPiece } from './pieces.js'
 
 export const IOR_ALLOW_READ_UNCOMMITTED = 1
 export const IOR_FORBID_READ_HOLES = 2
@@ -64,6 +64,7 @@ export const EINVAL = ERRNO.EINVAL
 export const EBADF = ERRNO.EBADF
 export const EACCES = ERRNO.EACCES
 export const EIO = ERRNO.EIO
+export const EFBIG = ERRNO.EFBIG
 
 /** Positive errno of an error (by its catalogue errno name; EIO if unknown). */
 export function errnoOf(e: unknown): number {
@@ -486,8 +487,21 @@ export async function waitForIos(ior: Ior, maxResults: number, minResults = 1, t
  * file system; each request still gets the result pread(2) of its own range
  * would give.
  */
-async function readBatch(items: Args[], flags: number, post: (i: number, result: number) => void = () => {}): Promise<number[]> {
-  const results = new Array<number>(items.length).fill(0)
+/** Bytes of a request's range below the maximum file size (≤ 0: none). */
+function roomIn(a: Args): number {
+  return maxFileSize(fileLayout(a.reg.handle.state.inode).chunkSize) - a.fileOff
+}
+
+async function readBatch(batch: Args[], flags: number, post: (i: number, result: number) => void = () => {}): Promise<number[]> {
+  const results = new Array<number>(batch.length).fill(0)
+  // no file has bytes past the maximum size: a read there is at the end of the file, as pread(2) past EOF
+  const answered = new Set<number>()
+  const items = batch.map((a, i) => {
+    if (a.reg.handle.closed) return a
+    const room = roomIn(a)
+    if (room <= 0) answered.add(i)
+    return room < a.len ? { ...a, len: Math.max(0, room) } : a
+  })
   const posted = new Array<boolean>(items.length).fill(false)
   const finish = (i: number, n: number) => {
     if (posted[i]) return
@@ -498,8 +512,8 @@ async function readBatch(items: Args[], flags: number, post: (i: number, result:
   const allowHoles = (flags & IOR_FORBID_READ_HOLES) === 0
   type Run = { idx: number[]; pieces: ChunkPiece[]; into: Array<Buffer | Buffer[]> }
   const groups = new Map<FileSystem, Run[]>()
-  const runsByHandle = contiguousRuns(items, results)
-  results.forEach((n, i) => n !== 0 && finish(i, n))
+  const runsByHandle = contiguousRuns(items, results, answered)
+  results.forEach((n, i) => (n !== 0 || answered.has(i)) && finish(i, n))
   await Promise.all(
     [...runsByHandle].map(async ([h, runs]) => {
       try {
@@ -600,11 +614,13 @@ async function readBatch(items: Args[], flags: number, post: (i: number, result:
 /**
  * The batch's requests by handle, each handle's as runs of requests that are
  * contiguous in the file, sorted by offset. A closed handle's requests get
- * -EBADF in results and are left out; an empty request is a run of its own.
+ * -EBADF in results and are left out, as are those in `answered`; an empty
+ * request is a run of its own.
  */
-function contiguousRuns(items: readonly Args[], results: number[]): Map<FileHandle, number[][]> {
+function contiguousRuns(items: readonly Args[], results: number[], answered: ReadonlySet<number> = new Set()): Map<FileHandle, number[][]> {
   const byHandle = new Map<FileHandle, number[]>()
   items.forEach((a, i) => {
+    if (answered.has(i)) return
     const h = a.reg.handle
     if (h.closed) return void (results[i] = -EBADF)
     let g = byHandle.get(h)
@@ -690,9 +706,19 @@ function requestShare(a: Args, runPieces: readonly ChunkPiece[], runResults: rea
  * Each request still gets its own result: an error in any chunk piece it
  * overlaps.
  */
-async function writeBatch(items: Args[]): Promise<number[]> {
-  const results = new Array<number>(items.length).fill(0)
-  const byHandle = contiguousRuns(items, results)
+async function writeBatch(batch: Args[]): Promise<number[]> {
+  const results = new Array<number>(batch.length).fill(0)
+  const answered = new Set<number>()
+  // the maximum file size is the client's rule, as for write(): a request across it writes what fits, one at or past it is EFBIG
+  const items = batch.map((a, i) => {
+    const room = roomIn(a)
+    if (room <= 0) {
+      results[i] = -EFBIG
+      answered.add(i)
+    }
+    return room < a.len ? { ...a, len: Math.max(0, room) } : a
+  })
+  const byHandle = contiguousRuns(items, results, answered)
   await Promise.all(
     [...byHandle].map(async ([h, runs]) => {
       // bytes write() left in the buffer were written before these: they go first, or their later flush would land over them

@@ -5,6 +5,7 @@
 // load, waitForIos's min/max/timeout, concurrent waiters, bad arguments.
 
 import test from 'ava'
+import os from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import {
   createIor,
@@ -20,6 +21,7 @@ import {
   EBADF,
   EINVAL,
   IOR_FORBID_READ_HOLES,
+  maxFileSize,
   type FileSystem,
   type Ior,
 } from '../../../../fs/client/index.js'
@@ -28,6 +30,7 @@ import { FileSystem as Fs } from '../../../../fs/client/index.js'
 import { patternBytes } from './helpers.js'
 
 const CHUNK = 64 * 1024
+const EFBIG = os.constants.errno.EFBIG
 let fs: FileSystem
 useSharedMetaCluster(test, { chunkSize: CHUNK }, (m) => {
   fs = new Fs({ mgmtdAddresses: [m.c.mgmtdAddress], periodicSyncMs: 60_000, routingRefreshMs: 200 })
@@ -332,4 +335,23 @@ test.serial('ioDepth < 0 larger than the ring is a cap that is never reached (3F
   const e = t.throws(() => createIor({ entries: 4, forRead: true, ioDepth: 5 }))
   t.is((e as { code?: string }).code, 'INVALID_ARGUMENT')
   await deregFd(fd)
+})
+
+test.serial('the maximum file size: a ring write across it is short, one at it EFBIG, as write(2); reads out there are 0', async (t) => {
+  const max = maxFileSize(CHUNK)
+  const fd = await regFd('/huge', fs, 'w+')
+  const iov = createIov(100)
+  const wior = createIor({ entries: 4, forRead: false })
+  t.true(prepIo(wior, iov, false, 0, fd, max - 10, 100, 'across') >= 0)
+  t.true(prepIo(wior, iov, false, 0, fd, max, 100, 'at') >= 0)
+  t.true(prepIo(wior, iov, false, 0, fd, Number.MAX_SAFE_INTEGER - 50, 100, 'unsafe') >= 0)
+  const w = await reap(wior, 3)
+  t.deepEqual(Object.fromEntries(w), { across: 10, at: -EFBIG, unsafe: -EFBIG })
+  const rior = createIor({ entries: 4, forRead: true })
+  t.true(prepIo(rior, iov, true, 0, fd, max + 1000, 100, 'past') >= 0)
+  t.true(prepIo(rior, iov, true, 0, fd, Number.MAX_SAFE_INTEGER - 50, 100, 'unsafe') >= 0)
+  const r = await reap(rior, 2)
+  t.deepEqual(Object.fromEntries(r), { past: 0, unsafe: 0 })
+  await deregFd(fd)
+  t.is((await fs.stat('/huge')).file!.length, max)
 })

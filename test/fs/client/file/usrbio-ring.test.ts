@@ -55,7 +55,7 @@ function fakeHandle(opts: { delayMs?: number; readable?: boolean; writable?: boo
   }
   const handle = {
     fs,
-    state: { wb: { empty: true }, behind: new Map(), inode: {}, knownLength: () => 0 },
+    state: { wb: { empty: true }, behind: new Map(), inode: { type: 'File', file: { layout: { chunkSize: 1 << 20 } } }, knownLength: () => 0 },
     readable: opts.readable ?? true,
     writable: opts.writable ?? false,
     closed: false,
