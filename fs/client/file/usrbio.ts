@@ -120,7 +120,8 @@ export function regFd(handle: FileHandle): RegisteredFd
 export function regFd(path: string, fs: FileSystem, flags?: OpenFlagsInput): Promise<RegisteredFd>
 export function regFd(target: FileHandle | string, fs?: FileSystem, flags: OpenFlagsInput = 'r'): RegisteredFd | Promise<RegisteredFd> {
   if (typeof target === 'string') {
-    if (!fs) throw new StrataError('INVALID_ARGUMENT', 'regFd(path) needs the FileSystem to open it on')
+    // the path form returns a promise: its errors come through it
+    if (!fs || typeof fs.open !== 'function') return Promise.reject(new StrataError('INVALID_ARGUMENT', 'regFd(path) needs the FileSystem to open it on'))
     return fs.open(target, flags).then((h) => register(h, true))
   }
   if (!target || typeof target !== 'object' || !('state' in target)) throw new StrataError('INVALID_ARGUMENT', 'regFd needs a FileHandle or a path')

@@ -355,3 +355,14 @@ test.serial('the maximum file size: a ring write across it is short, one at it E
   await deregFd(fd)
   t.is((await fs.stat('/huge')).file!.length, max)
 })
+
+test.serial('regFd(path) without a FileSystem rejects its promise with INVALID_ARGUMENT (it threw synchronously)', async (t) => {
+  let p: Promise<unknown> | undefined
+  t.notThrows(() => {
+    p = regFd('/x', undefined as unknown as FileSystem)
+  })
+  const e = await t.throwsAsync(p!)
+  t.is((e as { code?: string }).code, 'INVALID_ARGUMENT')
+  const e2 = await t.throwsAsync(regFd('/x', {} as FileSystem))
+  t.is((e2 as { code?: string }).code, 'INVALID_ARGUMENT')
+})
