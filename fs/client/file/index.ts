@@ -67,6 +67,7 @@ export {
   EBADF,
   EACCES,
   EIO,
+  EFBIG,
   type Iov,
   type IorOptions,
   type IorStats,

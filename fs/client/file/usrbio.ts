@@ -39,6 +39,7 @@
 // flight, and no request was prepared for shortBatchAfterMs (default 1 s;
 // Infinity keeps 3FS's behaviour).
 
+import { constants as bufferConstants } from 'node:buffer'
 import os from 'node:os'
 import { randomUUID } from 'node:crypto'
 import { StrataError, toStrataError } from '../../common/errors.js'
@@ -46,12 +47,16 @@ import type { ChunkReadResult } from '../storage-client.js'
 import { assembleRead, fileLayout } from './file-io.js'
 import type { FileHandle, FileSystem } from './file-system.js'
 import type { OpenFlagsInput } from './flags.js'
-import type { ChunkPiece } from './pieces.js'
+import { maxFileSize, type ChunkPiece } from './pieces.js'
 
 export const IOR_ALLOW_READ_UNCOMMITTED = 1
 export const IOR_FORBID_READ_HOLES = 2
 /** 3FS max_jobs_per_ioring */
 export const DEFAULT_MAX_JOBS_PER_IOR = 32
+/** 3FS ring indices are int32 */
+export const MAX_IOR_ENTRIES = 2 ** 31 - 1
+/** the longest delay setTimeout takes (a longer one fires at once) */
+const MAX_TIMER_MS = 2 ** 31 - 1
 
 const ERRNO = os.constants.errno
 export const EAGAIN = ERRNO.EAGAIN
@@ -59,6 +64,7 @@ export const EINVAL = ERRNO.EINVAL
 export const EBADF = ERRNO.EBADF
 export const EACCES = ERRNO.EACCES
 export const EIO = ERRNO.EIO
+export const EFBIG = ERRNO.EFBIG
 
 /** Positive errno of an error (by its catalogue errno name; EIO if unknown). */
 export function errnoOf(e: unknown): number {
@@ -78,7 +84,9 @@ export interface Iov {
 }
 
 export function createIov(size: number, opts: { shared?: boolean } = {}): Iov {
-  if (!Number.isSafeInteger(size) || size <= 0) throw new StrataError('INVALID_ARGUMENT', `iov size must be a positive integer, got ${size}`)
+  if (!Number.isSafeInteger(size) || size <= 0 || size > bufferConstants.MAX_LENGTH) {
+    throw new StrataError('INVALID_ARGUMENT', `iov size must be an integer from 1 to ${bufferConstants.MAX_LENGTH} (the largest Buffer), got ${size}`)
+  }
   const shared = !!opts.shared
   const buf = shared ? Buffer.from(new SharedArrayBuffer(size)) : Buffer.alloc(size)
   return { id: randomUUID(), buf, size, shared }
@@ -86,6 +94,7 @@ export function createIov(size: number, opts: { shared?: boolean } = {}): Iov {
 
 /** Wraps existing memory as an iov (3FS hf3fs_iovwrap). */
 export function wrapIov(mem: Uint8Array): Iov {
+  if (!(mem instanceof Uint8Array)) throw new StrataError('INVALID_ARGUMENT', 'wrapIov needs a Buffer or Uint8Array')
   const buf = Buffer.isBuffer(mem) ? mem : Buffer.from(mem.buffer, mem.byteOffset, mem.byteLength)
   return { id: randomUUID(), buf, size: buf.length, shared: buf.buffer instanceof SharedArrayBuffer }
 }
@@ -101,6 +110,8 @@ export interface RegisteredFd {
 }
 
 const registry = new Map<number, RegisteredFd>()
+/** the registration of each handle: 3FS refuses an fd registered twice */
+const byHandle = new Map<FileHandle, RegisteredFd>()
 let nextFd = 0
 
 /** Registers an open file for batch I/O. */
@@ -109,17 +120,21 @@ export function regFd(handle: FileHandle): RegisteredFd
 export function regFd(path: string, fs: FileSystem, flags?: OpenFlagsInput): Promise<RegisteredFd>
 export function regFd(target: FileHandle | string, fs?: FileSystem, flags: OpenFlagsInput = 'r'): RegisteredFd | Promise<RegisteredFd> {
   if (typeof target === 'string') {
-    if (!fs) throw new StrataError('INVALID_ARGUMENT', 'regFd(path) needs the FileSystem to open it on')
+    // the path form returns a promise: its errors come through it
+    if (!fs || typeof fs.open !== 'function') return Promise.reject(new StrataError('INVALID_ARGUMENT', 'regFd(path) needs the FileSystem to open it on'))
     return fs.open(target, flags).then((h) => register(h, true))
   }
   if (!target || typeof target !== 'object' || !('state' in target)) throw new StrataError('INVALID_ARGUMENT', 'regFd needs a FileHandle or a path')
   if (target.closed) throw new StrataError('META_BAD_FILE', 'cannot register a closed handle')
+  const prev = byHandle.get(target)
+  if (prev) throw new StrataError('INVALID_ARGUMENT', `${target.path}: handle ${target.fd} is already registered as fd ${prev.fd}`)
   return register(target, false)
 }
 
 function register(handle: FileHandle, owned: boolean): RegisteredFd {
   const r: RegisteredFd = { fd: nextFd--, handle, owned }
   registry.set(r.fd, r)
+  byHandle.set(handle, r)
   return r
 }
 
@@ -127,6 +142,8 @@ export async function deregFd(fd: RegisteredFd | number): Promise<void> {
   const r = registry.get(typeof fd === 'number' ? fd : fd.fd)
   if (!r) return
   registry.delete(r.fd)
+  byHandle.delete(r.handle)
+  // closing waits for the fd's writes in flight (they are on the inode's behind list) and reports their length
   if (r.owned) await r.handle.close()
 }
 
@@ -189,7 +206,9 @@ export class Ior {
   readonly maxJobs: number
   readonly shortBatchAfterMs: number
   readonly stats: IorStats = { batchSizes: [], batches: 0, maxConcurrentBatches: 0, completed: 0 }
+  /** reaped slots, reused first; slots from `fresh` on were never used (a huge ring costs nothing up front) */
   private readonly freeSlots: number[] = []
+  private fresh = 0
   private readonly args: Array<Args | undefined>
   /** prepared, not yet claimed by a batch (sqe ring) */
   private readonly queued: number[] = []
@@ -201,13 +220,16 @@ export class Ior {
   private lastPrepAt = 0
   private batchTimer: NodeJS.Timeout | null = null
   private readonly waiters = new Set<() => void>()
-  private destroyed = false
+  private isDestroyed = false
 
   constructor(o: IorOptions) {
-    if (!o || !Number.isSafeInteger(o.entries) || o.entries <= 0) throw new StrataError('INVALID_ARGUMENT', `ior entries must be a positive integer, got ${o?.entries}`)
+    if (!o || !Number.isSafeInteger(o.entries) || o.entries <= 0 || o.entries > MAX_IOR_ENTRIES) {
+      throw new StrataError('INVALID_ARGUMENT', `ior entries must be an integer from 1 to ${MAX_IOR_ENTRIES}, got ${o?.entries}`)
+    }
     const ioDepth = o.ioDepth ?? 0
-    if (!Number.isSafeInteger(ioDepth) || Math.abs(ioDepth) > o.entries) {
-      throw new StrataError('INVALID_ARGUMENT', `ior ioDepth must be an integer with |ioDepth| <= entries (${o.entries}), got ${ioDepth}`)
+    // a batch of more than entries could never start; a cap beyond entries (ioDepth < 0) is merely never reached
+    if (!Number.isSafeInteger(ioDepth) || ioDepth > o.entries) {
+      throw new StrataError('INVALID_ARGUMENT', `ior ioDepth must be an integer <= entries (${o.entries}), got ${ioDepth}`)
     }
     const timeoutMs = o.timeoutMs ?? 0
     if (!(timeoutMs >= 0)) throw new StrataError('INVALID_ARGUMENT', `ior timeoutMs must be >= 0, got ${timeoutMs}`)
@@ -219,10 +241,15 @@ export class Ior {
     this.timeoutMs = timeoutMs
     this.flags = flags
     this.maxJobs = o.maxJobs ?? DEFAULT_MAX_JOBS_PER_IOR
+    // no batch could ever start
+    if (!Number.isSafeInteger(this.maxJobs) || this.maxJobs <= 0) throw new StrataError('INVALID_ARGUMENT', `ior maxJobs must be a positive integer, got ${o.maxJobs}`)
     this.shortBatchAfterMs = o.shortBatchAfterMs ?? 1000
     if (!(this.shortBatchAfterMs >= 0)) throw new StrataError('INVALID_ARGUMENT', `ior shortBatchAfterMs must be >= 0, got ${this.shortBatchAfterMs}`)
     this.args = new Array(o.entries)
-    for (let i = o.entries - 1; i >= 0; i--) this.freeSlots.push(i)
+  }
+
+  get destroyed(): boolean {
+    return this.isDestroyed
   }
 
   /** requests prepared and not claimed by a batch yet */
@@ -240,12 +267,13 @@ export class Ior {
   prep(iov: Iov, read: boolean, bufOff: number, fd: RegisteredFd | number, fileOff: number, len: number, userdata: unknown): number {
     if (this.destroyed) return -EINVAL
     if (read !== this.forRead || !iov || !(iov.buf instanceof Uint8Array)) return -EINVAL
-    if (!Number.isSafeInteger(len) || len <= 0 || !Number.isSafeInteger(bufOff) || bufOff < 0 || bufOff + len > iov.size) return -EINVAL
+    if (!Number.isSafeInteger(len) || len <= 0 || !Number.isSafeInteger(bufOff) || bufOff < 0 || bufOff + len > Math.min(iov.size, iov.buf.length)) return -EINVAL
     if (!Number.isSafeInteger(fileOff) || fileOff < 0) return -EINVAL
     const reg = lookupFd(fd)
-    if (!reg) return -EBADF
+    // a closed handle can do no IO (3FS keeps a dup of the fd open; a FileHandle has no such thing)
+    if (!reg || reg.handle.closed) return -EBADF
     if ((read && !reg.handle.readable) || (!read && !reg.handle.writable)) return -EACCES
-    const idx = this.freeSlots.pop()
+    const idx = this.freeSlots.pop() ?? (this.fresh < this.entries ? this.fresh++ : undefined)
     if (idx === undefined) return -EAGAIN
     this.args[idx] = { iov, bufOff, reg, fileOff, len, userdata }
     this.queued.push(idx)
@@ -254,10 +282,12 @@ export class Ior {
   }
 
   /** @internal see submitIos */
-  submit(): void {
+  submit(): number {
+    if (this.destroyed) return -EINVAL
     this.schedule(false)
     // a waiter re-checks whether it can make progress
     for (const w of [...this.waiters]) w()
+    return 0
   }
 
   /**
@@ -303,10 +333,11 @@ export class Ior {
 
   private armBatchTimer(ms: number): void {
     if (this.batchTimer) return
+    // a longer wait comes back here and re-arms
     this.batchTimer = setTimeout(() => {
       this.batchTimer = null
       this.schedule(false)
-    }, Math.ceil(ms))
+    }, Math.min(MAX_TIMER_MS, Math.ceil(ms)))
   }
 
   private async runBatch(slots: number[]): Promise<void> {
@@ -343,7 +374,13 @@ export class Ior {
   /** @internal see waitForIos */
   async wait(maxResults: number, minResults: number, timeoutMs?: number | null): Promise<Cqe[]> {
     if (!Number.isInteger(maxResults) || maxResults <= 0) throw new StrataError('INVALID_ARGUMENT', `maxResults must be a positive integer, got ${maxResults}`)
+    if (!Number.isInteger(minResults)) throw new StrataError('INVALID_ARGUMENT', `minResults must be an integer, got ${minResults}`)
+    if (timeoutMs !== undefined && timeoutMs !== null && (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs))) {
+      throw new StrataError('INVALID_ARGUMENT', `timeoutMs must be a number of milliseconds, got ${String(timeoutMs)}`)
+    }
+    if (this.destroyed) throw new StrataError('CLOSED', 'the ior was destroyed')
     const min = Math.min(Math.max(0, minResults), maxResults)
+    // a timeout already past (≤ 0) reaps what is there, as 3FS does with an abs_timeout in the past
     const deadline = timeoutMs === undefined || timeoutMs === null ? Infinity : performance.now() + Math.max(0, timeoutMs)
     const out: Cqe[] = []
     for (;;) {
@@ -355,7 +392,12 @@ export class Ior {
       }
       // freed cqe space and a waiting consumer: let the ring make progress (3FS posts the submit sem here)
       this.schedule(false)
-      if (out.length >= min || out.length >= maxResults || this.destroyed) return out
+      if (out.length >= min || out.length >= maxResults) return out
+      if (this.destroyed) {
+        // completions already taken off the ring are this waiter's: losing them would lose their results
+        if (out.length > 0) return out
+        throw new StrataError('CLOSED', 'the ior was destroyed while waiting')
+      }
       const now = performance.now()
       if (now >= deadline) return out
       let wakeAt = deadline
@@ -374,14 +416,15 @@ export class Ior {
           this.waiters.delete(wake)
           resolve()
         }
-        const t = wakeAt === Infinity ? undefined : setTimeout(wake, Math.max(1, Math.ceil(wakeAt - now)))
+        // a wait longer than a timer can take wakes early and goes round again
+        const t = wakeAt === Infinity ? undefined : setTimeout(wake, Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(wakeAt - now))))
         this.waiters.add(wake)
       })
     }
   }
 
   destroy(): void {
-    this.destroyed = true
+    this.isDestroyed = true
     if (this.batchTimer) clearTimeout(this.batchTimer)
     for (const w of [...this.waiters]) w()
   }
@@ -392,14 +435,15 @@ export function createIor(o: IorOptions): Ior {
 }
 
 export function destroyIor(ior: Ior): void {
-  ior.destroy()
+  if (ior instanceof Ior) ior.destroy()
 }
 
 /**
  * Queues one request; returns its index (≥ 0) or -errno: -EAGAIN when
  * `entries` requests are outstanding, -EINVAL for bad arguments or a read
- * on a write ring (and vice versa), -EBADF for an unregistered fd, -EACCES
- * when the file is not open for that direction.
+ * on a write ring (and vice versa), a destroyed ring or no ring, -EBADF for
+ * an unregistered fd or a closed handle, -EACCES when the file is not open
+ * for that direction.
  */
 export function prepIo(
   ior: Ior,
@@ -411,20 +455,24 @@ export function prepIo(
   len: number,
   userdata?: unknown,
 ): number {
+  if (!(ior instanceof Ior)) return -EINVAL
   return ior.prep(iov, read, bufOff, fd, fileOff, len, userdata)
 }
 
-/** Lets the ring start batches of what is queued. */
+/** Lets the ring start batches of what is queued: 0, or -EINVAL for a destroyed (or no) ring. */
 export function submitIos(ior: Ior): number {
-  ior.submit()
-  return 0
+  if (!(ior instanceof Ior)) return -EINVAL
+  return ior.submit()
 }
 
 /**
  * Reaps up to maxResults completions, waiting until at least minResults are
- * there or timeoutMs passes (no timeout: wait as long as it takes).
+ * there or timeoutMs passes (no timeout: wait as long as it takes; ≤ 0: no
+ * wait). Rejects with INVALID_ARGUMENT for bad arguments, CLOSED on a
+ * destroyed ring.
  */
-export function waitForIos(ior: Ior, maxResults: number, minResults = 1, timeoutMs?: number | null): Promise<Cqe[]> {
+export async function waitForIos(ior: Ior, maxResults: number, minResults = 1, timeoutMs?: number | null): Promise<Cqe[]> {
+  if (!(ior instanceof Ior)) throw new StrataError('INVALID_ARGUMENT', 'waitForIos needs an Ior from createIor')
   return ior.wait(maxResults, minResults, timeoutMs)
 }
 
@@ -440,8 +488,21 @@ export function waitForIos(ior: Ior, maxResults: number, minResults = 1, timeout
  * file system; each request still gets the result pread(2) of its own range
  * would give.
  */
-async function readBatch(items: Args[], flags: number, post: (i: number, result: number) => void = () => {}): Promise<number[]> {
-  const results = new Array<number>(items.length).fill(0)
+/** Bytes of a request's range below the maximum file size (≤ 0: none). */
+function roomIn(a: Args): number {
+  return maxFileSize(fileLayout(a.reg.handle.state.inode).chunkSize) - a.fileOff
+}
+
+async function readBatch(batch: Args[], flags: number, post: (i: number, result: number) => void = () => {}): Promise<number[]> {
+  const results = new Array<number>(batch.length).fill(0)
+  // no file has bytes past the maximum size: a read there is at the end of the file, as pread(2) past EOF
+  const answered = new Set<number>()
+  const items = batch.map((a, i) => {
+    if (a.reg.handle.closed) return a
+    const room = roomIn(a)
+    if (room <= 0) answered.add(i)
+    return room < a.len ? { ...a, len: Math.max(0, room) } : a
+  })
   const posted = new Array<boolean>(items.length).fill(false)
   const finish = (i: number, n: number) => {
     if (posted[i]) return
@@ -452,13 +513,15 @@ async function readBatch(items: Args[], flags: number, post: (i: number, result:
   const allowHoles = (flags & IOR_FORBID_READ_HOLES) === 0
   type Run = { idx: number[]; pieces: ChunkPiece[]; into: Array<Buffer | Buffer[]> }
   const groups = new Map<FileSystem, Run[]>()
-  const runsByHandle = contiguousRuns(items, results)
-  results.forEach((n, i) => n !== 0 && finish(i, n))
+  const runsByHandle = contiguousRuns(items, results, answered)
+  results.forEach((n, i) => (n !== 0 || answered.has(i)) && finish(i, n))
   await Promise.all(
     [...runsByHandle].map(async ([h, runs]) => {
       try {
         const st = h.state
-        if (!st.wb.empty || st.behind.size > 0) await st.lock.run(() => h.fs.flushLocked(st, false))
+        if (!st.wb.empty) await st.lock.run(() => h.fs.flushLocked(st, false))
+        // the writes in flight now (not those started later: a ring writing the file without pause must not starve its readers)
+        else if (st.behind.size > 0) await Promise.allSettled([...st.behind.keys()])
         let g = groups.get(h.fs)
         if (!g) groups.set(h.fs, (g = []))
         for (const idx of runs) {
@@ -552,11 +615,13 @@ async function readBatch(items: Args[], flags: number, post: (i: number, result:
 /**
  * The batch's requests by handle, each handle's as runs of requests that are
  * contiguous in the file, sorted by offset. A closed handle's requests get
- * -EBADF in results and are left out; an empty request is a run of its own.
+ * -EBADF in results and are left out, as are those in `answered`; an empty
+ * request is a run of its own.
  */
-function contiguousRuns(items: readonly Args[], results: number[]): Map<FileHandle, number[][]> {
+function contiguousRuns(items: readonly Args[], results: number[], answered: ReadonlySet<number> = new Set()): Map<FileHandle, number[][]> {
   const byHandle = new Map<FileHandle, number[]>()
   items.forEach((a, i) => {
+    if (answered.has(i)) return
     const h = a.reg.handle
     if (h.closed) return void (results[i] = -EBADF)
     let g = byHandle.get(h)
@@ -642,21 +707,59 @@ function requestShare(a: Args, runPieces: readonly ChunkPiece[], runResults: rea
  * Each request still gets its own result: an error in any chunk piece it
  * overlaps.
  */
-async function writeBatch(items: Args[]): Promise<number[]> {
-  const results = new Array<number>(items.length).fill(0)
-  const runs = [...contiguousRuns(items, results).values()].flat()
-  await Promise.all(runs.map((run) => writeRun(items, run, results)))
+async function writeBatch(batch: Args[]): Promise<number[]> {
+  const results = new Array<number>(batch.length).fill(0)
+  const answered = new Set<number>()
+  // the maximum file size is the client's rule, as for write(): a request across it writes what fits, one at or past it is EFBIG
+  const items = batch.map((a, i) => {
+    const room = roomIn(a)
+    if (room <= 0) {
+      results[i] = -EFBIG
+      answered.add(i)
+    }
+    return room < a.len ? { ...a, len: Math.max(0, room) } : a
+  })
+  const byHandle = contiguousRuns(items, results, answered)
+  await Promise.all(
+    [...byHandle].map(async ([h, runs]) => {
+      // bytes write() left in the buffer were written before these: they go first, or their later flush would land over them
+      const st = h.state
+      try {
+        if (!st.wb.empty) await st.lock.run(() => h.fs.flushLocked(st, false))
+      } catch (e) {
+        for (const run of runs) for (const i of run) results[i] = -errnoOf(e)
+        return
+      }
+      await Promise.all(runs.map((run) => writeRun(items, run, results)))
+    }),
+  )
   return results
 }
 
-/** Writes requests run[0..] (one handle, contiguous, sorted by file offset) as one range. */
-async function writeRun(items: Args[], run: number[], results: number[]): Promise<void> {
+/**
+ * Writes requests run[0..] (one handle, contiguous, sorted by file offset)
+ * as one range. Until its length hints are recorded the run counts as a
+ * write in flight on the inode (state.behind, as the write buffer's direct
+ * flushes do), so a close, fsync or read of the file waits for it: a close
+ * (deregFd of a path it opened) that did not would end the session without
+ * the run's length, and the file would stay short of bytes on storage.
+ */
+function writeRun(items: Args[], run: number[], results: number[]): Promise<void> {
+  const first = items[run[0]!]!
+  const st = first.reg.handle.state
+  const runOff = first.fileOff
+  const runLen = run.reduce((n, i) => n + items[i]!.len, 0)
+  const p: Promise<void> = writeRunNow(items, run, results, runLen).finally(() => st.behind.delete(p))
+  st.behind.set(p, { off: runOff, end: runOff + runLen })
+  return p
+}
+
+async function writeRunNow(items: Args[], run: number[], results: number[], runLen: number): Promise<void> {
   const first = items[run[0]!]!
   const h = first.reg.handle
   const st = h.state
   const tvs = run.map(() => st.beginWrite())
   const runOff = first.fileOff
-  const runLen = run.reduce((n, i) => n + items[i]!.len, 0)
   try {
     const pieces = await h.fs.io.plan(st.inode, runOff, runLen)
     const sources = pieces.map((p) => sourceOf(items, run, p.fileOffset, p.length))
@@ -670,7 +773,7 @@ async function writeRun(items: Args[], run: number[], results: number[]): Promis
     const err = -errnoOf(e)
     for (const i of run) results[i] = err
   }
-  if (h.closed) return
+  // also when the handle was closed meanwhile: the state is the inode's, shared with other handles
   run.forEach((i, k) => {
     const a = items[i]!
     const res = results[i]!
