@@ -172,8 +172,15 @@ interface Args {
   userdata: unknown
 }
 
+/**
+ * How many recent batch sizes a ring's stats keep. A ring lives as long as
+ * the job that reads through it (weeks of batches); an entry per batch ever
+ * started grew its memory without bound.
+ */
+export const IOR_BATCH_SIZES_KEPT = 1024
+
 export interface IorStats {
-  /** requests per started batch, in start order */
+  /** requests per started batch, in start order: the most recent ones (at least IOR_BATCH_SIZES_KEPT of them, at most twice that); `batches` counts all */
   batchSizes: number[]
   batches: number
   maxConcurrentBatches: number
@@ -295,7 +302,10 @@ export class Ior {
       this.processing += n
       this.running++
       this.stats.batches++
-      this.stats.batchSizes.push(n)
+      const sizes = this.stats.batchSizes
+      sizes.push(n)
+      // dropped in halves, so keeping the window costs O(1) per batch
+      if (sizes.length >= 2 * IOR_BATCH_SIZES_KEPT) sizes.splice(0, sizes.length - IOR_BATCH_SIZES_KEPT)
       this.stats.maxConcurrentBatches = Math.max(this.stats.maxConcurrentBatches, this.running)
       void this.runBatch(batch)
     }

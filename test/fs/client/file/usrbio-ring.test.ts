@@ -17,6 +17,7 @@ import {
   EBADF,
   EACCES,
   EIO,
+  IOR_BATCH_SIZES_KEPT,
   type ChunkPiece,
   type FileHandle,
 } from '../../../../fs/client/index.js'
@@ -118,6 +119,32 @@ test('a read completes as soon as its own IOs are in, not when the slowest reque
   const second = await waitForIos(ior, 16, 1, 2000)
   t.deepEqual(second.map((c) => [c.userdata, c.result]), [['slow', 100]])
   await deregFd(fd)
+})
+
+test('a long-lived ring keeps a bounded window of batch sizes: as much after 2N batches as after N', async (t) => {
+  const { handle } = fakeHandle()
+  const fd = regFd(handle)
+  t.teardown(() => deregFd(fd))
+  const iov = createIov(4096)
+  // ioDepth 1: every request is a batch of its own, 64 of them per round trip
+  const ior = createIor({ entries: 64, forRead: true, ioDepth: 1 })
+  t.teardown(() => ior.destroy())
+  const N = 3 * IOR_BATCH_SIZES_KEPT
+  const run = async (n: number) => {
+    for (let i = 0; i < n; i += 64) {
+      for (let k = 0; k < 64; k++) t.true(prepIo(ior, iov, true, k, fd, i + k, 1, k) >= 0)
+      submitIos(ior)
+      let got = 0
+      while (got < 64) got += (await waitForIos(ior, 64, 64 - got)).length
+    }
+  }
+  await run(N)
+  const afterN = ior.stats.batchSizes.length
+  await run(N)
+  t.is(ior.stats.batches, 2 * N)
+  t.is(ior.stats.batchSizes.length, afterN)
+  t.true(afterN >= IOR_BATCH_SIZES_KEPT && afterN < 2 * IOR_BATCH_SIZES_KEPT, `${afterN} batch sizes kept`)
+  t.deepEqual(new Set(ior.stats.batchSizes), new Set([1]))
 })
 
 test('ioDepth > 0: a batch starts only with exactly ioDepth requests queued', async (t) => {
