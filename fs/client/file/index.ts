@@ -54,6 +54,7 @@ export {
   destroyIor,
   regFd,
   deregFd,
+  registeredFdCount,
   prepIo,
   submitIos,
   waitForIos,

@@ -102,6 +102,8 @@ export interface RegisteredFd {
 
 const registry = new Map<number, RegisteredFd>()
 let nextFd = 0
+/** registry size at which register() next drops the entries of closed handles */
+let sweepAt = 1024
 
 /** Registers an open file for batch I/O. */
 export function regFd(handle: FileHandle): RegisteredFd
@@ -118,9 +120,23 @@ export function regFd(target: FileHandle | string, fs?: FileSystem, flags: OpenF
 }
 
 function register(handle: FileHandle, owned: boolean): RegisteredFd {
+  // A handle closed without deregFd (its FileSystem shut down, or the caller
+  // forgot) can serve no more I/O, but its entry kept the handle and its
+  // inode state for the life of the process: one per file ever registered.
+  // Swept when the registry has doubled since the last sweep, so the cost
+  // per registration stays constant.
+  if (registry.size >= sweepAt) {
+    for (const [fd, r] of registry) if (r.handle.closed) registry.delete(fd)
+    sweepAt = Math.max(1024, 2 * registry.size)
+  }
   const r: RegisteredFd = { fd: nextFd--, handle, owned }
   registry.set(r.fd, r)
   return r
+}
+
+/** Registrations held (diagnostics and tests): live ones, and at most as many of handles closed without deregFd. */
+export function registeredFdCount(): number {
+  return registry.size
 }
 
 export async function deregFd(fd: RegisteredFd | number): Promise<void> {
@@ -131,7 +147,13 @@ export async function deregFd(fd: RegisteredFd | number): Promise<void> {
 }
 
 function lookupFd(fd: RegisteredFd | number): RegisteredFd | undefined {
-  return registry.get(typeof fd === 'number' ? fd : fd.fd)
+  const r = registry.get(typeof fd === 'number' ? fd : fd.fd)
+  if (r?.handle.closed) {
+    // a registration ends with its handle (prepIo answers -EBADF, as for a never registered fd)
+    registry.delete(r.fd)
+    return undefined
+  }
+  return r
 }
 
 // --- Ior: the request ring

@@ -10,6 +10,7 @@ import {
   deregFd,
   prepIo,
   regFd,
+  registeredFdCount,
   submitIos,
   waitForIos,
   EAGAIN,
@@ -119,6 +120,34 @@ test('a read completes as soon as its own IOs are in, not when the slowest reque
   const second = await waitForIos(ior, 16, 1, 2000)
   t.deepEqual(second.map((c) => [c.userdata, c.result]), [['slow', 100]])
   await deregFd(fd)
+})
+
+// serial (so first, alone): it counts the process-wide registry
+test.serial('registrations of handles closed without deregFd are dropped: as many held after 2N as after N', async (t) => {
+  const iov = createIov(4096)
+  const ior = createIor({ entries: 4, forRead: true })
+  t.teardown(() => ior.destroy())
+  const N = 3072
+  const registerAndClose = () => {
+    for (let i = 0; i < N; i++) {
+      const { handle } = fakeHandle()
+      regFd(handle)
+      ;(handle as unknown as { closed: boolean }).closed = true
+    }
+  }
+  const before = registeredFdCount()
+  registerAndClose()
+  const afterN = registeredFdCount()
+  registerAndClose()
+  t.is(registeredFdCount(), afterN)
+  t.true(afterN - before <= 1024, `${afterN - before} registrations of closed handles held`)
+  // a closed handle's registration answers as an unregistered fd, and goes
+  const { handle } = fakeHandle()
+  const fd = regFd(handle)
+  ;(handle as unknown as { closed: boolean }).closed = true
+  const n = registeredFdCount()
+  t.is(prepIo(ior, iov, true, 0, fd, 0, 1), -EBADF)
+  t.is(registeredFdCount(), n - 1)
 })
 
 test('a long-lived ring keeps a bounded window of batch sizes: as much after 2N batches as after N', async (t) => {
