@@ -91,6 +91,8 @@ export interface FuseOpsStats {
   openDirs: number
   rmrf: number
   cache: ReturnType<PathCache['stats']>
+  /** paths whose inode and type the kernel was told (kernelView) */
+  reportedPaths: number
   slowestMs: number
   readAhead: ReadAheadStats & { bytesHeld: number; buffers: { hits: number; misses: number; freeBytes: number }; native: FastReadStats | null }
 }
@@ -230,6 +232,7 @@ export class StrataFuseOps {
       openDirs,
       rmrf: this.counters.rmrf,
       cache: this.cache.stats(),
+      reportedPaths: this.reported.size,
       slowestMs: this.counters.slowestMs,
       readAhead: { ...this.raStats, bytesHeld: this.raBudget.used, buffers: this.raBuffers.stats(), native: this.fastReads?.stats() ?? null },
     }
@@ -921,6 +924,11 @@ export class StrataFuseOps {
     } finally {
       this.cache.invalidateTree(inner)
       this.cache.invalidateTree(kernelPath)
+      // the kernel's names of the tree die here too; forgotten only when the kernel's drop came
+      // back through rmdir (a name it still had cached), every path of the tree stayed behind
+      // until pushed out at reportedPathsMax
+      this.forgetReported(inner, true)
+      this.forgetReported(kernelPath, true)
     }
     if (this.opts.kernelInvalidate) await this.dropFromKernel(kernelPath)
     this.counters.rmrf++

@@ -29,6 +29,13 @@ export interface MetaSettings {
   /** expired idempotency records are cleaned this often (3FS idempotent_record_clean) */
   idemCleanIntervalMs: number
   /**
+   * one clean reads at most idemCleanPages pages of idemCleanPageSize records
+   * and the next clean goes on from where it stopped, so every record is
+   * reached however many there are
+   */
+  idemCleanPageSize: number
+  idemCleanPages: number
+  /**
    * mtime/ctime/atime resolution (3FS time_granularity, 1 s there). 1 ms
    * here: a FUSE mount keeps a file's page cache across opens while its mtime
    * and size look unchanged (auto_cache), so with whole seconds a same-size
@@ -71,6 +78,8 @@ export const DEFAULT_META_SETTINGS: MetaSettings = {
   syncOnPruneSession: true,
   idemExpireMs: 30 * 60_000,
   idemCleanIntervalMs: 60_000,
+  idemCleanPageSize: 2048,
+  idemCleanPages: 1000,
   timeGranularityMs: 1,
   statfsCacheMs: 1000,
   statfsUpdateIntervalMs: 1000,

@@ -785,15 +785,28 @@ export class MetaService {
 
   // --- idempotency record cleaning (first meta only, as 3FS)
 
-  private async cleanIdempotent(): Promise<void> {
+  /**
+   * Where the next clean goes on (null: from the start). A clean reads a
+   * bounded number of records, and started at the first key every time: the
+   * records are keyed by random request uuids, so once more records than one
+   * clean reads were younger than idemExpireMs (a busy cluster: 1100
+   * mutations a second with the defaults), the clean never got past those at
+   * the front and expired ones behind them were kept for ever.
+   */
+  private idemCursor: Buffer | null = null
+
+  /** One round of the idempotency clean loop (public for tests). */
+  async cleanIdempotent(): Promise<void> {
     if (firstMeta(this.mgmtd.cachedRouting) !== this.o.nodeId) return
-    const expireUs = this.o.settings.idemExpireMs * 1000
+    const S = this.o.settings
+    const expireUs = S.idemExpireMs * 1000
+    const pageSize = Math.max(1, S.idemCleanPageSize)
     const end = prefixEnd(PREFIX_IDEM)
-    let begin: Buffer = PREFIX_IDEM
-    for (let round = 0; round < 1000 && !this.closing; round++) {
+    for (let page = 0; page < S.idemCleanPages && !this.closing; page++) {
+      const begin: Buffer = this.idemCursor ?? PREFIX_IDEM
       const now = nowUs()
       const { last, n, cleaned } = await this.o.kv.transact(async (txn) => {
-        const kvs = await txn.getRange(begin, end, { limit: 2048 })
+        const kvs = await txn.getRange(begin, end, { limit: pageSize })
         let cleaned = 0
         for (const kv of kvs) {
           let ts = 0
@@ -810,8 +823,10 @@ export class MetaService {
         return { last: kvs.length ? kvs[kvs.length - 1]!.key : null, n: kvs.length, cleaned }
       }, { frees: true })
       this.counters.idemCleaned += cleaned
-      if (!last || n < 2048) break
-      begin = keyAfter(last)
+      const wrapped = !last || n < pageSize
+      this.idemCursor = wrapped ? null : keyAfter(last)
+      // the end of the records: this clean is done (the next one starts again at the front)
+      if (wrapped) break
     }
   }
 }

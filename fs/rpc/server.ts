@@ -12,6 +12,9 @@ import { Connection, DirectReader, type IncomingRequest } from './connection.js'
 import { DEFAULT_MAX_FRAME_BYTES, FLAG_RESPONSE, type Envelope } from './frame.js'
 import { FaultRegistry, type FaultSpec } from './faults.js'
 
+/** the stats entry of every request for a service or method this server does not serve */
+export const UNKNOWN_METHOD_STATS = 'unknown'
+
 export interface RequestContext {
   peer: string
   service: number
@@ -183,7 +186,7 @@ export class RpcServer {
 
   private async handleOne({ env, conn }: IncomingRequest): Promise<void> {
     const started = performance.now()
-    const key = methodName(env.service, env.method)
+    let key = methodName(env.service, env.method)
     const ac = new RequestAbort()
     const live = this.running.get(conn)
     live?.set(env.id, ac)
@@ -196,9 +199,14 @@ export class RpcServer {
     let afterReply: (() => void) | undefined
     try {
       const table = this.services.get(env.service)
-      if (!table) throw new StrataError('RPC_UNKNOWN_SERVICE', `service ${env.service} is not served here`)
-      const handler = table.get(env.method)
-      if (!handler) throw new StrataError('RPC_UNKNOWN_METHOD', `method ${env.method} of service ${env.service} is not served here`)
+      const handler = table?.get(env.method)
+      if (!handler) {
+        // any integer pair arrives here (a newer client, a scanner): counted
+        // per pair, the stats grew by one entry for every distinct pair ever sent
+        key = UNKNOWN_METHOD_STATS
+        if (!table) throw new StrataError('RPC_UNKNOWN_SERVICE', `service ${env.service} is not served here`)
+        throw new StrataError('RPC_UNKNOWN_METHOD', `method ${env.method} of service ${env.service} is not served here`)
+      }
       for (const action of this.faults.match(env.service, env.method)) {
         if (action.kind === 'drop') return
         if (action.kind === 'delay') await sleep(action.ms)

@@ -113,6 +113,8 @@ const registry = new Map<number, RegisteredFd>()
 /** the registration of each handle: 3FS refuses an fd registered twice */
 const byHandle = new Map<FileHandle, RegisteredFd>()
 let nextFd = 0
+/** registry size at which register() next drops the entries of closed handles */
+let sweepAt = 1024
 
 /** Registers an open file for batch I/O. */
 export function regFd(handle: FileHandle): RegisteredFd
@@ -132,10 +134,24 @@ export function regFd(target: FileHandle | string, fs?: FileSystem, flags: OpenF
 }
 
 function register(handle: FileHandle, owned: boolean): RegisteredFd {
+  // A handle closed without deregFd (its FileSystem shut down, or the caller
+  // forgot) can serve no more I/O, but its entry kept the handle and its
+  // inode state for the life of the process: one per file ever registered.
+  // Swept when the registry has doubled since the last sweep, so the cost
+  // per registration stays constant.
+  if (registry.size >= sweepAt) {
+    for (const [fd, r] of registry) if (r.handle.closed) registry.delete(fd)
+    sweepAt = Math.max(1024, 2 * registry.size)
+  }
   const r: RegisteredFd = { fd: nextFd--, handle, owned }
   registry.set(r.fd, r)
   byHandle.set(handle, r)
   return r
+}
+
+/** Registrations held (diagnostics and tests): live ones, and at most as many of handles closed without deregFd. */
+export function registeredFdCount(): number {
+  return registry.size
 }
 
 export async function deregFd(fd: RegisteredFd | number): Promise<void> {
@@ -148,7 +164,13 @@ export async function deregFd(fd: RegisteredFd | number): Promise<void> {
 }
 
 function lookupFd(fd: RegisteredFd | number): RegisteredFd | undefined {
-  return registry.get(typeof fd === 'number' ? fd : fd.fd)
+  const r = registry.get(typeof fd === 'number' ? fd : fd.fd)
+  if (r?.handle.closed) {
+    // a registration ends with its handle (prepIo answers -EBADF, as for a never registered fd)
+    registry.delete(r.fd)
+    return undefined
+  }
+  return r
 }
 
 // --- Ior: the request ring
@@ -189,8 +211,15 @@ interface Args {
   userdata: unknown
 }
 
+/**
+ * How many recent batch sizes a ring's stats keep. A ring lives as long as
+ * the job that reads through it (weeks of batches); an entry per batch ever
+ * started grew its memory without bound.
+ */
+export const IOR_BATCH_SIZES_KEPT = 1024
+
 export interface IorStats {
-  /** requests per started batch, in start order */
+  /** requests per started batch, in start order: the most recent ones (at least IOR_BATCH_SIZES_KEPT of them, at most twice that); `batches` counts all */
   batchSizes: number[]
   batches: number
   maxConcurrentBatches: number
@@ -325,7 +354,10 @@ export class Ior {
       this.processing += n
       this.running++
       this.stats.batches++
-      this.stats.batchSizes.push(n)
+      const sizes = this.stats.batchSizes
+      sizes.push(n)
+      // dropped in halves, so keeping the window costs O(1) per batch
+      if (sizes.length >= 2 * IOR_BATCH_SIZES_KEPT) sizes.splice(0, sizes.length - IOR_BATCH_SIZES_KEPT)
       this.stats.maxConcurrentBatches = Math.max(this.stats.maxConcurrentBatches, this.running)
       void this.runBatch(batch)
     }

@@ -63,3 +63,32 @@ function rmrfOps(f: FileSystem, mnt: string): StrataFuseOps {
   await t.throwsAsync(f.lstat('/d/victim'), { code: 'META_NOT_FOUND' } as never, 'removed in the DFS')
   t.is(fs.readFileSync(path.join(mnt, 'd', 'victim'), 'utf8'), 'host', 'the host file under the mount point is untouched')
 })
+
+// What the kernel was told about each path (ops.ts `reported`) must go with a tree rm-rf removes,
+// also when the kernel no longer has the tree's names cached (then its drop never comes back as an
+// rmdir here): those paths stayed until reportedPathsMax pushed them out, one per path ever listed.
+test('rm-rf forgets what the kernel was told about the removed tree: as many paths kept after 2N as after N', async (t) => {
+  const m = await startMetaCluster(t)
+  const f = new FileSystem({ mgmtdAddresses: [m.c.mgmtdAddress], periodicSyncMs: 0, metaRetry: { totalMs: 30_000 } })
+  t.teardown(() => f.shutdown())
+  const mnt = tmpDir(t, 'strata-rmrf-forget-')
+  // no kernel drop: what a daemon does when the kernel has let the names go
+  const ops = new StrataFuseOps({ fs: f, mountpoint: mnt, attrTimeoutMs: 1000, uid: 0, gid: 0, log: createLogger('test', () => {}) })
+  await ops.getattr('/')
+  const base = ops.stats().reportedPaths
+  const treeListedAndRemoved = async (n: number, name: string) => {
+    await f.mkdir(`/${name}`)
+    for (let i = 0; i < n; i++) await f.writeFile(`/${name}/f${i}`, Buffer.from('x'))
+    await ops.getattr(`/${name}`)
+    for (const e of (await ops.readdir(`/${name}`)).names) await ops.getattr(`/${name}/${e}`)
+    t.true(ops.stats().reportedPaths >= base + n, 'the kernel was told of every file')
+    await ops.symlink(path.join(mnt, name), `/3fs-virt/rm-rf/${name}`)
+    await t.throwsAsync(f.lstat(`/${name}`), { code: 'META_NOT_FOUND' } as never)
+    return ops.stats().reportedPaths
+  }
+  const N = 20
+  const afterN = await treeListedAndRemoved(N, 'a')
+  const after2N = await treeListedAndRemoved(2 * N, 'b')
+  t.is(afterN, base)
+  t.is(after2N, base)
+})

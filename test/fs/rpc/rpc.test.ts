@@ -1,6 +1,7 @@
 import test from 'ava'
 import net from 'node:net'
 import { RpcServer, RpcClient, encodeFrame, FrameDecoder } from '../../../fs/rpc/index.js'
+import { UNKNOWN_METHOD_STATS } from '../../../fs/rpc/server.js'
 import { StrataError, isStrataError } from '../../../fs/common/errors.js'
 import { MgmtdMethod, ServiceId } from '../../../fs/common/services.js'
 
@@ -71,6 +72,27 @@ test('errors cross the wire as {code, message} with detail', async (t) => {
   t.true(isStrataError(e2, 'INTERNAL'))
   t.true(isStrataError(await t.throwsAsync(client.call(address, 999, 1, null)), 'RPC_UNKNOWN_SERVICE'))
   t.true(isStrataError(await t.throwsAsync(client.call(address, SVC, 99, null)), 'RPC_UNKNOWN_METHOD'))
+})
+
+test('calls of unknown services and methods share one stats entry: as many entries after 2N distinct ones as after N', async (t) => {
+  const { client, address } = await setup(t)
+  const N = 200
+  const unknownCalls = async (from: number) => {
+    for (let i = from; i < from + N; i++) {
+      t.true(isStrataError(await t.throwsAsync(client.call(address, 1000 + i, i, null)), 'RPC_UNKNOWN_SERVICE'))
+      t.true(isStrataError(await t.throwsAsync(client.call(address, SVC, 1000 + i, null)), 'RPC_UNKNOWN_METHOD'))
+    }
+  }
+  await client.call(address, SVC, 1, null)
+  await client.stats(address) // counted from the next reply on
+  await unknownCalls(0)
+  const afterN = Object.keys(((await client.stats(address)) as any).methods).length
+  await unknownCalls(N)
+  const stats: any = await client.stats(address)
+  t.is(Object.keys(stats.methods).length, afterN)
+  t.deepEqual(Object.keys(stats.methods).sort(), ['42.1', UNKNOWN_METHOD_STATS, 'stats'].sort())
+  t.is(stats.methods[UNKNOWN_METHOD_STATS].calls, 4 * N)
+  t.is(stats.methods[UNKNOWN_METHOD_STATS].errors, 4 * N)
 })
 
 test('deadline: caller gets TIMEOUT and the server handler is aborted', async (t) => {

@@ -100,7 +100,7 @@ test('64 MiB file with a hole: 2000 random reads and 1000 batch reads match the 
   submitIos(ior)
   const cqes = []
   while (cqes.length < 1000) cqes.push(...(await waitForIos(ior, 1000, 1, 30_000)))
-  t.log(`1000 batch reads in ${Date.now() - t2} ms, batches ${ior.stats.batchSizes.length}, max concurrent ${ior.stats.maxConcurrentBatches}`)
+  t.log(`1000 batch reads in ${Date.now() - t2} ms, batches ${ior.stats.batches}, max concurrent ${ior.stats.maxConcurrentBatches}`)
   t.is(cqes.length, 1000)
   const seen = new Set<number>()
   for (const cqe of cqes) {

@@ -10,6 +10,7 @@ import {
   deregFd,
   prepIo,
   regFd,
+  registeredFdCount,
   submitIos,
   waitForIos,
   EAGAIN,
@@ -17,6 +18,7 @@ import {
   EBADF,
   EACCES,
   EIO,
+  IOR_BATCH_SIZES_KEPT,
   type ChunkPiece,
   type FileHandle,
 } from '../../../../fs/client/index.js'
@@ -121,6 +123,60 @@ test('a read completes as soon as its own IOs are in, not when the slowest reque
   const second = await waitForIos(ior, 16, 1, 2000)
   t.deepEqual(second.map((c) => [c.userdata, c.result]), [['slow', 100]])
   await deregFd(fd)
+})
+
+// serial (so first, alone): it counts the process-wide registry
+test.serial('registrations of handles closed without deregFd are dropped: as many held after 2N as after N', async (t) => {
+  const iov = createIov(4096)
+  const ior = createIor({ entries: 4, forRead: true })
+  t.teardown(() => ior.destroy())
+  const N = 3072
+  const registerAndClose = () => {
+    for (let i = 0; i < N; i++) {
+      const { handle } = fakeHandle()
+      regFd(handle)
+      ;(handle as unknown as { closed: boolean }).closed = true
+    }
+  }
+  const before = registeredFdCount()
+  registerAndClose()
+  const afterN = registeredFdCount()
+  registerAndClose()
+  t.is(registeredFdCount(), afterN)
+  t.true(afterN - before <= 1024, `${afterN - before} registrations of closed handles held`)
+  // a closed handle's registration answers as an unregistered fd, and goes
+  const { handle } = fakeHandle()
+  const fd = regFd(handle)
+  ;(handle as unknown as { closed: boolean }).closed = true
+  const n = registeredFdCount()
+  t.is(prepIo(ior, iov, true, 0, fd, 0, 1), -EBADF)
+  t.is(registeredFdCount(), n - 1)
+})
+
+test('a long-lived ring keeps a bounded window of batch sizes: as much after 2N batches as after N', async (t) => {
+  const { handle } = fakeHandle()
+  const fd = regFd(handle)
+  t.teardown(() => deregFd(fd))
+  const iov = createIov(4096)
+  // ioDepth 1: every request is a batch of its own, 64 of them per round trip
+  const ior = createIor({ entries: 64, forRead: true, ioDepth: 1 })
+  t.teardown(() => ior.destroy())
+  const N = 3 * IOR_BATCH_SIZES_KEPT
+  const run = async (n: number) => {
+    for (let i = 0; i < n; i += 64) {
+      for (let k = 0; k < 64; k++) t.true(prepIo(ior, iov, true, k, fd, i + k, 1, k) >= 0)
+      submitIos(ior)
+      let got = 0
+      while (got < 64) got += (await waitForIos(ior, 64, 64 - got)).length
+    }
+  }
+  await run(N)
+  const afterN = ior.stats.batchSizes.length
+  await run(N)
+  t.is(ior.stats.batches, 2 * N)
+  t.is(ior.stats.batchSizes.length, afterN)
+  t.true(afterN >= IOR_BATCH_SIZES_KEPT && afterN < 2 * IOR_BATCH_SIZES_KEPT, `${afterN} batch sizes kept`)
+  t.deepEqual(new Set(ior.stats.batchSizes), new Set([1]))
 })
 
 test('ioDepth > 0: a batch starts only with exactly ioDepth requests queued', async (t) => {
