@@ -203,6 +203,8 @@ export class StrataFuseOps {
    */
   private readonly reported = new Map<string, { id: bigint; type: Inode['type'] }>()
   private readonly reportedMax: number
+  /** directory id → until when it is taken to exist (seen within the attr timeout; lstatInKernelParent) */
+  private readonly dirsSeen = new Map<bigint, number>()
   /** rmdirs answered ESTALE while a release of a hidden file in the directory may be queued (hidden-files.ts) */
   private readonly rmdirRetries = new RmdirRetries()
 
@@ -412,23 +414,44 @@ export class StrataFuseOps {
     if (parent === undefined) return this.fs.lstat(p)
     const at: PathAt = { parent, path: nameOf(p) }
     try {
-      return await this.fs.lstatAt(at)
+      const inode = await this.fs.lstatAt(at)
+      this.sawDir(parent)
+      return inode
     } catch (e) {
       // the directory itself is gone (removed by another client): ESTALE, so that a path walk
       // looks its name up again (LOOKUP_REVAL) and finds what is there now; a name missing in a
-      // directory that exists stays ENOENT. A parent this mount saw within the attr timeout exists.
-      if (e instanceof StrataError && e.code === 'META_NOT_FOUND' && this.cache.get(parentOf(p))?.id !== parent) {
-        if (!(await this.dirExists(parent))) fail(E.ESTALE, `the directory ${parentOf(p)} was removed by another client`)
+      // directory that exists stays ENOENT. A directory seen within the attr timeout is taken to
+      // exist (a negative lookup, before every create, costs no second meta call then).
+      if (e instanceof StrataError && e.code === 'META_NOT_FOUND' && !this.dirSeenLately(parent, parentOf(p))) {
+        if (!(await this.dirLive(parent))) fail(E.ESTALE, `the directory ${parentOf(p)} was removed by another client`)
       }
       throw e
     }
   }
 
-  private async dirExists(id: bigint): Promise<boolean> {
+  private sawDir(id: bigint): void {
+    if (this.dirsSeen.size >= 4096) this.dirsSeen.clear()
+    this.dirsSeen.set(id, performance.now() + this.opts.attrTimeoutMs)
+  }
+
+  private dirSeenLately(id: bigint, p: string): boolean {
+    if (this.cache.get(p)?.id === id) return true
+    const until = this.dirsSeen.get(id)
+    if (until === undefined) return false
+    if (until > performance.now()) return true
+    this.dirsSeen.delete(id)
+    return false
+  }
+
+  /** The directory with this id, unless it was removed (gone, or waiting for the GC with no links). */
+  private async dirLive(id: bigint): Promise<Inode | null> {
     try {
-      return (await this.fs.lstatAt({ parent: id })).type === 'Directory'
+      const inode = await this.fs.lstatAt({ parent: id })
+      if (inode.type !== 'Directory' || inode.nlink === 0) return null
+      this.sawDir(id)
+      return inode
     } catch (e) {
-      if (e instanceof StrataError && e.code === 'META_NOT_FOUND') return false
+      if (e instanceof StrataError && e.code === 'META_NOT_FOUND') return null
       throw e
     }
   }
@@ -441,12 +464,8 @@ export class StrataFuseOps {
   private async heldDirInode(p: string, id: bigint): Promise<Inode> {
     const hit = this.cache.get(p)
     if (hit && hit.id === id) return hit
-    try {
-      const inode = await this.fs.lstatAt({ parent: id })
-      if (inode.type === 'Directory') return inode
-    } catch (e) {
-      if (!(e instanceof StrataError) || e.code !== 'META_NOT_FOUND') throw e
-    }
+    const inode = await this.dirLive(id)
+    if (inode) return inode
     fail(E.ESTALE, `the directory held at ${p} was removed by another client`)
   }
 
@@ -494,6 +513,8 @@ export class StrataFuseOps {
     for (let d = self ? p : parentOf(p); d !== '/'; d = parentOf(d)) {
       const id = this.heldDir(d)
       if (id === undefined) continue
+      // removed: nowhere to go (a removed tree waits for the GC under another root)
+      if (!(await this.dirLive(id))) return null
       const now = (await this.fs.meta.getRealPath({ path: { parent: id }, absolute: true })).path
       return now === d ? null : now === '/' ? p.slice(d.length) || '/' : now + p.slice(d.length)
     }
@@ -625,8 +646,8 @@ export class StrataFuseOps {
       if (open) return this.handleStat(open)
       // a directory open here (opendir) keeps the name too while it exists: its descriptors would fail with EIO
       if (prev.type === 'Directory' && this.openDirOf(prev.id)) {
-        const dir = await this.fs.lstatAt({ parent: prev.id }).catch(() => null)
-        if (dir?.type === 'Directory') return inodeToStat(dir)
+        const dir = await this.dirLive(prev.id)
+        if (dir) return inodeToStat(dir)
       }
       this.remember(p, inode)
       fail(E.ESTALE, `${p} is now a ${inode.type.toLowerCase()}, the kernel has it as a ${prev.type.toLowerCase()}`)
