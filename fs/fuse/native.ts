@@ -20,7 +20,11 @@
 //    (it has fusermount3), so the daemon unmounts by itself;
 //  - its fgetattr (fstat of an open file) called ops.getattr(path) and
 //    dropped the file handle: requireWithOwnAddon() replaces it with one
-//    that calls ops.fgetattr(path, fd) (withFgetattr).
+//    that calls ops.fgetattr(path, fd) (withFgetattr);
+//  - getattr could not tell the kernel's GETATTR of a node it holds from its
+//    LOOKUP of a name, and readdir got no directory handle: Strata's build
+//    of the addon passes both (its change 8), and withNodeOps hands them to
+//    ops.getattr(path, cb, ofNode) and ops.readdir(path, cb, fd).
 
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -66,12 +70,14 @@ export interface FuseOperations {
   init?(cb: Cb0): void
   access?(path: string, mode: number, cb: Cb0): void
   statfs?(path: string, cb: Cb1<FuseStatfs>): void
-  getattr?(path: string, cb: Cb1<FuseStat>): void
+  /** ofNode: the kernel asks about a node it holds (GETATTR, …), not about a name (LOOKUP, …) */
+  getattr?(path: string, cb: Cb1<FuseStat>, ofNode?: boolean): void
   fgetattr?(path: string, fd: number, cb: Cb1<FuseStat>): void
   flush?(path: string, fd: number, cb: Cb0): void
   fsync?(path: string, datasync: number, fd: number, cb: Cb0): void
   fsyncdir?(path: string, datasync: number, fd: number, cb: Cb0): void
-  readdir?(path: string, cb: (err: number, names?: string[], stats?: FuseStat[]) => void): void
+  /** fd: the handle opendir returned (0: none) */
+  readdir?(path: string, cb: (err: number, names?: string[], stats?: FuseStat[]) => void, fd?: number): void
   truncate?(path: string, size: number, cb: Cb0): void
   ftruncate?(path: string, fd: number, size: number, cb: Cb0): void
   utimens?(path: string, atime: number, mtime: number, cb: Cb0): void
@@ -175,6 +181,7 @@ function requireWithOwnAddon(): FuseConstructor {
   try {
     const Fuse = req('fuse-native') as FuseConstructor
     withFgetattr(Fuse)
+    withNodeOps(Fuse)
     binding = addon
     return Fuse
   } finally {
@@ -185,8 +192,9 @@ function requireWithOwnAddon(): FuseConstructor {
 type OpSignal = (err: number, ...rest: unknown[]) => void
 interface FuseInternals {
   ops: FuseOperations
-  _op_getattr(signal: OpSignal, path: string): void
+  _op_getattr(signal: OpSignal, path: string, ofNode?: boolean): void
   _op_fgetattr(signal: OpSignal, path: string, fd: number): void
+  _op_readdir(signal: OpSignal, path: string, fd?: number): void
 }
 
 /**
@@ -209,6 +217,34 @@ function withFgetattr(Fuse: FuseConstructor): void {
     if (!fgetattr) return byPath.call(this, signal, p)
     const ops: FuseOperations = { getattr: (gp, cb) => fgetattr.call(this.ops, gp, fd, cb) }
     return byPath.call(Object.create(this, { ops: { value: ops } }) as FuseInternals, signal, p)
+  }
+}
+
+/**
+ * fuse-native 2.2.6 calls ops.getattr(path) and ops.readdir(path): Strata's
+ * build of the addon also says whether a getattr is about a node the kernel
+ * holds (its GETATTR) or a name (its LOOKUP), and passes readdir the handle
+ * of opendir. A directory held open (a working directory, an opendir
+ * descriptor) is then answered for as the directory it was opened as, not
+ * whatever another client has put at its old name since (fs/fuse/ops.ts).
+ * fuse-native's own answer paths (stat arrays, readdir's empty defaults)
+ * are kept.
+ */
+function withNodeOps(Fuse: FuseConstructor): void {
+  const proto = (Fuse as unknown as { prototype: FuseInternals }).prototype
+  const getattr = proto._op_getattr
+  proto._op_getattr = function (this: FuseInternals, signal: OpSignal, p: string, ofNode?: boolean) {
+    const own = this.ops.getattr
+    if (!own || !ofNode) return getattr.call(this, signal, p)
+    const ops: FuseOperations = { getattr: (gp, cb) => own.call(this.ops, gp, cb, true) }
+    return getattr.call(Object.create(this, { ops: { value: ops } }) as FuseInternals, signal, p)
+  }
+  const readdir = proto._op_readdir
+  proto._op_readdir = function (this: FuseInternals, signal: OpSignal, p: string, fd?: number) {
+    const own = this.ops.readdir
+    if (!own || !fd) return readdir.call(this, signal, p)
+    const ops: FuseOperations = { readdir: (rp, cb) => own.call(this.ops, rp, cb, fd) }
+    return readdir.call(Object.create(this, { ops: { value: ops } }) as FuseInternals, signal, p)
   }
 }
 

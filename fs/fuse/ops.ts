@@ -26,10 +26,10 @@ import type { Logger } from '../common/log.js'
 import type { FileHandle, FileSystem } from '../client/file/file-system.js'
 import { pathAt } from '../client/file/flags.js'
 import { checkFileSize } from '../client/file/index.js'
-import type { Inode, LockAction, StatFsRsp } from '../meta/protocol.js'
+import type { Inode, LockAction, PathAt, StatFsRsp } from '../meta/protocol.js'
 import { E, toFuseErrno } from './errno.js'
 import type { FuseOperations, FuseStat, FuseStatfs } from './native.js'
-import { PathCache, childOf, parentOf } from './path-cache.js'
+import { PathCache, childOf, nameOf, parentOf } from './path-cache.js'
 import { READ_AHEAD_DEFAULTS, ReadAhead, ReadAheadBudget, type ReadAheadOptions, type ReadAheadStats } from './read-ahead.js'
 import type { FastReadStats, FastReads } from './fast-reads.js'
 import { msToWire, usToWire, wireToSetattrUs } from './times.js'
@@ -81,7 +81,8 @@ export interface FuseOpsOptions {
 
 type Handle =
   | { kind: 'file'; fh: FileHandle; path: string; ra?: ReadAhead }
-  | { kind: 'dir'; path: string }
+  /** id: the directory opened (opendir by the kernel's node, see heldDir), listed by id whatever its name is now */
+  | { kind: 'dir'; path: string; id: bigint }
 
 export interface FuseOpsStats {
   ops: Record<string, number>
@@ -204,6 +205,8 @@ export class StrataFuseOps {
    */
   private readonly reported = new Map<string, { id: bigint; type: Inode['type'] }>()
   private readonly reportedMax: number
+  /** directory id → until when it is taken to exist (seen within the attr timeout; lstatInKernelParent) */
+  private readonly dirsSeen = new Map<bigint, number>()
   /** rmdirs answered ESTALE while a release of a hidden file in the directory may be queued (hidden-files.ts) */
   private readonly rmdirRetries = new RmdirRetries()
 
@@ -385,13 +388,140 @@ export class StrataFuseOps {
     return undefined
   }
 
-  /** lstat through the cache (files written here skip it: their size moves). */
+  /**
+   * lstat of the name p through the cache (files written here skip it: their size moves). The name
+   * is looked up in the directory the kernel holds as p's parent (heldDir), by its inode id: a
+   * process's working directory or an opendir descriptor that another client renamed (or a
+   * directory above it) still finds its entries, as on a local filesystem.
+   */
   private async lookup(p: string): Promise<Inode> {
     const hit = this.cache.get(p)
     if (hit && !this.writers.has(hit.id)) return hit
-    const inode = await this.fs.lstat(p)
+    const inode = await this.lstatInKernelParent(p)
     if (!this.writers.has(inode.id)) this.cache.set(p, inode)
     return inode
+  }
+
+  /**
+   * The directory the kernel holds at path p, by what it was last told there (libfuse names a
+   * node by the path it was looked up at, for as long as the kernel holds it), if that was a
+   * directory. Its entries, its attributes and its listing are asked for by this id.
+   */
+  private heldDir(p: string): bigint | undefined {
+    const r = this.reported.get(p)
+    return r?.type === 'Directory' ? r.id : undefined
+  }
+
+  private async lstatInKernelParent(p: string): Promise<Inode> {
+    const parent = p === '/' ? undefined : this.heldDir(parentOf(p))
+    if (parent === undefined) return this.fs.lstat(p)
+    const at: PathAt = { parent, path: nameOf(p) }
+    try {
+      const inode = await this.fs.lstatAt(at)
+      this.sawDir(parent)
+      return inode
+    } catch (e) {
+      // the directory itself is gone (removed by another client): ESTALE, so that a path walk
+      // looks its name up again (LOOKUP_REVAL) and finds what is there now; a name missing in a
+      // directory that exists stays ENOENT. A directory seen within the attr timeout is taken to
+      // exist (a negative lookup, before every create, costs no second meta call then).
+      if (e instanceof StrataError && e.code === 'META_NOT_FOUND' && !this.dirSeenLately(parent, parentOf(p))) {
+        if (!(await this.dirLive(parent))) fail(E.ESTALE, `the directory ${parentOf(p)} was removed by another client`)
+      }
+      throw e
+    }
+  }
+
+  private sawDir(id: bigint): void {
+    if (this.dirsSeen.size >= 4096) this.dirsSeen.clear()
+    this.dirsSeen.set(id, performance.now() + this.opts.attrTimeoutMs)
+  }
+
+  private dirSeenLately(id: bigint, p: string): boolean {
+    if (this.cache.get(p)?.id === id) return true
+    const until = this.dirsSeen.get(id)
+    if (until === undefined) return false
+    if (until > performance.now()) return true
+    this.dirsSeen.delete(id)
+    return false
+  }
+
+  /** The directory with this id, unless it was removed (gone, or waiting for the GC with no links). */
+  private async dirLive(id: bigint): Promise<Inode | null> {
+    try {
+      const inode = await this.fs.lstatAt({ parent: id })
+      if (inode.type !== 'Directory' || inode.nlink === 0) return null
+      this.sawDir(id)
+      return inode
+    } catch (e) {
+      if (e instanceof StrataError && e.code === 'META_NOT_FOUND') return null
+      throw e
+    }
+  }
+
+  /**
+   * The attributes of the directory the kernel holds at p (its node, not the name: GETATTR,
+   * OPENDIR): the same directory wherever another client moved it. Gone: ESTALE (a path walk
+   * then looks the name up again).
+   */
+  private async heldDirInode(p: string, id: bigint): Promise<Inode> {
+    const hit = this.cache.get(p)
+    if (hit && hit.id === id) return hit
+    const inode = await this.dirLive(id)
+    if (inode) return inode
+    fail(E.ESTALE, `the directory held at ${p} was removed by another client`)
+  }
+
+  /**
+   * Runs a change (or an open) of p; when it fails because a component is missing (ENOENT,
+   * ENOTDIR) and a directory the kernel holds on p's way (p itself with \`self\`, else its parent or
+   * above) has been moved by another client since, runs it again at the directory's new place:
+   * creating, opening or removing names in a working directory someone else renamed works, as
+   * on a local filesystem. Costs nothing unless the first try fails.
+   */
+  private async inHeldDir<T>(p: string, fn: (q: string) => Promise<T>, self = false): Promise<T> {
+    try {
+      return await fn(p)
+    } catch (e) {
+      if (!(e instanceof StrataError) || (e.code !== 'META_NOT_FOUND' && e.code !== 'META_NOT_DIRECTORY')) throw e
+      const q = await this.movedPath(p, self).catch(() => null)
+      if (q === null) throw e
+      try {
+        return await fn(q)
+      } finally {
+        this.cache.invalidateTree(q)
+      }
+    }
+  }
+
+  /** inHeldDir for an operation on two names (rename, link): each is put where its held directory is now. */
+  private async inHeldDirs<T>(ps: string[], fn: (...qs: string[]) => Promise<T>): Promise<T> {
+    try {
+      return await fn(...ps)
+    } catch (e) {
+      if (!(e instanceof StrataError) || (e.code !== 'META_NOT_FOUND' && e.code !== 'META_NOT_DIRECTORY')) throw e
+      const qs = await Promise.all(ps.map((p) => this.movedPath(p, false).catch(() => null)))
+      if (qs.every((q) => q === null)) throw e
+      const moved = qs.map((q, i) => q ?? ps[i]!)
+      try {
+        return await fn(...moved)
+      } finally {
+        for (const q of moved) this.cache.invalidateTree(q)
+      }
+    }
+  }
+
+  /** p with the nearest directory the kernel holds on its way put where that directory is now; null when it did not move. */
+  private async movedPath(p: string, self: boolean): Promise<string | null> {
+    for (let d = self ? p : parentOf(p); d !== '/'; d = parentOf(d)) {
+      const id = this.heldDir(d)
+      if (id === undefined) continue
+      // removed: nowhere to go (a removed tree waits for the GC under another root)
+      if (!(await this.dirLive(id))) return null
+      const now = (await this.fs.meta.getRealPath({ path: { parent: id }, absolute: true })).path
+      return now === d ? null : now === '/' ? p.slice(d.length) || '/' : now + p.slice(d.length)
+    }
+    return null
   }
 
   private virtualStat(p: string): FuseStat {
@@ -416,14 +546,14 @@ export class StrataFuseOps {
         this.log.info('FUSE session initialised', { mountpoint: this.mnt })
         cb(0)
       },
-      getattr: (p, cb) => this.run('getattr', () => this.getattr(p), cb, p),
+      getattr: (p, cb, ofNode) => this.run('getattr', () => this.getattr(p, !!ofNode), cb, p),
       fgetattr: (p, fd, cb) => this.run('fgetattr', () => this.fgetattr(p, fd), cb, p),
       access: (p, mode, cb) => this.run('access', () => this.access(p, mode), cb, p),
       statfs: (p, cb) => this.run('statfs', async () => toStatfs(await this.fs.statfs()), cb, p),
-      readdir: (p, cb) =>
+      readdir: (p, cb, fd) =>
         this.run(
           'readdir',
-          () => this.readdir(p),
+          () => this.readdir(p, fd ?? 0),
           (err, v) => (err ? cb(err) : cb(0, v!.names, v!.stats)),
           p,
         ),
@@ -483,8 +613,16 @@ export class StrataFuseOps {
 
   // --- attributes and names
 
-  async getattr(p: string): Promise<FuseStat> {
+  /**
+   * ofNode: the kernel asks about a node it holds (GETATTR and the like) rather than looking a
+   * name up (LOOKUP); Strata's build of the addon tells them apart. A directory it holds is
+   * answered for by its inode id: a working directory or an opendir descriptor that another
+   * client renamed, or replaced by a file, keeps its own attributes (a local filesystem's fstat).
+   */
+  async getattr(p: string, ofNode = false): Promise<FuseStat> {
     if (this.isVirtual(p)) return this.virtualStat(p)
+    const held = ofNode ? this.heldDir(p) : undefined
+    if (held !== undefined) return inodeToStat(await this.heldDirInode(p, held))
     return this.kernelView(p, await this.lookup(p))
   }
 
@@ -509,6 +647,11 @@ export class StrataFuseOps {
     if (prev && prev.type !== inode.type) {
       const open = this.openFileOf(prev.id)
       if (open) return this.handleStat(open)
+      // a directory open here (opendir) keeps the name too while it exists: its descriptors would fail with EIO
+      if (prev.type === 'Directory' && this.openDirOf(prev.id)) {
+        const dir = await this.dirLive(prev.id)
+        if (dir) return inodeToStat(dir)
+      }
       this.remember(p, inode)
       fail(E.ESTALE, `${p} is now a ${inode.type.toLowerCase()}, the kernel has it as a ${prev.type.toLowerCase()}`)
     }
@@ -559,6 +702,12 @@ export class StrataFuseOps {
     for (const k of this.reported.keys()) if (k.startsWith(prefix)) this.reported.delete(k)
   }
 
+  /** Whether this mount has the directory open (opendir). */
+  private openDirOf(id: bigint): boolean {
+    for (const h of this.handles.values()) if (h.kind === 'dir' && h.id === id) return true
+    return false
+  }
+
   /** An open file handle of this inode (this mount's). */
   private openFileOf(id: bigint): FileHandle | undefined {
     for (const h of this.handles.values()) if (h.kind === 'file' && !h.fh.closed && h.fh.inodeId === id) return h.fh
@@ -594,7 +743,7 @@ export class StrataFuseOps {
   }
 
   async access(p: string, mode: number): Promise<void> {
-    const st = await this.getattr(p)
+    const st = await this.getattr(p, true)
     if (mode === fsc.F_OK) return
     if (mode & fsc.W_OK && this.ro) fail(E.EROFS)
     const uid = this.opts.uid
@@ -610,7 +759,8 @@ export class StrataFuseOps {
     if ((mode & 7 & ~bits) !== 0) fail(E.EACCES)
   }
 
-  async readdir(p: string): Promise<{ names: string[]; stats: FuseStat[] }> {
+  /** fd: the handle of opendir, which lists the directory it opened (by id), wherever it is now. */
+  async readdir(p: string, fd = 0): Promise<{ names: string[]; stats: FuseStat[] }> {
     if (p === VIRT_ROOT) {
       const d = virtDirStat(0o555, VIRT_ROOT_INO)
       return { names: ['.', '..', 'rm-rf'], stats: [d, d, virtDirStat(0o777, RMRF_DIR_INO)] }
@@ -620,9 +770,11 @@ export class StrataFuseOps {
       return { names: ['.', '..'], stats: [d, d] }
     }
     if (this.isVirtual(p)) fail(E.ENOENT)
-    const { entries, inodes } = await this.fs.readdirAll(p, { status: true })
+    const h = fd ? this.handles.get(fd) : undefined
+    const id = h?.kind === 'dir' ? h.id : undefined
+    const { entries, inodes } = await this.fs.readdirAll(id === undefined ? p : { parent: id }, { status: true })
     const names = ['.', '..']
-    const self = inodeToStat(await this.lookup(p))
+    const self = inodeToStat(id === undefined ? await this.lookup(p) : await this.fs.lstatAt({ parent: id }))
     const stats = [self, self]
     entries.forEach((e, i) => {
       // a real /3fs-virt (made by another client) is shadowed by the virtual one, as in 3FS's FUSE: listed once
@@ -644,16 +796,25 @@ export class StrataFuseOps {
     return { names, stats }
   }
 
+  /**
+   * OPENDIR names a node the kernel holds: the directory it was told is there (heldDir), opened
+   * by id, wherever another client moved it since (gone: ESTALE, and open(2) looks the name up
+   * again). A path the daemon has no record of is looked up by name.
+   */
   async opendir(p: string): Promise<number> {
-    if (!this.isVirtual(p)) {
-      const inode = await this.lookup(p)
-      if (inode.type !== 'Directory') {
-        // the kernel holds a directory that another client replaced: ESTALE has it look the name up again
-        this.staleType(p, inode)
-        fail(E.ENOTDIR)
-      }
-    } else this.virtualStat(p)
-    return this.addHandle({ kind: 'dir', path: p })
+    if (this.isVirtual(p)) {
+      this.virtualStat(p)
+      return this.addHandle({ kind: 'dir', path: p, id: p === VIRT_ROOT ? VIRT_ROOT_INO : RMRF_DIR_INO })
+    }
+    const held = this.heldDir(p)
+    if (held !== undefined) return this.addHandle({ kind: 'dir', path: p, id: (await this.heldDirInode(p, held)).id })
+    const inode = await this.lookup(p)
+    if (inode.type !== 'Directory') {
+      // the kernel holds a directory that another client replaced: ESTALE has it look the name up again
+      this.staleType(p, inode)
+      fail(E.ENOTDIR)
+    }
+    return this.addHandle({ kind: 'dir', path: p, id: inode.id })
   }
 
   async mkdir(p: string, mode: number): Promise<void> {
@@ -661,7 +822,7 @@ export class StrataFuseOps {
     this.checkWritable()
     this.cache.invalidate(p)
     this.forgetReported(p)
-    const inode = await this.fs.mkdir(p, { mode: mode & 0o7777 })
+    const inode = await this.inHeldDir(p, (q) => this.fs.mkdir(q, { mode: mode & 0o7777 }))
     this.cache.set(p, inode)
   }
 
@@ -670,7 +831,7 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     try {
-      await this.fs.rmdir(p).catch(async (e: unknown) => {
+      await this.inHeldDir(p, (q) => this.fs.rmdir(q)).catch(async (e: unknown) => {
         if (errnoOf(e) === E.ENOTEMPTY && (await this.onlyHiddenOpenHere(p)) && this.rmdirRetries.first(p)) {
           fail(E.ESTALE, `${p}: only names of files unlinked while open here are left; their release may be queued behind this rmdir`)
         }
@@ -704,7 +865,7 @@ export class StrataFuseOps {
     this.checkWritable()
     const known = this.cache.get(p)
     try {
-      await this.fs.unlink(p)
+      await this.inHeldDir(p, (q) => this.fs.unlink(q))
       this.forgetReported(p)
     } finally {
       // a non-directory: nothing below it; other names of the inode lose a link
@@ -720,7 +881,7 @@ export class StrataFuseOps {
     this.checkWritable()
     const replaced = this.cache.get(dest)
     try {
-      await this.fs.rename(src, dest)
+      await this.inHeldDirs([src, dest], (s, d) => this.fs.rename(s!, d!))
       this.movedReported(src, dest)
     } finally {
       this.cache.invalidateTree(src)
@@ -757,7 +918,7 @@ export class StrataFuseOps {
     this.checkWritable()
     this.forgetReported(dest)
     const expected = this.reported.get(src)
-    const inode = await this.fs.link(src, dest)
+    const inode = await this.inHeldDirs([src, dest], (s, d) => this.fs.link(s!, d!))
     this.cache.invalidateInode(inode.id)
     this.cache.invalidate(src)
     this.cache.invalidate(dest)
@@ -776,7 +937,7 @@ export class StrataFuseOps {
     this.checkWritable()
     this.cache.invalidate(p)
     this.forgetReported(p)
-    const inode = await this.fs.symlink(target, p)
+    const inode = await this.inHeldDir(p, (q) => this.fs.symlink(target, q))
     this.cache.set(p, inode)
   }
 
@@ -789,7 +950,7 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(E.EINVAL)
     const hit = this.cache.get(p)
     if (hit?.type === 'Symlink' && hit.symlink) return hit.symlink.target
-    return this.fs.readlink(p)
+    return this.inHeldDir(p, (q) => this.fs.readlink(q))
   }
 
   /** chmod/chown/utimens on the path's own inode (the kernel already resolved symlinks; lchown/lutimes act on links). */
@@ -803,7 +964,7 @@ export class StrataFuseOps {
       await this.fs.settleWritesBeforeTimes(known?.id ?? (await this.fs.lstat(p)).id)
     }
     this.cache.invalidate(p)
-    const rsp = await this.fs.meta.setAttr({ path: pathAt(p), flags: { followLastSymlink: false }, ...attrs })
+    const rsp = await this.inHeldDir(p, (q) => this.fs.meta.setAttr({ path: pathAt(q), flags: { followLastSymlink: false }, ...attrs }), true)
     this.cache.invalidateInode(rsp.stat.id)
     if (known) this.cache.invalidateInode(known.id)
     if (!this.writers.has(rsp.stat.id)) this.cache.set(p, rsp.stat)
@@ -813,7 +974,7 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(E.EPERM)
     this.checkWritable()
     this.cache.invalidate(p)
-    const inode = await this.fs.lstat(p)
+    const inode = await this.inHeldDir(p, (q) => this.fs.lstat(q))
     if (inode.type === 'Directory') fail(E.EISDIR)
     if (inode.type !== 'File') fail(E.EINVAL)
     // past the maximum size: EFBIG before any open (the file client checks again)
@@ -821,7 +982,7 @@ export class StrataFuseOps {
     // an O_TRUNC open arrives as open + truncate(path): use the open handle (same session, same write state)
     const fh = this.writableHandleOf(inode.id)
     if (fh) await this.fs.ftruncate(fh, size)
-    else await this.fs.truncate(p, size)
+    else await this.inHeldDir(p, (q) => this.fs.truncate(q, size))
     this.cache.invalidateInode(inode.id)
     this.dropReadAhead(inode.id)
   }
@@ -842,7 +1003,7 @@ export class StrataFuseOps {
     this.checkWritable()
     this.cache.invalidate(p)
     this.forgetReported(p)
-    const fh = await this.fs.open(p, { access: 'r', create: true, excl: true }, mode & 0o7777)
+    const fh = await this.inHeldDir(p, (q) => this.fs.open(q, { access: 'r', create: true, excl: true }, mode & 0o7777))
     await this.fs.close(fh)
   }
 
@@ -855,7 +1016,7 @@ export class StrataFuseOps {
     this.forgetReported(p)
     // fuse-native does not pass the open flags of a create: the kernel only
     // sends it after a negative lookup, so a plain O_CREAT open is assumed
-    const fh = await this.fs.open(p, { access: 'rw', create: true }, mode & 0o7777)
+    const fh = await this.inHeldDir(p, (q) => this.fs.open(q, { access: 'rw', create: true }, mode & 0o7777))
     return this.addHandle({ kind: 'file', fh, path: p })
   }
 
@@ -865,7 +1026,7 @@ export class StrataFuseOps {
     if (this.ro && (acc !== fsc.O_RDONLY || flags & fsc.O_TRUNC)) fail(E.EROFS)
     let fh: FileHandle
     try {
-      fh = await this.fs.open(p, flags & (O_ACCMODE | fsc.O_APPEND | fsc.O_TRUNC))
+      fh = await this.inHeldDir(p, (q) => this.fs.open(q, flags & (O_ACCMODE | fsc.O_APPEND | fsc.O_TRUNC)))
     } catch (e) {
       // the kernel holds a file where another client put a directory: ESTALE has it look the name up
       // again (open(2) retries with LOOKUP_REVAL) and open the directory
@@ -1010,7 +1171,7 @@ export class StrataFuseOps {
 
   private async xattrTarget(p: string): Promise<Inode> {
     if (this.isVirtual(p)) fail(E.ENOTSUP)
-    const inode = await this.fs.lstat(p)
+    const inode = await this.inHeldDir(p, (q) => this.fs.lstat(q), true)
     if (!this.writers.has(inode.id)) this.cache.set(p, inode)
     return inode
   }

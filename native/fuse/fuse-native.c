@@ -1,5 +1,5 @@
 // Strata's build of fuse-native's addon: fuse-native 2.2.6 (MIT License,
-// https://github.com/fuse-friends/fuse-native) with seven changes, marked
+// https://github.com/fuse-friends/fuse-native) with eight changes, marked
 // "Strata:" below.
 //
 // 1. libfuse's multithreaded loop starts a worker thread whenever none is idle
@@ -66,6 +66,20 @@
 // link's data). The slot fuse-native calls dev (the kernel fills in st_dev
 // itself) now carries the high 32 bits, and the mount uses use_ino: st_ino
 // is the 3FS inode id (fs/fuse/ops.ts inoFields).
+//
+// 8. A directory held open was reached by its name. libfuse 2's high-level
+// API hands every request a path built from the names of the kernel's nodes,
+// and calls getattr for the kernel's LOOKUP of a name and for its GETATTR of
+// a node it holds alike, and readdir without the handle opendir returned.
+// After another client renamed a directory (or replaced it by a file), the
+// daemon could not tell "what is at this name now" from "what is the node
+// the kernel holds, which it knows by this name": a process's working
+// directory or an opendir descriptor then listed and stat'ed whatever was at
+// the old name (ENOENT, or EIO once the kernel saw another type). Each
+// libfuse thread now notes the opcode of the request it received
+// (strata_chan_receive), getattr tells JavaScript whether it answers a
+// question about a held node or about a name, and readdir passes the
+// directory's handle (fs/fuse/ops.ts keeps open directories by inode id).
 
 #define FUSE_USE_VERSION 29
 
@@ -426,11 +440,29 @@ FUSE_METHOD(statfs, 1, 1, (const char * path, struct statvfs *statvfs), {
   populate_statvfs(ints, l->statvfs);
 })
 
-FUSE_METHOD(getattr, 1, 1, (const char *path, struct stat *stat), {
+// Strata: the kernel opcode of the request this libfuse thread is serving (change 8 at the top;
+// libfuse 2.9's workers receive a request and process it on the same thread)
+static __thread uint32_t strata_opcode = 0;
+
+// Strata: whether a getattr answers for a node the kernel holds (GETATTR, SETATTR's reply, the
+// attributes of an open, ...) rather than for a name it looks up (LOOKUP, and the new name of
+// MKDIR, MKNOD, SYMLINK, LINK, CREATE)
+static int strata_getattr_of_node (void) {
+  switch (strata_opcode) {
+    case FUSE_LOOKUP: case FUSE_MKDIR: case FUSE_MKNOD: case FUSE_SYMLINK: case FUSE_LINK: case FUSE_CREATE: case 0:
+      return 0;
+    default:
+      return 1;
+  }
+}
+
+FUSE_METHOD(getattr, 2, 1, (const char *path, struct stat *stat), {
   l->path = path;
   l->stat = stat;
+  l->flags = strata_getattr_of_node();
 }, {
   napi_create_string_utf8(env, l->path, NAPI_AUTO_LENGTH, &(argv[2]));
+  napi_get_boolean(env, l->flags != 0, &(argv[3]));
 }, {
   NAPI_ARGV_BUFFER_CAST(uint32_t*, ints, 2)
   populate_stat(ints, l->stat);
@@ -577,7 +609,7 @@ FUSE_METHOD(write, 6, 2, (const char *path, const char *buf, size_t len, off_t o
   if (IS_ARRAY_BUFFER_DETACH_SUPPORTED == 1) assert(napi_detach_arraybuffer(env, argv[3]) == napi_ok);
 })
 
-FUSE_METHOD(readdir, 1, 2, (const char *path, void *buf, fuse_fill_dir_t filler, off_t offset, struct fuse_file_info *info), {
+FUSE_METHOD(readdir, 2, 2, (const char *path, void *buf, fuse_fill_dir_t filler, off_t offset, struct fuse_file_info *info), {
   l->buf = buf;
   l->path = path;
   l->offset = offset;
@@ -585,6 +617,8 @@ FUSE_METHOD(readdir, 1, 2, (const char *path, void *buf, fuse_fill_dir_t filler,
   l->readdir_filler = filler;
 }, {
   napi_create_string_utf8(env, l->path, NAPI_AUTO_LENGTH, &(argv[2]));
+  // Strata: the handle opendir returned (change 8 at the top)
+  napi_create_uint32(env, l->info != NULL ? (uint32_t) l->info->fh : 0, &(argv[3]));
 }, {
   uint32_t stats_length;
   uint32_t names_length;
@@ -1224,6 +1258,7 @@ restart:
     return -EIO;
   }
   struct fuse_in_header *in = (struct fuse_in_header *) buf;
+  strata_opcode = in->opcode;
   if (in->opcode == FUSE_INIT && (size_t) res >= sizeof(struct fuse_in_header) + sizeof(struct fuse_init_in)) {
     struct fuse_init_in *arg = (struct fuse_init_in *) (buf + sizeof(struct fuse_in_header));
     if (arg->major == 7 && arg->minor >= 28 && (arg->flags & STRATA_FUSE_MAX_PAGES_FLAG)) {

@@ -29,6 +29,7 @@ import type {
   ListRsp,
   LockAction,
   OpenFlags,
+  PathAt,
   StatFsRsp,
   UserInfo,
   VersionedLength,
@@ -765,9 +766,14 @@ export class FileSystem {
     return this.statPath(path, false)
   }
 
-  private async statPath(path: string, follow: boolean): Promise<Inode> {
+  /** lstat of a path relative to a directory inode (the FUSE daemon's directories held open by id). */
+  async lstatAt(at: PathAt): Promise<Inode> {
+    return this.statPath(at, false)
+  }
+
+  private async statPath(path: string | PathAt, follow: boolean): Promise<Inode> {
     this.checkOpen()
-    const rsp = await this.meta.stat({ path: pathAt(path), flags: { followLastSymlink: follow } })
+    const rsp = await this.meta.stat({ path: typeof path === 'string' ? pathAt(path) : path, flags: { followLastSymlink: follow } })
     const st = rsp.stat
     const state = this.inodes.get(st.id)
     if (state) {
@@ -791,13 +797,13 @@ export class FileSystem {
   }
 
   /** One page of a directory listing (entries sorted by name; `more` says whether to ask again). */
-  async readdir(path: string, opts: ReaddirOptions = {}): Promise<ListRsp> {
+  async readdir(path: string | PathAt, opts: ReaddirOptions = {}): Promise<ListRsp> {
     this.checkOpen()
-    return this.meta.list({ path: pathAt(path), prev: opts.prev ?? '', limit: opts.limit ?? 0, status: !!opts.status })
+    return this.meta.list({ path: typeof path === 'string' ? pathAt(path) : path, prev: opts.prev ?? '', limit: opts.limit ?? 0, status: !!opts.status })
   }
 
   /** Every entry of a directory, paging through the listing. */
-  async readdirAll(path: string, opts: { status?: boolean; pageSize?: number } = {}): Promise<{ entries: DirEntry[]; inodes: Inode[] }> {
+  async readdirAll(path: string | PathAt, opts: { status?: boolean; pageSize?: number } = {}): Promise<{ entries: DirEntry[]; inodes: Inode[] }> {
     const entries: DirEntry[] = []
     const inodes: Inode[] = []
     let prev = ''

@@ -141,6 +141,118 @@ t('a name another client gave another file type answers with the new type, never
   t.is(r.stdout.trim(), 'ok')
 })
 
+// argv: mount A, mount B. A process on A works in a directory (its cwd and an O_DIRECTORY
+// descriptor) that B renames, moves a directory above, and finally replaces by a file.
+const HELD_DIR_CHANGED_ELSEWHERE = String.raw`
+import errno, os, stat, sys, time
+a, b = sys.argv[1], sys.argv[2]
+A = lambda n: os.path.join(a, n)
+B = lambda n: os.path.join(b, n)
+${PY_EXPECT_ERR}
+
+os.makedirs(A('top/d')); open(A('top/d/f'), 'w').close()
+os.chdir(A('top/d'))
+fd = os.open('.', os.O_RDONLY | os.O_DIRECTORY)
+ino = os.fstat(fd).st_ino
+
+def same_dir(what, *expect):
+    assert stat.S_ISDIR(os.fstat(fd).st_mode) and os.fstat(fd).st_ino == ino, (what, 'fstat', os.fstat(fd))
+    assert os.stat('.').st_ino == ino, (what, 'stat .')
+    assert sorted(os.listdir('.')) == sorted(expect), (what, 'ls .', os.listdir('.'))
+    assert sorted(os.listdir(fd)) == sorted(expect), (what, 'listdir(fd)', os.listdir(fd))
+
+# B renames the directory: the cwd and the descriptor follow it (were ENOENT)
+os.rename(B('top/d'), B('top/e'))
+same_dir('renamed', 'f')
+os.close(os.open('g', os.O_CREAT | os.O_WRONLY, 0o644))
+os.mkdir('sub', dir_fd=fd)
+os.close(os.open('h', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+with open('f', 'w') as fh:
+    fh.write('via cwd')
+assert sorted(os.listdir(B('top/e'))) == ['f', 'g', 'h', 'sub'], os.listdir(B('top/e'))
+with open(B('top/e/f')) as fh:
+    assert fh.read() == 'via cwd'
+same_dir('after changes', 'f', 'g', 'h', 'sub')
+os.unlink('g'); os.rmdir('sub'); os.rename('h', 'h2')
+same_dir('after removals', 'f', 'h2')
+
+# B moves a directory above it
+os.rename(B('top'), B('top2'))
+same_dir('parent moved', 'f', 'h2')
+os.mkdir('sub2')
+assert sorted(os.listdir(B('top2/e'))) == ['f', 'h2', 'sub2']
+# once A's kernel looks the old name up again (its 1 s entry timeout), the name is gone, and the
+# directory held below it is still the one listed
+time.sleep(1.2)
+expect_err(errno.ENOENT, os.stat, A('top'))
+same_dir('old name looked up', 'f', 'h2', 'sub2')
+
+# B replaces the directory by a file at its (new) name: the directory still lists (was EIO)
+os.rename(B('top2/e'), B('kept'))
+with open(B('top2/e'), 'w') as fh:
+    fh.write('a file')
+same_dir('moved away, a file at its name', 'f', 'h2', 'sub2')
+os.close(os.open('late', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+assert sorted(os.listdir(B('kept'))) == ['f', 'h2', 'late', 'sub2']
+
+# B removes it: clean errors, never EIO
+for n in os.listdir(B('kept')):
+    (os.rmdir if n == 'sub2' else os.unlink)(B('kept/' + n))
+os.rmdir(B('kept'))
+for fn, args in [(os.listdir, ('.',)), (os.fstat, (fd,)), (os.stat, ('.',)), (os.open, ('x', os.O_CREAT | os.O_WRONLY)), (os.mkdir, ('y',))]:
+    try:
+        fn(*args)
+    except OSError as e:
+        assert e.errno in (errno.ENOENT, errno.ESTALE), (fn.__name__, e)
+os.close(fd)
+os.chdir('/')
+with open(A('top2/e')) as fh:
+    assert fh.read() == 'a file'
+print('ok')
+`
+
+// argv: mount A, mount B. B moves away a directory A holds open and puts a file at its name.
+const HELD_DIR_REPLACED_BY_FILE = String.raw`
+import os, stat, sys, time
+a, b = sys.argv[1], sys.argv[2]
+A = lambda n: os.path.join(a, n)
+B = lambda n: os.path.join(b, n)
+
+os.mkdir(A('r')); open(A('r/x'), 'w').close()
+fd = os.open(A('r'), os.O_RDONLY | os.O_DIRECTORY)
+os.chdir(A('r'))
+os.rename(B('r'), B('r-kept'))
+with open(B('r'), 'w') as fh:
+    fh.write('file')
+# the name, looked up again, keeps showing the directory while it is open here (as an open file's
+# name does); before, the kernel was told "a file" for its directory node and marked it bad
+assert stat.S_ISDIR(os.stat(A('r')).st_mode), os.stat(A('r'))
+assert os.listdir(fd) == ['x'] and os.listdir('.') == ['x'], (os.listdir(fd), os.listdir('.'))
+assert stat.S_ISDIR(os.fstat(fd).st_mode)
+os.close(os.open('y', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+assert sorted(os.listdir(B('r-kept'))) == ['x', 'y']
+os.close(fd)
+os.chdir('/')
+# closed, and A's kernel looks the name up again (its 1 s entry timeout): the name shows the file
+time.sleep(1.2)
+with open(A('r')) as fh:
+    assert fh.read() == 'file'
+print('ok')
+`
+
+t('a working directory and a directory descriptor follow their directory when another client renames or replaces it', async (t) => {
+  const c = await startFuseCluster(t)
+  // names cached 1 s (the kernel keeps the cwd's node and asks by node id), attributes 1 ms
+  const a = await c.mount({ name: 'a', attrTimeout: 0.001, entryTimeout: 1 })
+  const b = await c.mount({ name: 'b' })
+  const r = await py(HELD_DIR_CHANGED_ELSEWHERE, [a.mnt, b.mnt])
+  ok(t, r, 'held directory changed elsewhere')
+  t.is(r.stdout.trim(), 'ok')
+  const f = await py(HELD_DIR_REPLACED_BY_FILE, [a.mnt, b.mnt])
+  ok(t, f, 'held directory replaced by a file')
+  t.is(f.stdout.trim(), 'ok')
+})
+
 // argv: mount A, mount B. A holds a file open for writing; B moves it away and makes a directory at its name.
 const DIR_AT_OPEN_FILE_NAME = String.raw`
 import os, sys
