@@ -110,8 +110,8 @@ export interface RegisteredFd {
 }
 
 const registry = new Map<number, RegisteredFd>()
-/** the registration of each handle: 3FS refuses an fd registered twice */
-const byHandle = new Map<FileHandle, RegisteredFd>()
+/** the registration of each handle: 3FS refuses an fd registered twice (weak: it must not keep handles either) */
+const byHandle = new WeakMap<FileHandle, RegisteredFd>()
 let nextFd = 0
 /** registry size at which register() next drops the entries of closed handles */
 let sweepAt = 1024
@@ -140,7 +140,11 @@ function register(handle: FileHandle, owned: boolean): RegisteredFd {
   // Swept when the registry has doubled since the last sweep, so the cost
   // per registration stays constant.
   if (registry.size >= sweepAt) {
-    for (const [fd, r] of registry) if (r.handle.closed) registry.delete(fd)
+    for (const [fd, r] of registry) {
+      if (!r.handle.closed) continue
+      registry.delete(fd)
+      byHandle.delete(r.handle)
+    }
     sweepAt = Math.max(1024, 2 * registry.size)
   }
   const r: RegisteredFd = { fd: nextFd--, handle, owned }
@@ -168,6 +172,7 @@ function lookupFd(fd: RegisteredFd | number): RegisteredFd | undefined {
   if (r?.handle.closed) {
     // a registration ends with its handle (prepIo answers -EBADF, as for a never registered fd)
     registry.delete(r.fd)
+    byHandle.delete(r.handle)
     return undefined
   }
   return r
