@@ -642,9 +642,16 @@ export class FileSystem {
     return p
   }
 
-  /** Waits for every flush behind the write buffer; with `report`, throws (once) the first that failed. */
+  /**
+   * Waits for the writes in flight on the inode now (flushes behind the write
+   * buffer, batch API writes); with `report`, throws (once) the first flush
+   * that failed. Writes started meanwhile are not waited for: under the
+   * state lock write() starts none, and a batch API ring that keeps writing
+   * the file would otherwise hold a close, fsync, stat or periodic sync
+   * until it paused.
+   */
   private async drainBehind(state: InodeState, report = true): Promise<void> {
-    while (state.behind.size > 0) await Promise.all(state.behind.keys())
+    if (state.behind.size > 0) await Promise.all([...state.behind.keys()])
     const e = state.behindError
     if (e && report) {
       state.behindError = null

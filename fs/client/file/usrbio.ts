@@ -786,7 +786,12 @@ function writeRun(items: Args[], run: number[], results: number[]): Promise<void
   const st = first.reg.handle.state
   const runOff = first.fileOff
   const runLen = run.reduce((n, i) => n + items[i]!.len, 0)
-  const p: Promise<void> = writeRunNow(items, run, results, runLen).finally(() => st.behind.delete(p))
+  const p: Promise<void> = writeRunNow(items, run, results, runLen)
+    // waiters on the inode (drainBehind) take no failure from here: each request has its result
+    .catch((e: unknown) => {
+      for (const i of run) if (results[i]! >= 0) results[i] = -errnoOf(e)
+    })
+    .finally(() => st.behind.delete(p))
   st.behind.set(p, { off: runOff, end: runOff + runLen })
   return p
 }

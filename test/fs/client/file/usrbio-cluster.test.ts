@@ -252,7 +252,7 @@ test.serial('bad arguments to the ring calls are stable errors, not crashes or h
   t.is((e as { code?: string }).code, 'INVALID_ARGUMENT')
 })
 
-test.serial('a read ring is not held back by a write ring that keeps writing the same file', async (t) => {
+test.serial('a read ring, stat and fsync are not held back by a write ring that keeps writing the same file', async (t) => {
   await fs.writeFile('/busy', patternBytes(CHUNK, 8))
   const wfd = await regFd('/busy', fs, 'r+')
   const rfd = await regFd('/busy', fs)
@@ -285,9 +285,14 @@ test.serial('a read ring is not held back by a write ring that keeps writing the
   t.true(prepIo(rior, riov, true, 0, rfd, 0, CHUNK, 'r') >= 0)
   submitIos(rior)
   const [c] = await waitForIos(rior, 1, 1, 20_000)
-  readerDone = true
   t.is(c?.result, CHUNK)
   t.true(writes < 400, `the read finished only when the writer stopped (${writes} writes)`)
+  // stat (which syncs a dirty file first) and fsync wait for the writes in flight when they start, not for the writer to stop
+  t.true((await fs.stat('/busy')).file!.length >= CHUNK)
+  t.true(writes < 400, `stat returned only when the writer stopped (${writes} writes)`)
+  t.true((await fs.fsync(wfd.handle)).file!.length > CHUNK)
+  t.true(writes < 400, `fsync returned only when the writer stopped (${writes} writes)`)
+  readerDone = true
   await writer
   t.deepEqual(riov.buf, patternBytes(CHUNK, 8))
   await deregFd(wfd)
