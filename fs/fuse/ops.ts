@@ -676,13 +676,13 @@ export class StrataFuseOps {
     const prev = this.reported.get(p)
     if (prev && prev.id === inode.id && prev.type === inode.type) return
     if (!prev && this.reported.size >= this.reportedMax) {
-      // the oldest goes, unless it is a file open here (its descriptors depend on it): then the next
+      // the oldest goes, unless it is a file or directory open here (its descriptors depend on it): then the next
       for (let i = 0; i < 8; i++) {
         const oldest = this.reported.entries().next()
         if (oldest.done) break
         const [k, v] = oldest.value
         this.reported.delete(k)
-        if (i === 7 || !this.openFileOf(v.id)) break
+        if (i === 7 || !(v.type === 'Directory' ? this.openDirOf(v.id) : this.openFileOf(v.id))) break
         this.reported.set(k, v)
       }
     }

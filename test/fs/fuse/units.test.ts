@@ -196,8 +196,18 @@ function fakeFs() {
       calls.push(`rm ${p} ${!!o.recursive}`)
       if (!nodes.delete(p)) throw notFound()
     },
-    async readdirAll(p: string) {
-      calls.push(`readdir ${p}`)
+    // a PathAt as the daemon sends for directories the kernel holds: { parent: id, path? }
+    async lstatAt(at: { parent: bigint; path?: string }) {
+      calls.push(`lstatAt ${at.parent} ${at.path ?? ''}`)
+      const dir = [...nodes.entries()].find(([, v]) => v.id === at.parent)
+      const n = dir && (at.path === undefined ? dir[1] : nodes.get(childOf(dir[0], at.path)))
+      if (!n) throw notFound()
+      return n
+    },
+    async readdirAll(at: string | { parent: bigint }) {
+      calls.push(`readdir ${typeof at === 'string' ? at : at.parent}`)
+      const p = typeof at === 'string' ? at : [...nodes.entries()].find(([, v]) => v.id === at.parent)?.[0]
+      if (p === undefined) throw notFound()
       const kids = [...nodes.entries()].filter(([k]) => k !== p && parentOf(k) === p)
       return { entries: kids.map(([k, v]) => ({ name: k.slice(k.lastIndexOf('/') + 1), type: v.type })), inodes: kids.map(([, v]) => v) }
     },
@@ -213,7 +223,7 @@ function fakeFs() {
   return { fs: fs as unknown as FileSystem, calls, nodes }
 }
 
-function opsWith(f: ReturnType<typeof fakeFs>, extra: { readonly?: boolean } = {}) {
+function opsWith(f: ReturnType<typeof fakeFs>, extra: { readonly?: boolean; attrTimeoutMs?: number; reportedPathsMax?: number } = {}) {
   return new StrataFuseOps({ fs: f.fs, mountpoint: '/mnt/s', attrTimeoutMs: 1000, uid: 0, gid: 0, log: createLogger('test', () => {}), ...extra })
 }
 
@@ -307,4 +317,26 @@ test('operations object: errors become negative errnos, handles are checked', as
   const [derr, fd] = await call<number>((cb) => ops.opendir!('/d', 0, cb))
   t.is(derr, 0)
   t.true(fd! > 0)
+})
+
+test('a directory open here keeps its place in the map of what the kernel was told, and is listed and stat\'ed by id after another client moved it', async (t) => {
+  const f = fakeFs()
+  // no path cache (it would answer for the old path by itself), room for two paths
+  const ops = opsWith(f, { attrTimeoutMs: 0, reportedPathsMax: 2 })
+  await ops.getattr('/d')
+  const fd = await ops.opendir('/d')
+  // more paths than the map holds: the oldest goes, but not the open directory
+  for (const p of ['/tree', '/ln', '/d/f', '/tree', '/ln']) await ops.getattr(p)
+  // another client renames /d to /e
+  const d = f.nodes.get('/d')!
+  const file = f.nodes.get('/d/f')!
+  f.nodes.delete('/d')
+  f.nodes.delete('/d/f')
+  f.nodes.set('/e', d)
+  f.nodes.set('/e/f', file)
+  t.is((await ops.getattr('/d', true)).ino, 10, 'the held directory, by id')
+  t.deepEqual((await ops.readdir('/d', fd)).names, ['.', '..', 'f'])
+  t.is((await ops.getattr('/d/f')).ino, 11, 'a name in it, looked up in the directory by id')
+  // a fresh lookup of the old name (not of the node) finds nothing
+  t.is(await errnoOf(ops.getattr('/d')), -2)
 })
