@@ -13,7 +13,7 @@ import { StrataError } from '../../fs/common/errors.js'
 import type { Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
-import { isDevicePath, localDestination, localError, localStat, openFifoReader, openFifoWriter, sameFile } from './local-files.js'
+import { fsStyleError, isDevicePath, localDestination, localError, localStat, openFifoReader, openFifoWriter, sameFile } from './local-files.js'
 import { createProgress, NO_PROGRESS, type ProgressSink, type ProgressTask } from '../../fs/common/progress.js'
 import { addressListArg, dirArg, dfsPathArg, dfsPathsArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
 
@@ -212,7 +212,7 @@ async function getFile(fsys: FileSystem, dfsPath: string, local: string, signal:
         const toStdout = sameFile(fs.statSync(dest), 1)
         await raceAbort(
           (async () => {
-            await copy((buf) => new Promise<void>((res, rej) => s.write(buf, (e) => (e ? rej(e) : res()))))
+            await copy((buf) => new Promise<void>((res, rej) => s.write(buf, (e) => (e ? rej(fsStyleError(e)) : res()))))
             await new Promise<void>((res) => s.end(res))
           })(),
           signal,

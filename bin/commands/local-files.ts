@@ -10,6 +10,7 @@ import net from 'node:net'
 import path from 'node:path'
 import { finished } from 'node:stream/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
+import util from 'node:util'
 import { StrataError, fromSystemError } from '../../fs/common/errors.js'
 
 /**
@@ -159,4 +160,15 @@ export async function openFifoWriter(p: string, signal: AbortSignal): Promise<ne
     }
     await sleep(50, undefined, { signal })
   }
+}
+
+/**
+ * A socket's system error (`write EPIPE`) in the words fs calls use (`EPIPE: broken pipe,
+ * write`), so a FIFO written as a socket fails as any other local file does.
+ */
+export function fsStyleError(e: unknown): unknown {
+  const ne = e as NodeJS.ErrnoException
+  const known = typeof ne?.errno === 'number' ? util.getSystemErrorMap().get(ne.errno) : undefined
+  if (!known || typeof ne.syscall !== 'string') return e
+  return Object.assign(new Error(`${known[0]}: ${known[1]}, ${ne.syscall}`, { cause: e }), { code: ne.code, errno: ne.errno, syscall: ne.syscall })
 }

@@ -523,7 +523,7 @@ export class MetaStore {
     if (entry.type === 'File' && inode.nlink === 1) gcInfo.origPath = await origPathOf(txn, entry.parent, entry.name)
     if (entry.type === 'Directory') {
       const empty = await checkEmpty(txn, entry.id)
-      if (!empty && !req.recursive) throw new StrataError('META_NOT_EMPTY', `directory ${entry.name} is not empty`)
+      if (!empty && !req.recursive) throw new StrataError('META_NOT_EMPTY', `directory ${req.path.path ?? entry.name} is not empty`)
       await checkTreeLocks(txn, inode, req, entry.name, !empty)
       if (empty) {
         addDentryConflict(txn, entry.parent, entry.name)

@@ -73,6 +73,9 @@ test.serial('admin mkdir -p with layout flags, unknown chain tables and versions
   // messages name the caller's path: not an inode id, not put's temporary
   await fails(t, adm('ls', '/ad/v1'), 1, /^strata: META_NOT_DIRECTORY: \/ad\/v1 is not a directory$/m)
   await fails(t, fsx('put', small, '/nodir/foo'), 1, /^strata: META_NOT_FOUND: nodir in \/nodir\/foo not found$/m)
+  // a directory that is not empty is named by its path, as the other refusals name it (it said 'directory ad')
+  await fails(t, adm('rm', '/ad'), 1, /^strata: META_NOT_EMPTY: directory \/ad is not empty$/m)
+  await fails(t, fsx('rm', '/ad'), 1, /^strata: META_NOT_EMPTY: directory \/ad is not empty$/m)
 })
 
 test.serial('admin gc-list: more and a ... row when -l cuts the listing, -p GcDir/Name pages on, a bad -p is INVALID_ARGUMENT, RemovedAt stays', async (t) => {
