@@ -308,14 +308,14 @@ export function registerImageCommands(program: Command): Command {
       }
       const done = withImageStore(cmd, async ({ store, json, progress, signal }) => {
         const t0 = Date.now()
-        const inPlace = where.kind === 'in-place' ? await openInPlace(where.path) : null
+        const inPlace = where.kind === 'in-place' ? await openInPlace(where.path, signal) : null
         const sink = toStdout ? process.stdout : inPlace ?? (where.kind === 'replace' ? where.final : outFile)
         const r = await exportOciArchive(store, ref, sink, { ...(o.workDir ? { workDir: o.workDir } : {}), onProgress: progress, signal })
           .catch((e: unknown) => {
             if (toStdout && (readerGone || (e as NodeJS.ErrnoException)?.code === 'EPIPE')) return null
             throw inPlace ? localError(e) : e
           })
-          .finally(() => inPlace && closeInPlace(inPlace))
+          .finally(() => inPlace && closeInPlace(inPlace, signal))
         progress.stop()
         if (r === null) {
           readerGone = true

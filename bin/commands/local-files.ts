@@ -8,6 +8,7 @@
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
+import type { Writable } from 'node:stream'
 import { finished } from 'node:stream/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import util from 'node:util'
@@ -105,8 +106,13 @@ export function localDestination(dest: string, what = 'file'): LocalDestination 
   return { kind: 'replace', final, existing }
 }
 
-/** Opens an in-place destination (a pipe, FIFO, device) as a stream; a failure is localError's. */
-export async function openInPlace(p: string): Promise<fs.WriteStream> {
+/**
+ * Opens an in-place destination (a pipe, FIFO, device) as a stream; a failure is localError's.
+ * A FIFO is written as a socket (openFifoWriter), so that `signal` (Ctrl-C) can end a wait
+ * for a reader, or for one that stopped reading.
+ */
+export async function openInPlace(p: string, signal: AbortSignal): Promise<Writable> {
+  if (localStat(p)?.isFIFO()) return openFifoWriter(p, signal)
   const fh = await fs.promises.open(p, 'w').catch((e: unknown) => {
     throw localError(e)
   })
@@ -116,10 +122,17 @@ export async function openInPlace(p: string): Promise<fs.WriteStream> {
   return ws
 }
 
-/** Ends a stream from openInPlace and waits for its descriptor to be closed (a write error was the writer's to report). */
-export async function closeInPlace(ws: fs.WriteStream): Promise<void> {
-  ws.end()
-  await finished(ws).catch(() => undefined)
+/**
+ * Ends a stream from openInPlace and waits for its descriptor to be closed (a write error was
+ * the writer's to report); once `signal` is aborted it is closed at once, since a reader that
+ * stopped reading would keep the end waiting.
+ */
+export async function closeInPlace(ws: Writable, signal?: AbortSignal): Promise<void> {
+  if (!signal?.aborted) {
+    ws.end()
+    await finished(ws, signal ? { signal } : {}).catch(() => undefined)
+  }
+  ws.destroy()
 }
 
 /**

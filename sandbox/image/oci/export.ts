@@ -175,10 +175,21 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
         : pipeline(pack, async (src: AsyncIterable<unknown>) => {
             // into the caller's stream, which stays open (standard output cannot be ended)
             const sink = out as NodeJS.WritableStream
+            const signal = opts.signal
             for await (const x of src) {
               const c = x as Buffer
               bytes += c.length
-              await new Promise<void>((resolve, reject) => sink.write(c, (e) => (e ? reject(e) : resolve())))
+              // a reader that stopped reading (a FIFO, a pipe) holds the write back: a cancel does not wait for it
+              await new Promise<void>((resolve, reject) => {
+                const onAbort = () => reject(signal!.reason)
+                signal?.throwIfAborted()
+                signal?.addEventListener('abort', onAbort, { once: true })
+                sink.write(c, (e) => {
+                  signal?.removeEventListener('abort', onAbort)
+                  if (e) reject(e)
+                  else resolve()
+                })
+              })
             }
           })
     const entry = (name: string, data: Buffer) =>

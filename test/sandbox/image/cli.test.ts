@@ -11,6 +11,7 @@ import { STRATA, ok, strata } from '../../bin/helpers.js'
 import { localTmp } from '../../helpers/image-cluster.js'
 import { useImageFixtureCluster } from '../../helpers/image-fixture-cluster.js'
 import { mountImage } from '../../helpers/image-mount.js'
+import { until } from '../../helpers/procs.js'
 import { run, umociUnpack } from '../../helpers/oci-fixtures.js'
 import { diffTrees, snapshotTree } from '../../helpers/tree-compare.js'
 
@@ -182,7 +183,7 @@ test.serial('export to - streams the archive to stdout (the same bytes as a file
   t.regex(tty.stdout, /exit=2/)
 })
 
-test.serial('export through /dev/fd/1, /dev/stdout, a symlink, a FIFO and /dev/null writes into them, never replacing them; /dev/full is NO_SPACE', async (t) => {
+test.serial('export through /dev/fd/1, /dev/stdout, a symlink, a FIFO and /dev/null writes into them, never replacing them; Ctrl-C ends an export into a FIFO whose reader stopped; /dev/full is NO_SPACE', async (t) => {
   const dir = localTmp(t)
   const root = await catRootfs(dir)
   await image(t, 'import', root, '--name', 'strata-test/devs:v1')
@@ -215,6 +216,27 @@ test.serial('export through /dev/fd/1, /dev/stdout, a symlink, a FIFO and /dev/n
   await image(t, 'export', 'strata-test/devs:v1', fifo)
   t.is((await reader).stdout.split(' ')[0], crypto.createHash('sha256').update(want).digest('hex'))
   t.true(fs.statSync(fifo).isFIFO())
+  // a FIFO whose reader stopped reading: Ctrl-C ends the export (before, it printed CANCELLED and
+  // never exited: its blocked write held a libuv pool thread, which process.exit joins)
+  t.true(want.length > 1 << 20, 'the archive is larger than a pipe holds')
+  const stalled = path.join(dir, 'stalled')
+  await run('mkfifo', [stalled])
+  const other = fs.openSync(stalled, fs.constants.O_RDWR)
+  t.teardown(() => fs.closeSync(other))
+  const c = spawn(process.execPath, [STRATA, 'image', ...img.ic.cliArgs, 'export', 'strata-test/devs:v1', stalled], { stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  c.stderr.on('data', (d) => (stderr += d))
+  const exited = new Promise<number | null>((r) => c.once('exit', (code) => r(code)))
+  t.teardown(() => {
+    if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL')
+  })
+  // it has filled the pipe once its layer is exported (the progress line) and a moment has passed
+  await until(() => /export layer/.test(stderr), 60_000, 'the export wrote its layer')
+  await new Promise((r) => setTimeout(r, 1000))
+  c.kill('SIGINT')
+  const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('still running after 60 s'), 60_000))])
+  t.is(code, 130, stderr)
+  t.regex(stderr, /^strata: CANCELLED: image export interrupted by SIGINT/m)
   await image(t, 'export', 'strata-test/devs:v1', '/dev/null')
   t.true(fs.statSync('/dev/null').isCharacterDevice())
   // a full device: the writer's error, with its code
