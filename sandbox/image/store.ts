@@ -431,6 +431,9 @@ export class ImageStore {
         // (a reader may have linked it back already)
         if (a) await this.#restore(a.path, this.manifestPath(d))
         aside.delete(`manifest:${d}`)
+      }
+      // a layer stays while any stored manifest lists it (one stored meanwhile, untagged, too)
+      for (const d of new Set([...liveManifests, ...(await this.listManifests())])) {
         try {
           for (const l of (await this.getManifest(d)).manifest.layers) liveBlobs.add(l.digest)
         } catch (e) {
