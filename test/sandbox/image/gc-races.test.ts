@@ -306,3 +306,22 @@ test.serial('an import running longer than gc\'s hour for a dead command\'s leas
   t.is(done.manifest.layers.length, 2)
   await assertWhole(t, s)
 })
+
+test.serial('a manifest stored without tag or lease while gc decides (a pull by digest) keeps its layers until a gc removes the manifest', async (t) => {
+  const s = await stores.fresh()
+  const other = await stores.cluster().store(s.root)
+  const layer = await blob(s, 'a layer an untagged manifest comes to list')
+  let m = ''
+  const r = await s.gc({
+    pause: async (at) => {
+      if (at === 'decided') m = (await other.putManifest(manifestOf([layer], 'by-digest'))).digest
+    },
+  })
+  t.deepEqual(r.removedBlobs, [])
+  t.truthy(await s.statBlob(layer.digest))
+  t.is((await s.resolve(`by/digest@${m}`)).manifest.layers[0]!.digest, layer.digest)
+  // the next gc takes the untagged manifest and then its layer
+  const again = await s.gc()
+  t.deepEqual(again.removedManifests, [m])
+  t.deepEqual(again.removedBlobs, [layer.digest])
+})
