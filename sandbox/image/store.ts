@@ -60,7 +60,17 @@ const HEX_RE = /^[0-9a-f]{64}$/
 export interface ImageStoreInit {
   /** DFS directory of the store (default IMAGE_ROOT, /strata/images) */
   root?: string
+  /** how often a running command marks its transient leases and staging files as in use (default REFRESH_MS; tests shorten it) */
+  refreshMs?: number
 }
+
+/**
+ * gc takes a transient lease holder or a staging file untouched for
+ * TMP_MAX_AGE_MS as a dead command's; a running command touches them this
+ * often (a DFS file's mtime does not move while a client writes it, only
+ * when it syncs, and a holder's directory only when a lease is added).
+ */
+export const REFRESH_MS = 10 * 60 * 1000
 
 export interface BlobExpectation {
   digest?: string
@@ -192,9 +202,43 @@ export class ImageStore {
   #opened: Promise<void> | null = null
   #closed = false
 
+  readonly refreshMs: number
+
   constructor(fsys: FileSystem, opts: ImageStoreInit = {}) {
     this.fs = fsys
     this.root = (opts.root ?? IMAGE_ROOT).replace(/\/+$/, '') || '/'
+    this.refreshMs = opts.refreshMs ?? REFRESH_MS
+  }
+
+  /**
+   * Sets `path`'s mtime to now every refreshMs until the returned function is
+   * called: a running command's staging file or lease holder directory
+   * (leasesPathOf) is then never old enough for gc to take it as a dead one's.
+   */
+  keepFresh(path: string): () => void {
+    let timer: NodeJS.Timeout | null = null
+    let stopped = false
+    // the next touch is timed from the end of the last one, so slow ones never pile up
+    const schedule = (): void => {
+      if (stopped) return
+      timer = setTimeout(() => {
+        void this.fs
+          .utimes(path, 'now', 'now')
+          .catch(() => undefined)
+          .finally(schedule)
+      }, this.refreshMs)
+      timer.unref()
+    }
+    schedule()
+    return () => {
+      stopped = true
+      if (timer) clearTimeout(timer)
+    }
+  }
+
+  /** The directory of `holder`'s leases. */
+  leaseHolderPath(holder: string): string {
+    return `${this.root}/leases/${holder}`
   }
 
   // --- layout
@@ -387,6 +431,9 @@ export class ImageStore {
         // (a reader may have linked it back already)
         if (a) await this.#restore(a.path, this.manifestPath(d))
         aside.delete(`manifest:${d}`)
+      }
+      // a layer stays while any stored manifest lists it (one stored meanwhile, untagged, too)
+      for (const d of new Set([...liveManifests, ...(await this.listManifests())])) {
         try {
           for (const l of (await this.getManifest(d)).manifest.layers) liveBlobs.add(l.digest)
         } catch (e) {
@@ -459,6 +506,7 @@ export class ImageStore {
     }
     const tmp = this.#tmpName('blob')
     let fh: FileHandle | null = null
+    const stopFresh = this.keepFresh(tmp)
     try {
       fh = await this.fs.open(tmp, 'wx', 0o644)
       const { digest, size } = await this.#streamInto(fh, src, expect.size, opts.onProgress, opts.signal)
@@ -474,6 +522,8 @@ export class ImageStore {
       if (fh) await this.fs.close(fh).catch(() => undefined)
       await this.#unlinkQuiet(tmp)
       throw e
+    } finally {
+      stopFresh()
     }
   }
 
@@ -557,7 +607,14 @@ export class ImageStore {
     await this.open()
     const tmp = this.#tmpName('stage')
     const fh = await this.fs.open(tmp, 'wx', 0o644)
-    return new BlobStage(this, tmp, fh, (path, digest, size) => this.#publishBlob(path, digest, size), (path) => this.#unlinkQuiet(path))
+    const stopFresh = this.keepFresh(tmp)
+    return new BlobStage(
+      this,
+      tmp,
+      fh,
+      (path, digest, size) => this.#publishBlob(path, digest, size).finally(stopFresh),
+      (path) => this.#unlinkQuiet(path).finally(stopFresh),
+    )
   }
 
   /**

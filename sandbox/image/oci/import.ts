@@ -237,7 +237,11 @@ class ImportRun {
     this.progress = opts.onProgress ?? NO_PROGRESS
   }
 
+  #stopFresh: () => void = noop
+
   async begin(): Promise<void> {
+    // an import may outlast gc's hour for a dead command's leases (a slow download, a huge layer)
+    this.#stopFresh = this.store.keepFresh(this.store.leaseHolderPath(this.holder))
     const base = this.opts.workDir ?? os.tmpdir()
     await makeDirs(base)
     this.workDir = await fs.promises.mkdtemp(path.join(base, 'strata-import-'))
@@ -385,6 +389,7 @@ class ImportRun {
 
   /** Ends the run: leases dropped, work dir removed; after a failure, what it created is removed too. */
   async end(failed: boolean): Promise<void> {
+    this.#stopFresh()
     for (const d of this.leased) await this.store.removeLease(this.holder, d).catch(noop)
     if (failed) {
       // what another command reaches by now (it found a layer stored, or tagged the manifest) stays:

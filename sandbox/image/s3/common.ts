@@ -27,6 +27,8 @@ export interface TransferStore {
   /** leases (ImageStore's): a pull holds what it stores until its tag is written, as an import does */
   addLease(holder: string, digest: string): Promise<void>
   removeLease(holder: string, digest: string): Promise<void>
+  keepFresh(path: string): () => void
+  leaseHolderPath(holder: string): string
 }
 
 /** Progress reporting as sandbox/image/progress.ts provides it. */

@@ -122,6 +122,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
     const holder = `${TRANSIENT_LEASE_PREFIX}pull-${process.pid}-${crypto.randomBytes(6).toString('hex')}`
     const leased: string[] = []
     let fetched: boolean[]
+    const stopFresh = store.keepFresh(store.leaseHolderPath(holder))
     try {
       for (const d of [src.digest, ...layers.keys()]) {
         await store.addLease(holder, d)
@@ -137,6 +138,7 @@ export async function pullS3(store: TransferStore, url: string, opts: S3Transfer
       await recordDiffIds(store, manifest.layers)
       if (tag) await store.setTag(name, tag, src.digest)
     } finally {
+      stopFresh()
       for (const d of leased) await store.removeLease(holder, d).catch(() => undefined)
     }
     return {

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { localTmp, useImageStores } from '../../helpers/image-cluster.js'
 import { MANIFEST_MEDIA_TYPE, emptyConfig, sha256Digest, type ImageManifest } from '../../../sandbox/image/types.js'
-import type { ImageStore, StoredBlob } from '../../../sandbox/image/store.js'
+import { ImageStore, type StoredBlob } from '../../../sandbox/image/store.js'
 import { importOciImage } from '../../../sandbox/image/oci/import.js'
 import { OCI_LAYER_TAR } from '../../../sandbox/image/oci/media-types.js'
 import { pullS3, pushS3, type TransferStore } from '../../../sandbox/image/s3/index.js'
@@ -255,4 +255,73 @@ test.serial('tagging a name while another client removes its last other tag neve
   await Promise.all([loop(s, 'a'), loop(other, 'b')])
   t.deepEqual(failures, [])
   t.deepEqual(await s.listTags(), [])
+})
+
+test.serial('an import running longer than gc\'s hour for a dead command\'s leases keeps them fresh: gc takes neither its stored layer nor its staging file', async (t) => {
+  const root = (await stores.fresh()).root
+  // the import's store refreshes every 100 ms instead of every 10 minutes
+  const s = new ImageStore(stores.cluster().fs(), { root, refreshMs: 100 })
+  const other = await stores.cluster().store(root)
+  const first = await layerTar(t, { 'first.txt': 'stored an hour ago\n' })
+  const second = await layerTar(t, { 'second.txt': 'still arriving\n' })
+  const firstD = sha256Digest(first)
+  const secondD = sha256Digest(second)
+  let release!: () => void
+  const gate = new Promise<void>((r) => (release = r))
+  const layer = (bytes: Buffer, digest: string, open: () => Promise<Readable>) => ({ digest, size: bytes.length, mediaType: OCI_LAYER_TAR, diffId: digest, open })
+  const run = importOciImage(
+    s,
+    {
+      config: { architecture: 'amd64', os: 'linux', rootfs: { type: 'layers', diff_ids: [firstD, secondD] } },
+      layers: [
+        layer(first, firstD, async () => Readable.from([first])),
+        layer(second, secondD, async () => {
+          await gate
+          return Readable.from([second])
+        }),
+      ],
+      source: { type: 'oci-layout', ref: 'long' },
+    },
+    { name: 'long', tag: 'v1' },
+  )
+  run.catch(() => undefined)
+  t.teardown(release)
+  while (!(await s.lookupDiffId(firstD))) await new Promise((r) => setTimeout(r, 50))
+  // two hours pass: the holder's directory and every staging file look that old
+  const old = Date.now() - 2 * 60 * 60 * 1000
+  const aged = [...new Set((await other.listLeases()).map((l) => `${root}/leases/${l.holder}`))]
+  aged.push(...(await other.fs.readdirAll(`${root}/tmp`)).entries.map((e) => `${root}/tmp/${e.name}`))
+  t.true(aged.some((p) => p.includes('/leases/transient-import-')), aged.join(' '))
+  for (const p of aged) await other.fs.utimes(p, old, old)
+  // until the running import has touched them again (bounded: without a refresh they stay old)
+  for (let i = 0; i < 100; i++) {
+    const st = await Promise.all(aged.map((p) => other.fs.lstat(p).catch(() => null)))
+    if (st.every((x) => x === null || x.mtime / 1000 > old + 60 * 60 * 1000)) break
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  const r = await other.gc()
+  t.deepEqual(r.removedBlobs, [])
+  release()
+  const done = await run
+  t.is(done.manifest.layers.length, 2)
+  await assertWhole(t, s)
+})
+
+test.serial('a manifest stored without tag or lease while gc decides (a pull by digest) keeps its layers until a gc removes the manifest', async (t) => {
+  const s = await stores.fresh()
+  const other = await stores.cluster().store(s.root)
+  const layer = await blob(s, 'a layer an untagged manifest comes to list')
+  let m = ''
+  const r = await s.gc({
+    pause: async (at) => {
+      if (at === 'decided') m = (await other.putManifest(manifestOf([layer], 'by-digest'))).digest
+    },
+  })
+  t.deepEqual(r.removedBlobs, [])
+  t.truthy(await s.statBlob(layer.digest))
+  t.is((await s.resolve(`by/digest@${m}`)).manifest.layers[0]!.digest, layer.digest)
+  // the next gc takes the untagged manifest and then its layer
+  const again = await s.gc()
+  t.deepEqual(again.removedManifests, [m])
+  t.deepEqual(again.removedBlobs, [layer.digest])
 })
