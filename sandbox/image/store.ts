@@ -527,14 +527,31 @@ export class ImageStore {
     }
   }
 
-  /** Renames a verified staging file to its blob name; returns whether the blob was already there. */
+  /**
+   * Gives a verified staging file its blob name; returns whether the blob was already there.
+   * A hard link, not a rename: two commands publishing the same blob at once would otherwise
+   * replace the file the first one published, and a reader holding it open (a mounted layer:
+   * read opens hold no write session) would lose its chunks to the GC of the replaced inode.
+   */
   async #publishBlob(tmp: string, digest: string, size: number): Promise<boolean> {
     const dest = this.blobPath(digest)
     if ((await this.#statLength(dest)) === size) {
       await this.#unlinkQuiet(tmp)
       return true
     }
-    await this.fs.rename(tmp, dest)
+    try {
+      await this.fs.link(tmp, dest)
+    } catch (e) {
+      if (!isMetaCode(e, 'META_EXISTS')) throw e
+      // published meanwhile by another command: the same verified bytes, unless it is short (a broken blob, replaced)
+      if ((await this.#statLength(dest)) === size) {
+        await this.#unlinkQuiet(tmp)
+        return true
+      }
+      await this.fs.rename(tmp, dest)
+      return false
+    }
+    await this.#unlinkQuiet(tmp)
     return false
   }
 

@@ -317,3 +317,34 @@ test.serial('stageBlob: bytes pushed out of order (the first block last) publish
   t.deepEqual(await tmpNames(s), [])
   t.false(await s.hasBlob(sha256Digest('abcd')))
 })
+
+test.serial('two commands publishing the same blob at once: the first keeps its file (a reader holding it open is not cut off), the second finds it stored', async (t) => {
+  const s = await fresh()
+  const data = crypto.randomBytes(64 * 1024)
+  const digest = sha256Digest(data)
+  const dest = s.blobPath(digest)
+  // both look for the blob before either publishes it: the window a rename used to replace the first one's file in
+  const fsys = s.fs as FileSystem & { lstat: FileSystem['lstat'] }
+  const lstat = fsys.lstat.bind(fsys)
+  let waiting: Array<() => void> = []
+  let looks = 0
+  fsys.lstat = (async (p: string) => {
+    if (p === dest && looks < 2) {
+      looks++
+      const r = lstat(p)
+      if (looks < 2) await new Promise<void>((res) => waiting.push(res))
+      else for (const w of waiting.splice(0)) w()
+      return r
+    }
+    return lstat(p)
+  }) as FileSystem['lstat']
+  t.teardown(() => {
+    fsys.lstat = lstat
+    waiting = []
+  })
+  const [a, b] = await Promise.all([s.putBlob(Readable.from([data]), { digest, size: data.length }), s.putBlob(Readable.from([data]), { digest, size: data.length })])
+  t.is(looks, 2)
+  t.deepEqual([a.existed, b.existed].sort(), [false, true], 'one published, the other found it (before, both renamed over the blob)')
+  t.deepEqual(await s.fs.readFile(dest), data)
+  t.deepEqual(await tmpNames(s), [])
+})
