@@ -4,12 +4,11 @@
 // no bar must leave nothing of the bar machinery behind; a bar cut short by
 // Ctrl-C says so.
 import test from 'ava'
-import { execFile, execFileSync, spawn } from 'node:child_process'
+import { execFileSync } from 'node:child_process'
 import path from 'node:path'
 import { startImageCluster, localTmp, type ImageCluster } from '../../helpers/image-cluster.js'
 import { startS3 } from '../../helpers/s3rver.js'
-import { STRATA } from '../../bin/helpers.js'
-import { until } from '../../helpers/procs.js'
+import { interruptOnTerminal, onTerminal, plain, q, strataCmd } from '../../helpers/terminal.js'
 import { publishFixture } from './s3/fixture.js'
 
 let A: ImageCluster
@@ -21,24 +20,6 @@ test.after.always(async () => {
   await A?.close()
 })
 
-const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`
-
-/** Runs `strata ARGS` (plus `redirect`, shell syntax) with a pty as stdin, stdout and stderr; what the pty showed, \r\n as \n. */
-function onTerminal(args: string[], env: NodeJS.ProcessEnv, redirect = ''): Promise<{ screen: string; code: number }> {
-  const cmd = `${q(process.execPath)} ${q(STRATA)} ${args.map(q).join(' ')} ${redirect}; echo "exit=$?"`
-  return new Promise((resolve, reject) => {
-    execFile('script', ['-qec', cmd, '/dev/null'], { env: { ...process.env, ...env }, timeout: 180_000, maxBuffer: 16 << 20 }, (err, stdout) => {
-      if (err) return reject(err)
-      const screen = stdout.replace(/\r\n/g, '\n')
-      const m = /exit=(\d+)\s*$/.exec(screen)
-      resolve({ screen: screen.replace(/exit=\d+\s*$/, ''), code: m ? Number(m[1]) : -1 })
-    })
-  })
-}
-
-// eslint-disable-next-line no-control-regex
-const plain = (s: string) => s.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, '')
-
 test.serial('push and pull on a terminal: the result starts a line of its own, after the finished bars', async (t) => {
   const s3 = await startS3(t)
   const store = await A.store()
@@ -46,13 +27,13 @@ test.serial('push and pull on a terminal: the result starts a line of its own, a
   const env = { ...s3.env, HOME: localTmp(t, 'strata-tty-home-') }
   const common = ['image', ...A.cliArgs]
 
-  const push = await onTerminal([...common, 'push', '--force-path-style', 'tty/app:v1', `s3://${s3.bucket}/tty`], env)
+  const push = await onTerminal([...common, 'push', '--force-path-style', 'tty/app:v1', `s3://${s3.bucket}/tty`], { env })
   t.is(push.code, 0, push.screen)
   t.regex(plain(push.screen), /push [0-9a-f]{12} .*100%/, 'a bar was drawn')
   // the bars' last line ends before the summary (it used to be "… 100% 256.0 KiB donepushed tty/app:v1 …")
   t.regex(plain(push.screen), new RegExp(`\\npushed tty/app:v1 \\(${f.digest}\\)`), push.screen)
 
-  const pull = await onTerminal([...common, 'pull', '--force-path-style', `s3://${s3.bucket}/tty/tty/app:v1`, '--name', 'tty/copy:v1'], env)
+  const pull = await onTerminal([...common, 'pull', '--force-path-style', `s3://${s3.bucket}/tty/tty/app:v1`, '--name', 'tty/copy:v1'], { env })
   t.is(pull.code, 0, pull.screen)
   t.regex(plain(pull.screen), /pull [0-9a-f]{12} .*100%/)
   t.regex(plain(pull.screen), /\npulled s3:\/\/\S+ as tty\/copy:v1 /, pull.screen)
@@ -63,7 +44,7 @@ test.serial('a command that shows no progress writes nothing to a terminal stder
   await publishFixture(t, store, 'tty/quiet', 'v1', 64 * 1024)
   for (const args of [['ls'], ['inspect', 'tty/quiet:v1'], ['tag', 'tty/quiet:v1', 'tty/quiet:v2'], ['gc', '--dry-run']]) {
     // stdout to /dev/null: what is left on the screen is stderr's
-    const r = await onTerminal(['image', ...A.cliArgs, ...args], {}, '>/dev/null')
+    const r = await onTerminal(['image', ...A.cliArgs, ...args], { redirect: '>/dev/null' })
     t.is(r.code, 0, `${args.join(' ')}: ${r.screen}`)
     t.is(r.screen, '', `image ${args.join(' ')} wrote ${JSON.stringify(r.screen)} to stderr`)
   }
@@ -74,18 +55,8 @@ test.serial('Ctrl-C on a terminal: a task cut short shows "interrupted" where it
   const fifo = path.join(dir, 'in')
   execFileSync('mkfifo', [fifo])
   // stdin: a FIFO the shell holds open for writing and never writes to, so the read of standard input is in progress
-  const cmd = `exec 3<>${q(fifo)}; ${q(process.execPath)} ${q(STRATA)} image ${A.cliArgs.map(q).join(' ')} import - --name tty/int <&3 & echo "pid=$!"; wait $!; echo "exit=$?"`
-  const child = spawn('script', ['-qec', cmd, '/dev/null'], { stdio: ['ignore', 'pipe', 'inherit'] })
-  t.teardown(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
-  })
-  let screen = ''
-  child.stdout.on('data', (d: Buffer) => (screen += d.toString()))
-  const closed = new Promise<void>((r) => child.once('close', () => r()))
-  await until(() => /pid=\d+/.test(screen) && /read standard input/.test(plain(screen)), 60_000, 'the import is reading standard input')
-  process.kill(Number(/pid=(\d+)/.exec(screen)![1]), 'SIGINT')
-  await closed
-  const text = plain(screen.replace(/\r\n/g, '\n'))
+  const cmd = `exec 3<>${q(fifo)}; ${strataCmd(['image', ...A.cliArgs, 'import', '-', '--name', 'tty/int'])} <&3 & echo "pid=$!"; wait $!; echo "exit=$?"`
+  const text = await interruptOnTerminal(t, cmd, /read standard input/, 'the import is reading standard input')
   t.regex(text, /exit=130/, text)
   t.regex(text, /read standard input .*interrupted/, text)
   t.notRegex(text, /read standard input .*100%/, text)
