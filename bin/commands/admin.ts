@@ -34,6 +34,7 @@ import {
 } from '../../fs/admin/index.js'
 import { NODE_TYPES, type NodeType } from '../../fs/common/types.js'
 import { StrataError } from '../../fs/common/errors.js'
+import { checkMgmtdReachable } from '../../fs/client/index.js'
 import { addressListArg, dirArg, fileArg, choiceArg, chunkIdArg, chunkSizeArg, chunkSizeListArg, dfsPathArg, intArg, intListArg, MAX_TIMER_SECONDS, out, printAction, printJson, printListing, readInput, timerSecondsArg, writeOutput, U32_MAX, UsageError } from './output.js'
 import { queryChunkOfPath, registerAdminFsCommands } from './admin-fs.js'
 import { registerAdminSessionCommands } from './admin-sessions.js'
@@ -54,7 +55,11 @@ function session(cmd: Command, run: Run): Promise<void> {
   const mgmtdAddresses = g.mgmtdAddress ? g.mgmtdAddress.split(',').map((x) => x.trim()).filter(Boolean) : undefined
   return withAdminSession(
     { clusterDir: g.cluster ?? null, ...(mgmtdAddresses ? { mgmtdAddresses } : {}), ...(g.timeout ? { timeoutMs: g.timeout * 1000 } : {}) },
-    (s) => run(s, !!g.json),
+    async (s) => {
+      // a stopped cluster says so at once and in the words every other command uses
+      await checkMgmtdReachable(s.mgmtdAddresses)
+      return run(s, !!g.json)
+    },
   )
 }
 

@@ -89,7 +89,7 @@ test('a lone mgmtd: init-cluster, register-node, configs, CSV checks, usage erro
   await until('mgmtd gone', async () => child.exitCode !== null || child.signalCode !== null, 5000, 50)
   const down = await strata([...A, '--timeout', '2', 'list-nodes'])
   t.is(down.code, 1)
-  t.regex(down.stderr, /^strata: RPC_CONNECT_FAILED: /)
+  t.regex(down.stderr, /^strata: RPC_CONNECT_FAILED: no mgmtd accepts connections at 127\.0\.0\.1:\d+: is the cluster running\?/)
 })
 
 test.serial('the 3FS deploy flow by hand: init-cluster, create-target, upload-chains, upload-chain-table; query-chunk, dump-chunkmeta, update-chain', async (t) => {
