@@ -115,6 +115,7 @@ export const ERRORS = {
   META_READ_ONLY: spec(false, 'EROFS', 'read-only file system'),
   META_BAD_FILE: spec(false, 'EBADF', 'bad file handle or mode'),
   META_CLIENT_ALIVE: spec(false, 'EBUSY', 'the client is alive in mgmtd: its write sessions cannot be pruned'),
+  META_REQUEST_ABANDONED: spec(false, 'ETIMEDOUT', 'the client gave up on this request and withdrew it: it is not applied'),
 
   // --- images (sandbox/image)
   IMAGE_NOT_FOUND: spec(false, 'ENOENT', 'no such image, tag or manifest'),

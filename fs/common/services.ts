@@ -87,6 +87,7 @@ export const MetaMethod = {
   listSessions: 101,
   dumpInodes: 102,
   dumpSessions: 103,
+  abandon: 104,
 } as const
 
 /** Core service (10001), served by every process. Fault hooks are ours (ids ≥ 100). */

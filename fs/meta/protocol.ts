@@ -334,6 +334,22 @@ export interface RemoveRsp {
   ok: true
 }
 
+/**
+ * ours: withdraw a mutation whose answer never came (the client gave up on it:
+ * timeout, connection lost after sending). Keyed like the request's
+ * idempotency record, so only the client that sent it can withdraw it.
+ */
+export interface AbandonReq extends ReqBase {
+  /** uuid of the request given up on */
+  request: string
+}
+export interface AbandonRsp {
+  /** the request had been applied (its result was recorded); false: it never will be */
+  applied: boolean
+  /** write sessions the applied request had opened that this closed (0 or 1) */
+  closed: number
+}
+
 export interface PruneSessionRsp {
   /** sessions removed (each closed with a storage-queried length unless syncOnPruneSession is off) */
   pruned: number

@@ -24,10 +24,11 @@ import { MgmtdClient } from '../mgmtd/index.js'
 import { RpcClient, type RpcServer } from '../rpc/index.js'
 import { GC_ROOT_ACL, ROOT_ACL, isRoot } from './acl.js'
 import { ChainAllocator } from './chains.js'
-import { decodeDirEntry, decodeInode, decodeValue, encodeValue } from './codec.js'
+import { decodeDirEntry, decodeInode, decodeValue } from './codec.js'
 import type { MetaSettings } from './config.js'
 import { Distributor } from './distributor.js'
 import { dumpSessions, parseDumpSessionsReq } from './dump-sessions.js'
+import { abandonRequest, decodeIdemRecord, encodeIdemRecord, replay, type IdemRecord } from './idem.js'
 import { FileHelper } from './file-helper.js'
 import { GcManager, parseGcEntry } from './gc.js'
 import { InodeIdAllocator } from './inode-alloc.js'
@@ -70,6 +71,8 @@ import {
   type OpenReq,
   type PathAt,
   type PruneSessionReq,
+  type AbandonReq,
+  type AbandonRsp,
   type RemoveReq,
   type RenameReq,
   type ReqBase,
@@ -237,19 +240,11 @@ class TrackedTxn implements ReadWriteTxn {
   }
 }
 
-interface IdemRecord {
-  clientId: string
-  requestId: string
-  /** µs */
-  timestamp: number
-  ok: boolean
-  result?: unknown
-  error?: { code: string; message: string }
-}
-
-function replay(rec: IdemRecord): unknown {
-  if (rec.ok) return rec.result
-  throw StrataError.fromWire({ code: rec.error?.code ?? 'INTERNAL', message: `${rec.error?.message ?? ''} (replayed)` })
+/** The write session an open or create for write opens, named in its idempotency record (for an abandon). */
+function writeSessionOf(req: OpenReq | CreateReq): ((rsp: { stat: { id: bigint } }) => IdemRecord['session']) | undefined {
+  const s = req.session?.session
+  if (req.flags.access === 'r' || !s) return undefined
+  return (rsp) => ({ inode: rsp.stat.id, session: s })
 }
 
 /** codes whose answer is final for the request (recorded for remove/rename, as 3FS does) */
@@ -277,7 +272,8 @@ export class MetaService {
   readonly sessions: SessionManager
   readonly distributor: Distributor
   readonly store: MetaStore
-  readonly counters = { idemReplays: 0, idemCleaned: 0 }
+  /** abandons: requests withdrawn (abandon); abandonsClosed: of those, applied ones whose write session was closed */
+  readonly counters = { idemReplays: 0, idemCleaned: 0, abandons: 0, abandonsClosed: 0 }
   private loops: Array<{ stop(): void; kick(): void }> = []
   private unwatch: (() => void) | null = null
   private readonly hbBase = Date.now() * 1000
@@ -387,6 +383,7 @@ export class MetaService {
       [M.getRealPath]: (p: unknown) => this.getRealPath(p),
       [M.setAttr]: (p: unknown) => this.setAttr(p),
       [M.pruneSession]: (p: unknown) => this.pruneSession(p),
+      [M.abandon]: (p: unknown) => this.abandon(p),
       [M.dropUserCache]: () => ({ ok: true }),
       [M.authenticate]: (p: unknown) => ({ user: base<ReqBase>(p).user }),
       [M.lockDirectory]: (p: unknown) => this.lockDirectory(p),
@@ -477,23 +474,28 @@ export class MetaService {
    * `recordErrors` a final error is recorded too, in a transaction of its own
    * (3FS resets the transaction and stores the error).
    */
-  private async mutate<T>(req: ReqBase, opts: { idem: boolean; recordErrors?: boolean; long?: boolean; frees?: boolean }, fn: (txn: ReadWriteTxn) => Promise<T>): Promise<T> {
+  private async mutate<T>(
+    req: ReqBase,
+    opts: { idem: boolean; recordErrors?: boolean; long?: boolean; frees?: boolean; session?: (result: T) => IdemRecord['session'] },
+    fn: (txn: ReadWriteTxn) => Promise<T>,
+  ): Promise<T> {
     const useIdem = opts.idem && !isZeroUuid(req.uuid) && !isZeroUuid(req.client.uuid)
     const key = useIdem ? idemKey(req.uuid, req.client.uuid) : null
-    const record = (ok: boolean, body: unknown): Buffer =>
-      encodeValue({ clientId: req.client.uuid, requestId: req.uuid, timestamp: nowUs(), ok, ...(ok ? { result: body } : { error: body }) })
     try {
       return await this.o.kv.transact(async (raw) => {
         if (key) {
           const rec = await raw.get(key)
           if (rec) {
             this.counters.idemReplays++
-            return replay(decodeValue<IdemRecord>(rec, 'idempotency record')) as T
+            return replay(decodeIdemRecord(rec)) as T
           }
         }
         const txn = new TrackedTxn(raw)
         const result = await fn(txn)
-        if (key && txn.writes > 0) raw.set(key, record(true, result))
+        if (key && txn.writes > 0) {
+          const session = opts.session?.(result)
+          raw.set(key, encodeIdemRecord(req.client.uuid, req.uuid, { ok: true, result, ...(session ? { session } : {}) }))
+        }
         return result
       }, this.txnOpts(opts.long, opts.frees))
     } catch (e) {
@@ -501,8 +503,8 @@ export class MetaService {
       if (key && opts.recordErrors && isFinal(err) && !/\(replayed\)$/.test(err.reason)) {
         const replayed = await this.o.kv.transact(async (txn) => {
           const rec = await txn.get(key)
-          if (rec) return decodeValue<IdemRecord>(rec, 'idempotency record')
-          txn.set(key, record(false, { code: err.code, message: err.reason }))
+          if (rec) return decodeIdemRecord(rec)
+          txn.set(key, encodeIdemRecord(req.client.uuid, req.uuid, { ok: false, error: { code: err.code, message: err.reason } }))
           return null
         }, this.txnOpts())
         if (replayed) {
@@ -556,7 +558,7 @@ export class MetaService {
     if (s) req.session = s
     else delete req.session
     if (r.layout === null) delete req.layout
-    return this.mutate(req, { idem: true }, (txn) => this.store.create(txn, req))
+    return this.mutate(req, { idem: true, session: writeSessionOf(req) }, (txn) => this.store.create(txn, req))
   }
 
   private async mkdirs(p: unknown) {
@@ -604,7 +606,22 @@ export class MetaService {
     const s = session(r.session)
     if (s) req.session = s
     else delete req.session
-    return this.o.kv.transact((txn) => this.store.open(txn, req), this.txnOpts())
+    // a write open goes through the idempotency record as a create does: an abandoned one
+    // (the client gave up on it) must find the abandon's record and not open a session
+    // nobody will close; a read-only open changes nothing and needs none
+    return this.mutate(req, { idem: req.flags.access !== 'r', session: writeSessionOf(req) }, (txn) => this.store.open(txn, req))
+  }
+
+  /** Withdraws a request its client gave up on (idem.ts); any user, for their client's requests only. */
+  private async abandon(p: unknown): Promise<AbandonRsp> {
+    const r = base<AbandonReq>(p)
+    if (typeof r.request !== 'string' || isZeroUuid(r.request)) throw bad('request must be the uuid of the request to abandon')
+    if (isZeroUuid(r.client.uuid)) throw bad('abandon needs a client uuid')
+    // frees: closing a session lets GC take a removed file
+    const rsp = await this.o.kv.transact((txn) => abandonRequest(txn, r.client.uuid, r.request), this.txnOpts(false, true))
+    this.counters.abandons++
+    this.counters.abandonsClosed += rsp.closed
+    return rsp
   }
 
   private syncReq(p: unknown): SyncReq {

@@ -41,7 +41,7 @@ import { FileIo, fileLayout } from './file-io.js'
 import { checkFileSize, maxFileSize } from './pieces.js'
 import { inodeAt, isReadAccess, isWriteAccess, normalizePath, parseOpenFlags, pathAt, type OpenFlagsInput } from './flags.js'
 import { InodeState, type SyncKind } from './inode-state.js'
-import { MetaClient, type MetaRetryPolicy } from './meta-client.js'
+import { MetaClient, mayHaveBeenApplied, type MetaRetryPolicy } from './meta-client.js'
 import { DEFAULT_WRITE_BUFFER_SIZE, bufferedWrite } from './write-buffer.js'
 
 /** full write buffers of one file in flight to storage at once (write-behind) */
@@ -188,7 +188,21 @@ export class FileHandle {
   }
 }
 
+/** a write open given up on, withdrawn later (abandonOpen) */
+interface PendingAbandon {
+  kind: 'abandon'
+  request: string
+  uuid: string
+  attempts: number
+}
+
+type Pending = PendingClose | PendingAbandon
+
+/** the first try of an abandon is bounded by this, so a failed open does not wait a second whole budget */
+const ABANDON_FIRST_TRY_MS = 10_000
+
 interface PendingClose {
+  kind: 'close'
   inode: bigint
   session: string
   uuid: string
@@ -215,7 +229,7 @@ export class FileSystem {
   /** the newest length seen of files with no open handle left (InodeState.raiseLength), most recent last */
   private readonly lengthsSeen = new Map<bigint, VersionedLength>()
   private readonly dirtySet = new Set<bigint>()
-  private readonly pendingCloses: PendingClose[] = []
+  private readonly pendingCloses: Pending[] = []
   private nextFd = 3
   private syncTimer: NodeJS.Timeout | null = null
   private closerTimer: NodeJS.Timeout | null = null
@@ -302,9 +316,17 @@ export class FileSystem {
     const p = normalizePath(path)
     const session = isWriteAccess(f) ? randomUUID() : undefined
     const sess = session ? { session: { session } } : {}
-    const rsp = f.create
-      ? await this.meta.create({ path: pathAt(p), ...sess, flags: f, perm: mode & 0o7777, ...(opts.layout ? { layout: opts.layout } : {}) })
-      : await this.meta.open({ path: pathAt(p), ...sess, flags: f })
+    const uuid = randomUUID()
+    let rsp
+    try {
+      rsp = f.create
+        ? await this.meta.create({ path: pathAt(p), ...sess, flags: f, perm: mode & 0o7777, ...(opts.layout ? { layout: opts.layout } : {}) }, { uuid })
+        : await this.meta.open({ path: pathAt(p), ...sess, flags: f }, { uuid })
+    } catch (e) {
+      // a write open meta may have applied, or may apply later, would leave a session nobody closes
+      if (session && mayHaveBeenApplied(e)) throw await this.abandonOpen(uuid, toStrataError(e))
+      throw e
+    }
     const inode = rsp.stat
     if (inode.type !== 'File' || !inode.file) {
       if (session) await this.meta.closeFile({ inode: inode.id, session: { session }, updateLength: false }).catch(() => undefined)
@@ -367,6 +389,7 @@ export class FileSystem {
       const writever = state.written
       const updateLength = !opts.discard && writever > state.fsynced
       const req: PendingClose = {
+        kind: 'close',
         inode: state.id,
         session: fh.session,
         uuid: randomUUID(),
@@ -404,8 +427,36 @@ export class FileSystem {
     return rsp.stat
   }
 
-  /** 3FS background closer: a close that kept failing is replayed (same request id) until it lands. */
-  private queueClose(req: PendingClose): void {
+  /**
+   * A write open (request `request`) failed without an answer: meta may have
+   * applied it, or may still apply it (queued on a slow or stopped server).
+   * Withdraws it, so that no write session is left open by it — or queues the
+   * withdrawal when meta cannot be reached now — and returns the open's error
+   * saying what became of the request.
+   */
+  private async abandonOpen(request: string, err: StrataError): Promise<StrataError> {
+    const req: PendingAbandon = { kind: 'abandon', request, uuid: randomUUID(), attempts: 0 }
+    try {
+      const r = await this.sendAbandon(req, Math.min(this.meta.policy.totalMs, ABANDON_FIRST_TRY_MS))
+      const what = r.applied ? `it had been applied; the write session it opened is closed` : `it is withdrawn and will not be applied`
+      return new StrataError(err.code, `${err.reason}; ${what}`, { cause: err, ...(err.detail ? { detail: err.detail } : {}) })
+    } catch (e) {
+      if (!this.closed) this.queueClose(req)
+      return err
+    }
+  }
+
+  private async sendAbandon(req: PendingAbandon, totalMs?: number) {
+    req.attempts++
+    return this.meta.abandon({ request: req.request }, { uuid: req.uuid, ...(totalMs !== undefined ? { totalMs } : {}) })
+  }
+
+  private sendPending(r: Pending): Promise<unknown> {
+    return r.kind === 'close' ? this.sendClose(r) : this.sendAbandon(r)
+  }
+
+  /** 3FS background closer: a close (or abandon) that kept failing is replayed (same request id) until it lands. */
+  private queueClose(req: Pending): void {
     this.pendingCloses.push(req)
     if (this.closerTimer) return
     const tick = async () => {
@@ -413,7 +464,7 @@ export class FileSystem {
       const batch = this.pendingCloses.splice(0)
       for (const r of batch) {
         try {
-          await this.sendClose(r)
+          await this.sendPending(r)
         } catch (e) {
           if (isRetryableCode(toStrataError(e).code) && r.attempts < 100 && !this.closed) this.pendingCloses.push(r)
         }
@@ -1012,7 +1063,7 @@ export class FileSystem {
     if (this.syncTimer) clearTimeout(this.syncTimer)
     if (this.closerTimer) clearTimeout(this.closerTimer)
     // one last try for closes that failed before
-    for (const r of this.pendingCloses.splice(0)) await this.sendClose(r).catch(() => undefined)
+    for (const r of this.pendingCloses.splice(0)) await this.sendPending(r).catch(() => undefined)
     for (const o of this.owned) o.close()
     if (first) throw first
   }

@@ -4,6 +4,7 @@ export {
   MetaClient,
   DEFAULT_META_RETRY,
   metaServersOf,
+  mayHaveBeenApplied,
   type MetaClientOptions,
   type MetaCallOptions,
   type MetaRetryPolicy,

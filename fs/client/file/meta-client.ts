@@ -63,6 +63,8 @@ import type {
   DumpInodesRsp,
   RemoveRsp,
   PruneSessionRsp,
+  AbandonReq,
+  AbandonRsp,
 } from '../../meta/protocol.js'
 
 /** Request body without the ReqBase fields the client fills in. */
@@ -165,6 +167,20 @@ const READ_ONLY = new Set<number>([
   MetaMethod.listSessions,
   MetaMethod.dumpInodes,
 ])
+
+/** errors of mutation calls that gave up with a request sent and unanswered (see mayHaveBeenApplied) */
+const UNSETTLED = new WeakSet<object>()
+
+/**
+ * Did this error end a mutation call whose request went out and was never
+ * answered (a timeout, a connection lost after sending, a hedged attempt
+ * still in flight when another server refused it)? Then a server may have
+ * applied it, or still hold it and apply it later: the caller that needs to
+ * know withdraws it with `abandon` (same request uuid).
+ */
+export function mayHaveBeenApplied(e: unknown): boolean {
+  return typeof e === 'object' && e !== null && UNSETTLED.has(e)
+}
 
 type Attempt<Rsp> = { address: string; ok: true; rsp: Rsp } | { address: string; ok: false; err: StrataError }
 
@@ -448,6 +464,9 @@ export class MetaClient {
           ...(err.detail ? { detail: err.detail } : {}),
         }),
       )
+    } catch (e) {
+      if (!READ_ONLY.has(method) && (unanswered || inflight.size > 0) && typeof e === 'object' && e !== null) UNSETTLED.add(e)
+      throw e
     } finally {
       opts.signal?.removeEventListener('abort', onAbort)
       // answered (or given up): the attempts still in flight are of no use any more
@@ -544,6 +563,10 @@ export class MetaClient {
   }
   setAttr(b: Body<SetAttrReq>, o?: MetaCallOptions): Promise<SetAttrRsp> {
     return this.call(MetaMethod.setAttr, b, o)
+  }
+  /** withdraws request `b.request` of this client, which it gave up on (see mayHaveBeenApplied) */
+  abandon(b: Body<AbandonReq>, o?: MetaCallOptions): Promise<AbandonRsp> {
+    return this.call(MetaMethod.abandon, b, o)
   }
   pruneSession(b: Body<PruneSessionReq>, o?: MetaCallOptions): Promise<PruneSessionRsp> {
     return this.call(MetaMethod.pruneSession, b, o)
