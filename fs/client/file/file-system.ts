@@ -438,7 +438,7 @@ export class FileSystem {
     const req: PendingAbandon = { kind: 'abandon', request, uuid: randomUUID(), attempts: 0 }
     try {
       const r = await this.sendAbandon(req, Math.min(this.meta.policy.totalMs, ABANDON_FIRST_TRY_MS))
-      const what = r.applied ? `it had been applied; the write session it opened is closed` : `it is withdrawn and will not be applied`
+      const what = r.applied ? `abandoned: it had been applied, and the write session it opened is now closed` : `abandoned: it was not applied and never will be`
       return new StrataError(err.code, `${err.reason}; ${what}`, { cause: err, ...(err.detail ? { detail: err.detail } : {}) })
     } catch (e) {
       if (!this.closed) this.queueClose(req)

@@ -79,7 +79,7 @@ test.serial('a create that times out is withdrawn: the late executions apply not
   t.true(isStrataError(await t.throwsAsync(fsys.stat('/late-create')), 'META_NOT_FOUND'))
   t.is((await counters()).idemReplays, before.idemReplays + 2)
   t.true(isStrataError(err, 'TIMEOUT'), String(err))
-  t.regex(err!.message, /meta create: gave up after 2 attempts in 1\.2 s; a server received the request and did not answer, so it may have been applied\); it is withdrawn and will not be applied$/)
+  t.regex(err!.message, /meta create: gave up after 2 attempts in 1\.2 s; a server received the request and did not answer, so it may have been applied\); abandoned: it was not applied and never will be$/)
   // the name is free: a new open creates it
   await fsys.writeFile('/late-create', 'now')
   t.is((await fsys.readFile('/late-create')).toString(), 'now')
@@ -131,5 +131,5 @@ test.serial('meta-1 SIGKILLed holding the create: the abandon goes to meta-2, wh
   const after = await counters([a2])
   t.is(after.abandons, before.abandons + 1, 'meta-2 answered the abandon')
   t.is(after.idemReplays, before.idemReplays + 1, 'the late create replayed the abandon')
-  t.regex(err!.message, /meta create: gave up after .*; it is withdrawn and will not be applied$/)
+  t.regex(err!.message, /meta create: gave up after .*; abandoned: it was not applied and never will be$/)
 })
