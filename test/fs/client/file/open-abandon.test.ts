@@ -110,6 +110,23 @@ test.serial('an open for write applied after its client gave up: the abandon clo
   t.true(isStrataError(await t.throwsAsync(writer.meta.stat({ path: { parent: st.id } })), 'META_NOT_FOUND'))
 })
 
+test.serial('a refusal from meta-2 while meta-1 still holds the create: withdrawn too, meta-1 applies nothing after the refusal stopped being true', async (t) => {
+  const [a1] = m.metaAddresses as [string]
+  const writer = fileSystem(t, 20_000)
+  const fsys = fileSystem(t, 4000)
+  const creates = await handled(MetaMethod.create, [a1])
+  await slow(t, MetaMethod.create, 2500, [a1])
+  // meta-1 holds it; after the attempt timeout (1 s) meta-2 refuses it: no such directory
+  const err = await t.throwsAsync(fsys.open('/made-later/f', 'w'))
+  t.true(isStrataError(err, 'META_NOT_FOUND'), String(err))
+  // the directory comes before meta-1 runs its copy, which would now succeed
+  await writer.mkdir('/made-later')
+  await until(async () => (await handled(MetaMethod.create, [a1])) > creates, 15_000, 'meta-1 ran its held copy of the create')
+  t.deepEqual(await sessionsOf(fsys), [], 'no session left by the late create')
+  t.deepEqual((await writer.readdirAll('/made-later')).entries, [])
+  t.regex(err!.message, /; abandoned: it was not applied and never will be$/)
+})
+
 // last: meta-1 stays down
 test.serial('meta-1 SIGKILLed holding the create: the abandon goes to meta-2, whose late copy applies nothing', async (t) => {
   const [a1, a2] = m.metaAddresses as [string, string]
