@@ -4,7 +4,7 @@
 // same transaction.
 
 import { StrataError } from '../common/errors.js'
-import { isEmptyLayout, validateLayout, type Layout } from '../common/layout.js'
+import { isEmptyLayout, validateNewLayout, type Layout } from '../common/layout.js'
 import type { ReadOnlyTxn, ReadWriteTxn } from '../kv/types.js'
 import {
   ALLPERMS,
@@ -921,7 +921,7 @@ function layoutKey(l: Layout): unknown {
 
 function validateLayoutArg(layout: Layout, allowEmpty: boolean): void {
   try {
-    validateLayout(layout, allowEmpty)
+    validateNewLayout(layout, allowEmpty)
   } catch (e) {
     throw new StrataError('META_INVALID_ARGUMENT', `invalid layout: ${(e as StrataError).reason ?? String(e)}`)
   }
