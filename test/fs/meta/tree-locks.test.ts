@@ -110,3 +110,40 @@ test.serial('locks taken and released elsewhere while a remove commits do not ma
   await holder.lock(v, 'unlock')
   await holder.lock(w, 'unlock')
 })
+
+test.serial('a lock whose directory moves into a tree before the lock commits, while the tree is being removed: the lock marks its new place and the remove fails META_NO_LOCK', async (t) => {
+  const { root, holder, remover } = clients()
+  await root.mkdirs('/r4/t/a', { recursive: true })
+  await root.mkdirs('/r4/x/d', { recursive: true })
+  const tree = inodeKey((await root.stat('/r4/t')).id).toString('hex')
+  const d = (await root.stat('/r4/x/d')).id
+  const lockKey = inodeKey(d).toString('hex')
+  // the order forced: the lock reads (d under /r4/x); x moves into the tree; the remove reads (d in
+  // the tree, not locked yet); the lock commits; the remove commits
+  let removeReady!: () => void
+  const removeRead = new Promise<void>((r) => (removeReady = r))
+  let lockSettled!: () => void
+  const lockDone = new Promise<void>((r) => (lockSettled = r))
+  let removal: Promise<string> | undefined
+  let lockHeld = false
+  let removeHeld = false
+  m.kv!.beforeCommit = async ({ writes }) => {
+    if (writes.includes(lockKey) && !lockHeld) {
+      lockHeld = true
+      await root.rename('/r4/x', '/r4/t/a/x')
+      removal = codeOf(remover.remove('/r4/t', { recursive: true }))
+      await removeRead
+    } else if (writes.includes(tree) && !removeHeld) {
+      removeHeld = true
+      removeReady()
+      await lockDone
+    }
+  }
+  const lock = holder.lock(d, 'try_lock')
+  void lock.finally(lockSettled).catch(() => {})
+  await lock
+  t.true(lockHeld && removeHeld)
+  t.is(await removal, 'META_NO_LOCK')
+  t.is((await root.stat('/r4/t/a/x/d')).directory!.lock!.client, holder.clientId)
+  await holder.lock(d, 'unlock')
+})
