@@ -78,7 +78,7 @@ function addLayoutOptions(c: Command): Command {
     .option('--chain-table-id <id>', 'chain table of the layout (1 to 2^32-1)', intArg('--chain-table-id', { min: 1, max: U32_MAX }))
     .option('--chain-table-ver <ver>', 'chain table version (0 to 2^32-1; default and 0: the latest; one that does not exist is MGMTD_CHAIN_TABLE_NOT_FOUND)', intArg('--chain-table-ver', { max: U32_MAX }))
     .option('--chain-list <ids>', 'explicit chains, comma separated (1,2,3); with a table: table indexes', chainListArg('--chain-list'))
-    .option('--chunk-size <size>', 'chunk size, a power of two up to 2G (64K, 1M …)', chunkSizeArg('--chunk-size'))
+    .option('--chunk-size <size>', 'chunk size, a power of two from 4K to 2G (64K, 1M …)', chunkSizeArg('--chunk-size'))
     .option('--stripe-size <n>', 'chains a file stripes over (1 to 2^32-1)', intArg('--stripe-size', { min: 1, max: U32_MAX }))
 }
 

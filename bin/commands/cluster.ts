@@ -19,7 +19,7 @@ import {
   type ClusterStatus,
   type TimerProfile,
 } from '../../fs/admin/index.js'
-import { choiceArg, dirArg, nameArg, intArg, out, printJson, progressReporter, sizeArg, timerSecondsArg, warmPoolArg } from './output.js'
+import { choiceArg, dirArg, nameArg, intArg, out, printJson, progressReporter, chunkSizeArg, timerSecondsArg, warmPoolArg } from './output.js'
 import { exitOnInterrupt } from './fs.js'
 
 interface DirOpts {
@@ -86,7 +86,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--storage-nodes <n>', 'number of storage nodes', intArg('--storage-nodes', { min: 1, max: 999 }), 3)
     .option('--targets-per-node <m>', 'storage targets per node (one per disk index)', intArg('--targets-per-node', { min: 1, max: 999 }), 2)
     .option('--replicas <r>', 'replicas per chain (distinct nodes; nodes*targets must be a multiple)', intArg('--replicas', { min: 1, max: 99 }), 3)
-    .option('--chunk-size <size>', 'default file chunk size, a power of two (64K, 1M, 4MiB, 65536)', sizeArg('--chunk-size'), DEFAULT_CHUNK_SIZE)
+    .option('--chunk-size <size>', 'default file chunk size, a power of two from 4K to 2G (64K, 1M, 4MiB, 65536)', chunkSizeArg('--chunk-size'), DEFAULT_CHUNK_SIZE)
     .option('--stripe-size <k>', 'default stripe size (default: min(chains, 16))', intArg('--stripe-size', { min: 1 }))
     .option('--chain-table-id <id>', 'id of the chain table to create', intArg('--chain-table-id', { min: 1, max: 0xffffffff }), 1)
     .option('--base-port <port>', 'fixed ports: mgmtd gets port, storage-i port+i (default: free ports)', intArg('--base-port', { min: 1, max: 65535 }))

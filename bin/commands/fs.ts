@@ -10,12 +10,12 @@ import { readClusterFile, resolveClusterDir, formatTable, interruptExitCode, int
 import { inodeHex, metaAddressesOf, parseLayoutArgs, parsePerm, permString } from '../../fs/admin/fs-ops.js'
 import { FileSystem, checkMgmtdReachable, inodeStats, normalizePath, plainPath, joinPath, baseName, dirName } from '../../fs/client/index.js'
 import { StrataError } from '../../fs/common/errors.js'
-import type { Layout } from '../../fs/common/layout.js'
+import { MIN_CHUNK_SIZE, type Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
 import { fsStyleError, isDevicePath, localDestination, localError, localStat, openFifoReader, openFifoWriter, sameFile } from './local-files.js'
 import { createProgress, NO_PROGRESS, type ProgressSink, type ProgressTask } from '../../fs/common/progress.js'
-import { addressListArg, dirArg, dfsPathArg, dfsPathsArg, intArg, out, printJson, sizeArg, timerSecondsArg } from './output.js'
+import { addressListArg, dirArg, dfsPathArg, dfsPathsArg, intArg, out, printJson, chunkSizeArg, timerSecondsArg } from './output.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -372,7 +372,10 @@ async function putFile(
   // a symlink is followed to the file it names, which is replaced, or created when the link dangles
   const { path: target, inode: existing } = await followDfsLinks(fsys, named)
   if (existing && (existing.type !== 'File' || !existing.file)) throw new StrataError('META_IS_DIRECTORY', `${target} is not a regular file (${existing.type})`)
-  const layout = (await layoutFor(fsys, target, o)) ?? existing?.file?.layout
+  // a replaced file's layout goes to the new one, unless its chunk size is one a new layout may not
+  // name (below 4K, from 3FS or from before the rule): then the directory's, as for a new file
+  const kept = existing?.file?.layout
+  const layout = (await layoutFor(fsys, target, o)) ?? (kept && kept.chunkSize >= MIN_CHUNK_SIZE ? kept : undefined)
   const mode = o.mode ?? (existing ? existing.acl.perm & 0o7777 : localMode)
   const dir = target.replace(/\/[^/]*$/, '') || '/'
   const tmp = joinPath(dir, `.${baseName(target)}.strata-put-${randomBytes(4).toString('hex')}`)
@@ -561,7 +564,7 @@ export function inodeRecord(name: string, i: Inode): Record<string, unknown> {
 function layoutOpts(c: Command): Command {
   return c
     .option('--chain-table-id <id>', 'chain table of the new file', intArg('--chain-table-id', { min: 1, max: 0xffffffff }))
-    .option('--chunk-size <size>', 'chunk size of the new file (64K, 1M …)', sizeArg('--chunk-size'))
+    .option('--chunk-size <size>', 'chunk size of the new file, a power of two from 4K to 2G (64K, 1M …)', chunkSizeArg('--chunk-size'))
     .option('--stripe-size <n>', 'chains the new file stripes over', intArg('--stripe-size', { min: 1 }))
 }
 
@@ -611,7 +614,8 @@ The copy is atomic: the data goes to a temporary file next to the target
 the target. A failed or interrupted put (error, --timeout, Ctrl-C, SIGTERM)
 removes the temporary file (best effort) and leaves the target as it was.
 An existing target keeps its layout and permission unless --mode or the layout
-options say otherwise; the new file belongs to the caller. A symlink target is
+options say otherwise (a chunk size below 4K, which a new layout may not name,
+gives way to the directory's layout); the new file belongs to the caller. A symlink target is
 followed (the file it names is replaced, or created when the link dangles).
 LOCAL may be anything readable but a directory: a regular file, or stdin ("-",
 /dev/stdin), a pipe or a FIFO, read in order (a new file is then 0644).

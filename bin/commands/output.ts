@@ -8,6 +8,7 @@ import { formatListing, formatTable, parseSize, parseUint, type ActionResult, ty
 import { parseImageRef } from '../../sandbox/image/types.js'
 import { parseAddress } from '../../fs/rpc/index.js'
 import { parseChunkIdString } from '../../fs/common/chunk-id.js'
+import { MAX_CHUNK_SIZE, MIN_CHUNK_SIZE } from '../../fs/common/layout.js'
 
 /** A mistake in how the command was invoked: printed as `strata: usage: …`, exit code 2. */
 export class UsageError extends Error {
@@ -164,16 +165,18 @@ export function timerSecondsArg(what: string, opts: { min?: number } = {}): (v: 
 }
 
 /**
- * A file layout's chunk size: a size (64K, 1M, 65536) within a u32, which is
- * what a layout holds, so at most 2G (2^31, the largest power of two in a u32).
- * The power-of-two rule is the operation's (INVALID_ARGUMENT, exit 1).
+ * A new layout's chunk size: a size (64K, 1M, 65536) from 4K to 2G, the range
+ * fs/common/layout.ts sets (at most 2^31, the largest power of two a layout's
+ * u32 holds; at least 4K, see MIN_CHUNK_SIZE there). The power-of-two rule is
+ * the operation's (INVALID_ARGUMENT, exit 1).
  */
-export const MAX_CHUNK_SIZE = 2 ** 31
 export function chunkSizeArg(what: string): (v: string) => number {
   const size = sizeArg(what)
   return (v: string) => {
     const n = size(v)
-    if (n < 1 || n > MAX_CHUNK_SIZE) throw new InvalidArgumentError(`${what} must be in [1, ${MAX_CHUNK_SIZE}] (at most 2G: chunk sizes are u32 powers of two), got ${v}`)
+    if (n < MIN_CHUNK_SIZE || n > MAX_CHUNK_SIZE) {
+      throw new InvalidArgumentError(`${what} must be in [${MIN_CHUNK_SIZE}, ${MAX_CHUNK_SIZE}] (4K to 2G: chunk sizes are u32 powers of two, at least 4K), got ${v}`)
+    }
     return n
   }
 }

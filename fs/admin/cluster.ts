@@ -9,6 +9,7 @@ import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
 import { LOCAL_TIMERS, PRODUCTION_TIMERS, type Timers } from '../common/config.js'
+import { MAX_CHUNK_SIZE, MIN_CHUNK_SIZE } from '../common/layout.js'
 import { chainStatus, type RoutingInfo } from '../common/types.js'
 import { RpcClient } from '../rpc/index.js'
 import { uploadChainRows, uploadChainTableIds } from './chains.js'
@@ -155,7 +156,7 @@ export function clusterSettings(o: ClusterUpOptions): { settings: ClusterSetting
   const chunkSize = o.chunkSize ?? DEFAULT_CHUNK_SIZE
   const chainTableId = o.chainTableId ?? 1
   check(Number.isInteger(storageNodes) && storageNodes >= 1 && storageNodes <= 999, `--storage-nodes must be in [1, 999], got ${storageNodes}`)
-  check(isPowerOfTwo(chunkSize) && chunkSize >= 4096, `--chunk-size must be a power of two of at least 4K, got ${chunkSize}`)
+  check(isPowerOfTwo(chunkSize) && chunkSize >= MIN_CHUNK_SIZE && chunkSize <= MAX_CHUNK_SIZE, `--chunk-size must be a power of two from 4K to 2G, got ${chunkSize}`)
   check(Number.isInteger(chainTableId) && chainTableId > 0 && chainTableId <= 0xffffffff, `--chain-table-id must be an integer in [1, 4294967295] (3FS chain table ids are u32), got ${chainTableId}`)
   const nodeIds = Array.from({ length: storageNodes }, (_, i) => STORAGE_NODE_ID_BASE + i + 1)
   const layout = planLayout({ nodeIds, targetsPerNode, replicas })

@@ -6,7 +6,7 @@
 
 import { StrataError, toStrataError } from '../common/errors.js'
 import { chunkIdOf, formatChunkId, formatChunkIdHex } from '../common/chunk-id.js'
-import { layoutChainIndexes, validateLayout, type Layout } from '../common/layout.js'
+import { layoutChainIndexes, validateNewLayout, type Layout } from '../common/layout.js'
 import { latestChainTable, type RoutingInfo } from '../common/types.js'
 import { StorageClient } from '../client/storage-client.js'
 import { FileSystem } from '../client/file/file-system.js'
@@ -132,7 +132,7 @@ export function parseLayoutArgs(a: LayoutArgs, base?: Layout): Layout | undefine
     // checked here as the other forms are, so a size no layout allows is INVALID_ARGUMENT
     // from every command (fs put says so), not meta's META_INVALID_ARGUMENT
     const l: Layout = { ...base, chunkSize: a.chunkSize ?? base.chunkSize, stripeSize: a.stripeSize ?? base.stripeSize }
-    validateLayout(l, true)
+    validateNewLayout(l, true)
     return l
   }
   if (a.chunkSize === undefined || (a.stripeSize === undefined && a.chainList === undefined) || (a.chainList === undefined && a.chainTableId === undefined)) {
@@ -157,12 +157,12 @@ export function parseLayoutArgs(a: LayoutArgs, base?: Layout): Layout | undefine
       throw new StrataError('INVALID_ARGUMENT', `chain-list and stripe-size not match, len(${ids.join(',')}) == ${ids.length}, stripe ${a.stripeSize}`)
     }
     const l: Layout = { tableId: a.chainTableId ?? 0, tableVersion: a.chainTableVer ?? 0, chunkSize: a.chunkSize, stripeSize: ids.length, chains: { type: 'ChainList', chainIndexes: ids } }
-    validateLayout(l)
+    validateNewLayout(l)
     return l
   }
   // --chain-table-ver pins the version meta allocates the file's chains from (0: the latest at create)
   const l: Layout = { tableId: a.chainTableId!, tableVersion: a.chainTableVer ?? 0, chunkSize: a.chunkSize, stripeSize: a.stripeSize!, chains: { type: 'Empty' } }
-  validateLayout(l, true)
+  validateNewLayout(l, true)
   return l
 }
 

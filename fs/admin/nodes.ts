@@ -6,7 +6,8 @@ import { MgmtdMethod } from '../common/services.js'
 import { NODE_TYPES, type NodeInfo, type NodeStatus, type NodeType } from '../common/types.js'
 import type { ClusterInit } from '../mgmtd/index.js'
 import { fetchRouting, type AdminSession } from './session.js'
-import { formatSize, isPowerOfTwo } from './units.js'
+import { checkChunkSize } from '../common/layout.js'
+import { formatSize } from './units.js'
 import { ymdHMS, type ActionResult, type Listing } from './table.js'
 
 export interface InitClusterArgs {
@@ -18,7 +19,7 @@ export interface InitClusterArgs {
 
 export async function initCluster(s: AdminSession, a: InitClusterArgs): Promise<ActionResult<ClusterInit>> {
   if (!Number.isInteger(a.chainTableId) || a.chainTableId <= 0) throw new StrataError('INVALID_ARGUMENT', `chainTableId must be a positive integer, got ${a.chainTableId}`)
-  if (!isPowerOfTwo(a.chunkSize)) throw new StrataError('INVALID_ARGUMENT', `chunkSize must be a power of two, got ${a.chunkSize}`)
+  checkChunkSize(a.chunkSize, 'chunkSize')
   if (!Number.isInteger(a.stripeSize) || a.stripeSize <= 0) throw new StrataError('INVALID_ARGUMENT', `stripeSize must be a positive integer, got ${a.stripeSize}`)
   const cur = (await s.mgmtd.clusterInfo()).init
   if (!a.allowExisted) {

@@ -98,6 +98,33 @@ export function validateLayout(layout: Layout, allowEmpty = false): void {
   }
 }
 
+/**
+ * The chunk sizes a NEW layout may name: a power of two in [4 KiB, 2 GiB].
+ * 3FS's meta takes any non-zero power of two in a u32 (Layout::valid), but its
+ * storage cannot hold chunks below 4 KiB (the chunk file store refuses them),
+ * and here a chunk of a few bytes makes one storage write, one chunk record and
+ * one chain lookup per few bytes of a file (a put of a megabyte into chunk size
+ * 1 is a million writes) while the file's size limit, chunk size x (2^32-1),
+ * falls to 4 GiB. Layouts already stored are only held to validateLayout, so a
+ * file or directory written with a smaller chunk size stays usable.
+ */
+export const MIN_CHUNK_SIZE = 4096
+/** the largest power of two a u32 holds */
+export const MAX_CHUNK_SIZE = 2 ** 31
+
+/** Throws INVALID_ARGUMENT unless `chunkSize` may be given to a new layout (see MIN_CHUNK_SIZE). */
+export function checkChunkSize(chunkSize: number, what = 'chunk size'): void {
+  if (typeof chunkSize !== 'number' || !Number.isInteger(chunkSize) || chunkSize < MIN_CHUNK_SIZE || chunkSize > MAX_CHUNK_SIZE || !isPowerOfTwo(chunkSize)) {
+    throw invalid(`${what} must be a power of two from 4K to 2G (${MIN_CHUNK_SIZE} to ${MAX_CHUNK_SIZE}), got ${String(chunkSize)}`)
+  }
+}
+
+/** validateLayout for a layout that a request gives (create, mkdirs, setAttr, init-cluster): also its chunk size's range. */
+export function validateNewLayout(layout: Layout, allowEmpty = false): void {
+  validateLayout(layout, allowEmpty)
+  checkChunkSize(layout.chunkSize, 'layout chunkSize')
+}
+
 export function isEmptyLayout(layout: Layout): boolean {
   return layout.chains.type === 'Empty'
 }

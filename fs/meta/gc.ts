@@ -25,7 +25,7 @@ import type { MetaSettings } from './config.js'
 import type { FileHelper } from './file-helper.js'
 import type { InodeIdAllocator } from './inode-alloc.js'
 import { NULL_LAYOUT, castGranularity, hexId, newDirectory, newEntry, newSymlink, nowUs, updateTime } from './inode.js'
-import { dentryKey, dirLockKey, inodeKey } from './keys.js'
+import { dentryKey, dirLockKey, inodeKey, lockScopeKey } from './keys.js'
 import {
   addDentryConflict,
   addInodeConflict,
@@ -35,11 +35,13 @@ import {
   loadDirEntry,
   loadEntryInode,
   loadInode,
+  lockScopeChain,
   removeDirEntry,
   removeInode,
   snapshotFirstSession,
   storeDirEntry,
   storeInode,
+  touchLockScopes,
 } from './store.js'
 import { GC_ROOT_INODE, ROOT_INODE, type DirEntry, type Inode, type InodeId, type UserInfo } from './protocol.js'
 
@@ -267,7 +269,10 @@ export class GcManager {
   private removeGcEntryAndInode(txn: ReadWriteTxn, entry: DirEntry): void {
     txn.clear(dentryKey(entry.parent, entry.name))
     txn.clear(inodeKey(entry.id))
-    if (entry.type === 'Directory') txn.clear(dirLockKey(entry.id))
+    if (entry.type === 'Directory') {
+      txn.clear(dirLockKey(entry.id))
+      txn.clear(lockScopeKey(entry.id))
+    }
   }
 
   private async gcFile(entry: DirEntry): Promise<void> {
@@ -341,6 +346,8 @@ export class GcManager {
       if (inode.type === 'Directory') {
         inode.directory!.parent = orphan.parent
         storeInode(txn, inode)
+        // back in the namespace, maybe holding locks: as for a rename (checkTreeLocks)
+        touchLockScopes(txn, await lockScopeChain(txn, orphan.parent))
       }
       removeDirEntry(txn, child)
       return

@@ -8,6 +8,7 @@
 //   SING-inode-alloc-<shard>                  → inode id allocator shard counters (u64 LE)
 //   META / META-<nodeId:08d>                  → distributor server map and per-server liveness
 //   DLCK | inode u64 LE                       → Strata only: index of locked directories (hf3fs.lock)
+//   DLKS | inode u64 LE                       → Strata only: written when a lock is taken, or a directory moved, below it (empty)
 //
 // Little-endian inode ids spread adjacent ids over the key space (FDB
 // shards); values are msgpack (see codec.ts).
@@ -24,6 +25,13 @@ export const PREFIX_SINGLE = Buffer.from('SING')
 export const PREFIX_META = Buffer.from('META')
 /** Strata only: one key per locked directory, so a recursive remove finds the locks below it without a tree walk */
 export const PREFIX_DIR_LOCK = Buffer.from('DLCK')
+/**
+ * Strata only: one key per directory, written (blind, empty value) by every transaction that
+ * takes a lock in the directory's subtree or moves a directory into it. A remove of the tree
+ * adds it to its read-conflict set, so it conflicts with exactly the lock changes that matter
+ * to that tree, not with every lock and unlock anywhere (a read of the whole DLCK range did).
+ */
+export const PREFIX_LOCK_SCOPE = Buffer.from('DLKS')
 
 export const U64_MAX = (1n << 64n) - 1n
 /** inode ids 3FS hands out: below the new-chunk-engine bit… plus the bit itself */
@@ -43,6 +51,10 @@ export function inodeKey(id: InodeId): Buffer {
 
 export function dirLockKey(id: InodeId): Buffer {
   return Buffer.concat([PREFIX_DIR_LOCK, inodeLE(id)])
+}
+
+export function lockScopeKey(id: InodeId): Buffer {
+  return Buffer.concat([PREFIX_LOCK_SCOPE, inodeLE(id)])
 }
 
 export function parseInodeKey(key: Buffer): InodeId {

@@ -4,7 +4,7 @@
 // same transaction.
 
 import { StrataError } from '../common/errors.js'
-import { isEmptyLayout, validateLayout, type Layout } from '../common/layout.js'
+import { isEmptyLayout, validateNewLayout, type Layout } from '../common/layout.js'
 import type { ReadOnlyTxn, ReadWriteTxn } from '../kv/types.js'
 import {
   ALLPERMS,
@@ -43,6 +43,7 @@ import {
   isTreeRoot,
   listDirEntries,
   listLockedDirectories,
+  lockScopeChain,
   loadDirEntry,
   loadEntryInode,
   loadInode,
@@ -54,6 +55,8 @@ import {
   storeDirLockIndex,
   storeInode,
   storeSession,
+  addLockScopeConflict,
+  touchLockScopes,
   validName,
 } from './store.js'
 import {
@@ -109,21 +112,27 @@ function checkLock(dir: Inode, req: ReqBase): void {
  * another client on `root` or on any directory below it refuses the change
  * (3FS checks only the parent's lock; Strata closes that gap, docs/meta.md).
  * The locked directories come from the lock index, so no tree walk is needed.
+ *
+ * The index and the places of the locked directories are snapshot reads; what
+ * keeps the answer true at commit is root's lock scope: a lock taken below
+ * root, or a directory (maybe holding locks) moved below it, after this
+ * snapshot writes that key (touchLockScopes), so the caller conflicts and its
+ * retry sees the lock. Lock changes elsewhere in the filesystem do not touch it.
  */
 async function checkTreeLocks(txn: ReadWriteTxn, root: Inode, req: ReqBase, name: string, below = true): Promise<void> {
   const own = root.directory?.lock
   if (own && own.client !== req.client.uuid) throw new StrataError('META_NO_LOCK', `directory ${name} is locked by client ${own.client}`)
   // an empty directory (its emptiness read with a conflict) has nothing below it
   if (!below) return
+  addLockScopeConflict(txn, root.id)
   for (const id of await listLockedDirectories(txn)) {
     if (id === root.id) continue
-    // not a snapshot load: a rename moving this directory meanwhile conflicts with the caller
-    const dir = await loadInode(txn, id, false)
+    const dir = await loadInode(txn, id)
     const lock = dir?.directory?.lock
     if (!dir || !lock || lock.client === req.client.uuid || dir.nlink === 0) continue
     let ancestors: Inode[]
     try {
-      ancestors = await loadAncestors(txn, dir.directory!.parent)
+      ancestors = await loadAncestors(txn, dir.directory!.parent, true)
     } catch {
       continue // a stale index entry (its tree is being collected)
     }
@@ -593,9 +602,11 @@ export class MetaStore {
     // rename(2): two links of the same file — "return successfully and perform no other action" (3FS removes the source name)
     if (dst.entry && dst.entry.id === srcEntry.id) return loadEntryInode(txn, dst.entry)
     if (dst.entry && dst.entry.type === 'File' && req.moveToTrash) throw new StrataError('META_EXISTS', `rename destination ${req.dest.path} exists`)
+    // a directory's new ancestors (dst's parent first), read with conflicts
+    let dstAncestors: Inode[] = []
     if (srcEntry.type === 'Directory') {
       // rename(2): a move into its own subtree is EINVAL before the destination's type or emptiness is looked at
-      const dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
+      dstAncestors = await this.checkRenameLoop(txn, srcEntry.id, dst.parent.id)
       // the replaced (empty) directory goes away: not while another client holds its lock
       if (dst.entry && dst.entry.type === 'Directory') {
         addInodeConflict(txn, dst.entry.id) // a lock taken on it meanwhile aborts this rename
@@ -648,6 +659,8 @@ export class MetaStore {
       inode.directory!.parent = dst.parent.id
       inode.directory!.name = dstName
       storeInode(txn, inode)
+      // the moved tree may hold locks: a remove of a tree it now lies in that read before this commit must see them
+      if (src.parent.id !== dst.parent.id) touchLockScopes(txn, dstAncestors.map((a) => a.id))
     }
     removeDirEntry(txn, srcEntry)
     if (dst.entry) {
@@ -896,6 +909,8 @@ export class MetaStore {
         dir.lock = { client: me, since: nowUs() }
         storeInode(txn, inode)
         storeDirLockIndex(txn, inode.id, me)
+        // a remove of any tree holding this directory that read before this commit must see the lock (checkTreeLocks)
+        touchLockScopes(txn, await lockScopeChain(txn, inode.id))
       }
       return inode
     }
@@ -921,7 +936,7 @@ function layoutKey(l: Layout): unknown {
 
 function validateLayoutArg(layout: Layout, allowEmpty: boolean): void {
   try {
-    validateLayout(layout, allowEmpty)
+    validateNewLayout(layout, allowEmpty)
   } catch (e) {
     throw new StrataError('META_INVALID_ARGUMENT', `invalid layout: ${(e as StrataError).reason ?? String(e)}`)
   }

@@ -436,7 +436,17 @@ export class MetaService {
       sessions: this.sessions.stats,
       idempotency: this.counters,
       distributor: { active: this.distributor.activeServers },
+      kv: this.kvCounters(),
     }
+  }
+
+  /** This process's commits and the attempts that conflicted (KV_CONFLICT, retried) or were too old, when the engine counts them. */
+  private kvCounters(): { commits: number; conflicts: number; tooOld: number } | null {
+    const kv = this.o.kv as { stats?: unknown }
+    const st = typeof kv.stats === 'function' ? (kv.stats as () => Record<string, unknown>).call(kv) : kv.stats
+    if (!st || typeof st !== 'object') return null
+    const n = (k: string) => Number((st as Record<string, unknown>)[k] ?? 0)
+    return { commits: n('commits'), conflicts: n('conflicts'), tooOld: n('tooOld') }
   }
 
   async close(): Promise<void> {

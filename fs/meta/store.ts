@@ -17,6 +17,7 @@ import {
   dirLockKey,
   dentryPrefix,
   inodeKey,
+  lockScopeKey,
   keyAfter,
   parseDentryKey,
   prefixEnd,
@@ -82,6 +83,7 @@ export function removeInode(txn: ReadWriteTxn, inode: Inode | InodeId): void {
   txn.clear(inodeKey(id))
   // a directory deleted while locked leaves no index entry behind (stale ones are skipped anyway)
   if (typeof inode === 'bigint' || inode.directory?.lock) txn.clear(dirLockKey(id))
+  if (typeof inode === 'bigint' || inode.type === 'Directory') txn.clear(lockScopeKey(id))
 }
 
 // --- index of locked directories (Strata only; the lock itself lives in the inode)
@@ -91,10 +93,51 @@ export function storeDirLockIndex(txn: ReadWriteTxn, id: InodeId, client: string
   else txn.clear(dirLockKey(id))
 }
 
-/** Ids of the directories in the lock index; the range joins the read-conflict set (a lock taken meanwhile aborts the caller). */
-export async function listLockedDirectories(txn: ReadWriteTxn): Promise<InodeId[]> {
-  const kvs = await txn.getRange(PREFIX_DIR_LOCK, prefixEnd(PREFIX_DIR_LOCK))
+/**
+ * Ids of the directories in the lock index, read from the snapshot: a caller
+ * that must not miss a lock taken meanwhile below some directory adds that
+ * directory's lock scope to its conflicts (addLockScopeConflict).
+ */
+export async function listLockedDirectories(txn: ReadOnlyTxn): Promise<InodeId[]> {
+  const kvs = await txn.snapshotGetRange(PREFIX_DIR_LOCK, prefixEnd(PREFIX_DIR_LOCK))
   return kvs.map((kv) => kv.key.readBigUInt64LE(4))
+}
+
+const EMPTY = Buffer.alloc(0)
+
+/**
+ * Marks `dirs` (a directory and its ancestors) as having a new lock, or a
+ * newly moved-in directory, below them: every remove of a tree rooted at one
+ * of them that read before this commit conflicts. Blind writes, so lock
+ * changes never conflict with each other through them; tree roots are never
+ * removed and are skipped.
+ */
+export function touchLockScopes(txn: ReadWriteTxn, dirs: InodeId[]): void {
+  for (const id of dirs) if (!isTreeRoot(id)) txn.set(lockScopeKey(id), EMPTY)
+}
+
+/** A lock taken, or a directory moved, anywhere below `dir` after this transaction's snapshot aborts it (see touchLockScopes). */
+export function addLockScopeConflict(txn: ReadWriteTxn, dir: InodeId): void {
+  txn.addReadConflict(lockScopeKey(dir))
+}
+
+/**
+ * `dir` and its ancestors by parent pointer, each read with a conflict (a move
+ * of any of them meanwhile aborts the caller, which then marks the new ones).
+ * The walk ends at a tree root or, in a removed tree whose upper part GC
+ * already took, at the first missing directory.
+ */
+export async function lockScopeChain(txn: ReadWriteTxn, dir: InodeId): Promise<InodeId[]> {
+  const out: InodeId[] = []
+  const seen = new Set<InodeId>()
+  for (let cur = dir; !seen.has(cur) && !isTreeRoot(cur); ) {
+    seen.add(cur)
+    const inode = await loadInode(txn, cur, false)
+    if (!inode || inode.type !== 'Directory') break
+    out.push(cur)
+    cur = inode.directory!.parent
+  }
+  return out
 }
 
 // --- directory entries

@@ -5,6 +5,7 @@
 
 import os from 'node:os'
 import { StrataError } from '../common/errors.js'
+import { checkChunkSize } from '../common/layout.js'
 import { MgmtdMethod, ServiceId } from '../common/services.js'
 import type { Logger } from '../common/log.js'
 import { every } from '../common/daemon.js'
@@ -520,9 +521,8 @@ export class MgmtdService {
 
   initCluster(p: { chainTableId: number; chunkSize: number; stripeSize: number; allowExisted?: boolean }): ClusterInit {
     if (!p || !Number.isInteger(p.chainTableId) || p.chainTableId <= 0) throw new StrataError('INVALID_ARGUMENT', 'chainTableId must be a positive integer')
-    if (!Number.isInteger(p.chunkSize) || p.chunkSize <= 0 || (p.chunkSize & (p.chunkSize - 1)) !== 0) {
-      throw new StrataError('INVALID_ARGUMENT', `chunkSize ${p.chunkSize} must be a power of two`)
-    }
+    // the root layout is every new file's default: the rule of a new layout (the bit test this was took 2^32 for a power of two)
+    checkChunkSize(p.chunkSize, 'chunkSize')
     if (!Number.isInteger(p.stripeSize) || p.stripeSize <= 0) throw new StrataError('INVALID_ARGUMENT', 'stripeSize must be a positive integer')
     if (this.init && !p.allowExisted) throw new StrataError('MGMTD_ALREADY_INITIALIZED', 'cluster already initialized')
     // The first init normally comes before any chain table exists (3FS

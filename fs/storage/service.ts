@@ -5,6 +5,7 @@
 import os from 'node:os'
 import path from 'node:path'
 import { StrataError, toStrataError } from '../common/errors.js'
+import { checkChunkSize } from '../common/layout.js'
 import { ServiceId, StorageMethod } from '../common/services.js'
 import { RELEASE_VERSION, type Timers } from '../common/config.js'
 import { every } from '../common/daemon.js'
@@ -308,6 +309,11 @@ export class StorageService {
 
   private async createTarget(p: CreateTargetReq): Promise<{ targetId: number }> {
     if (!p) throw new StrataError('INVALID_ARGUMENT', 'createTarget needs a request')
+    // only recorded (chunks of any size are kept), but held to the chunk sizes a layout may name, as 3FS's chunk store checks its list
+    if (p.chunkSizes !== undefined) {
+      if (!Array.isArray(p.chunkSizes)) throw new StrataError('INVALID_ARGUMENT', 'chunkSizes must be a list')
+      for (const c of p.chunkSizes) checkChunkSize(c, 'createTarget chunkSizes: a chunk size')
+    }
     const t = await this.targets.create({ targetId: p.targetId, chainId: p.chainId, diskIndex: p.diskIndex ?? 0, ...(p.chunkSizes ? { chunkSizes: p.chunkSizes } : {}) })
     this.loops[0]?.kick()
     return { targetId: t.record.targetId }

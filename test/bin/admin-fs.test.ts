@@ -238,11 +238,18 @@ test('admin numbers beyond their real range, malformed or empty lists, empty pat
     [adm('offline-target', '--target-id', '1', '--node-id', '4294967296'), u32('--node-id', 1)],
     [adm('list-chains', '-t', '1', '-v', '4294967296'), u32('--version', 1)],
     [adm('init-cluster', '1', '1M', '4294967296'), u32('stripeSize', 1)],
-    // chunk sizes: a layout holds a u32, so a power of two of at most 2G
-    [adm('create', '--chunk-size', '8G', '/x'), usage(/--chunk-size must be in \[1, 2147483648\] \(at most 2G/)],
-    [adm('mkdir', '--chunk-size', '0', '/x'), usage(/--chunk-size must be in \[1, 2147483648\]/)],
-    [adm('init-cluster', '1', '4G', '2'), usage(/chunkSize must be in \[1, 2147483648\]/)],
-    [adm('create-target', '--node-id', '1', '--disk-index', '0', '--target-id', '1', '--chain-id', '1', '--chunk-size', '4G'), usage(/--chunk-size must be in \[1, 2147483648\]/)],
+    // chunk sizes: a layout holds a u32, so a power of two of at most 2G, and none below 4K (chunk size 1 was
+    // taken: a put of a megabyte into it is a million chunk writes)
+    [adm('create', '--chunk-size', '8G', '/x'), usage(/--chunk-size must be in \[4096, 2147483648\] \(4K to 2G/)],
+    [adm('mkdir', '--chunk-size', '0', '/x'), usage(/--chunk-size must be in \[4096, 2147483648\]/)],
+    [adm('create', '--chunk-size', '1', '/x'), usage(/--chunk-size must be in \[4096, 2147483648\] \(4K to 2G: chunk sizes are u32 powers of two, at least 4K\), got 1$/)],
+    [adm('mkdir', '-p', '--chunk-size', '2K', '/x/y'), usage(/--chunk-size must be in \[4096, 2147483648\].*, got 2K$/)],
+    [adm('create', '--chain-table-id', '1', '--stripe-size', '1', '--chunk-size', '512', '/x'), usage(/--chunk-size must be in \[4096, 2147483648\]/)],
+    [adm('init-cluster', '1', '4G', '2'), usage(/chunkSize must be in \[4096, 2147483648\]/)],
+    [adm('init-cluster', '1', '1', '2'), usage(/chunkSize must be in \[4096, 2147483648\]/)],
+    [adm('create-target', '--node-id', '1', '--disk-index', '0', '--target-id', '1', '--chain-id', '1', '--chunk-size', '4G'), usage(/--chunk-size must be in \[4096, 2147483648\]/)],
+    [adm('create-targets', '--node-id', '1', '--chunk-size', '1M', '1K'), usage(/--chunk-size must be in \[4096, 2147483648\].*, got 1K$/)],
+    [['fs', ...adm().slice(1), 'put', '--chunk-size', '1', '/etc/hostname', '/x'], usage(/--chunk-size must be in \[4096, 2147483648\]/)],
     // chain lists: every element a chain id (or table index), none empty or dropped
     [adm('create', '--chain-list', 'abc', '--chunk-size', '64K', '/x'), usage(/--chain-list wants comma-separated chain ids .*; in "abc" element 1 is "abc"$/)],
     [adm('create', '--chain-list', '', '--chunk-size', '64K', '/x'), usage(/--chain-list .*; in "" element 1 is empty$/)],

@@ -127,6 +127,10 @@ test.serial('the 3FS deploy flow by hand: init-cluster, create-target, upload-ch
   const chunkId = chunkIdOf(0x10n, 3)
   const rpc = new RpcClient()
   t.teardown(() => rpc.close())
+  // createTarget's chunk sizes are held to a new layout's, 4K to 2G (1 was recorded)
+  const badSizes = await t.throwsAsync(rpc.call(address, ServiceId.Storage, StorageMethod.createTarget, { targetId: head, chainId, diskIndex: 0, chunkSizes: [65536, 1] }))
+  t.is((badSizes as { code?: string }).code, 'INVALID_ARGUMENT')
+  t.regex(badSizes!.message, /a chunk size must be a power of two from 4K to 2G \(4096 to 2147483648\), got 1/)
   const req: WriteReq = {
     io: { key: { chainId, chainVer, chunkId }, offset: 0, length: data.length, chunkSize: 65536, data, updateVer: 0, updateType: 'WRITE', checksum: crc32c(data) },
     tag: { clientId: 'admin-test', requestId: 1, channel: { id: 1, seqnum: 1 } },

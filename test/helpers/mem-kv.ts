@@ -22,8 +22,8 @@ export class MemKv implements KvEngine {
   private readonly log: Array<{ v: Version; keys: string[]; ranges: Array<[string, string]> }> = []
   private closed = false
   stats = { commits: 0, conflicts: 0 }
-  /** test hook: called before each commit check */
-  beforeCommit: (() => Promise<void> | void) | null = null
+  /** test hook: called before each commit check, with the keys (hex) the transaction writes */
+  beforeCommit: ((txn: { writes: string[] }) => Promise<void> | void) | null = null
 
   get currentVersion(): bigint {
     return this.version
@@ -75,7 +75,7 @@ export class MemKv implements KvEngine {
       if (this.closed) throw new StrataError('CLOSED', 'kv closed')
       const txn = new MemTxn(this, this.version)
       const result = await fn(txn)
-      if (this.beforeCommit) await this.beforeCommit()
+      if (this.beforeCommit) await this.beforeCommit({ writes: txn.ops.map((o) => o.key) })
       if (this.conflicts(txn)) {
         this.stats.conflicts++
         if (attempt >= max) throw new StrataError('KV_CONFLICT', 'too many conflicts')

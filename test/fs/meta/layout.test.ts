@@ -183,3 +183,25 @@ test.serial('a directory layout whose stripe exceeds its table is kept, as in 3F
   t.regex((e as { reason?: string }).reason ?? '', /try to allocate 8 chains from table 1, found 4/)
   t.is(await codeOf(c.stat('/wide8/f')), 'META_NOT_FOUND')
 })
+
+test.serial('a new layout names a chunk size from 4K to 2G: smaller ones (1 was taken) are refused by create, mkdirs and setAttr', async (t) => {
+  const c = m.client()
+  const empty = (chunkSize: number): Layout => ({ tableId: 1, tableVersion: 0, chunkSize, stripeSize: 1, chains: { type: 'Empty' } })
+  const listed = (chunkSize: number): Layout => ({ tableId: 1, tableVersion: 1, chunkSize, stripeSize: 1, chains: { type: 'ChainList', chainIndexes: [1] } })
+  await c.mkdirs('/cs')
+  const refused = async (p: Promise<unknown>, what: string) => {
+    const e = await t.throwsAsync(p, undefined, what)
+    t.is((e as { code?: string }).code, 'META_INVALID_ARGUMENT', what)
+    t.regex((e as { reason?: string }).reason ?? '', /invalid layout: layout chunkSize must be a power of two from 4K to 2G \(4096 to 2147483648\), got \d+$/, what)
+  }
+  for (const size of [1, 2, 1024, 2048]) {
+    await refused(c.create(`/cs/f${size}`, { flags: { access: 'r', create: true }, layout: empty(size) }), `create ${size}`)
+    await refused(c.create(`/cs/l${size}`, { flags: { access: 'r', create: true }, layout: listed(size) }), `create chain list ${size}`)
+    await refused(c.mkdirs(`/cs/d${size}`, { layout: empty(size) }), `mkdirs ${size}`)
+    await refused(c.setAttr('/cs', { layout: empty(size) }), `setAttr ${size}`)
+  }
+  t.deepEqual((await c.list('/cs')).entries, [])
+  // the bounds themselves are taken
+  t.is((await c.create('/cs/min', { flags: { access: 'r', create: true }, layout: empty(4096) })).stat.file!.layout.chunkSize, 4096)
+  t.is((await c.mkdirs('/cs/max', { layout: empty(2 ** 31) })).directory!.layout.chunkSize, 2 ** 31)
+})

@@ -129,6 +129,13 @@ test('invalid requests are refused with codes', async (t) => {
   t.true(isStrataError(await t.throwsAsync(client.setChains({ chains: [{ chainId: 1, targets: [1, 5] }] })), 'MGMTD_INVALID_CHAIN'), 'existing chain changed')
   t.true(isStrataError(await t.throwsAsync(client.setChainTable({ chainTableId: 1, chains: [9] })), 'MGMTD_CHAIN_NOT_FOUND'))
   t.true(isStrataError(await t.throwsAsync(client.initCluster({ chainTableId: 1, chunkSize: 1000, stripeSize: 1 })), 'INVALID_ARGUMENT'))
+  // the root layout is every new file's default: held to a new layout's chunk sizes, 4K to 2G (1 was taken;
+  // so were 2^32 and 3 x 2^32, which the bit test took for powers of two)
+  for (const chunkSize of [1, 2048, 2 ** 32, 3 * 2 ** 32]) {
+    const e = await t.throwsAsync(client.initCluster({ chainTableId: 1, chunkSize, stripeSize: 1 }))
+    t.true(isStrataError(e, 'INVALID_ARGUMENT'), String(chunkSize))
+    t.regex(e!.message, /chunkSize must be a power of two from 4K to 2G/)
+  }
   await client.initCluster({ chainTableId: 1, chunkSize: 65536, stripeSize: 2 })
   t.true(isStrataError(await t.throwsAsync(client.initCluster({ chainTableId: 1, chunkSize: 65536, stripeSize: 2 })), 'MGMTD_ALREADY_INITIALIZED'))
   const hb = { nodeId: 7, type: 'STORAGE' as const, hbVersion: 5, timestamp: Date.now(), address: 'x:1', hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't' }
