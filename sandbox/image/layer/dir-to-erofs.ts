@@ -29,6 +29,8 @@ export interface DirToErofsOptions extends LayerBuildOptions {
   signal?: AbortSignal
   /** file data bytes read so far, as they are read */
   onBytes?: (n: number) => void
+  /** directories left out wherever they are in the tree (the import's own work dir, when the tree holds it) */
+  skip?: string[]
 }
 
 const BLOCK = 4096
@@ -164,12 +166,19 @@ function xattrsOf(abs: string, shownAs: string): { xattrs: Map<string, Buffer>; 
 class DirWalker {
   /** dev:ino → the first path of a file with more than one link */
   readonly inodes = new Map<string, string>()
+  /** dev:ino of the directories left out */
+  readonly skipped = new Set<string>()
 
   constructor(
     readonly b: LayerBuilder,
     readonly root: string,
     readonly opts: DirToErofsOptions,
-  ) {}
+  ) {
+    for (const d of opts.skip ?? []) {
+      const st = fs.statSync(d, { bigint: true, throwIfNoEntry: false })
+      if (st) this.skipped.add(`${st.dev}:${st.ino}`)
+    }
+  }
 
   /** The source path of `rel`, for messages (a long one is reached through /proc/self/fd). */
   shown(rel: string): string {
@@ -231,7 +240,7 @@ class DirWalker {
   async child(abs: string, rel: string): Promise<void> {
     this.check()
     const st = os(this.shown(rel), () => fs.lstatSync(abs, { bigint: true }))
-    if (st.isDirectory()) return this.dir(abs, rel, st)
+    if (st.isDirectory()) return this.skipped.has(`${st.dev}:${st.ino}`) ? undefined : this.dir(abs, rel, st)
     if (st.isSocket()) return // a tar cannot carry a socket
     if (st.nlink > 1n) {
       const key = `${st.dev}:${st.ino}`

@@ -617,7 +617,8 @@ async function buildFromDir(run: ImportRun, dir: string, label: string, own: boo
       const stored = await run.buildStreamed(
         file,
         async (o) => {
-          await dirToErofs(dir, file, { ...o, ...(run.opts.signal ? { signal: run.opts.signal } : {}), onBytes: (n) => task.tick(n) })
+          // (a tree that holds the work dir, e.g. /tmp, must not take in the layer being written there)
+          await dirToErofs(dir, file, { ...o, ...(run.opts.signal ? { signal: run.opts.signal } : {}), onBytes: (n) => task.tick(n), skip: [run.workDir] })
           if (own) removed = fs.promises.rm(dir, { recursive: true, force: true }).catch(noop)
           return true
         },

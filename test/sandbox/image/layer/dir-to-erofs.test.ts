@@ -167,3 +167,14 @@ test('a tree that changes under the walk fails the build: a file that grows or s
   t.regex((await changedUnder(t, (s) => fs.truncateSync(path.join(s, 'a'), 1024 * 1024 + 5))).message, /src\/a shrank \(1048581 of 3145728 bytes\) while it was imported/)
   t.regex((await changedUnder(t, (s) => fs.rmSync(path.join(s, 'b')))).message, /src\/b vanished while it was imported/)
 })
+
+test('a tree that holds the build\'s own work dir (an import of / or /tmp) leaves that directory out instead of taking in the layer being written', async (t) => {
+  const work = tmpDir(t)
+  const src = path.join(work, 'src')
+  fs.mkdirSync(path.join(src, 'work'), { recursive: true })
+  fs.writeFileSync(path.join(src, 'f'), 'f')
+  const out = path.join(src, 'work', 'x.erofs')
+  await dirToErofs(src, out, { skip: [path.join(src, 'work')] })
+  mount(t, out, path.join(work, 'mnt'), 'erofs', null)
+  t.deepEqual(fs.readdirSync(path.join(work, 'mnt')), ['f'])
+})
