@@ -37,11 +37,14 @@ const BLOCK = 4096
 /** the most of a file read at once */
 const READ_BYTES = 1024 * 1024
 /**
- * Paths given to the kernel stay under PATH_MAX (4096): a directory whose path
- * is longer than this is opened and its entries are reached as
- * /proc/self/fd/N/NAME, so a tree may hold paths of any length (as a tar may).
+ * Paths given to the kernel stay short: a directory whose path is longer
+ * than this is opened and its entries are reached as /proc/self/fd/N/NAME, so
+ * a tree may hold paths of any length (as a tar may, past PATH_MAX), and no
+ * call walks more than a few hundred components (a walk of a tree 3000
+ * directories deep spent most of its time in the kernel's lookups of paths
+ * 3000 bytes long). One descriptor is held per this many bytes of depth.
  */
-const REBASE_AT = 3000
+const REBASE_AT = 512
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
