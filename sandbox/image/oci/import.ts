@@ -438,9 +438,9 @@ async function blobMismatch(layer: OciLayerSource, label: string): Promise<Strat
   }
 }
 
-/** Unpacks one verified OCI layer into `dir`. */
-async function unpackVerified(layer: OciLayerSource, diffId: string, dir: string, mode: 'layer' | 'apply', label: string, task: ProgressTask, signal?: AbortSignal): Promise<void> {
-  await consumeVerified(layer, diffId, (tar) => unpackLayer(tar, dir, { mode }), label, task, signal)
+/** Unpacks one verified OCI layer into `dir` (`forMkfs`: mkfs.erofs builds the tree, times before 1970 become 1970). */
+async function unpackVerified(layer: OciLayerSource, diffId: string, dir: string, mode: 'layer' | 'apply', forMkfs: boolean, label: string, task: ProgressTask, signal?: AbortSignal): Promise<void> {
+  await consumeVerified(layer, diffId, (tar) => unpackLayer(tar, dir, { mode, keepTimesBefore1970: !forMkfs }), label, task, signal)
 }
 
 /** Hands the verified tar of one OCI layer to `consume` (an unpack or an EROFS build). */
@@ -525,7 +525,8 @@ async function importInto(run: ImportRun, src: OciImageSource): Promise<ImportRe
       const label = `layer ${i + 1}/${n} ${shortDigest(l.digest)}`
       const task = run.progress.start(`apply ${label}`, l.size)
       try {
-        await unpackVerified(l, layerDiffId(l, i), dir, 'apply', label, task, opts.signal)
+        // (uncompressed, the squashed tree is built by dirToErofs, which keeps times before 1970)
+        await unpackVerified(l, layerDiffId(l, i), dir, 'apply', Boolean(opts.compress), label, task, opts.signal)
       } finally {
         task.done()
       }
@@ -590,7 +591,7 @@ async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, 
       return { digest: stored!.digest, size: stored!.size }
     }
     await fs.promises.mkdir(dir)
-    await unpackVerified(l, diffId, dir, 'layer', label, task, run.opts.signal)
+    await unpackVerified(l, diffId, dir, 'layer', true, label, task, run.opts.signal)
     const { size } = await buildErofsFile(dir, file, { compress: run.opts.compress })
     checkSignal(run.opts.signal)
     const stored = await whileRemoving(dir, () => run.storeBuilt(file, size, diffId, task))

@@ -192,6 +192,29 @@ test.serial('a rootfs directory keeps what its tarball keeps: times before 1970 
   t.is(fromTar.manifest.layers[0]!.digest, r.manifest.layers[0]!.digest)
 })
 
+test.serial('--squash keeps times before 1970 to the nanosecond (its tree is built by the one-pass builder now; with --compress mkfs.erofs 1.5 still holds 1970)', async (t) => {
+  const dir = localTmp(t)
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(tree)
+  fs.writeFileSync(path.join(tree, 'old'), 'old\n')
+  await run('touch', ['-d', '1960-01-01 00:00:00.123456789', path.join(tree, 'old')])
+  const layer = path.join(dir, 'old.tar')
+  await run('tar', ['--format=posix', '--numeric-owner', '-cf', layer, '-C', tree, 'old'])
+  const layout = path.join(dir, 'oci')
+  await run('umoci', ['init', '--layout', layout])
+  await run('umoci', ['new', '--image', `${layout}:t`])
+  await run('umoci', ['raw', 'add-layer', '--image', `${layout}:t`, layer])
+  const store = await fresh()
+  const mtime = async (ref: string): Promise<bigint> => {
+    const root = await mountImage(t, store, (await store.resolve(ref)).manifest, localTmp(t, 'strata-mnt-'))
+    return fs.lstatSync(path.join(root, 'old'), { bigint: true }).mtimeNs
+  }
+  await importPath(store, layout, { name: 'old/squash', squash: true, workDir: dir })
+  t.is(await mtime('old/squash'), -315619199876543211n)
+  await importPath(store, layout, { name: 'old/squash', tag: 'lz4', squash: true, compress: 'lz4', workDir: dir })
+  t.is(await mtime('old/squash:lz4'), 0n)
+})
+
 test.serial('dedup: the same import twice is stored once; two images sharing a base store the base once', async (t) => {
   const dir = localTmp(t)
   const store = await fresh()
