@@ -61,6 +61,10 @@ export function registerImageCommands(program: Command): Command {
     .option('--compress <algo>', 'compress layer file data: lz4 or lz4hc (default: none)', choiceArg('--compress', ['lz4', 'lz4hc'] as const))
     .option('--work-dir <dir>', 'local directory for unpacking and building layers, and for what - reads from standard input (default: the system temp dir)')
     .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      '\nA rootfs directory becomes the layer its tar (tar --sort=name --sparse --xattrs) would: times before 1970, holes of sparse files, xattrs, hard links and devices are kept, sockets left out; a name starting with .wh. or not UTF-8 is IMAGE_BAD_ARCHIVE, and a file that changes while it is read fails the import (IMAGE_BUILD_FAILED). See docs/images.md, Rootfs directories.',
+    )
     .action((input: string, o: { name?: string; kind: LayerKind; squash?: boolean; platform?: string; ref?: string; compress?: 'lz4' | 'lz4hc'; workDir?: string }, cmd: Command) => {
       // as `docker load`: an archive is not typed in
       if (input === '-' && process.stdin.isTTY) throw new UsageError('refusing to read the archive from a terminal: pipe it in (podman save IMAGE | strata image import - …), or give a file name instead of -')

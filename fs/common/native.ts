@@ -63,6 +63,11 @@ export interface NativeAddon {
   isAligned(data: Uint8Array, alignment: number): boolean
   /** FS_IOC_FIEMAP of `fd`: the file's data extents as offset, length pairs, in the filesystem's order (EOPNOTSUPP without fiemap) */
   dataExtents(fd: number): number[]
+  /**
+   * Where reads of the first `size` bytes of `fd` return data (lseek SEEK_DATA/SEEK_HOLE), as offset,
+   * length pairs in order; the whole file where the filesystem keeps no holes. Holes read as zeros.
+   */
+  dataSegments(fd: number, size: number): number[]
 }
 
 /**

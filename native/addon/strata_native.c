@@ -858,6 +858,46 @@ static napi_value js_data_extents(napi_env env, napi_callback_info info) {
   return out;
 }
 
+// dataSegments(fd, size) -> [offset, length, ...]: where reads of a file of
+// `size` bytes (its size when stat'ed) return data, by lseek SEEK_DATA /
+// SEEK_HOLE, as GNU tar and cp find holes. A hole is what the kernel promises
+// reads as zeros, which FIEMAP's physical extents do not (dirty pages not yet
+// allocated, filesystems without fiemap such as tmpfs). A filesystem without
+// hole support answers one segment: the whole file. Used to import a local
+// directory's sparse files with their holes.
+static napi_value js_data_segments(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 2) { napi_throw_type_error(env, "EINVAL", "dataSegments(fd, size)"); return NULL; }
+  double fd, size;
+  if (!num_arg(env, argv[0], "dataSegments: fd must be a number", &fd)) return NULL;
+  if (!num_arg(env, argv[1], "dataSegments: size must be a number", &size)) return NULL;
+  napi_value out;
+  napi_create_array(env, &out);
+  uint32_t n = 0;
+  off_t end = (off_t)size;
+  off_t pos = 0;
+  while (pos < end) {
+    off_t data = lseek((int)fd, pos, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break; // no data after pos: the rest is a hole
+      return throw_errno(env, "lseek", errno);
+    }
+    if (data >= end) break;
+    off_t hole = lseek((int)fd, data, SEEK_HOLE);
+    if (hole < 0) return throw_errno(env, "lseek", errno);
+    if (hole > end) hole = end;
+    napi_value v;
+    napi_create_double(env, (double)data, &v);
+    napi_set_element(env, out, n++, v);
+    napi_create_double(env, (double)(hole - data), &v);
+    napi_set_element(env, out, n++, v);
+    pos = hole;
+  }
+  return out;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     {"mount", NULL, js_mount, NULL, NULL, NULL, napi_default, NULL},
@@ -877,6 +917,7 @@ static napi_value init(napi_env env, napi_value exports) {
     {"sendfileOnLoop", NULL, js_sendfile_on_loop, NULL, NULL, NULL, napi_default, NULL},
     {"isAligned", NULL, js_is_aligned, NULL, NULL, NULL, napi_default, NULL},
     {"dataExtents", NULL, js_data_extents, NULL, NULL, NULL, napi_default, NULL},
+    {"dataSegments", NULL, js_data_segments, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   if (crc32c_hw_init()) {

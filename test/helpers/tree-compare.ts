@@ -143,3 +143,21 @@ export function diffTrees(actual: Tree, expected: Tree): string[] {
   }
   return diffs
 }
+
+/**
+ * A file's size, mode, mtime and `length` bytes (hex) at each offset: how a
+ * huge sparse file is compared without hashing its gigabytes of holes.
+ */
+export function sampleFile(file: string, offsets: number[], length = 16): { size: bigint; mode: bigint; mtimeNs: bigint; bytes: string[] } {
+  const st = fs.statSync(file, { bigint: true })
+  const fd = fs.openSync(file, 'r')
+  try {
+    const bytes = offsets.map((pos) => {
+      const b = Buffer.alloc(length)
+      return b.subarray(0, fs.readSync(fd, b, 0, length, pos)).toString('hex')
+    })
+    return { size: st.size, mode: st.mode, mtimeNs: st.mtimeNs, bytes }
+  } finally {
+    fs.closeSync(fd)
+  }
+}

@@ -14,6 +14,11 @@ export interface UnpackOptions {
    * `apply`: the layer is applied over destDir (squashing); whiteouts delete lower entries.
    */
   mode: UnpackMode
+  /**
+   * Keep times before 1970 (the tree is built by dirToErofs). Default: they
+   * become 1970, for mkfs.erofs 1.5, which would store the build time.
+   */
+  keepTimesBefore1970?: boolean
 }
 
 export interface UnpackStats {

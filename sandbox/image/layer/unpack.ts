@@ -71,6 +71,7 @@ class Unpacker {
   constructor(
     readonly root: string,
     readonly mode: 'layer' | 'apply',
+    readonly keepTimesBefore1970 = false,
   ) {
     this.#prefix = root.endsWith('/') ? root : root + '/'
   }
@@ -151,9 +152,9 @@ class Unpacker {
   }
 
   async entry(h: TarEntryHeader, r: TarReader): Promise<void> {
-    // the tree is built into a layer by mkfs.erofs 1.5, which stores a time before 1970 as the
-    // build time (it compares the seconds unsigned): 1970 is the nearest it keeps
-    if (h.mtime.sec < 0) h = { ...h, mtime: { sec: 0, nsec: 0 } }
+    // a tree built into a layer by mkfs.erofs 1.5, which stores a time before 1970 as the build
+    // time (it compares the seconds unsigned), gets 1970, the nearest it keeps
+    if (h.mtime.sec < 0 && !this.keepTimesBefore1970) h = { ...h, mtime: { sec: 0, nsec: 0 } }
     const k = classifyEntry(h, this.stats)
     if (k.kind === 'skip') return
     if (k.kind === 'opaque') return this.opaqueMarker(k.dir)
@@ -404,7 +405,7 @@ export async function unpackLayer(tar: Readable, destDir: string, opts: UnpackOp
     if (e instanceof StrataError) throw e
     throw new StrataError('INVALID_ARGUMENT', `destination ${destDir}: ${(e as Error).message}`, { cause: e })
   }
-  const u = new Unpacker(root, opts.mode)
+  const u = new Unpacker(root, opts.mode, opts.keepTimesBefore1970 ?? false)
   const r = new TarReader(tar)
   try {
     for (let h = await r.next(); h !== null; h = await r.next()) await u.entry(h, r)

@@ -31,7 +31,7 @@ import path from 'node:path'
 import { Readable, Transform, Writable, finished, pipeline, type TransformCallback } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { makeDirs } from '../../../fs/common/local-dirs.js'
-import { buildErofsFile, layerToTar, sha256File, tarToErofs, unpackLayer, type TarToErofsOptions } from '../layer/index.js'
+import { buildErofsFile, dirToErofs, layerToTar, sha256File, tarToErofs, unpackLayer, type TarToErofsOptions } from '../layer/index.js'
 import { decompressStream } from '../layer/decompress.js'
 import { NO_PROGRESS, formatBytes, type ProgressSink, type ProgressTask } from '../progress.js'
 import { TRANSIENT_LEASE_PREFIX, type ImageStore } from '../store.js'
@@ -332,31 +332,38 @@ class ImportRun {
    * (the DFS write runs beside the build, its queue slowing the build down
    * when it falls behind). Then the local image is hashed (page cache, on a
    * worker thread) while the last pieces are written, the digest is leased
-   * and the staging file renamed to the blob, and the diffId recorded. With
-   * `build` returning false (the layer was found by its diffId meanwhile)
-   * nothing is stored.
+   * and the staging file renamed to the blob, and the diffId recorded (asked
+   * for once the build is done: it may be computed from the built file
+   * meanwhile). With `build` returning false (the layer was found by its
+   * diffId meanwhile) nothing is stored.
    */
   async buildStreamed(
     file: string,
     build: (opts: TarToErofsOptions) => Promise<boolean>,
-    diffIdOf: () => string,
+    diffIdOf: () => string | Promise<string>,
     task: ProgressTask,
   ): Promise<{ digest: string; size: number; diffId: string } | null> {
     const stage = await this.store.stageBlob()
+    let diffId: Promise<string> | null = null
     try {
       if (!(await build({ onWrite: (bufs, at) => stage.push(bufs, at), ready: () => stage.ready() }))) {
         await stage.abort()
         return null
       }
       checkSignal(this.opts.signal)
+      diffId = Promise.resolve(diffIdOf())
+      diffId.catch(noop)
       const hashed = sha256File(file)
       hashed.catch(noop)
       await stage.drain()
       const h = await hashed
+      const did = await diffId
       const existed = await stage.publish(h.digest, h.size, () => this.lease(h.digest))
-      return await this.#stored(file, { ...h, existed }, diffIdOf(), task)
+      return await this.#stored(file, { ...h, existed }, did, task)
     } catch (e) {
       await stage.abort()
+      // a diffId read from the built file (a mount of it) is done before the work dir goes
+      await diffId?.catch(noop)
       throw e
     }
   }
@@ -431,9 +438,9 @@ async function blobMismatch(layer: OciLayerSource, label: string): Promise<Strat
   }
 }
 
-/** Unpacks one verified OCI layer into `dir`. */
-async function unpackVerified(layer: OciLayerSource, diffId: string, dir: string, mode: 'layer' | 'apply', label: string, task: ProgressTask, signal?: AbortSignal): Promise<void> {
-  await consumeVerified(layer, diffId, (tar) => unpackLayer(tar, dir, { mode }), label, task, signal)
+/** Unpacks one verified OCI layer into `dir` (`forMkfs`: mkfs.erofs builds the tree, times before 1970 become 1970). */
+async function unpackVerified(layer: OciLayerSource, diffId: string, dir: string, mode: 'layer' | 'apply', forMkfs: boolean, label: string, task: ProgressTask, signal?: AbortSignal): Promise<void> {
+  await consumeVerified(layer, diffId, (tar) => unpackLayer(tar, dir, { mode, keepTimesBefore1970: !forMkfs }), label, task, signal)
 }
 
 /** Hands the verified tar of one OCI layer to `consume` (an unpack or an EROFS build). */
@@ -518,7 +525,8 @@ async function importInto(run: ImportRun, src: OciImageSource): Promise<ImportRe
       const label = `layer ${i + 1}/${n} ${shortDigest(l.digest)}`
       const task = run.progress.start(`apply ${label}`, l.size)
       try {
-        await unpackVerified(l, layerDiffId(l, i), dir, 'apply', label, task, opts.signal)
+        // (uncompressed, the squashed tree is built by dirToErofs, which keeps times before 1970)
+        await unpackVerified(l, layerDiffId(l, i), dir, 'apply', Boolean(opts.compress), label, task, opts.signal)
       } finally {
         task.done()
       }
@@ -583,7 +591,7 @@ async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, 
       return { digest: stored!.digest, size: stored!.size }
     }
     await fs.promises.mkdir(dir)
-    await unpackVerified(l, diffId, dir, 'layer', label, task, run.opts.signal)
+    await unpackVerified(l, diffId, dir, 'layer', true, label, task, run.opts.signal)
     const { size } = await buildErofsFile(dir, file, { compress: run.opts.compress })
     checkSignal(run.opts.signal)
     const stored = await whileRemoving(dir, () => run.storeBuilt(file, size, diffId, task))
@@ -597,12 +605,31 @@ async function buildOciLayer(run: ImportRun, l: OciLayerSource, diffId: string, 
 /**
  * Builds a layer straight from a directory tree; its diffId is the digest of
  * the tar layerToTar makes of the built layer. `own`: the directory is ours
- * and is removed after the build.
+ * and is removed after the build. Uncompressed, the tree is walked into the
+ * one-pass builder a layer tar goes through (dirToErofs), and the layer goes
+ * into the store as it is built; with --compress mkfs.erofs builds it.
  */
 async function buildFromDir(run: ImportRun, dir: string, label: string, own: boolean): Promise<{ digest: string; size: number; diffId: string }> {
   const task = run.progress.start(`build ${label}`)
   try {
     const file = path.join(run.workDir, `${path.basename(dir)}-${crypto.randomBytes(4).toString('hex')}.erofs`)
+    if (!run.opts.compress) {
+      let removed: Promise<void> = Promise.resolve()
+      const stored = await run.buildStreamed(
+        file,
+        async (o) => {
+          // (a tree that holds the work dir, e.g. /tmp, must not take in the layer being written there)
+          await dirToErofs(dir, file, { ...o, ...(run.opts.signal ? { signal: run.opts.signal } : {}), onBytes: (n) => task.tick(n), skip: [run.workDir] })
+          if (own) removed = fs.promises.rm(dir, { recursive: true, force: true }).catch(noop)
+          return true
+        },
+        () => layerToTar(file, nullSink(), { tmpDir: run.workDir }).then((r) => r.diffId),
+        task,
+      )
+      await removed
+      run.layersBuilt++
+      return stored!
+    }
     const { size } = await buildErofsFile(dir, file, run.opts.compress ? { compress: run.opts.compress } : {})
     // the diffId (layerToTar of the built file) is computed while the file is hashed and uploaded
     const store = () => {

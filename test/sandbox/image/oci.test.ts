@@ -12,7 +12,7 @@ import { localTmp } from '../../helpers/image-cluster.js'
 import { useImageFixtureCluster } from '../../helpers/image-fixture-cluster.js'
 import { mountImage } from '../../helpers/image-mount.js'
 import { FIXTURE_TAG, readLayout, run, toDockerArchive, toOciArchive, toZstdLayout, umociUnpack, type OciFixture } from '../../helpers/oci-fixtures.js'
-import { diffTrees, snapshotTree, type Tree } from '../../helpers/tree-compare.js'
+import { diffTrees, sampleFile, snapshotTree, type Tree } from '../../helpers/tree-compare.js'
 
 const img = useImageFixtureCluster(test)
 let fx: OciFixture
@@ -148,6 +148,71 @@ test.serial('rootfs tarballs (plain, gzip, zstd) and a rootfs directory; squash'
   t.is(squashed.manifest.layers.length, 1)
   t.deepEqual(await treeDiffs(t, store, 'fx/squashed'), [])
   t.deepEqual(fs.readdirSync(dir).filter((f) => f.startsWith('strata-')), [])
+})
+
+test.serial('a rootfs directory keeps what its tarball keeps: times before 1970 to the nanosecond, a sparse file as holes, lost+found, odd names (the same layer)', async (t) => {
+  const dir = localTmp(t)
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(tree)
+  const sparse = 2 * 1024 ** 3
+  await run(
+    'sh',
+    [
+      '-euc',
+      `mkdir -p d lost+found
+       echo old > old
+       touch -d '1960-01-01 00:00:00.123456789' old
+       truncate -s ${sparse} sparse
+       printf abc | dd of=sparse bs=1 seek=1000000000 conv=notrunc status=none
+       echo lf > lost+found/x
+       printf nl > "$(printf 'a\\nb')"
+       echo x > d/a
+       ln d/a d/b
+       setfattr -n user.k -v v d/a
+       touch -d '1969-07-20 20:17:40' d`,
+    ],
+    { cwd: tree },
+  )
+  const store = await fresh()
+  const r = await importPath(store, tree, { name: 'fx/tree', workDir: dir })
+  // mkfs.erofs 1.5 stored the 2 GiB of holes as zeros
+  t.true(r.manifest.layers[0]!.size < 1024 * 1024, `a layer of ${r.manifest.layers[0]!.size} bytes`)
+  const root = await mountImage(t, store, (await store.resolve('fx/tree')).manifest, localTmp(t, 'strata-mnt-'))
+  const typeOnly = (rel: string): boolean => rel === 'sparse'
+  const want = await snapshotTree(tree, { typeOnly })
+  t.is(want.get('old')?.mtimeNs, -315619199876543211n)
+  t.deepEqual(diffTrees(await snapshotTree(root, { typeOnly }), want), [])
+  const at = [0, 1_000_000_000 - 8, sparse - 8]
+  t.deepEqual(sampleFile(path.join(root, 'sparse'), at), sampleFile(path.join(tree, 'sparse'), at))
+  t.is(fs.lstatSync(path.join(root, 'd'), { bigint: true }).mtimeNs, fs.lstatSync(path.join(tree, 'd'), { bigint: true }).mtimeNs)
+  // its tarball is the same layer: one builder for both
+  const tar = path.join(dir, 'tree.tar')
+  await run('tar', ['--sort=name', '--format=posix', '--sparse', '--xattrs', '--xattrs-include=*', '--numeric-owner', '-C', tree, '-cf', tar, '.'])
+  const fromTar = await importPath(store, tar, { name: 'fx/tree', tag: 'tar', workDir: dir })
+  t.is(fromTar.manifest.layers[0]!.digest, r.manifest.layers[0]!.digest)
+})
+
+test.serial('--squash keeps times before 1970 to the nanosecond (its tree is built by the one-pass builder now; with --compress mkfs.erofs 1.5 still holds 1970)', async (t) => {
+  const dir = localTmp(t)
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(tree)
+  fs.writeFileSync(path.join(tree, 'old'), 'old\n')
+  await run('touch', ['-d', '1960-01-01 00:00:00.123456789', path.join(tree, 'old')])
+  const layer = path.join(dir, 'old.tar')
+  await run('tar', ['--format=posix', '--numeric-owner', '-cf', layer, '-C', tree, 'old'])
+  const layout = path.join(dir, 'oci')
+  await run('umoci', ['init', '--layout', layout])
+  await run('umoci', ['new', '--image', `${layout}:t`])
+  await run('umoci', ['raw', 'add-layer', '--image', `${layout}:t`, layer])
+  const store = await fresh()
+  const mtime = async (ref: string): Promise<bigint> => {
+    const root = await mountImage(t, store, (await store.resolve(ref)).manifest, localTmp(t, 'strata-mnt-'))
+    return fs.lstatSync(path.join(root, 'old'), { bigint: true }).mtimeNs
+  }
+  await importPath(store, layout, { name: 'old/squash', squash: true, workDir: dir })
+  t.is(await mtime('old/squash'), -315619199876543211n)
+  await importPath(store, layout, { name: 'old/squash', tag: 'lz4', squash: true, compress: 'lz4', workDir: dir })
+  t.is(await mtime('old/squash:lz4'), 0n)
 })
 
 test.serial('dedup: the same import twice is stored once; two images sharing a base store the base once', async (t) => {
