@@ -607,7 +607,7 @@ async function buildFromDir(run: ImportRun, dir: string, label: string, own: boo
     // the diffId (layerToTar of the built file) is computed while the file is hashed and uploaded
     const store = () => {
       checkSignal(run.opts.signal)
-      return run.storeBuilt(file, size, layerToTar(file, nullSink(), { tmpDir: run.workDir }).then((r) => r.diffId), task)
+      return run.storeBuilt(file, size, layerToTar(file, nullSink(), { tmpDir: run.workDir, signal: run.opts.signal }).then((r) => r.diffId), task)
     }
     const stored = own ? await whileRemoving(dir, store) : await store()
     run.layersBuilt++

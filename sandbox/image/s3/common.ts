@@ -33,7 +33,12 @@ export interface TransferStore {
 
 /** Progress reporting as sandbox/image/progress.ts provides it. */
 export interface TransferProgress {
-  start(label: string, total?: number): { tick(bytes: number): void; done(note?: string): void }
+  start(label: string, total?: number): TransferTask
+}
+
+export interface TransferTask {
+  tick(bytes: number): void
+  done(note?: string): void
 }
 
 export interface S3TransferOptions extends S3ClientInit {
@@ -169,6 +174,16 @@ export async function allOrAbort<T>(outer: AbortSignal | undefined, tasks: Array
   } finally {
     ac.dispose()
   }
+}
+
+/**
+ * How a blob's progress task ends when its transfer failed: no note once the
+ * command was cancelled (the sink marks it interrupted, where it stopped),
+ * else the failure's code.
+ */
+export function endNote(e: unknown, outer: AbortSignal | undefined): string | undefined {
+  if (outer?.aborted) return undefined
+  return `failed: ${(e as StrataError).code ?? (e as Error).message}`
 }
 
 export function shortDigest(d: string): string {

@@ -212,6 +212,28 @@ test('layerToTar: an output destroyed by its reader (cancellation) fails the cal
   t.deepEqual(fs.readdirSync(tmp), [])
 })
 
+test('layerToTar stops at its signal (Ctrl-C of an export or docker push): the signal\'s reason, little more written, unmounted', async (t) => {
+  // an 8 MiB file: the writer's batches are 256 KiB, so the tar is many batches long
+  const { work, file: img } = await oneFileLayer(t, 'big', 'x'.repeat(8 << 20))
+  const ac = new AbortController()
+  let written = 0
+  const out = new Writable({
+    write(c: Buffer, _e, cb) {
+      written += c.length
+      // the first batch: as if Ctrl-C came while the tar was being made
+      if (!ac.signal.aborted) ac.abort(Object.assign(new Error('stop here'), { code: 'CANCELLED' }))
+      cb()
+    },
+  })
+  const tmp = path.join(work, 'mnt')
+  fs.mkdirSync(tmp)
+  await t.throwsAsync(layerToTar(img, out, { tmpDir: tmp, signal: ac.signal }), { message: 'stop here' })
+  // the old code ignored the signal and wrote the whole tar (8 MiB and its headers)
+  t.true(written < 4 << 20, `${written} bytes written after the abort`)
+  t.deepEqual(mountsUnder(tmp), [])
+  t.deepEqual(fs.readdirSync(tmp), [])
+})
+
 test('the EROFS mounts of a process killed with SIGKILL are removed by the next layerToTar', async (t) => {
   const { work, file } = await oneFileLayer(t, 'a', 'a')
   // a real layerToTar in a child process, SIGKILLed while its layer is mounted
