@@ -2,6 +2,8 @@ import test, { type ExecutionContext } from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
 import { Writable } from 'node:stream'
+import { execFileSync } from 'node:child_process'
+import { MNT, native } from '../../../../fs/common/native.js'
 import tarStream from 'tar-stream'
 import { EROFS_SUPERBLOCK_BYTES, EROFS_SUPERBLOCK_OFFSET, buildErofs, erofsIsPlain, layerToTar, readTar, tarToErofs, unpackLayer } from '../../../../sandbox/image/layer/index.js'
 import { run } from '../../../helpers/oci-fixtures.js'
@@ -232,6 +234,29 @@ test('layerToTar stops at its signal (Ctrl-C of an export or docker push): the s
   t.true(written < 4 << 20, `${written} bytes written after the abort`)
   t.deepEqual(mountsUnder(tmp), [])
   t.deepEqual(fs.readdirSync(tmp), [])
+})
+
+const canLoop = process.getuid?.() === 0 && fs.existsSync('/dev/loop-control')
+
+;(canLoop ? test : test.skip)('a layer file and mount point on tmpfs (a --work-dir or /tmp that is tmpfs): mounted through a loop device, the same tar; the device goes with the unmount', async (t) => {
+  const { work, file: onDisk } = await oneFileLayer(t, 'greeting', 'hello from tmpfs\n')
+  const expected = await tarOf(onDisk, work)
+  const shm = path.join(work, 'shm')
+  fs.mkdirSync(shm)
+  native().mount('tmpfs', shm, 'tmpfs', 0, 'size=16m')
+  t.teardown(() => {
+    if (mountsUnder(shm).length > 0) native().umount2(shm, MNT.DETACH)
+  })
+  const file = path.join(shm, 'layer.erofs')
+  fs.copyFileSync(onDisk, file)
+  // the old code: IMAGE_BAD_LAYER 'mounting … as EROFS: mount: Block device required' (the kernel reads a file-backed EROFS through read_folio, which tmpfs has not)
+  const got = await tarOf(file, shm)
+  t.true(got.bytes.equals(expected.bytes))
+  t.is(got.diffId, expected.diffId)
+  t.deepEqual(mountsUnder(shm), [shm])
+  t.deepEqual(fs.readdirSync(shm), ['layer.erofs'])
+  const loops = execFileSync('losetup', ['-j', file], { encoding: 'utf8' }).trim()
+  t.is(loops, '', 'no loop device left on the file')
 })
 
 test('the EROFS mounts of a process killed with SIGKILL are removed by the next layerToTar', async (t) => {
