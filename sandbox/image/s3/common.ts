@@ -176,16 +176,6 @@ export async function allOrAbort<T>(outer: AbortSignal | undefined, tasks: Array
   }
 }
 
-/**
- * How a blob's progress task ends when its transfer failed: no note once the
- * command was cancelled (the sink marks it interrupted, where it stopped),
- * else the failure's code.
- */
-export function endNote(e: unknown, outer: AbortSignal | undefined): string | undefined {
-  if (outer?.aborted) return undefined
-  return `failed: ${(e as StrataError).code ?? (e as Error).message}`
-}
-
 export function shortDigest(d: string): string {
   return d.slice('sha256:'.length, 'sha256:'.length + 12)
 }

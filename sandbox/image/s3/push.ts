@@ -31,7 +31,6 @@ import {
   linkedSignal,
   cancelled,
   isAbort,
-  endNote,
   shortDigest,
   type PushResult,
   type TransferTask,
@@ -198,7 +197,9 @@ async function pushBlob(ctx: PushCtx, key: string, layer: LayerRef, signal: Abor
   try {
     return await uploadBlob(ctx, key, layer, signal, task)
   } catch (e) {
-    task?.done(endNote(e, ctx.opts.signal))
+    // cut short by Ctrl-C: ended with no note, so that the sink shows it interrupted where it stopped
+    // (a failure leaves it as it is: the error line says what failed)
+    if (ctx.opts.signal?.aborted) task?.done()
     throw e
   }
 }
