@@ -454,8 +454,19 @@ async function consumeVerified(
     tar?.destroy()
     if (e instanceof StrataError && (e.code === 'IMAGE_DIGEST_MISMATCH' || e.code === 'IMAGE_SIZE_MISMATCH' || e.code === 'CANCELLED')) throw e
     checkSignal(signal)
-    throw (await blobMismatch(layer, label)) ?? e
+    throw (await blobMismatch(layer, label)) ?? inLayer(e, label)
   }
+}
+
+/**
+ * A malformed layer tar whose blob matches its digest (the image was made
+ * broken, e.g. a tar cut short before its end blocks): the tar reader's
+ * message names no layer ("tar: Unexpected end of data"), so it gets the
+ * layer's label, as other import errors name their file.
+ */
+function inLayer(e: unknown, label: string): unknown {
+  if (!(e instanceof StrataError) || e.code !== 'IMAGE_BAD_ARCHIVE' || e.reason.includes(label)) return e
+  return new StrataError(e.code, `${label}: ${e.reason}`, { cause: e })
 }
 
 /** Runs `fn` over `items` with at most `limit` at a time, keeping result order. */
