@@ -567,6 +567,12 @@ test.serial('export refuses a directory or a missing directory as OUT, before an
   const c = await strata(['image', ...img.ic.cliArgs, 'compose', 'tiny/twice', '--base', 'tiny/gz', '--toolkit', 'tiny/gz'])
   t.is(c.code, 1)
   t.regex(c.stderr, /^strata: INVALID_ARGUMENT: tiny\/gz:latest adds no layers to the images before it/m)
+  // --base and --workspace take one image: a second one was dropped in silence (the last won), unlike --toolkit's
+  for (const flag of ['--base', '--workspace']) {
+    const twice = await strata(['image', ...img.ic.cliArgs, 'compose', 'tiny/twice', ...(flag === '--base' ? [] : ['--base', 'tiny/gz']), flag, 'tiny/gz', flag, 'tiny/other'])
+    t.is(twice.code, 2, twice.stderr)
+    t.regex(twice.stderr, new RegExp(`^strata: usage: .*${flag} is given once \\("tiny/gz", then "tiny/other"\\); more parts stack with --toolkit`), flag)
+  }
 })
 
 test.serial('a containers/image dir: copy (skopeo copy … dir:, podman save --format docker-dir) is IMAGE_BAD_ARCHIVE saying what it is, not built as a rootfs of blob files; a rootfs with its own /version file stays a rootfs', async (t) => {
