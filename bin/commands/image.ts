@@ -12,7 +12,7 @@ import { LAYER_KINDS, formatImageRef, parseImageRef, type ImageManifest, type La
 import { secondsSince, withImageStore } from './image-store.js'
 import { closeInPlace, localDestination, localError, openInPlace } from './local-files.js'
 import { registerImageTransfer } from './image-transfer.js'
-import { EXIT_SIGPIPE, UsageError, addressListArg, dirArg, choiceArg, out, printJson, timerSecondsArg } from './output.js'
+import { EXIT_SIGPIPE, UsageError, addressListArg, dirArg, choiceArg, onceArg, out, printJson, timerSecondsArg } from './output.js'
 
 function short(digest: string): string {
   return digest.slice('sha256:'.length, 'sha256:'.length + 12)
@@ -113,8 +113,8 @@ export function registerImageCommands(program: Command): Command {
   g.command('compose')
     .description('make an image from stored images\' layers (no data copied): base, then workspace, then toolkits')
     .argument('<name>', 'NAME[:TAG] of the new image')
-    .requiredOption('--base <image>', 'base image (OS and runtimes); required')
-    .option('--workspace <image>', 'workspace image (repository and task dependencies)')
+    .requiredOption('--base <image>', 'base image (OS and runtimes); required, once', onceArg('--base', 'more parts stack with --toolkit'))
+    .option('--workspace <image>', 'workspace image (repository and task dependencies); at most once', onceArg('--workspace', 'more parts stack with --toolkit'))
     .option('--toolkit <image>', 'toolkit image (repeatable, stacked in order)', (v: string, prev: string[] | undefined) => [...(prev ?? []), v])
     .option('--json', 'print JSON')
     .action((nameArg: string, o: { base: string; workspace?: string; toolkit?: string[] }, cmd: Command) =>

@@ -67,6 +67,19 @@ export function intArg(what: string, opts: { min?: number; max?: number; hex?: b
   }
 }
 
+/**
+ * A parser for an option that takes one value, beside options that repeat
+ * (compose's --base and --workspace next to --toolkit): given twice it is a
+ * usage error instead of the last one silently winning, which drops a part
+ * the user meant to stack.
+ */
+export function onceArg(flag: string, hint: string): (v: string, prev: string | undefined) => string {
+  return (v: string, prev: string | undefined) => {
+    if (prev !== undefined) throw new InvalidArgumentError(`${flag} is given once (${JSON.stringify(prev)}, then ${JSON.stringify(v)}); ${hint}`)
+    return v
+  }
+}
+
 /** A parser that keeps the string, refusing what `check` throws on as a usage error. */
 function checkedArg(check: (v: string) => unknown): (v: string) => string {
   return (v: string) => {

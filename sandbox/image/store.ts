@@ -827,8 +827,8 @@ export class ImageStore {
   }
 
   /** Copies a blob to a local file (created or truncated). */
-  async copyBlobToFile(digest: string, localPath: string): Promise<void> {
-    await pipeline(this.readBlob(digest), fs.createWriteStream(localPath))
+  async copyBlobToFile(digest: string, localPath: string, signal?: AbortSignal): Promise<void> {
+    await pipeline(this.readBlob(digest), fs.createWriteStream(localPath), signal ? { signal } : {})
   }
 
   // --- manifests

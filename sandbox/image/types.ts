@@ -124,10 +124,15 @@ export function parseImageRef(input: string): ImageRef {
   if (colon > rest.lastIndexOf('/')) {
     tag = rest.slice(colon + 1)
     rest = rest.slice(0, colon)
-    if (!isValidTag(tag)) throw new StrataError('IMAGE_INVALID_REFERENCE', `invalid tag ${JSON.stringify(tag)} in ${JSON.stringify(input)}`)
+    if (!isValidTag(tag)) {
+      // a tag that only breaks the length rule is told so: the grammar alone would not say what is wrong
+      const why = tag.length > 128 && TAG_RE.test(tag.slice(0, 128)) ? `${tag.length} characters, at most 128` : 'a tag is [A-Za-z0-9_][A-Za-z0-9._-]*, at most 128 characters'
+      throw new StrataError('IMAGE_INVALID_REFERENCE', `invalid tag ${JSON.stringify(tag)} in ${JSON.stringify(input)} (${why})`)
+    }
   }
   if (!isValidName(rest)) {
-    throw new StrataError('IMAGE_INVALID_REFERENCE', `invalid image name ${JSON.stringify(rest)} (lowercase [a-z0-9] components joined by . _ - and /, optionally after a registry HOST[:PORT]/)`)
+    const why = rest.length > 255 && NAME_RE.test(rest) ? `${rest.length} characters, at most 255` : 'lowercase [a-z0-9] components joined by . _ - and /, optionally after a registry HOST[:PORT]/; at most 255 characters'
+    throw new StrataError('IMAGE_INVALID_REFERENCE', `invalid image name ${JSON.stringify(rest)} (${why})`)
   }
   const ref: ImageRef = { name: rest }
   if (tag !== undefined) ref.tag = tag

@@ -139,15 +139,19 @@ export class TarWriter {
   #error: unknown = null
   #buf: Buffer = Buffer.allocUnsafe(BATCH)
   #pos = 0
+  #signal: AbortSignal | undefined
 
-  constructor(out: Writable) {
+  /** `signal` stops the tar between two batches: the call writing fails with its reason. */
+  constructor(out: Writable, signal?: AbortSignal) {
     this.#out = out
+    this.#signal = signal
     out.on('error', (e) => {
       this.#error ??= e
     })
   }
 
   #check(): void {
+    this.#signal?.throwIfAborted()
     if (this.#error !== null) throw toStrataError(this.#error, 'IO_ERROR')
     if (this.#out.destroyed) throw toStrataError(new Error('output stream destroyed before the tar was written'), 'IO_ERROR')
   }

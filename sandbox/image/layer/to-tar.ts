@@ -227,7 +227,7 @@ class LayerWalker {
  */
 export async function layerToTar(erofsFile: string, out: Writable, opts: LayerToTarOptions = {}): Promise<LayerToTarResult> {
   return withErofsMount(erofsFile, opts.tmpDir, async (mp) => {
-    const w = new TarWriter(out)
+    const w = new TarWriter(out, opts.signal)
     const walker = new LayerWalker(w, mp)
     try {
       await walker.dir(mp, '', lstat(mp))

@@ -50,6 +50,11 @@ export interface LayerToTarOptions {
   end?: boolean
   /** Directory for the private temporary mount point (default os.tmpdir()). */
   tmpDir?: string
+  /**
+   * Stops the tar part-way (Ctrl-C of an export or a docker push): the call
+   * rejects with the signal's reason, `out` is destroyed and the layer unmounted.
+   */
+  signal?: AbortSignal
 }
 
 export interface LayerToTarResult {

@@ -132,7 +132,7 @@ export async function exportOciArchive(store: ImageStore, ref: string | ImageRef
           opts.signal ? { signal: opts.signal } : {},
         )
         const file = path.join(work, `${i}.tar`)
-        const t = await layerToTar(erofs, fs.createWriteStream(file), { tmpDir: work })
+        const t = await layerToTar(erofs, fs.createWriteStream(file), { tmpDir: work, signal: opts.signal })
         opts.signal?.throwIfAborted()
         await fs.promises.rm(erofs, { force: true })
         tars.set(l.digest, { file, diffId: t.diffId, size: t.size })

@@ -461,8 +461,19 @@ async function consumeVerified(
     tar?.destroy()
     if (e instanceof StrataError && (e.code === 'IMAGE_DIGEST_MISMATCH' || e.code === 'IMAGE_SIZE_MISMATCH' || e.code === 'CANCELLED')) throw e
     checkSignal(signal)
-    throw (await blobMismatch(layer, label)) ?? e
+    throw (await blobMismatch(layer, label)) ?? inLayer(e, label)
   }
+}
+
+/**
+ * A malformed layer tar whose blob matches its digest (the image was made
+ * broken, e.g. a tar cut short before its end blocks): the tar reader's
+ * message names no layer ("tar: Unexpected end of data"), so it gets the
+ * layer's label, as other import errors name their file.
+ */
+function inLayer(e: unknown, label: string): unknown {
+  if (!(e instanceof StrataError) || e.code !== 'IMAGE_BAD_ARCHIVE' || e.reason.includes(label)) return e
+  return new StrataError(e.code, `${label}: ${e.reason}`, { cause: e })
 }
 
 /** Runs `fn` over `items` with at most `limit` at a time, keeping result order. */
@@ -634,7 +645,7 @@ async function buildFromDir(run: ImportRun, dir: string, label: string, own: boo
     // the diffId (layerToTar of the built file) is computed while the file is hashed and uploaded
     const store = () => {
       checkSignal(run.opts.signal)
-      return run.storeBuilt(file, size, layerToTar(file, nullSink(), { tmpDir: run.workDir }).then((r) => r.diffId), task)
+      return run.storeBuilt(file, size, layerToTar(file, nullSink(), { tmpDir: run.workDir, signal: run.opts.signal }).then((r) => r.diffId), task)
     }
     const stored = own ? await whileRemoving(dir, store) : await store()
     run.layersBuilt++

@@ -213,7 +213,8 @@ export async function pullRegistry(store: ImageStore, url: string, opts: PullOpt
           await client.getBlobToFile(l.digest, l.size, file, (n) => task?.tick(n))
           task?.done()
         } catch (e) {
-          task?.done(`failed: ${(e as StrataError).code ?? (e as Error).message}`)
+          // cut short by Ctrl-C: no note, so that the sink marks it interrupted
+          task?.done(opts.signal?.aborted ? undefined : `failed: ${(e as StrataError).code ?? (e as Error).message}`)
           throw e
         }
         blobsFetched++

@@ -100,7 +100,7 @@ export function defaultLayerCacheDir(): string {
 }
 
 /** The layer as an OCI tar.gz in `outFile`: diffId (tar sha256), gzip digest and size. */
-async function buildLayerTarGz(erofsFile: string, outFile: string, tmpDir: string, onTarBytes?: (n: number) => void): Promise<OciLayer> {
+async function buildLayerTarGz(erofsFile: string, outFile: string, tmpDir: string, onTarBytes?: (n: number) => void, signal?: AbortSignal): Promise<OciLayer> {
   const gzip = zlib.createGzip({ level: GZIP_LEVEL })
   const hash = crypto.createHash('sha256')
   let size = 0
@@ -121,7 +121,7 @@ async function buildLayerTarGz(erofsFile: string, outFile: string, tmpDir: strin
   const written = pipeline(tarBytes, gzip, count, fs.createWriteStream(outFile))
   let tar: { diffId: string; size: number }
   try {
-    tar = await layerToTar(erofsFile, tarBytes, { tmpDir })
+    tar = await layerToTar(erofsFile, tarBytes, { tmpDir, signal })
   } catch (e) {
     tarBytes.destroy(e as Error)
     await written.catch(() => undefined)
@@ -190,7 +190,8 @@ export async function pushRegistry(store: ImageStore, ref: string, url: string, 
       await client.uploadBlob(file, digest, size, (n) => task?.tick(n))
       task?.done()
     } catch (e) {
-      task?.done(`failed: ${(e as StrataError).code ?? (e as Error).message}`)
+      // cut short by Ctrl-C: no note, so that the sink marks it interrupted
+      task?.done(opts.signal?.aborted ? undefined : `failed: ${(e as StrataError).code ?? (e as Error).message}`)
       throw e
     }
     pushedBlobs++
@@ -222,11 +223,12 @@ export async function pushRegistry(store: ImageStore, ref: string, url: string, 
       const task = progress?.start(`tar+gzip ${shortDigest(layer.digest)}`)
       let built: OciLayer
       try {
-        await store.copyBlobToFile(layer.digest, erofs)
-        built = await buildLayerTarGz(erofs, tgz, work, (n) => task?.tick(n))
+        // both stop on Ctrl-C: a layer of gigabytes takes minutes to copy and gzip
+        await store.copyBlobToFile(layer.digest, erofs, opts.signal)
+        built = await buildLayerTarGz(erofs, tgz, work, (n) => task?.tick(n), opts.signal)
         task?.done()
       } catch (e) {
-        task?.done('failed')
+        task?.done(opts.signal?.aborted ? undefined : 'failed')
         throw e
       } finally {
         await fs.promises.rm(erofs, { force: true })
@@ -275,6 +277,9 @@ export async function pushRegistry(store: ImageStore, ref: string, url: string, 
       blobsSkipped: skippedBlobs,
       bytesSent: bytes,
     }
+  } catch (e) {
+    // the layer copy and its tar stop with the signal's own reason (an AbortError from a bare AbortController)
+    throw opts.signal?.aborted ? client.fail(e, `push ${ref}`) : e
   } finally {
     await uploading.catch(() => undefined)
     await fs.promises.rm(work, { recursive: true, force: true })

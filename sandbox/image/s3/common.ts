@@ -33,7 +33,12 @@ export interface TransferStore {
 
 /** Progress reporting as sandbox/image/progress.ts provides it. */
 export interface TransferProgress {
-  start(label: string, total?: number): { tick(bytes: number): void; done(note?: string): void }
+  start(label: string, total?: number): TransferTask
+}
+
+export interface TransferTask {
+  tick(bytes: number): void
+  done(note?: string): void
 }
 
 export interface S3TransferOptions extends S3ClientInit {

@@ -12,7 +12,7 @@ import { TRANSIENT_LEASE_PREFIX } from '../store.js'
 import { DEFAULT_TAG, isDigest, parseImageRef, sha256Digest, validateManifest, type LayerRef } from '../types.js'
 import { EROFS_SUPERBLOCK_BYTES, EROFS_SUPERBLOCK_OFFSET, erofsIsPlain } from '../layer/erofs.js'
 import { atEndpoint, createS3Client, isNotFound, isTimeout, s3Error } from './client.js'
-import { Limiter, allOrAbort, cancelled, linkedSignal, shortDigest, type PullResult, type S3TransferOptions, type TransferStore } from './common.js'
+import { Limiter, allOrAbort, cancelled, linkedSignal, shortDigest, type PullResult, type TransferTask, type S3TransferOptions, type TransferStore } from './common.js'
 import { blobKey, formatS3, manifestKey, parseS3ImageUrl, tagKey, withPrefix } from './url.js'
 
 /** Largest manifest or tag object accepted. */
@@ -234,8 +234,19 @@ function rangeTotal(cr: string | undefined): number | undefined {
 
 /** Stores one blob unless the store has it; true when bytes were fetched. */
 async function pullBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal): Promise<boolean> {
-  const { store, bucket } = ctx
   const task = ctx.opts.progress?.start(`pull ${shortDigest(layer.digest)}`, layer.size)
+  try {
+    return await fetchBlob(ctx, layer, signal, task)
+  } catch (e) {
+    // cut short by Ctrl-C: ended with no note, so that the sink shows it interrupted where it stopped
+    // (a failure leaves it as it is: the error line says what failed)
+    if (ctx.opts.signal?.aborted) task?.done()
+    throw e
+  }
+}
+
+async function fetchBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal, task: TransferTask | undefined): Promise<boolean> {
+  const { store, bucket } = ctx
   const have = await store.statBlob(layer.digest)
   if (have && have.size === layer.size) {
     task?.tick(layer.size)

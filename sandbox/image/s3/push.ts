@@ -33,6 +33,7 @@ import {
   isAbort,
   shortDigest,
   type PushResult,
+  type TransferTask,
   type S3TransferOptions,
   type TransferStore,
 } from './common.js'
@@ -193,6 +194,17 @@ async function put(ctx: PushCtx, key: string, body: Buffer, contentType: string,
 /** Uploads one blob unless the bucket has it; true when bytes were sent. */
 async function pushBlob(ctx: PushCtx, key: string, layer: LayerRef, signal: AbortSignal): Promise<boolean> {
   const task = ctx.opts.progress?.start(`push ${shortDigest(layer.digest)}`, layer.size)
+  try {
+    return await uploadBlob(ctx, key, layer, signal, task)
+  } catch (e) {
+    // cut short by Ctrl-C: ended with no note, so that the sink shows it interrupted where it stopped
+    // (a failure leaves it as it is: the error line says what failed)
+    if (ctx.opts.signal?.aborted) task?.done()
+    throw e
+  }
+}
+
+async function uploadBlob(ctx: PushCtx, key: string, layer: LayerRef, signal: AbortSignal, task: TransferTask | undefined): Promise<boolean> {
   const existing = await head(ctx, key, signal)
   if (existing === layer.size) {
     task?.tick(layer.size)

@@ -211,6 +211,16 @@ test.serial('malformed and truncated archives', async (t) => {
   await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [tiny, '--name', 'bad/tiny'])
   await expectFailure(t, 'IMAGE_BAD_MANIFEST', [badJson, '--name', 'bad/json'])
   await expectFailure(t, 'NOT_FOUND', [path.join(dir, 'nope.tar'), '--name', 'bad/nope'])
+  // a layer tar cut short before its end blocks in an image whose digests all match (umoci insert writes such
+  // layers): the message names the layer (it said only 'tar: Unexpected end of data'), with and without --squash
+  fs.writeFileSync(path.join(dir, 'f'), 'hello\n')
+  await run('tar', ['--numeric-owner', '-cf', path.join(dir, 'whole.tar'), '-C', dir, 'f'])
+  const shortTar = path.join(dir, 'short-layer.tar')
+  fs.writeFileSync(shortTar, fs.readFileSync(path.join(dir, 'whole.tar')).subarray(0, 1030))
+  const shortLayout = await layoutWithLayer(dir, 'short-layer', shortTar)
+  for (const extra of [[], ['--squash']]) {
+    t.regex(await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [shortLayout, '--name', 'bad/short-layer', ...extra]), /strata: IMAGE_BAD_ARCHIVE: (apply )?layer \d+\/\d+ [0-9a-f]{12}: tar: /, extra.join(' '))
+  }
 })
 
 test.serial('a sparse member of 1 TiB (a tar of a few KiB): the default build keeps its hole as a hole (a layer of a few KiB); --compress and --squash, which unpack it, refuse it naming the 1 GiB hole cap before any zeros are written', async (t) => {
@@ -557,6 +567,12 @@ test.serial('export refuses a directory or a missing directory as OUT, before an
   const c = await strata(['image', ...img.ic.cliArgs, 'compose', 'tiny/twice', '--base', 'tiny/gz', '--toolkit', 'tiny/gz'])
   t.is(c.code, 1)
   t.regex(c.stderr, /^strata: INVALID_ARGUMENT: tiny\/gz:latest adds no layers to the images before it/m)
+  // --base and --workspace take one image: a second one was dropped in silence (the last won), unlike --toolkit's
+  for (const flag of ['--base', '--workspace']) {
+    const twice = await strata(['image', ...img.ic.cliArgs, 'compose', 'tiny/twice', ...(flag === '--base' ? [] : ['--base', 'tiny/gz']), flag, 'tiny/gz', flag, 'tiny/other'])
+    t.is(twice.code, 2, twice.stderr)
+    t.regex(twice.stderr, new RegExp(`^strata: usage: .*${flag} is given once \\("tiny/gz", then "tiny/other"\\); more parts stack with --toolkit`), flag)
+  }
 })
 
 test.serial('a containers/image dir: copy (skopeo copy … dir:, podman save --format docker-dir) is IMAGE_BAD_ARCHIVE saying what it is, not built as a rootfs of blob files; a rootfs with its own /version file stays a rootfs', async (t) => {

@@ -14,4 +14,8 @@ test('names: OCI repository components, optionally after a registry HOST[:PORT]/
   // a port with nothing after it is a tag, as in Docker
   t.deepEqual(parseImageRef('localhost:5000'), { name: 'localhost', tag: '5000' })
   t.throws(() => parseImageRef('Foo/bar:1'), { code: 'IMAGE_INVALID_REFERENCE' })
+  // too long, and nothing else wrong: the message says so (it gave only the grammar, which the name meets)
+  t.throws(() => parseImageRef(`${'a'.repeat(256)}:v1`), { code: 'IMAGE_INVALID_REFERENCE', message: /invalid image name "a{256}" \(256 characters, at most 255\)$/ })
+  t.throws(() => parseImageRef(`app:${'t'.repeat(129)}`), { code: 'IMAGE_INVALID_REFERENCE', message: /invalid tag "t{129}" in "app:t{129}" \(129 characters, at most 128\)$/ })
+  t.throws(() => parseImageRef('app:-x'), { code: 'IMAGE_INVALID_REFERENCE', message: /invalid tag "-x" in "app:-x" \(a tag is \[A-Za-z0-9_\]\[A-Za-z0-9._-\]\*, at most 128 characters\)$/ })
 })

@@ -2,6 +2,8 @@ import test, { type ExecutionContext } from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
 import { Writable } from 'node:stream'
+import { execFileSync } from 'node:child_process'
+import { MNT, native } from '../../../../fs/common/native.js'
 import tarStream from 'tar-stream'
 import { EROFS_SUPERBLOCK_BYTES, EROFS_SUPERBLOCK_OFFSET, buildErofs, erofsIsPlain, layerToTar, readTar, tarToErofs, unpackLayer } from '../../../../sandbox/image/layer/index.js'
 import { run } from '../../../helpers/oci-fixtures.js'
@@ -210,6 +212,51 @@ test('layerToTar: an output destroyed by its reader (cancellation) fails the cal
   await t.throwsAsync(layerToTar(img, out, { tmpDir: tmp }))
   t.deepEqual(mountsUnder(tmp), [])
   t.deepEqual(fs.readdirSync(tmp), [])
+})
+
+test('layerToTar stops at its signal (Ctrl-C of an export or docker push): the signal\'s reason, little more written, unmounted', async (t) => {
+  // an 8 MiB file: the writer's batches are 256 KiB, so the tar is many batches long
+  const { work, file: img } = await oneFileLayer(t, 'big', 'x'.repeat(8 << 20))
+  const ac = new AbortController()
+  let written = 0
+  const out = new Writable({
+    write(c: Buffer, _e, cb) {
+      written += c.length
+      // the first batch: as if Ctrl-C came while the tar was being made
+      if (!ac.signal.aborted) ac.abort(Object.assign(new Error('stop here'), { code: 'CANCELLED' }))
+      cb()
+    },
+  })
+  const tmp = path.join(work, 'mnt')
+  fs.mkdirSync(tmp)
+  await t.throwsAsync(layerToTar(img, out, { tmpDir: tmp, signal: ac.signal }), { message: 'stop here' })
+  // the old code ignored the signal and wrote the whole tar (8 MiB and its headers)
+  t.true(written < 4 << 20, `${written} bytes written after the abort`)
+  t.deepEqual(mountsUnder(tmp), [])
+  t.deepEqual(fs.readdirSync(tmp), [])
+})
+
+const canLoop = process.getuid?.() === 0 && fs.existsSync('/dev/loop-control')
+
+;(canLoop ? test : test.skip)('a layer file and mount point on tmpfs (a --work-dir or /tmp that is tmpfs): mounted through a loop device, the same tar; the device goes with the unmount', async (t) => {
+  const { work, file: onDisk } = await oneFileLayer(t, 'greeting', 'hello from tmpfs\n')
+  const expected = await tarOf(onDisk, work)
+  const shm = path.join(work, 'shm')
+  fs.mkdirSync(shm)
+  native().mount('tmpfs', shm, 'tmpfs', 0, 'size=16m')
+  t.teardown(() => {
+    if (mountsUnder(shm).length > 0) native().umount2(shm, MNT.DETACH)
+  })
+  const file = path.join(shm, 'layer.erofs')
+  fs.copyFileSync(onDisk, file)
+  // the old code: IMAGE_BAD_LAYER 'mounting … as EROFS: mount: Block device required' (the kernel reads a file-backed EROFS through read_folio, which tmpfs has not)
+  const got = await tarOf(file, shm)
+  t.true(got.bytes.equals(expected.bytes))
+  t.is(got.diffId, expected.diffId)
+  t.deepEqual(mountsUnder(shm), [shm])
+  t.deepEqual(fs.readdirSync(shm), ['layer.erofs'])
+  const loops = execFileSync('losetup', ['-j', file], { encoding: 'utf8' }).trim()
+  t.is(loops, '', 'no loop device left on the file')
 })
 
 test('the EROFS mounts of a process killed with SIGKILL are removed by the next layerToTar', async (t) => {

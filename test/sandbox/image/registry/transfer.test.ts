@@ -3,6 +3,7 @@
 // made by umoci go in with skopeo and come out as EROFS layers whose overlay
 // equals `umoci unpack`; images Strata pushes come out with skopeo and unpack
 // with umoci to the same tree.
+import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 import anyTest, { type ExecutionContext, type TestFn } from 'ava'
@@ -361,4 +362,41 @@ t0('(6) progress: tar+gzip counts the tar as it is made; a blob the registry has
   t.is(r2.digest, r1.digest)
   t.deepEqual([r2.pushedBlobs, r2.skippedBlobs], [0, 3])
   t.deepEqual(second.tasks.filter((x) => x.label.startsWith('push ')).map((x) => x.note), ['exists', 'exists', 'exists'])
+})
+
+t0('(7) Ctrl-C while a layer is tar+gzipped stops the tar there (it ran to the end of the layer): CANCELLED, the task interrupted, nothing uploaded, work files removed', async (t) => {
+  const dir = localTmp(t, 'strata-reg-')
+  const tree = path.join(dir, 'tree')
+  fs.mkdirSync(tree)
+  fs.writeFileSync(path.join(tree, 'big'), crypto.randomBytes(16 << 20))
+  const tar = path.join(dir, 'rootfs.tar')
+  await run('tar', ['--numeric-owner', '-cf', tar, '-C', tree, 'big'])
+  const store = await freshStore(t)
+  await importPath(store, tar, { name: 'cancel', tag: 't', workDir: dir })
+  const ac = new AbortController()
+  const tasks: Array<{ label: string; ticked: number; ended: boolean; note: string | undefined }> = []
+  const progress: ProgressSink = {
+    start: (label) => {
+      const task = { label, ticked: 0, ended: false, note: undefined as string | undefined }
+      tasks.push(task)
+      return {
+        tick: (n) => {
+          task.ticked += n
+          // the first bytes of the tar: as if Ctrl-C came now
+          if (label.startsWith('tar+gzip ')) ac.abort()
+        },
+        done: (note) => void ((task.ended = true), (task.note = note)),
+      }
+    },
+  }
+  await t.throwsAsync(pushRegistry(store, 'cancel:t', reg.url('can/cel:t'), { layerCache: false, workDir: dir, onProgress: progress, signal: ac.signal }), { code: 'CANCELLED' })
+  const built = tasks.find((x) => x.label.startsWith('tar+gzip '))
+  t.truthy(built, JSON.stringify(tasks))
+  // a few of the tar writer's 256 KiB batches at most, not the layer's 16 MiB
+  t.true(built!.ticked < 4 << 20, JSON.stringify(built))
+  // no note: the command's sink shows it as interrupted, not failed
+  t.true(built!.ended)
+  t.is(built!.note, undefined)
+  t.deepEqual(tasks.filter((x) => x.label.startsWith('push ')), [])
+  t.deepEqual(fs.readdirSync(dir).filter((f) => f.startsWith('strata-push-')), [], 'work files are removed')
 })

@@ -12,7 +12,7 @@ import { HeadObjectCommand } from '@aws-sdk/client-s3'
 import type { ExecutionContext } from 'ava'
 import { StrataError } from '../../../../fs/common/errors.js'
 import { encodeManifest } from '../../../../sandbox/image/types.js'
-import { createS3Client, pullS3, pushS3, type S3TransferOptions } from '../../../../sandbox/image/s3/index.js'
+import { createS3Client, pullS3, pushS3, type S3TransferOptions, type TransferProgress } from '../../../../sandbox/image/s3/index.js'
 import { S3_MAX_ATTEMPTS, isTimeout, s3Error } from '../../../../sandbox/image/s3/client.js'
 import { blobKey, manifestKey, tagKey } from '../../../../sandbox/image/s3/url.js'
 import { startImageCluster, localTmp, type ImageCluster } from '../../../helpers/image-cluster.js'
@@ -105,6 +105,12 @@ test.serial('round trip A → s3rver → B: same manifest digest, same layer byt
   t.is((await storeB.resolve('pinned:one')).digest, f.digest)
 })
 
+/** A progress sink that records how each task ended (a task not in `ends` never ended). */
+function recordTasks(): { sink: TransferProgress; ends: Map<string, { note: string | undefined }> } {
+  const ends = new Map<string, { note: string | undefined }>()
+  return { ends, sink: { start: (label) => ({ tick: () => undefined, done: (note) => void ends.set(label, { note }) }) } }
+}
+
 for (const mode of ['journal', 'server listing'] as const) {
   test.serial(`an interrupted push resumes from the parts already uploaded (${mode})`, async (t) => {
     const s3 = await startS3(t, { listUploads: mode === 'server listing' })
@@ -114,14 +120,18 @@ for (const mode of ['journal', 'server listing'] as const) {
     const o = s3opts(s3, { concurrency: 2, ...(mode === 'journal' ? { stateDir } : {}) })
     const ac = new AbortController()
     let parts = 0
+    const tasks = recordTasks()
     const first = pushS3(f.store, 'resume:v1', `s3://${s3.bucket}/r`, {
       ...o,
       signal: ac.signal,
+      progress: tasks.sink,
       onUpload: (e) => {
         if (e.digest === big[0] && ++parts === 2) ac.abort()
       },
     })
     t.is(await code(first), 'CANCELLED')
+    // the blob cut short ends its task with no note (the sink shows it interrupted); it never ended before
+    t.deepEqual(tasks.ends.get(`push ${big[0].slice(7, 19)}`), { note: undefined })
     t.false(objectExists(s3, tagKey('r', 'resume', 'v1')), 'nothing tagged')
     t.false(objectExists(s3, manifestKey('r', f.digest)))
     t.false(objectExists(s3, blobKey('r', big[0])))
@@ -174,14 +184,17 @@ test.serial('an interrupted pull resumes from the bytes already in the store', a
   const storeB = await B.store(`/s3-b-${++n}`)
   const ac = new AbortController()
   let got = 0
+  const tasks = recordTasks()
   const first = pullS3(storeB, `s3://${s3.bucket}/pullresume:v1`, {
     ...o,
     signal: ac.signal,
+    progress: tasks.sink,
     onReceive: (e) => {
       if (e.digest === big[0] && (got += e.bytes) >= 8 * MiB) ac.abort()
     },
   })
   t.is(await code(first), 'CANCELLED')
+  t.deepEqual(tasks.ends.get(`pull ${big[0].slice(7, 19)}`), { note: undefined }, 'the blob cut short ends its task, with no note')
   t.is(await code(storeB.resolve('pullresume:v1')), 'IMAGE_NOT_FOUND', 'nothing tagged in B')
   const partial = await storeB.partialBlobLength(big[0])
   t.true(partial >= 8 * MiB, `partial: ${partial}`)
