@@ -144,7 +144,7 @@ export interface TagRecord {
   digest: string
 }
 
-/** Times setTag makes a name's tags/ directory again when a concurrent removeTag dropped it. */
+/** Times setTag (addLease) makes a name's tags/ (a holder's leases/) directory again when a concurrent removeTag (removeLease) dropped it. */
 const TAG_DIR_ATTEMPTS = 10
 /** Directories under tmp/ holding what a gc or discard is about to remove (tmp/gc-<id>/blob-<hex>, manifest-<hex>). */
 const ASIDE_PREFIX = 'gc-'
@@ -1102,13 +1102,16 @@ export class ImageStore {
     await this.open()
     const dir = `${this.root}/leases/${holder}`
     const path = this.leasePath(holder, layerDigest)
-    const create = () => this.fs.writeFile(path, `${layerDigest}\n`)
-    try {
-      await create()
-    } catch (e) {
-      if (!isMetaCode(e, 'META_NOT_FOUND')) throw e
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.fs.writeFile(path, `${layerDigest}\n`)
+        return
+      } catch (e) {
+        // no holder directory yet, or removeLease of the holder's last other lease (another
+        // layer mount of the same node) dropped it between the mkdir and the create
+        if (!isMetaCode(e, 'META_NOT_FOUND') || attempt >= TAG_DIR_ATTEMPTS) throw e
+      }
       await this.#mkdirp(dir)
-      await create()
     }
   }
 
