@@ -107,10 +107,10 @@ interface PartialBlob {
   /** the file's length when it was opened, or the end of the furthest write if that is further */
   length: number
   /**
-   * Running sha256 of the bytes written, while this process created the
-   * file empty and wrote it in order from its first byte (each write where
-   * the last one ended) with every write going through; null otherwise
-   * (finishPartialBlob then re-reads the file).
+   * Running sha256 of the bytes written, while this process wrote the file
+   * in order from its first byte (each write where the last one ended) with
+   * every write going through; null otherwise (finishPartialBlob then
+   * re-reads the file).
    */
   hash: crypto.Hash | null
   /** where the last write ended: the next one keeps `hash` only if it starts here */
@@ -676,9 +676,9 @@ export class ImageStore {
 
   /**
    * Writes `chunk` at `at` in tmp/partial-<hex> (the file is kept open until
-   * finishPartialBlob or close). The first call opens the file: one starting
-   * at 0 creates it empty (whatever an earlier run left is written again),
-   * one further on keeps it as it is (creating it if it is missing). The
+   * finishPartialBlob or close). The first call opens the file, creating it
+   * if it is missing and never emptying it: another pull of the same blob may
+   * be writing it too (the same bytes at the same offsets). The
    * offset is the caller's, never the file's length: that length may change
    * between the caller's look and this call (see partialBlobLength), and
    * bytes written where the length said instead of where they belong are a
@@ -691,12 +691,14 @@ export class ImageStore {
     let opening = this.#partials.get(digest)
     if (!opening) {
       const path = this.#partialPath(digest)
-      const fresh = at === 0 && !this.#tornPartials.has(digest)
-      opening = this.fs.open(path, at === 0 ? 'w' : { access: 'w', create: true }, 0o644).then((fh) => ({
+      // never truncated: another pull of the same blob may be writing the file (the same
+      // bytes at the same offsets), and emptying it under that one would leave holes in
+      // what it verifies by its own hash and publishes
+      opening = this.fs.open(path, { access: 'w', create: true }, 0o644).then((fh) => ({
         fh,
-        length: at === 0 ? 0 : (fh.inode.file?.length ?? 0),
-        // bytes this process writes in order into a file it emptied are hashed as they go
-        hash: fresh ? crypto.createHash('sha256') : null,
+        length: fh.inode.file?.length ?? 0,
+        // bytes this process writes in order from the first one are hashed as they go
+        hash: at === 0 && !this.#tornPartials.has(digest) ? crypto.createHash('sha256') : null,
         next: 0,
       }))
       this.#partials.set(digest, opening)
@@ -728,9 +730,11 @@ export class ImageStore {
    * Verifies the partial file and renames it to the blob. A file this process
    * wrote in order from its first byte, every write landing, is checked
    * against the hash taken as the bytes were written (and its stored length);
-   * any other (resumed, or a write failed) is re-read from the DFS and re-hashed
-   * whole. IMAGE_SIZE_MISMATCH or IMAGE_DIGEST_MISMATCH (and the partial file
-   * is deleted) when it does not match.
+   * any other (resumed, or a write failed, or longer than this process wrote)
+   * is re-read from the DFS and re-hashed whole. IMAGE_SIZE_MISMATCH or
+   * IMAGE_DIGEST_MISMATCH (and the partial file is deleted) when it does not
+   * match. A partial file that is gone while the blob is stored (with
+   * `expectSize`) was published by another pull of the same blob: done.
    */
   async finishPartialBlob(digest: string, expectSize?: number): Promise<StoredBlob> {
     assertDigest(digest, 'partial blob digest')
@@ -743,11 +747,18 @@ export class ImageStore {
       await this.fs.close(p.fh)
     }
     const path = this.#partialPath(digest)
+    const staged = await this.#statLength(path)
+    if (staged === null) {
+      // another pull of the same blob, writing the same file, published it first
+      const st = await this.statBlob(digest)
+      if (st && (expectSize === undefined || st.size === expectSize)) return st
+    }
     let got: string | null = null
     let size = 0
-    if (p?.hash && !torn && (await this.#statLength(path)) === p.length) {
+    // (a file longer than this process wrote holds bytes it did not hash: re-read)
+    if (p?.hash && !torn && staged === p.next) {
       got = 'sha256:' + p.hash.digest('hex')
-      size = p.length
+      size = p.next
     } else {
       const hash = crypto.createHash('sha256')
       for await (const chunk of this.#readFile(path, 0, undefined, () => new StrataError('IMAGE_BLOB_MISSING', `no partial blob staged for ${digest}`))) {

@@ -244,6 +244,43 @@ test.serial('a pull whose partial file gets its length after the pull looked at 
   t.true((await blobBytes(store, f.big.digest)).equals(f.big.bytes))
 })
 
+test.serial('two pulls of one image into one store at once share the partial file: both succeed, the blob is whole', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'twice', 'v1', 12 * MiB)
+  const o = s3opts(s3)
+  await pushS3(f.store, 'twice:v1', `s3://${s3.bucket}`, o)
+  const root = `/s3-b-${++n}`
+  // the second pull stops after its first write until the first pull has stored the image
+  let firstWrite!: () => void
+  const wrote = new Promise<void>((r) => (firstWrite = r))
+  let release!: () => void
+  const released = new Promise<void>((r) => (release = r))
+  class PausedAfterFirstWrite extends ImageStore {
+    override async writePartialBlob(digest: string, at: number, chunk: Uint8Array): Promise<void> {
+      await super.writePartialBlob(digest, at, chunk)
+      if (digest === f.big.digest && at === 0) {
+        firstWrite()
+        await released
+      }
+    }
+  }
+  const second = new PausedAfterFirstWrite(B.fs(), { root })
+  await second.open()
+  t.teardown(() => second.close())
+  const secondPull = pullS3(second, `s3://${s3.bucket}/twice:v1`, o)
+  secondPull.catch(() => undefined)
+  await wrote
+  const first = await B.store(root)
+  const r1 = await pullS3(first, `s3://${s3.bucket}/twice:v1`, { ...o, name: 'once:v1' })
+  t.is(r1.digest, f.digest)
+  t.true((await blobBytes(first, f.big.digest)).equals(f.big.bytes), 'the blob the first pull stored is whole')
+  release()
+  const r2 = await secondPull
+  t.is(r2.digest, f.digest)
+  t.true((await blobBytes(first, f.big.digest)).equals(f.big.bytes))
+  t.is((await first.resolve('twice:v1')).digest, f.digest)
+})
+
 test.serial('a pull records the diffIds of the manifest\'s uncompressed layers: importing the same rootfs tarball in B then reuses the pulled layer; an lz4 layer is not recorded', async (t) => {
   const s3 = await startS3(t)
   const o = s3opts(s3)
