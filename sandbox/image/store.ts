@@ -104,14 +104,17 @@ export interface StoredBlob {
 /** An open partial blob file. */
 interface PartialBlob {
   fh: FileHandle
-  /** bytes appended (the file's length once every append has landed) */
+  /** the file's length when it was opened, or the end of the furthest write if that is further */
   length: number
   /**
-   * Running sha256 of every byte appended, in order, when this process
-   * created the file empty and every append so far went through; null for a
-   * resumed file (finishPartialBlob then re-reads it).
+   * Running sha256 of the bytes written, while this process wrote the file
+   * in order from its first byte (each write where the last one ended) with
+   * every write going through; null otherwise (finishPartialBlob then
+   * re-reads the file).
    */
   hash: crypto.Hash | null
+  /** where the last write ended: the next one keeps `hash` only if it starts here */
+  next: number
 }
 
 export interface GcOptions {
@@ -141,7 +144,7 @@ export interface TagRecord {
   digest: string
 }
 
-/** Times setTag makes a name's tags/ directory again when a concurrent removeTag dropped it. */
+/** Times setTag (addLease) makes a name's tags/ (a holder's leases/) directory again when a concurrent removeTag (removeLease) dropped it. */
 const TAG_DIR_ATTEMPTS = 10
 /** Directories under tmp/ holding what a gc or discard is about to remove (tmp/gc-<id>/blob-<hex>, manifest-<hex>). */
 const ASIDE_PREFIX = 'gc-'
@@ -196,8 +199,9 @@ export type LayerVariant = 'lz4' | 'lz4hc'
 export class ImageStore {
   readonly fs: FileSystem
   readonly root: string
-  readonly #partials = new Map<string, PartialBlob>()
-  /** Digests whose partial file saw a failed append in this process: finishPartialBlob re-reads them. */
+  /** Open partial blob files (the promise of the open, so that concurrent first writes share one). */
+  readonly #partials = new Map<string, Promise<PartialBlob>>()
+  /** Digests whose partial file saw a failed write in this process: finishPartialBlob re-reads them. */
   readonly #tornPartials = new Set<string>()
   #opened: Promise<void> | null = null
   #closed = false
@@ -299,7 +303,7 @@ export class ImageStore {
   async close(): Promise<void> {
     if (this.#closed) return
     this.#closed = true
-    for (const p of this.#partials.values()) await this.fs.close(p.fh).catch(() => undefined)
+    for (const p of this.#partials.values()) await p.then((o) => this.fs.close(o.fh)).catch(() => undefined)
     this.#partials.clear()
   }
 
@@ -656,70 +660,105 @@ export class ImageStore {
     return `${this.root}/tmp/partial-${digestHex(digest)}`
   }
 
-  /** Bytes already staged for `digest` by earlier appendPartialBlob calls (this process or an earlier one). */
+  /**
+   * Bytes staged for `digest` by earlier writePartialBlob calls (this process
+   * or an earlier one): the file's length. A look, not a promise: the length
+   * of a partial file whose writer was killed is eventually consistent (meta
+   * sets it when it prunes the dead client's write session, from what
+   * storage has, which may lie past a write that never landed), so callers
+   * say where each write goes rather than asking again.
+   */
   async partialBlobLength(digest: string): Promise<number> {
     const open = this.#partials.get(digest)
-    if (open) return open.length
+    if (open) return (await open).length
     return (await this.#statLength(this.#partialPath(digest))) ?? 0
   }
 
   /**
-   * Appends bytes to tmp/partial-<hex> (the file is kept open until
-   * finishPartialBlob or close). Each call takes the next offset when it is
-   * made, so several may be in flight; the first one opens the file and
-   * should be awaited alone.
+   * Writes `chunk` at `at` in tmp/partial-<hex> (the file is kept open until
+   * finishPartialBlob or close). The first call opens the file, creating it
+   * if it is missing and never emptying it: another pull of the same blob may
+   * be writing it too (the same bytes at the same offsets). The
+   * offset is the caller's, never the file's length: that length may change
+   * between the caller's look and this call (see partialBlobLength), and
+   * bytes written where the length said instead of where they belong are a
+   * torn blob. Several calls may be in flight at once.
    */
-  async appendPartialBlob(digest: string, chunk: Uint8Array): Promise<void> {
+  async writePartialBlob(digest: string, at: number, chunk: Uint8Array): Promise<void> {
     assertDigest(digest, 'partial blob digest')
+    if (!Number.isSafeInteger(at) || at < 0) throw new StrataError('INVALID_ARGUMENT', `partial blob offset ${at} is not a non-negative integer`)
     await this.open()
-    let p = this.#partials.get(digest)
-    if (!p) {
+    let opening = this.#partials.get(digest)
+    if (!opening) {
       const path = this.#partialPath(digest)
-      const length = (await this.#statLength(path)) ?? 0
-      const fh = await this.fs.open(path, length > 0 ? 'r+' : 'w', 0o644)
-      // bytes this process appends to an empty file are hashed as they go
-      p = { fh, length, hash: length === 0 && !this.#tornPartials.has(digest) ? crypto.createHash('sha256') : null }
-      this.#partials.set(digest, p)
+      // never truncated: another pull of the same blob may be writing the file (the same
+      // bytes at the same offsets), and emptying it under that one would leave holes in
+      // what it verifies by its own hash and publishes
+      opening = this.fs.open(path, { access: 'w', create: true }, 0o644).then((fh) => ({
+        fh,
+        length: fh.inode.file?.length ?? 0,
+        // bytes this process writes in order from the first one are hashed as they go
+        hash: at === 0 && !this.#tornPartials.has(digest) ? crypto.createHash('sha256') : null,
+        next: 0,
+      }))
+      this.#partials.set(digest, opening)
+      opening.catch(() => {
+        if (this.#partials.get(digest) === opening) this.#partials.delete(digest)
+      })
     }
+    const p = await opening
     if (chunk.byteLength === 0) return
-    const at = p.length
-    p.length += chunk.byteLength
-    p.hash?.update(chunk)
+    if (p.hash && at === p.next) p.hash.update(chunk)
+    else p.hash = null
+    p.next = at + chunk.byteLength
+    p.length = Math.max(p.length, p.next)
     try {
       await this.fs.write(p.fh, chunk, at)
     } catch (e) {
-      // the file's length and contents are unknown now: forget the handle (a
-      // later call re-reads the length) and re-hash the file when it is finished
+      // what the file holds is unknown now: forget the handle (a later call
+      // opens it again) and re-hash the file when it is finished
       this.#tornPartials.add(digest)
-      if (this.#partials.get(digest) === p) this.#partials.delete(digest)
-      await this.fs.close(p.fh).catch(() => undefined)
+      if (this.#partials.get(digest) === opening) {
+        this.#partials.delete(digest)
+        await this.fs.close(p.fh).catch(() => undefined)
+      }
       throw e
     }
   }
 
   /**
    * Verifies the partial file and renames it to the blob. A file this process
-   * wrote from its first byte, every append landing, is checked against the
-   * hash taken as the bytes were appended (and its stored length); any other
-   * (resumed, or an append failed) is re-read from the DFS and re-hashed
-   * whole. IMAGE_SIZE_MISMATCH or IMAGE_DIGEST_MISMATCH (and the partial file
-   * is deleted) when it does not match.
+   * wrote in order from its first byte, every write landing, is checked
+   * against the hash taken as the bytes were written (and its stored length);
+   * any other (resumed, or a write failed, or longer than this process wrote)
+   * is re-read from the DFS and re-hashed whole. IMAGE_SIZE_MISMATCH or
+   * IMAGE_DIGEST_MISMATCH (and the partial file is deleted) when it does not
+   * match. A partial file that is gone while the blob is stored (with
+   * `expectSize`) was published by another pull of the same blob: done.
    */
   async finishPartialBlob(digest: string, expectSize?: number): Promise<StoredBlob> {
     assertDigest(digest, 'partial blob digest')
-    const p = this.#partials.get(digest)
+    const opening = this.#partials.get(digest)
+    const p = opening ? await opening.catch(() => undefined) : undefined
+    this.#partials.delete(digest)
     const torn = this.#tornPartials.delete(digest)
     if (p) {
-      this.#partials.delete(digest)
       await this.fs.fsync(p.fh).catch(() => undefined)
       await this.fs.close(p.fh)
     }
     const path = this.#partialPath(digest)
+    const staged = await this.#statLength(path)
+    if (staged === null) {
+      // another pull of the same blob, writing the same file, published it first
+      const st = await this.statBlob(digest)
+      if (st && (expectSize === undefined || st.size === expectSize)) return st
+    }
     let got: string | null = null
     let size = 0
-    if (p?.hash && !torn && (await this.#statLength(path)) === p.length) {
+    // (a file longer than this process wrote holds bytes it did not hash: re-read)
+    if (p?.hash && !torn && staged === p.next) {
       got = 'sha256:' + p.hash.digest('hex')
-      size = p.length
+      size = p.next
     } else {
       const hash = crypto.createHash('sha256')
       for await (const chunk of this.#readFile(path, 0, undefined, () => new StrataError('IMAGE_BLOB_MISSING', `no partial blob staged for ${digest}`))) {
@@ -1074,13 +1113,16 @@ export class ImageStore {
     await this.open()
     const dir = `${this.root}/leases/${holder}`
     const path = this.leasePath(holder, layerDigest)
-    const create = () => this.fs.writeFile(path, `${layerDigest}\n`)
-    try {
-      await create()
-    } catch (e) {
-      if (!isMetaCode(e, 'META_NOT_FOUND')) throw e
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.fs.writeFile(path, `${layerDigest}\n`)
+        return
+      } catch (e) {
+        // no holder directory yet, or removeLease of the holder's last other lease (another
+        // layer mount of the same node) dropped it between the mkdir and the create
+        if (!isMetaCode(e, 'META_NOT_FOUND') || attempt >= TAG_DIR_ATTEMPTS) throw e
+      }
       await this.#mkdirp(dir)
-      await create()
     }
   }
 

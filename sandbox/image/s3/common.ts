@@ -17,7 +17,7 @@ export interface TransferStore {
   readBlobInto(digest: string, start: number, target: Buffer): Promise<void>
   statBlob(digest: string): Promise<{ digest: string; size: number } | null>
   partialBlobLength(digest: string): Promise<number>
-  appendPartialBlob(digest: string, chunk: Uint8Array): Promise<void>
+  writePartialBlob(digest: string, at: number, chunk: Uint8Array): Promise<void>
   finishPartialBlob(digest: string, expectSize?: number): Promise<{ digest: string; size: number }>
   putManifest(m: Buffer): Promise<{ digest: string; bytes: Buffer }>
   setTag(name: string, tag: string, digest: string): Promise<void>

@@ -17,11 +17,11 @@ import { blobKey, formatS3, manifestKey, parseS3ImageUrl, tagKey, withPrefix } f
 
 /** Largest manifest or tag object accepted. */
 const MAX_MANIFEST_BYTES = 4 * 1024 * 1024
-/** Bytes handed to the store per append. */
+/** Bytes handed to the store per write. */
 const APPEND_STEP = 4 * 1024 * 1024
-/** Appends of one blob in flight at once. */
+/** Writes of one blob in flight at once. */
 const APPEND_WINDOW = 8
-/** Append buffers, reused across appends and blobs (APPEND_WINDOW in flight plus the one being gathered). */
+/** Write buffers, reused across writes and blobs (APPEND_WINDOW in flight plus the one being gathered). */
 const appendPieces = new BufferPool(((APPEND_WINDOW + 2) * APPEND_STEP * 5) / 4)
 /** Times one blob's body is re-requested after the connection broke mid-stream. */
 const BODY_ATTEMPTS = 3
@@ -266,15 +266,18 @@ async function fetchBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal, tas
       ctx.stats.bytesResumed += resumed
       task?.tick(resumed)
     }
-    for (let attempt = 1; offset < layer.size; attempt++) {
+    // every byte goes to its own offset, from this one look at the file on: the file's
+    // length may move meanwhile (meta closing a killed run's session sets it)
+    const reach = { at: offset }
+    for (let attempt = 1; reach.at < layer.size; attempt++) {
       try {
-        offset = await fetchRange(ctx, key, layer, offset, signal, (n) => task?.tick(n))
+        await fetchRange(ctx, key, layer, reach, signal, (n) => task?.tick(n))
       } catch (e) {
         const err = s3Error(e, `GET ${formatS3(bucket, key)}`)
-        // a body cut off mid-stream is retried from what reached the store;
-        // one that stalled for the whole timeout is not (the server is gone)
+        // a body cut off mid-stream is retried from the bytes that reached the
+        // store in one run; one that stalled for the whole timeout is not (the
+        // server is gone)
         if (signal.aborted || err.code !== 'IMAGE_REMOTE_ERROR' || isTimeout(err) || attempt >= BODY_ATTEMPTS) throw err
-        offset = await store.partialBlobLength(layer.digest)
       }
     }
     signal.throwIfAborted()
@@ -282,8 +285,9 @@ async function fetchBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal, tas
       await store.finishPartialBlob(layer.digest, layer.size)
       break
     } catch (e) {
-      // what an earlier, killed run left can be torn (its appends overlap, a
-      // later one may have landed and an earlier one not): the store dropped
+      // what an earlier, killed run left can be torn (its writes in flight
+      // landed out of order, a later one and not an earlier one, and the
+      // length meta gave the file covers both): the store dropped
       // the partial file, so fetch the whole blob once more before blaming
       // the bucket
       if (!isStrataError(e, ['IMAGE_DIGEST_MISMATCH', 'IMAGE_SIZE_MISMATCH'])) throw e
@@ -296,8 +300,14 @@ async function fetchBlob(ctx: PullCtx, layer: LayerRef, signal: AbortSignal, tas
   return true
 }
 
-/** GETs `key` from `offset` to the end into the partial blob; returns the new length. */
-async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: number, signal: AbortSignal, tick: (n: number) => void): Promise<number> {
+/**
+ * GETs `key` from `reach.at` to the end into the partial blob, each piece
+ * written at its own offset; `reach.at` follows the end of the bytes that
+ * landed in one run from where it started (writes in flight may land out of
+ * order), also when the body or a write fails.
+ */
+async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, reach: { at: number }, signal: AbortSignal, tick: (n: number) => void): Promise<void> {
+  const offset = reach.at
   let r: GetObjectCommandOutput
   try {
     r = await ctx.client.send(new GetObjectCommand({ Bucket: ctx.bucket, Key: key, ...(offset > 0 ? { Range: `bytes=${offset}-` } : {}) }), { abortSignal: signal })
@@ -316,21 +326,21 @@ async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: nu
   }
   let pending: Buffer[] = []
   let pendingBytes = 0
-  // appends in flight, oldest first; the store assigns each its offset when
-  // it is called, so several may be written at once (the first one alone: it
-  // opens the partial file)
+  // writes in flight, oldest first (the first one alone: it opens the partial file)
   const writes: Array<Promise<void>> = []
   let opened = false
   let failed: unknown = null
-  let pos = offset
-  // Appends of exactly APPEND_STEP bytes (but the last) land on the DFS's chunk
+  // where the next write goes, and the writes that landed beyond reach.at (start → end)
+  let at = offset
+  const landed = new Map<number, number>()
+  // Writes of exactly APPEND_STEP bytes (but the last) land on the DFS's chunk
   // boundaries when the step is a multiple of the chunk size, so that every
-  // chunk is written whole, once, instead of in two appends split by
+  // chunk is written whole, once, instead of in two writes split by
   // node:http's pieces.
   const flush = async (max = Infinity) => {
     const n = Math.min(pendingBytes, max)
     if (n === 0) return
-    // gathered into a reused buffer: a fresh 4 MiB allocation per append cost more (page faults, GC) than the copy
+    // gathered into a reused buffer: a fresh 4 MiB allocation per write cost more (page faults, GC) than the copy
     let pooled = false
     let chunk: Buffer
     if (pending.length === 1 && pending[0]!.length === n) {
@@ -352,11 +362,17 @@ async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: nu
     while (writes.length >= (opened ? APPEND_WINDOW : 1)) await writes.shift()
     if (failed) throw failed
     signal.throwIfAborted()
-    const w = ctx.store.appendPartialBlob(layer.digest, chunk).finally(() => {
+    const start = at
+    at += chunk.length
+    const w = ctx.store.writePartialBlob(layer.digest, start, chunk).finally(() => {
       if (pooled) appendPieces.release(chunk)
     }).then(
       () => {
-        pos += chunk.length
+        landed.set(start, start + chunk.length)
+        for (let end = landed.get(reach.at); end !== undefined; end = landed.get(reach.at)) {
+          landed.delete(reach.at)
+          reach.at = end
+        }
         ctx.stats.bytesReceived += chunk.length
         tick(chunk.length)
         ctx.opts.onReceive?.({ digest: layer.digest, bytes: chunk.length })
@@ -392,10 +408,9 @@ async function fetchRange(ctx: PullCtx, key: string, layer: LayerRef, offset: nu
     }
     await flush()
   } finally {
-    // whatever was appended stays for the next attempt
+    // whatever was written stays for the next attempt
     await Promise.all(writes)
     if (!body.destroyed) body.destroy()
   }
   if (failed) throw failed
-  return pos
 }

@@ -325,3 +325,25 @@ test.serial('a manifest stored without tag or lease while gc decides (a pull by 
   t.deepEqual(again.removedManifests, [m])
   t.deepEqual(again.removedBlobs, [layer.digest])
 })
+
+test.serial('a lease added while another client drops the same holder\'s last other lease never fails (removeLease drops the holder\'s directory)', async (t) => {
+  const s = await stores.fresh()
+  const other = await stores.cluster().store(s.root)
+  const mine = await blob(s, 'layer mounted by one sandbox of the node')
+  const theirs = await blob(s, 'layer another sandbox of the node stops using')
+  // two layer mounts of one node (one holder): right after this one makes the holder's
+  // directory, the other takes its lease and drops it again, which removes the then empty directory
+  const mkdir = s.fs.mkdir.bind(s.fs)
+  let raced = 0
+  s.fs.mkdir = (async (...args: Parameters<typeof mkdir>) => {
+    const r = await mkdir(...args)
+    if (String(args[0]).endsWith('/leases/node-7') && raced++ === 0) {
+      await other.addLease('node-7', theirs.digest)
+      await other.removeLease('node-7', theirs.digest)
+    }
+    return r
+  }) as typeof s.fs.mkdir
+  await s.addLease('node-7', mine.digest)
+  t.is(raced, 2, 'the directory was made again after the other client dropped it')
+  t.deepEqual(await s.listLeases(), [{ holder: 'node-7', digest: mine.digest }])
+})

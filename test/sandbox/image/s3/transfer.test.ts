@@ -12,6 +12,7 @@ import { HeadObjectCommand } from '@aws-sdk/client-s3'
 import type { ExecutionContext } from 'ava'
 import { StrataError } from '../../../../fs/common/errors.js'
 import { encodeManifest } from '../../../../sandbox/image/types.js'
+import { ImageStore } from '../../../../sandbox/image/store.js'
 import { createS3Client, pullS3, pushS3, type S3TransferOptions, type TransferProgress } from '../../../../sandbox/image/s3/index.js'
 import { S3_MAX_ATTEMPTS, isTimeout, s3Error } from '../../../../sandbox/image/s3/client.js'
 import { blobKey, manifestKey, tagKey } from '../../../../sandbox/image/s3/url.js'
@@ -211,13 +212,86 @@ test.serial('an interrupted pull resumes from the bytes already in the store', a
 
   // a torn partial left by a killed run (wrong bytes) is dropped and the blob fetched whole once more
   const storeC = await B.store(`/s3-b-${++n}`)
-  await storeC.appendPartialBlob(big[0], crypto.randomBytes(3 * MiB))
+  await storeC.writePartialBlob(big[0], 0, crypto.randomBytes(3 * MiB))
   await storeC.close()
   const storeC2 = await B.store(storeC.root)
   const third = await pullS3(storeC2, `s3://${s3.bucket}/pullresume:v1`, o)
   t.is(third.bytesResumed, 0)
   t.true(third.bytesReceived >= big[1].length)
   t.true((await blobBytes(storeC2, big[0])).equals(big[1]))
+})
+
+test.serial('a pull whose partial file gets its length after the pull looked at it (meta closing a killed pull\'s session) writes every byte at its own offset', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'lenmoves', 'v1', 12 * MiB)
+  const o = s3opts(s3)
+  await pushS3(f.store, 'lenmoves:v1', `s3://${s3.bucket}`, o)
+  const root = `/s3-b-${++n}`
+  await B.store(root)
+  // a pull SIGKILLed after writing the big layer's first 4 MiB: its client never closed the
+  // partial file, so the file's length stays 0 until meta prunes the dead client's session
+  const killed = B.fs()
+  const fh = await killed.open(`${root}/tmp/partial-${f.big.digest.slice('sha256:'.length)}`, 'w')
+  await killed.write(fh, f.big.bytes.subarray(0, 4 * MiB), 0)
+  // the next pull looks at the file (length 0), then the session is closed with the length
+  // storage has, as meta's prune does, before that pull writes anything
+  let closed = false
+  class PrunedAfterLook extends ImageStore {
+    override async partialBlobLength(digest: string): Promise<number> {
+      const n = await super.partialBlobLength(digest)
+      if (digest === f.big.digest && !closed) {
+        closed = true
+        await killed.close(fh)
+        t.is(await super.partialBlobLength(digest), 4 * MiB, 'the length moved after the look')
+      }
+      return n
+    }
+  }
+  const store = new PrunedAfterLook(B.fs(), { root })
+  await store.open()
+  t.teardown(() => store.close())
+  const r = await pullS3(store, `s3://${s3.bucket}/lenmoves:v1`, o)
+  t.true(closed)
+  t.is(r.digest, f.digest)
+  t.is(r.bytesResumed, 0, 'fetched from the first byte, as the look said')
+  t.true((await blobBytes(store, f.big.digest)).equals(f.big.bytes))
+})
+
+test.serial('two pulls of one image into one store at once share the partial file: both succeed, the blob is whole', async (t) => {
+  const s3 = await startS3(t)
+  const f = await fixture(t, 'twice', 'v1', 12 * MiB)
+  const o = s3opts(s3)
+  await pushS3(f.store, 'twice:v1', `s3://${s3.bucket}`, o)
+  const root = `/s3-b-${++n}`
+  // the second pull stops after its first write until the first pull has stored the image
+  let firstWrite!: () => void
+  const wrote = new Promise<void>((r) => (firstWrite = r))
+  let release!: () => void
+  const released = new Promise<void>((r) => (release = r))
+  class PausedAfterFirstWrite extends ImageStore {
+    override async writePartialBlob(digest: string, at: number, chunk: Uint8Array): Promise<void> {
+      await super.writePartialBlob(digest, at, chunk)
+      if (digest === f.big.digest && at === 0) {
+        firstWrite()
+        await released
+      }
+    }
+  }
+  const second = new PausedAfterFirstWrite(B.fs(), { root })
+  await second.open()
+  t.teardown(() => second.close())
+  const secondPull = pullS3(second, `s3://${s3.bucket}/twice:v1`, o)
+  secondPull.catch(() => undefined)
+  await wrote
+  const first = await B.store(root)
+  const r1 = await pullS3(first, `s3://${s3.bucket}/twice:v1`, { ...o, name: 'once:v1' })
+  t.is(r1.digest, f.digest)
+  t.true((await blobBytes(first, f.big.digest)).equals(f.big.bytes), 'the blob the first pull stored is whole')
+  release()
+  const r2 = await secondPull
+  t.is(r2.digest, f.digest)
+  t.true((await blobBytes(first, f.big.digest)).equals(f.big.bytes))
+  t.is((await first.resolve('twice:v1')).digest, f.digest)
 })
 
 test.serial('a pull records the diffIds of the manifest\'s uncompressed layers: importing the same rootfs tarball in B then reuses the pulled layer; an lz4 layer is not recorded', async (t) => {
