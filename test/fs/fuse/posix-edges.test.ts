@@ -283,6 +283,13 @@ now = os.stat(A('p/d'))
 assert stat.S_ISDIR(now.st_mode) and now.st_ino != ino, ('the name', now.st_ino, ino)
 assert os.listdir(A('p/d')) == ['new'], os.listdir(A('p/d'))
 still_old('a new directory at its name', 'old')
+# the kernel dropped the working directory's name (as for any name another client changed)
+try:
+    cwd = os.getcwd()
+except FileNotFoundError:
+    cwd = None
+assert cwd is None, cwd
+assert os.stat('..').st_ino == os.stat(A('p')).st_ino
 os.close(os.open('c', os.O_CREAT | os.O_WRONLY, 0o644))
 os.mkdir('sub', dir_fd=fd)
 with open('old', 'w') as fh:
