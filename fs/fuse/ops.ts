@@ -459,7 +459,8 @@ export class StrataFuseOps {
     // the nodes below it move with it; the name itself is the new object's once looked up again
     this.movedReported(p, as)
     this.cache.invalidateTree(p)
-    this.log.info('a directory held here was replaced at its name by another client: its node moves off the name', { path: p, id: id.toString(), errno })
+    // debug: every directory another client removes or replaces gets here once (the kernel holding it or not)
+    this.log.debug('the node of a directory another client moved away or removed moves off its name', { path: p, id: id.toString(), errno })
     throw Object.assign(new Error(`${p} is no longer the directory ${id} the kernel holds there`), { fuseErrno: errno, detachAs: name })
   }
 
