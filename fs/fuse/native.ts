@@ -268,6 +268,18 @@ function withNodeOps(Fuse: FuseConstructor): void {
   }
 }
 
+/**
+ * The addon's check whether libfuse has yet to move a node a LOOKUP's answer named a new name for
+ * (change 9), for a mounted instance; null when the addon has none.
+ */
+export function nodeMoves(fuse: FuseInstance): ((as: string) => boolean) | null {
+  const b = binding as { strata_detach_pending?: (ft: Buffer, as: string) => boolean } | null
+  const ft = fuse._thread
+  if (!b || typeof b.strata_detach_pending !== 'function' || !Buffer.isBuffer(ft)) return null
+  const pending = b.strata_detach_pending
+  return (as) => pending(ft, as)
+}
+
 /** Is fuse-native usable here (addon, libfuse.so.2 and /dev/fuse)? */
 export function fuseAvailable(): { ok: true } | { ok: false; reason: string } {
   try {

@@ -225,7 +225,9 @@ export class StrataFuseOps {
    * Names whose node is being moved (detachHeld): the directory the node still is until libfuse has
    * moved it and the kernel looked the name up again (a GETATTR of the node may come by the old name).
    */
-  private readonly detaching = new Map<string, bigint>()
+  private readonly detaching = new Map<string, { id: bigint; as: string }>()
+  /** whether libfuse has yet to move a node to this name (the addon's, once mounted: attachMoves) */
+  private movePending: ((as: string) => boolean) | null = null
   /** directory id → until when it is taken to exist (seen within the attr timeout; lstatInKernelParent) */
   private readonly dirsSeen = new Map<bigint, number>()
   /** rmdirs answered ESTALE while a release of a hidden file in the directory may be queued (hidden-files.ts) */
@@ -429,9 +431,20 @@ export class StrataFuseOps {
    * directory. Its entries, its attributes and its listing are asked for by this id.
    */
   private heldDir(p: string): bigint | undefined {
+    const moving = this.detaching.get(p)
+    if (moving) {
+      // libfuse has not moved the node yet: the kernel's requests on it still come by this name
+      if (this.movePending?.(moving.as)) return moving.id
+      this.detaching.delete(p)
+    }
     const r = this.reported.get(p)
     if (r?.type === 'Directory') return r.id
-    return this.detached.get(p) ?? this.detaching.get(p)
+    return this.detached.get(p)
+  }
+
+  /** The daemon, once mounted: asks the addon whether a node's move (detachHeld) is still to be made. */
+  attachMoves(pending: ((as: string) => boolean) | null): void {
+    this.movePending = pending
   }
 
   /** Whether p is a node libfuse moved away from its name, or below one (detachHeld). */
@@ -455,7 +468,7 @@ export class StrataFuseOps {
     if (this.detached.size >= HELD_NAMES_MAX) this.detached.delete(this.detached.keys().next().value!)
     this.detached.set(as, id)
     if (this.detaching.size >= HELD_NAMES_MAX) this.detaching.clear()
-    this.detaching.set(p, id)
+    this.detaching.set(p, { id, as: name })
     // the nodes below it move with it; the name itself is the new object's once looked up again
     this.movedReported(p, as)
     this.cache.invalidateTree(p)
@@ -697,8 +710,6 @@ export class StrataFuseOps {
     const held = ofNode ? this.heldDir(p) : undefined
     if (held !== undefined) return inodeToStat(await this.heldDirInode(p, held))
     if (!ofNode) {
-      // the kernel looks the name up again: from now on its node is whatever the name is
-      this.detaching.delete(p)
       const prev = this.reported.get(p)
       if (prev?.type === 'Directory') {
         let now: Inode

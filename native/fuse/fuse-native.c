@@ -96,7 +96,10 @@
 // under the root (fuse_session_process, answered on a channel of its own and
 // by no filesystem call: strata_rename). The reply (ESTALE) makes the kernel
 // look the name up again, and libfuse gives it a new node; the held node goes
-// on answering, under its new name, for the directory it was.
+// on answering, under its new name, for the directory it was. Until the move
+// is made, another LOOKUP of that name is answered ESTALE here (it would get
+// the old node), and the daemon asks (strata_detach_pending) whether a request
+// by the old name is still about the held node.
 
 #define FUSE_USE_VERSION 29
 
@@ -299,6 +302,12 @@ typedef struct {
   napi_ref ra_cb;
   uv_async_t ra_async;
   strata_ra_slot_t ra[STRATA_RA_SLOTS];
+
+  // Strata: LOOKUPs whose node is being moved (change 9 at the top): entered by the JavaScript thread
+  // when it answers one, in the order it answers, left once libfuse moved the node (guarded by
+  // detach_mut). Another LOOKUP of that name answered meanwhile would get the node's old id.
+  pthread_mutex_t detach_mut;
+  struct { uint64_t parent; char *name; char *as; } detaching[16];
 } fuse_thread_t;
 
 typedef struct {
@@ -347,8 +356,11 @@ typedef struct {
   // Strata: next block on the mount's free list
   void *next_free;
 
-  // Strata: the name getattr's answer asks to move the LOOKUP's node to (change 9 at the top; malloc'd)
+  // Strata: the name getattr's answer asks to move the LOOKUP's node to (change 9 at the top; malloc'd),
+  // and the LOOKUP's parent and name
   char *detach;
+  uint64_t lookup_parent;
+  const char *lookup_name;
 } fuse_thread_locals_t;
 
 static pthread_key_t thread_locals_key;
@@ -481,12 +493,60 @@ static int strata_getattr_of_node (void) {
 static void strata_take_detach (napi_env env, napi_value v, fuse_thread_locals_t *l) {
   napi_valuetype t;
   size_t len = 0;
+  if (l->lookup_name == NULL) return;
   if (napi_typeof(env, v, &t) != napi_ok || t != napi_string) return;
   if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) return;
   char *s = (char *) malloc(len + 1);
-  if (s == NULL) return;
-  napi_get_value_string_utf8(env, v, s, len + 1, &len);
+  char *name = strdup(l->lookup_name);
+  char *as = NULL;
+  if (s != NULL) {
+    napi_get_value_string_utf8(env, v, s, len + 1, &len);
+    as = strdup(s);
+  }
+  if (s == NULL || name == NULL || as == NULL) {
+    free(s);
+    free(name);
+    free(as);
+    return;
+  }
+  fuse_thread_t *ft = l->fuse;
+  pthread_mutex_lock(&ft->detach_mut);
+  for (int i = 0; i < 16; i++) {
+    if (ft->detaching[i].name == NULL) {
+      ft->detaching[i].parent = l->lookup_parent;
+      ft->detaching[i].name = name;
+      ft->detaching[i].as = as;
+      name = NULL;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ft->detach_mut);
+  if (name != NULL) {  // sixteen moves at once: this one is not made (the old behaviour)
+    free(name);
+    free(as);
+    free(s);
+    return;
+  }
   l->detach = s;
+}
+
+// Strata: whether a node of (parent, name) is being moved; with leave, it no longer is
+static int strata_detaching_name (fuse_thread_t *ft, uint64_t parent, const char *name, int leave) {
+  int found = 0;
+  pthread_mutex_lock(&ft->detach_mut);
+  for (int i = 0; i < 16 && !found; i++) {
+    if (ft->detaching[i].name != NULL && ft->detaching[i].parent == parent && strcmp(ft->detaching[i].name, name) == 0) {
+      found = 1;
+      if (leave) {
+        free(ft->detaching[i].name);
+        free(ft->detaching[i].as);
+        ft->detaching[i].name = NULL;
+        ft->detaching[i].as = NULL;
+      }
+    }
+  }
+  pthread_mutex_unlock(&ft->detach_mut);
+  return found;
 }
 
 FUSE_METHOD(getattr, 2, 2, (const char *path, struct stat *stat), {
@@ -509,17 +569,27 @@ static __thread uint64_t strata_req_unique = 0;
 static __thread uint64_t strata_lookup_parent = 0;
 static __thread const char *strata_lookup_name = NULL;
 static __thread char *strata_detach_as = NULL;
+static __thread fuse_thread_t *strata_detach_ft = NULL;
 // set while libfuse runs the RENAME that moves a node: strata_rename answers it without JavaScript
 static __thread int strata_detaching = 0;
 
 static int strata_getattr (const char *path, struct stat *stat) {
   fuse_thread_locals_t *l = get_thread_locals();
+  int lookup = strata_opcode == FUSE_LOOKUP && strata_lookup_name != NULL;
   l->detach = NULL;
+  l->lookup_parent = strata_lookup_parent;
+  l->lookup_name = lookup ? strata_lookup_name : NULL;
   int res = fuse_native_getattr(path, stat);
+  l->lookup_name = NULL;
   if (l->detach != NULL) {
-    if (strata_opcode == FUSE_LOOKUP && strata_lookup_name != NULL && strata_detach_as == NULL) strata_detach_as = l->detach;
-    else free(l->detach);
+    // entered in ft->detaching by strata_take_detach; strata_chan_send moves the node and leaves
+    strata_detach_as = l->detach;
+    strata_detach_ft = l->fuse;
     l->detach = NULL;
+  } else if (lookup && res == 0 && strata_detaching_name(l->fuse, strata_lookup_parent, strata_lookup_name, 0)) {
+    // answered after the LOOKUP that moves this name's node, which libfuse may not have moved yet:
+    // ESTALE, and the kernel asks again
+    res = -ESTALE;
   }
   return res;
 }
@@ -1162,6 +1232,27 @@ NAPI_METHOD(strata_ra_served) {
 }
 
 // strata_ra_stats(ft) → [READs served natively, bytes].
+// Strata: whether libfuse has yet to move a node to the name `as` (change 9 at the top): until then
+// the kernel may still ask about that node by its old name
+NAPI_METHOD(strata_detach_pending) {
+  NAPI_ARGV(2)
+  NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
+  size_t len = 0;
+  napi_get_value_string_utf8(env, argv[1], NULL, 0, &len);
+  char *as = (char *) malloc(len + 1);
+  int found = 0;
+  if (as != NULL) {
+    napi_get_value_string_utf8(env, argv[1], as, len + 1, &len);
+    pthread_mutex_lock(&ft->detach_mut);
+    for (int i = 0; i < 16 && !found; i++) found = ft->detaching[i].as != NULL && strcmp(ft->detaching[i].as, as) == 0;
+    pthread_mutex_unlock(&ft->detach_mut);
+    free(as);
+  }
+  napi_value res;
+  napi_get_boolean(env, found, &res);
+  return res;
+}
+
 NAPI_METHOD(strata_ra_stats) {
   NAPI_ARGV(1)
   NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
@@ -1302,6 +1393,13 @@ static int strata_chan_receive (struct fuse_chan **chp, char *buf, size_t size) 
   ssize_t res;
   int err;
 
+  // Strata: a move left by a request whose reply never went out (its name is in buf, read over below)
+  if (strata_detach_as != NULL) {
+    if (strata_lookup_name != NULL) strata_detaching_name(strata_detach_ft, strata_lookup_parent, strata_lookup_name, 1);
+    free(strata_detach_as);
+    strata_detach_as = NULL;
+  }
+
 restart:
   res = read(fuse_chan_fd(ch), buf, size);
   err = errno;
@@ -1324,10 +1422,6 @@ restart:
   strata_req_unique = in->unique;
   strata_lookup_parent = 0;
   strata_lookup_name = NULL;
-  if (strata_detach_as != NULL) {  // left by a request whose reply never went out
-    free(strata_detach_as);
-    strata_detach_as = NULL;
-  }
   if (in->opcode == FUSE_LOOKUP && (size_t) res > sizeof(struct fuse_in_header) && buf[res - 1] == '\0') {
     strata_lookup_parent = in->nodeid;
     strata_lookup_name = buf + sizeof(struct fuse_in_header);
@@ -1409,6 +1503,7 @@ static int strata_chan_send (struct fuse_chan *ch, const struct iovec iov[], siz
     strata_detach_as = NULL;
     struct fuse_session *se = fuse_chan_session(ch);
     if (se != NULL && strata_lookup_name != NULL) strata_detach(se, strata_lookup_parent, strata_lookup_name, as);
+    if (strata_lookup_name != NULL) strata_detaching_name(strata_detach_ft, strata_lookup_parent, strata_lookup_name, 1);
     free(as);
   }
   uint64_t init = __atomic_load_n(&sc->init_unique, __ATOMIC_ACQUIRE);
@@ -1542,6 +1637,8 @@ NAPI_METHOD(fuse_native_mount) {
   uv_mutex_init(&(ft->free_mut)); // Strata
   ft->free_locals = NULL;
   pthread_rwlock_init(&(ft->ra_lock), NULL); // Strata
+  pthread_mutex_init(&(ft->detach_mut), NULL); // Strata: change 9
+  memset(ft->detaching, 0, sizeof(ft->detaching));
   ft->ra_on = 0;
   ft->ra_live = 0;
 
@@ -1602,6 +1699,7 @@ NAPI_INIT() {
   NAPI_EXPORT_FUNCTION(strata_ra_served)
   NAPI_EXPORT_FUNCTION(strata_ra_need)
   NAPI_EXPORT_FUNCTION(strata_ra_stats)
+  NAPI_EXPORT_FUNCTION(strata_detach_pending)
   NAPI_EXPORT_FUNCTION(fuse_native_unmount)
 
   NAPI_EXPORT_FUNCTION(fuse_native_signal_getattr)

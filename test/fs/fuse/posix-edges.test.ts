@@ -333,6 +333,62 @@ t('a directory held here keeps its node when another client puts a new directory
   t.is(r.stdout.trim(), 'ok')
 })
 
+// argv: mount A, mount B. Threads of a process on A keep working in a directory (its cwd and a
+// descriptor) while B replaces it at its name and other threads on A look the name up at once.
+const HELD_DIR_REPLACED_UNDER_LOAD = String.raw`
+import errno, os, sys, threading, time
+a, b = sys.argv[1], sys.argv[2]
+A = lambda n: os.path.join(a, n)
+B = lambda n: os.path.join(b, n)
+errs = []
+for r in range(6):
+    os.makedirs(A('p%d/d' % r)); open(A('p%d/d/old' % r), 'w').close()
+    os.chdir(A('p%d/d' % r))
+    fd = os.open('.', os.O_RDONLY | os.O_DIRECTORY)
+    stop = False
+    def busy():
+        while not stop:
+            try:
+                os.listdir('.'); os.stat('.'); os.listdir(fd); os.stat('old')
+            except OSError as e:
+                errs.append(('in it', r, e))
+    def look():
+        for _ in range(50):
+            try:
+                os.stat(A('p%d/d' % r))
+            except OSError as e:
+                # two lookups racing at the moment the node moves: one may get ESTALE (docs/fuse.md)
+                if e.errno != errno.ESTALE:
+                    errs.append(('its name', r, e))
+    workers = [threading.Thread(target=busy) for _ in range(3)]
+    for w in workers: w.start()
+    os.rename(B('p%d/d' % r), B('p%d/moved' % r))
+    if r % 2:
+        os.mkdir(B('p%d/d' % r))
+    else:
+        open(B('p%d/d' % r), 'w').close()
+    lookers = [threading.Thread(target=look) for _ in range(3)]
+    for w in lookers: w.start()
+    for w in lookers: w.join()
+    stop = True
+    for w in workers: w.join()
+    assert sorted(os.listdir('.')) == ['old'] and sorted(os.listdir(fd)) == ['old'], (r, os.listdir('.'))
+    os.close(fd)
+    os.chdir('/')
+assert not errs, errs[:5]
+print('ok')
+`
+
+t('a directory held here and replaced elsewhere while threads work in it and look its name up at once never fails with EIO', async (t) => {
+  const c = await startFuseCluster(t)
+  // every stat looks the name up (1 ms timeouts): lookups of the name race with the move of its node
+  const a = await c.mount({ name: 'a', attrTimeout: 0.001, entryTimeout: 0.001 })
+  const b = await c.mount({ name: 'b' })
+  const r = await py(HELD_DIR_REPLACED_UNDER_LOAD, [a.mnt, b.mnt])
+  ok(t, r, 'held directory replaced under load')
+  t.is(r.stdout.trim(), 'ok')
+})
+
 // argv: mount A, mount B. A holds a file open for writing; B moves it away and makes a directory at its name.
 const DIR_AT_OPEN_FILE_NAME = String.raw`
 import os, sys
