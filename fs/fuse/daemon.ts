@@ -27,7 +27,7 @@ import { FileSystem } from '../client/file/file-system.js'
 import { MetaClient } from '../client/file/meta-client.js'
 import { readClusterFile } from '../admin/cluster-file.js'
 import { extraFuseOptions, fuseTimeout, resolveFuseConfig, type FuseDaemonConfig, type ResolvedFuseConfig } from './config.js'
-import { loadFuse, type FuseInstance } from './native.js'
+import { loadFuse, nodeMoves, type FuseInstance } from './native.js'
 import { FastReads } from './fast-reads.js'
 import {
   FUSE_FSTYPE,
@@ -201,6 +201,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     await fs.promises.statfs(mnt).catch(() => undefined)
     const readahead = setKernelReadahead(m, cfg.maxReadahead)
     if (readahead === null) log.warn('cannot set the kernel readahead (needs root); the kernel keeps its default', { maxReadahead: cfg.maxReadahead })
+    ops.attachMoves(nodeMoves(fuse))
     if (cfg.nativeReads && ops.readAheadEnabled) {
       fastReads = FastReads.open(fuse)
       if (!fastReads) log.warn('this addon build cannot serve reads natively; every READ goes through JavaScript')
@@ -227,6 +228,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
     if (cfg.stateFile) writeFuseState(cfg.stateFile, { pid: process.pid, mountpoint: mnt, connection: connectionId(m), mountedAt: new Date().toISOString(), clientId })
   } catch (e) {
     ops.attachFastReads(null)
+    ops.attachMoves(null)
     fastReads?.close()
     if (mounted || findMount(mnt)?.fstype === FUSE_FSTYPE) await forceUnmount(mnt).catch(() => false)
     mounted = null
@@ -244,6 +246,7 @@ export async function startFuseDaemon(raw: FuseDaemonConfig, log: Logger = creat
       log.info('unmounting', { mountpoint: mnt, ops: ops.stats().ops, errors: ops.stats().errors, cache: ops.stats().cache, threadBlocks: fuseRef?._threads?.size })
       // READs during the unmount go through JavaScript: the table lets go of every chunk first
       ops.attachFastReads(null)
+      ops.attachMoves(null)
       fastReads?.close()
       await unmount(mnt, mounted!, cfg.unmountGraceMs, log)
       cleanlyUnmounted = true

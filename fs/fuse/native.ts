@@ -24,7 +24,9 @@
 //  - getattr could not tell the kernel's GETATTR of a node it holds from its
 //    LOOKUP of a name, and readdir got no directory handle: Strata's build
 //    of the addon passes both (its change 8), and withNodeOps hands them to
-//    ops.getattr(path, cb, ofNode) and ops.readdir(path, cb, fd).
+//    ops.getattr(path, cb, ofNode) and ops.readdir(path, cb, fd); a LOOKUP's
+//    getattr may answer cb(err, stat, detachAs) to have libfuse move the
+//    node it keeps for that name out of the way (change 9).
 
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -70,8 +72,12 @@ export interface FuseOperations {
   init?(cb: Cb0): void
   access?(path: string, mode: number, cb: Cb0): void
   statfs?(path: string, cb: Cb1<FuseStatfs>): void
-  /** ofNode: the kernel asks about a node it holds (GETATTR, …), not about a name (LOOKUP, …) */
-  getattr?(path: string, cb: Cb1<FuseStat>, ofNode?: boolean): void
+  /**
+   * ofNode: the kernel asks about a node it holds (GETATTR, …), not about a name (LOOKUP, …).
+   * detachAs (a LOOKUP only): libfuse moves the node it has for this name to /detachAs before the
+   * answer reaches the kernel, and the next LOOKUP of the name gets a new node (the addon's change 9)
+   */
+  getattr?(path: string, cb: (err: number, v?: FuseStat, detachAs?: string) => void, ofNode?: boolean): void
   fgetattr?(path: string, fd: number, cb: Cb1<FuseStat>): void
   flush?(path: string, fd: number, cb: Cb0): void
   fsync?(path: string, datasync: number, fd: number, cb: Cb0): void
@@ -235,9 +241,23 @@ function withNodeOps(Fuse: FuseConstructor): void {
   const getattr = proto._op_getattr
   proto._op_getattr = function (this: FuseInternals, signal: OpSignal, p: string, ofNode?: boolean) {
     const own = this.ops.getattr
-    if (!own || !ofNode) return getattr.call(this, signal, p)
-    const ops: FuseOperations = { getattr: (gp, cb) => own.call(this.ops, gp, cb, true) }
-    return getattr.call(Object.create(this, { ops: { value: ops } }) as FuseInternals, signal, p)
+    if (!own) return getattr.call(this, signal, p)
+    // a LOOKUP's answer may name where libfuse is to move the node of that name first (the addon's change 9)
+    let detachAs: string | undefined
+    const ops: FuseOperations = {
+      getattr: (gp, cb) =>
+        own.call(
+          this.ops,
+          gp,
+          (err, st, as) => {
+            detachAs = as
+            cb(err, st)
+          },
+          !!ofNode,
+        ),
+    }
+    const sig: OpSignal = (err, ...rest) => (detachAs === undefined ? signal(err, ...rest) : signal(err, ...rest, detachAs))
+    return getattr.call(Object.create(this, { ops: { value: ops } }) as FuseInternals, sig, p)
   }
   const readdir = proto._op_readdir
   proto._op_readdir = function (this: FuseInternals, signal: OpSignal, p: string, fd?: number) {
@@ -246,6 +266,18 @@ function withNodeOps(Fuse: FuseConstructor): void {
     const ops: FuseOperations = { readdir: (rp, cb) => own.call(this.ops, rp, cb, fd) }
     return readdir.call(Object.create(this, { ops: { value: ops } }) as FuseInternals, signal, p)
   }
+}
+
+/**
+ * The addon's check whether libfuse has yet to move a node a LOOKUP's answer named a new name for
+ * (change 9), for a mounted instance; null when the addon has none.
+ */
+export function nodeMoves(fuse: FuseInstance): ((as: string) => boolean) | null {
+  const b = binding as { strata_detach_pending?: (ft: Buffer, as: string) => boolean } | null
+  const ft = fuse._thread
+  if (!b || typeof b.strata_detach_pending !== 'function' || !Buffer.isBuffer(ft)) return null
+  const pending = b.strata_detach_pending
+  return (as) => pending(ft, as)
 }
 
 /** Is fuse-native usable here (addon, libfuse.so.2 and /dev/fuse)? */

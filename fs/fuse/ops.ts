@@ -49,6 +49,16 @@ const UNCHANGED_ID = 0xffffffff
 const O_ACCMODE = 3
 
 
+/**
+ * Names libfuse gives the node of a directory held here (a working directory, a descriptor) when
+ * another client put something else at its name (detachHeld): longer than any path the kernel
+ * takes (PATH_MAX), so no request can name it and no real name can meet it in libfuse's table.
+ */
+const HELD_PREFIX = 'strata-held-'
+const HELD_NAME_BYTES = 4096
+/** how many such names the daemon keeps resolving (oldest dropped: their requests get ESTALE) */
+const HELD_NAMES_MAX = 4096
+
 /** errnos that are answers, not failures (logged at debug only) */
 const EXPECTED = new Set<number>([-38, -2, -17, -20, -21, -39, -61, -95, -37, -13, -1, -22, -40, -36, -18, -31, -30, -9, -27, -116])
 
@@ -205,6 +215,19 @@ export class StrataFuseOps {
    */
   private readonly reported = new Map<string, { id: bigint; type: Inode['type'] }>()
   private readonly reportedMax: number
+  /**
+   * Nodes libfuse moved away from a name (detachHeld): "/<held name>" → the directory's inode id.
+   * Requests on the node (and below it) come with that path; they are answered by the id.
+   */
+  private readonly detached = new Map<string, bigint>()
+  private detachSeq = 0
+  /**
+   * Names whose node is being moved (detachHeld): the directory the node still is until libfuse has
+   * moved it and the kernel looked the name up again (a GETATTR of the node may come by the old name).
+   */
+  private readonly detaching = new Map<string, { id: bigint; as: string }>()
+  /** whether libfuse has yet to move a node to this name (the addon's, once mounted: attachMoves) */
+  private movePending: ((as: string) => boolean) | null = null
   /** directory id → until when it is taken to exist (seen within the attr timeout; lstatInKernelParent) */
   private readonly dirsSeen = new Map<bigint, number>()
   /** rmdirs answered ESTALE while a release of a hidden file in the directory may be queued (hidden-files.ts) */
@@ -265,7 +288,7 @@ export class StrataFuseOps {
 
   // --- plumbing
 
-  private run<T>(op: string, fn: () => Promise<T>, done: (errno: number, v?: T) => void, what?: string): void {
+  private run<T>(op: string, fn: () => Promise<T>, done: (errno: number, v?: T, detachAs?: string) => void, what?: string): void {
     this.counters.ops[op] = (this.counters.ops[op] ?? 0) + 1
     this.counters.inFlight++
     const t0 = performance.now()
@@ -286,7 +309,7 @@ export class StrataFuseOps {
         this.counters.errors[op] = (this.counters.errors[op] ?? 0) + 1
         if (EXPECTED.has(errno)) this.log.debug(`${op} failed`, { path: what, errno, err: e })
         else this.log.warn(`${op} failed`, { path: what, errno, err: e instanceof StrataError ? e : toStrataError(e) })
-        done(errno)
+        done(errno, undefined, (e as { detachAs?: unknown } | null)?.detachAs as string | undefined)
       },
     )
   }
@@ -408,13 +431,55 @@ export class StrataFuseOps {
    * directory. Its entries, its attributes and its listing are asked for by this id.
    */
   private heldDir(p: string): bigint | undefined {
+    const moving = this.detaching.get(p)
+    if (moving) {
+      // libfuse has not moved the node yet: the kernel's requests on it still come by this name
+      if (this.movePending?.(moving.as)) return moving.id
+      this.detaching.delete(p)
+    }
     const r = this.reported.get(p)
-    return r?.type === 'Directory' ? r.id : undefined
+    if (r?.type === 'Directory') return r.id
+    return this.detached.get(p)
+  }
+
+  /** The daemon, once mounted: asks the addon whether a node's move (detachHeld) is still to be made. */
+  attachMoves(pending: ((as: string) => boolean) | null): void {
+    this.movePending = pending
+  }
+
+  /** Whether p is a node libfuse moved away from its name, or below one (detachHeld). */
+  private isDetached(p: string): boolean {
+    return p.startsWith('/' + HELD_PREFIX)
+  }
+
+  /**
+   * The kernel's LOOKUP of p found another object than the directory it was told is there (another
+   * client moved that directory away and put something else at the name, or nothing): libfuse still
+   * has the name on the node it gave that directory, which the kernel may hold (a working
+   * directory, a descriptor), and would give it to the new object too, so the working directory
+   * would become the new directory, or be marked bad for a file. The node is moved to a name of its
+   * own (the addon's change 9) before the answer reaches the kernel, and requests on it are answered
+   * for the directory by its id from then on. A new object is answered ESTALE: the kernel looks the
+   * name up again and gets a new node; a missing one ENOENT.
+   */
+  private detachHeld(p: string, id: bigint, errno: number): never {
+    const name = `${HELD_PREFIX}${id.toString(16)}-${++this.detachSeq}-`.padEnd(HELD_NAME_BYTES, '~')
+    const as = '/' + name
+    if (this.detached.size >= HELD_NAMES_MAX) this.detached.delete(this.detached.keys().next().value!)
+    this.detached.set(as, id)
+    if (this.detaching.size >= HELD_NAMES_MAX) this.detaching.clear()
+    this.detaching.set(p, { id, as: name })
+    // the nodes below it move with it; the name itself is the new object's once looked up again
+    this.movedReported(p, as)
+    this.cache.invalidateTree(p)
+    // debug: every directory another client removes or replaces gets here once (the kernel holding it or not)
+    this.log.debug('the node of a directory another client moved away or removed moves off its name', { path: p, id: id.toString(), errno })
+    throw Object.assign(new Error(`${p} is no longer the directory ${id} the kernel holds there`), { fuseErrno: errno, detachAs: name })
   }
 
   private async lstatInKernelParent(p: string): Promise<Inode> {
     const parent = p === '/' ? undefined : this.heldDir(parentOf(p))
-    if (parent === undefined) return this.fs.lstat(p)
+    if (parent === undefined) return this.isDetached(p) ? this.inHeldDir(p, (q) => this.fs.lstat(q), true) : this.fs.lstat(p)
     const at: PathAt = { parent, path: nameOf(p) }
     try {
       const inode = await this.fs.lstatAt(at)
@@ -480,6 +545,8 @@ export class StrataFuseOps {
    * on a local filesystem. Costs nothing unless the first try fails.
    */
   private async inHeldDir<T>(p: string, fn: (q: string) => Promise<T>, self = false): Promise<T> {
+    // a node moved off its name has no path of its own: straight to where its directory is now
+    if (this.isDetached(p)) return this.atHeldPlace(p, self, fn)
     try {
       return await fn(p)
     } catch (e) {
@@ -494,8 +561,27 @@ export class StrataFuseOps {
     }
   }
 
+  /** fn at p's place now, for p below (or, with self, at) a node libfuse moved off its name; ESTALE once its directory is gone. */
+  private async atHeldPlace<T>(p: string, self: boolean, fn: (q: string) => Promise<T>): Promise<T> {
+    const q = await this.movedPath(p, self)
+    if (q === null) fail(E.ESTALE, `the directory held at ${p.slice(0, 48)}… was removed by another client`)
+    try {
+      return await fn(q)
+    } finally {
+      this.cache.invalidateTree(q)
+    }
+  }
+
   /** inHeldDir for an operation on two names (rename, link): each is put where its held directory is now. */
   private async inHeldDirs<T>(ps: string[], fn: (...qs: string[]) => Promise<T>): Promise<T> {
+    if (ps.some((p) => this.isDetached(p))) {
+      const qs = await Promise.all(ps.map(async (p) => (this.isDetached(p) ? ((await this.movedPath(p, false)) ?? fail(E.ESTALE, 'the directory held there was removed by another client')) : p)))
+      try {
+        return await fn(...qs)
+      } finally {
+        for (const q of qs) this.cache.invalidateTree(q)
+      }
+    }
     try {
       return await fn(...ps)
     } catch (e) {
@@ -623,6 +709,21 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) return this.virtualStat(p)
     const held = ofNode ? this.heldDir(p) : undefined
     if (held !== undefined) return inodeToStat(await this.heldDirInode(p, held))
+    if (!ofNode) {
+      const prev = this.reported.get(p)
+      if (prev?.type === 'Directory') {
+        let now: Inode
+        try {
+          now = await this.lookup(p)
+        } catch (e) {
+          // (a LOOKUP of the name running beside this one may have moved the node already)
+          if (errnoOf(e) === E.ENOENT && this.reported.get(p) === prev) this.detachHeld(p, prev.id, E.ENOENT)
+          throw e
+        }
+        if (now.id !== prev.id && this.reported.get(p) === prev) this.detachHeld(p, prev.id, E.ESTALE)
+        return this.kernelView(p, now)
+      }
+    }
     return this.kernelView(p, await this.lookup(p))
   }
 
@@ -647,11 +748,6 @@ export class StrataFuseOps {
     if (prev && prev.type !== inode.type) {
       const open = this.openFileOf(prev.id)
       if (open) return this.handleStat(open)
-      // a directory open here (opendir) keeps the name too while it exists: its descriptors would fail with EIO
-      if (prev.type === 'Directory' && this.openDirOf(prev.id)) {
-        const dir = await this.dirLive(prev.id)
-        if (dir) return inodeToStat(dir)
-      }
       this.remember(p, inode)
       fail(E.ESTALE, `${p} is now a ${inode.type.toLowerCase()}, the kernel has it as a ${prev.type.toLowerCase()}`)
     }
@@ -772,7 +868,8 @@ export class StrataFuseOps {
     if (this.isVirtual(p)) fail(E.ENOENT)
     const h = fd ? this.handles.get(fd) : undefined
     const id = h?.kind === 'dir' ? h.id : undefined
-    const { entries, inodes } = await this.fs.readdirAll(id === undefined ? p : { parent: id }, { status: true })
+    const { entries, inodes } =
+      id === undefined ? await this.inHeldDir(p, (q) => this.fs.readdirAll(q, { status: true }), true) : await this.fs.readdirAll({ parent: id }, { status: true })
     const names = ['.', '..']
     const self = inodeToStat(id === undefined ? await this.lookup(p) : await this.fs.lstatAt({ parent: id }))
     const stats = [self, self]
@@ -847,7 +944,7 @@ export class StrataFuseOps {
 
   /** Whether directory p holds nothing but `.fuse_hidden…` names of files this mount has open. */
   private async onlyHiddenOpenHere(p: string): Promise<boolean> {
-    const { entries } = await this.fs.readdirAll(p).catch(() => ({ entries: [] }))
+    const { entries } = await this.inHeldDir(p, (q) => this.fs.readdirAll(q), true).catch(() => ({ entries: [] }))
     if (!entries.length || !entries.every((e) => isHiddenName(e.name))) return false
     const open = new Set<bigint>()
     for (const h of this.handles.values()) if (h.kind === 'file') open.add(h.fh.inodeId)
@@ -923,7 +1020,7 @@ export class StrataFuseOps {
     this.cache.invalidate(src)
     this.cache.invalidate(dest)
     if (expected && expected.type !== inode.type) {
-      await this.fs.unlink(dest).catch((e: unknown) => this.log.warn('link: could not undo a link the kernel would refuse', { path: dest, err: toStrataError(e) }))
+      await this.inHeldDir(dest, (q) => this.fs.unlink(q)).catch((e: unknown) => this.log.warn('link: could not undo a link the kernel would refuse', { path: dest, err: toStrataError(e) }))
       this.cache.invalidateInode(inode.id)
       this.cache.invalidate(dest)
       this.remember(src, inode)
@@ -961,7 +1058,7 @@ export class StrataFuseOps {
     const known = this.cache.get(p)
     if ((attrs.atime !== undefined || attrs.mtime !== undefined) && this.writers.size > 0) {
       // a file written through this mount: its buffered writes land first, and do not set the mtime back at close
-      await this.fs.settleWritesBeforeTimes(known?.id ?? (await this.fs.lstat(p)).id)
+      await this.fs.settleWritesBeforeTimes(known?.id ?? (await this.inHeldDir(p, (q) => this.fs.lstat(q), true)).id)
     }
     this.cache.invalidate(p)
     const rsp = await this.inHeldDir(p, (q) => this.fs.meta.setAttr({ path: pathAt(q), flags: { followLastSymlink: false }, ...attrs }), true)
@@ -992,7 +1089,7 @@ export class StrataFuseOps {
     const fh = this.file(fd)
     const w = fh.writable ? fh : this.writableHandleOf(fh.inodeId)
     if (w) await this.fs.ftruncate(w, size)
-    else await this.fs.truncate(p, size)
+    else await this.inHeldDir(p, (q) => this.fs.truncate(q, size), true)
     this.cache.invalidateInode(fh.inodeId)
     this.dropReadAhead(fh.inodeId)
   }
@@ -1031,7 +1128,7 @@ export class StrataFuseOps {
       // the kernel holds a file where another client put a directory: ESTALE has it look the name up
       // again (open(2) retries with LOOKUP_REVAL) and open the directory
       if (e instanceof StrataError && e.code === 'META_IS_DIRECTORY' && this.reported.get(p)?.type !== 'Directory') {
-        const now = await this.fs.lstat(p).catch(() => null)
+        const now = await this.inHeldDir(p, (q) => this.fs.lstat(q), true).catch(() => null)
         if (now) this.staleType(p, now)
       }
       throw e

@@ -1,5 +1,5 @@
 // Strata's build of fuse-native's addon: fuse-native 2.2.6 (MIT License,
-// https://github.com/fuse-friends/fuse-native) with eight changes, marked
+// https://github.com/fuse-friends/fuse-native) with nine changes, marked
 // "Strata:" below.
 //
 // 1. libfuse's multithreaded loop starts a worker thread whenever none is idle
@@ -80,6 +80,26 @@
 // (strata_chan_receive), getattr tells JavaScript whether it answers a
 // question about a held node or about a name, and readdir passes the
 // directory's handle (fs/fuse/ops.ts keeps open directories by inode id).
+//
+// 9. libfuse 2's node table is keyed by (parent node, name): a node the kernel
+// still holds (a working directory, a directory descriptor) keeps its name
+// there, so when another client had moved that directory away and put a new
+// one at its name, the kernel's next LOOKUP of the name was answered with the
+// held node's id, and the process's working directory turned into the new
+// directory; a file at the name made the kernel mark the held directory bad
+// (EIO). The high-level API cannot rename a node itself, but libfuse's own
+// rename of its table can be driven through its public request path: when
+// the daemon answers a LOOKUP's getattr with a name to move the node to
+// (fs/fuse/ops.ts: a name no kernel request can carry), the libfuse thread,
+// once the LOOKUP has let go of its path locks and before its reply reaches
+// the kernel, hands libfuse a RENAME request of (parent, name) to that name
+// under the root (fuse_session_process, answered on a channel of its own and
+// by no filesystem call: strata_rename). The reply (ESTALE) makes the kernel
+// look the name up again, and libfuse gives it a new node; the held node goes
+// on answering, under its new name, for the directory it was. Until the move
+// is made, another LOOKUP of that name is answered ESTALE here (it would get
+// the old node), and the daemon asks (strata_detach_pending) whether a request
+// by the old name is still about the held node.
 
 #define FUSE_USE_VERSION 29
 
@@ -282,6 +302,12 @@ typedef struct {
   napi_ref ra_cb;
   uv_async_t ra_async;
   strata_ra_slot_t ra[STRATA_RA_SLOTS];
+
+  // Strata: LOOKUPs whose node is being moved (change 9 at the top): entered by the JavaScript thread
+  // when it answers one, in the order it answers, left once libfuse moved the node (guarded by
+  // detach_mut). Another LOOKUP of that name answered meanwhile would get the node's old id.
+  pthread_mutex_t detach_mut;
+  struct { uint64_t parent; char *name; char *as; } detaching[16];
 } fuse_thread_t;
 
 typedef struct {
@@ -329,6 +355,12 @@ typedef struct {
 
   // Strata: next block on the mount's free list
   void *next_free;
+
+  // Strata: the name getattr's answer asks to move the LOOKUP's node to (change 9 at the top; malloc'd),
+  // and the LOOKUP's parent and name
+  char *detach;
+  uint64_t lookup_parent;
+  const char *lookup_name;
 } fuse_thread_locals_t;
 
 static pthread_key_t thread_locals_key;
@@ -456,7 +488,68 @@ static int strata_getattr_of_node (void) {
   }
 }
 
-FUSE_METHOD(getattr, 2, 1, (const char *path, struct stat *stat), {
+// Strata: a string after the stat array in getattr's answer: the name to move the LOOKUP's node to
+// (change 9 at the top)
+static void strata_take_detach (napi_env env, napi_value v, fuse_thread_locals_t *l) {
+  napi_valuetype t;
+  size_t len = 0;
+  if (l->lookup_name == NULL) return;
+  if (napi_typeof(env, v, &t) != napi_ok || t != napi_string) return;
+  if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) return;
+  char *s = (char *) malloc(len + 1);
+  char *name = strdup(l->lookup_name);
+  char *as = NULL;
+  if (s != NULL) {
+    napi_get_value_string_utf8(env, v, s, len + 1, &len);
+    as = strdup(s);
+  }
+  if (s == NULL || name == NULL || as == NULL) {
+    free(s);
+    free(name);
+    free(as);
+    return;
+  }
+  fuse_thread_t *ft = l->fuse;
+  pthread_mutex_lock(&ft->detach_mut);
+  for (int i = 0; i < 16; i++) {
+    if (ft->detaching[i].name == NULL) {
+      ft->detaching[i].parent = l->lookup_parent;
+      ft->detaching[i].name = name;
+      ft->detaching[i].as = as;
+      name = NULL;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ft->detach_mut);
+  if (name != NULL) {  // sixteen moves at once: this one is not made (the old behaviour)
+    free(name);
+    free(as);
+    free(s);
+    return;
+  }
+  l->detach = s;
+}
+
+// Strata: whether a node of (parent, name) is being moved; with leave, it no longer is
+static int strata_detaching_name (fuse_thread_t *ft, uint64_t parent, const char *name, int leave) {
+  int found = 0;
+  pthread_mutex_lock(&ft->detach_mut);
+  for (int i = 0; i < 16 && !found; i++) {
+    if (ft->detaching[i].name != NULL && ft->detaching[i].parent == parent && strcmp(ft->detaching[i].name, name) == 0) {
+      found = 1;
+      if (leave) {
+        free(ft->detaching[i].name);
+        free(ft->detaching[i].as);
+        ft->detaching[i].name = NULL;
+        ft->detaching[i].as = NULL;
+      }
+    }
+  }
+  pthread_mutex_unlock(&ft->detach_mut);
+  return found;
+}
+
+FUSE_METHOD(getattr, 2, 2, (const char *path, struct stat *stat), {
   l->path = path;
   l->stat = stat;
   l->flags = strata_getattr_of_node();
@@ -466,7 +559,40 @@ FUSE_METHOD(getattr, 2, 1, (const char *path, struct stat *stat), {
 }, {
   NAPI_ARGV_BUFFER_CAST(uint32_t*, ints, 2)
   populate_stat(ints, l->stat);
+  strata_take_detach(env, argv[3], l);
 })
+
+// Strata: the LOOKUP this libfuse thread is serving (change 9 at the top): its unique, parent node
+// and name (in the thread's receive buffer, which stays put until the reply is sent), and the name
+// its node is to move to before the reply goes out
+static __thread uint64_t strata_req_unique = 0;
+static __thread uint64_t strata_lookup_parent = 0;
+static __thread const char *strata_lookup_name = NULL;
+static __thread char *strata_detach_as = NULL;
+static __thread fuse_thread_t *strata_detach_ft = NULL;
+// set while libfuse runs the RENAME that moves a node: strata_rename answers it without JavaScript
+static __thread int strata_detaching = 0;
+
+static int strata_getattr (const char *path, struct stat *stat) {
+  fuse_thread_locals_t *l = get_thread_locals();
+  int lookup = strata_opcode == FUSE_LOOKUP && strata_lookup_name != NULL;
+  l->detach = NULL;
+  l->lookup_parent = strata_lookup_parent;
+  l->lookup_name = lookup ? strata_lookup_name : NULL;
+  int res = fuse_native_getattr(path, stat);
+  l->lookup_name = NULL;
+  if (l->detach != NULL) {
+    // entered in ft->detaching by strata_take_detach; strata_chan_send moves the node and leaves
+    strata_detach_as = l->detach;
+    strata_detach_ft = l->fuse;
+    l->detach = NULL;
+  } else if (lookup && res == 0 && strata_detaching_name(l->fuse, strata_lookup_parent, strata_lookup_name, 0)) {
+    // answered after the LOOKUP that moves this name's node, which libfuse may not have moved yet:
+    // ESTALE, and the kernel asks again
+    res = -ESTALE;
+  }
+  return res;
+}
 
 FUSE_METHOD(fgetattr, 2, 1, (const char *path, struct stat *stat, struct fuse_file_info *info), {
   l->path = path;
@@ -859,6 +985,12 @@ FUSE_METHOD_VOID(rename, 2, 0, (const char *path, const char *dest), {
   napi_create_string_utf8(env, l->dest, NAPI_AUTO_LENGTH, &(argv[3]));
 })
 
+// Strata: a node moved in libfuse's table only (change 9 at the top) renames nothing in the filesystem
+static int strata_rename (const char *path, const char *dest) {
+  if (strata_detaching) return 0;
+  return fuse_native_rename(path, dest);
+}
+
 FUSE_METHOD_VOID(link, 2, 0, (const char *path, const char *dest), {
   l->path = path;
   l->dest = dest;
@@ -1100,6 +1232,27 @@ NAPI_METHOD(strata_ra_served) {
 }
 
 // strata_ra_stats(ft) → [READs served natively, bytes].
+// Strata: whether libfuse has yet to move a node to the name `as` (change 9 at the top): until then
+// the kernel may still ask about that node by its old name
+NAPI_METHOD(strata_detach_pending) {
+  NAPI_ARGV(2)
+  NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
+  size_t len = 0;
+  napi_get_value_string_utf8(env, argv[1], NULL, 0, &len);
+  char *as = (char *) malloc(len + 1);
+  int found = 0;
+  if (as != NULL) {
+    napi_get_value_string_utf8(env, argv[1], as, len + 1, &len);
+    pthread_mutex_lock(&ft->detach_mut);
+    for (int i = 0; i < 16 && !found; i++) found = ft->detaching[i].as != NULL && strcmp(ft->detaching[i].as, as) == 0;
+    pthread_mutex_unlock(&ft->detach_mut);
+    free(as);
+  }
+  napi_value res;
+  napi_get_boolean(env, found, &res);
+  return res;
+}
+
 NAPI_METHOD(strata_ra_stats) {
   NAPI_ARGV(1)
   NAPI_ARGV_BUFFER_CAST(fuse_thread_t *, ft, 0);
@@ -1240,6 +1393,13 @@ static int strata_chan_receive (struct fuse_chan **chp, char *buf, size_t size) 
   ssize_t res;
   int err;
 
+  // Strata: a move left by a request whose reply never went out (its name is in buf, read over below)
+  if (strata_detach_as != NULL) {
+    if (strata_lookup_name != NULL) strata_detaching_name(strata_detach_ft, strata_lookup_parent, strata_lookup_name, 1);
+    free(strata_detach_as);
+    strata_detach_as = NULL;
+  }
+
 restart:
   res = read(fuse_chan_fd(ch), buf, size);
   err = errno;
@@ -1259,6 +1419,13 @@ restart:
   }
   struct fuse_in_header *in = (struct fuse_in_header *) buf;
   strata_opcode = in->opcode;
+  strata_req_unique = in->unique;
+  strata_lookup_parent = 0;
+  strata_lookup_name = NULL;
+  if (in->opcode == FUSE_LOOKUP && (size_t) res > sizeof(struct fuse_in_header) && buf[res - 1] == '\0') {
+    strata_lookup_parent = in->nodeid;
+    strata_lookup_name = buf + sizeof(struct fuse_in_header);
+  }
   if (in->opcode == FUSE_INIT && (size_t) res >= sizeof(struct fuse_in_header) + sizeof(struct fuse_init_in)) {
     struct fuse_init_in *arg = (struct fuse_init_in *) (buf + sizeof(struct fuse_in_header));
     if (arg->major == 7 && arg->minor >= 28 && (arg->flags & STRATA_FUSE_MAX_PAGES_FLAG)) {
@@ -1281,9 +1448,64 @@ static int strata_chan_write (struct fuse_chan *ch, const struct iovec iov[], si
   return 0;
 }
 
+// Strata: the reply of a RENAME handed to libfuse by strata_detach (change 9 at the top): its error
+static int strata_detach_reply (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
+  int *err = (int *) fuse_chan_data(ch);
+  if (iov != NULL && count >= 1 && iov[0].iov_len >= sizeof(struct fuse_out_header)) {
+    *err = ((const struct fuse_out_header *) iov[0].iov_base)->error;
+  }
+  return 0;
+}
+
+static struct fuse_chan_ops strata_detach_chan_ops = {
+  .send = strata_detach_reply,
+};
+
+#define STRATA_DETACH_UNIQUE 0xfffffffffffffff0ull  // never one of the kernel's (they count up from 1)
+
+// Strata: moves libfuse's node of (parent, name) to (root, as) by libfuse's own RENAME, as if the
+// kernel had sent it (change 9 at the top). Runs on a libfuse thread that holds no path lock; waits,
+// as any RENAME does, until no request is using the node.
+static void strata_detach (struct fuse_session *se, uint64_t parent, const char *name, const char *as) {
+  size_t nl = strlen(name) + 1;
+  size_t al = strlen(as) + 1;
+  size_t len = sizeof(struct fuse_in_header) + sizeof(struct fuse_rename_in) + nl + al;
+  char *buf = (char *) calloc(1, len);
+  if (buf == NULL) return;
+  struct fuse_in_header *in = (struct fuse_in_header *) buf;
+  in->len = len;
+  in->opcode = FUSE_RENAME;
+  in->unique = STRATA_DETACH_UNIQUE;
+  in->nodeid = parent;
+  struct fuse_rename_in *arg = (struct fuse_rename_in *) (buf + sizeof(struct fuse_in_header));
+  arg->newdir = FUSE_ROOT_ID;
+  memcpy(buf + sizeof(struct fuse_in_header) + sizeof(struct fuse_rename_in), name, nl);
+  memcpy(buf + sizeof(struct fuse_in_header) + sizeof(struct fuse_rename_in) + nl, as, al);
+  int err = 0;
+  struct fuse_chan *ch = fuse_chan_new(&strata_detach_chan_ops, -1, len, &err);
+  if (ch != NULL) {
+    strata_detaching = 1;
+    fuse_session_process(se, buf, len, ch);
+    strata_detaching = 0;
+    fuse_chan_destroy(ch);
+    if (err != 0) fprintf(stderr, "strata: moving the node of a name another client replaced failed: %s\n", strerror(-err));
+  }
+  free(buf);
+}
+
 // libfuse 2.9's send, with the INIT reply widened to the 7.23 layout carrying FUSE_MAX_PAGES
 static int strata_chan_send (struct fuse_chan *ch, const struct iovec iov[], size_t count) {
   strata_chan_t *sc = (strata_chan_t *) fuse_chan_data(ch);
+  // Strata: a LOOKUP whose node is to move first (change 9 at the top)
+  if (strata_detach_as != NULL && iov != NULL && count >= 1 && iov[0].iov_len >= sizeof(struct fuse_out_header) &&
+      ((const struct fuse_out_header *) iov[0].iov_base)->unique == strata_req_unique) {
+    char *as = strata_detach_as;
+    strata_detach_as = NULL;
+    struct fuse_session *se = fuse_chan_session(ch);
+    if (se != NULL && strata_lookup_name != NULL) strata_detach(se, strata_lookup_parent, strata_lookup_name, as);
+    if (strata_lookup_name != NULL) strata_detaching_name(strata_detach_ft, strata_lookup_parent, strata_lookup_name, 1);
+    free(as);
+  }
   uint64_t init = __atomic_load_n(&sc->init_unique, __ATOMIC_ACQUIRE);
   if (init != 0 && iov != NULL && count == 2 && iov[0].iov_len == sizeof(struct fuse_out_header)) {
     const struct fuse_out_header *oh = (const struct fuse_out_header *) iov[0].iov_base;
@@ -1353,7 +1575,7 @@ NAPI_METHOD(fuse_native_mount) {
   if (implemented[op_access]) ops.access = fuse_native_access;
   if (implemented[op_truncate]) ops.truncate = fuse_native_truncate;
   if (implemented[op_ftruncate]) ops.ftruncate = fuse_native_ftruncate;
-  if (implemented[op_getattr]) ops.getattr = fuse_native_getattr;
+  if (implemented[op_getattr]) ops.getattr = strata_getattr; // Strata: change 9
   if (implemented[op_fgetattr]) ops.fgetattr = fuse_native_fgetattr;
   if (implemented[op_flush]) ops.flush = fuse_native_flush;
   if (implemented[op_fsync]) ops.fsync = fuse_native_fsync;
@@ -1380,7 +1602,7 @@ NAPI_METHOD(fuse_native_mount) {
   // other; without the flag libfuse 2 drops such a request
   ops.flag_utime_omit_ok = 1;
   if (implemented[op_unlink]) ops.unlink = fuse_native_unlink;
-  if (implemented[op_rename]) ops.rename = fuse_native_rename;
+  if (implemented[op_rename]) ops.rename = strata_rename; // Strata: change 9
   if (implemented[op_link]) ops.link = fuse_native_link;
   if (implemented[op_symlink]) ops.symlink = fuse_native_symlink;
   if (implemented[op_mkdir]) ops.mkdir = fuse_native_mkdir;
@@ -1415,6 +1637,8 @@ NAPI_METHOD(fuse_native_mount) {
   uv_mutex_init(&(ft->free_mut)); // Strata
   ft->free_locals = NULL;
   pthread_rwlock_init(&(ft->ra_lock), NULL); // Strata
+  pthread_mutex_init(&(ft->detach_mut), NULL); // Strata: change 9
+  memset(ft->detaching, 0, sizeof(ft->detaching));
   ft->ra_on = 0;
   ft->ra_live = 0;
 
@@ -1475,6 +1699,7 @@ NAPI_INIT() {
   NAPI_EXPORT_FUNCTION(strata_ra_served)
   NAPI_EXPORT_FUNCTION(strata_ra_need)
   NAPI_EXPORT_FUNCTION(strata_ra_stats)
+  NAPI_EXPORT_FUNCTION(strata_detach_pending)
   NAPI_EXPORT_FUNCTION(fuse_native_unmount)
 
   NAPI_EXPORT_FUNCTION(fuse_native_signal_getattr)

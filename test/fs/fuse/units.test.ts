@@ -340,3 +340,37 @@ test('a directory open here keeps its place in the map of what the kernel was to
   // a fresh lookup of the old name (not of the node) finds nothing
   t.is(await errnoOf(ops.getattr('/d')), -2)
 })
+
+test('a LOOKUP that finds another object (or none) where the kernel was told a directory moves that node off the name, which is answered by id from then on', async (t) => {
+  const f = fakeFs()
+  const ops = opsWith(f, { attrTimeoutMs: 0 })
+  const lookup = (p: string) =>
+    new Promise<[number, number | undefined, string | undefined]>((r) => ops.operations().getattr!(p, (err, st, as) => r([err, st?.ino, as]), false))
+  t.deepEqual(await lookup('/d'), [0, 10, undefined])
+  t.deepEqual(await lookup('/d/f'), [0, 11, undefined])
+  // another client moves /d away and makes a new directory at its name
+  const d = f.nodes.get('/d')!
+  const file = f.nodes.get('/d/f')!
+  f.nodes.delete('/d/f')
+  f.nodes.set('/e', d)
+  f.nodes.set('/e/f', file)
+  f.nodes.set('/d', inode(20n, 'Directory'))
+  const [err, , as] = await lookup('/d')
+  t.is(err, -116, 'ESTALE: the kernel looks the name up again')
+  t.true(as!.startsWith('strata-held-') && Buffer.byteLength(as!) === 4096, 'a name no request can carry')
+  // libfuse's node now has that name: the held directory, and names in it by its id
+  t.is((await ops.getattr('/' + as, true)).ino, 10)
+  t.is((await ops.getattr(`/${as}/f`)).ino, 11)
+  t.deepEqual((await ops.readdir('/' + as, await ops.opendir('/' + as))).names, ['.', '..', 'f'])
+  // the kernel's next LOOKUP of the name: the new directory, nothing moved again
+  t.deepEqual(await lookup('/d'), [0, 20, undefined])
+  t.is((await ops.getattr('/d', true)).ino, 20)
+  // the new one is removed too: its node moves as well, and the name is missing
+  f.nodes.delete('/d')
+  const [gone, , as2] = await lookup('/d')
+  t.is(gone, -2)
+  t.true(as2!.startsWith('strata-held-') && as2 !== as)
+  // a moved node the daemon has no record of (dropped, or another mount's name): ESTALE, never a lookup of that name
+  t.is(await errnoOf(ops.getattr('/strata-held-1-1-~', true)), -116)
+  t.is(await errnoOf(ops.getattr('/strata-held-1-1-~/x')), -116)
+})
