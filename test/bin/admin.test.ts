@@ -19,7 +19,12 @@ test('a lone mgmtd: init-cluster, register-node, configs, CSV checks, usage erro
   t.is(again.code, 1)
   t.regex(again.stderr, /^strata: MGMTD_ALREADY_INITIALIZED: /)
   t.is((await strata([...A, 'init-cluster', '1', '65536', '2', '--allow-config-existed'])).code, 0)
-  t.regex((await strata([...A, 'init-cluster', '1', '1000', '2'])).stderr, /power of two/)
+  const tiny = await strata([...A, 'init-cluster', '1', '1000', '2'])
+  t.is(tiny.code, 2, 'below 4K: a usage error')
+  t.regex(tiny.stderr, /chunkSize must be in \[4096, 2147483648\]/)
+  const odd = await strata([...A, 'init-cluster', '1', '5000', '2'])
+  t.is(odd.code, 1, 'in range but not a power of two: the operation refuses it')
+  t.regex(odd.stderr, /power of two/)
 
   t.regex(await ok(t, [...A, 'register-node', '50', 'META']), /Register node 50 of type META succeeded/)
   const dup = await strata([...A, 'register-node', '50', 'META'])
