@@ -169,7 +169,7 @@ export class Craq {
     }
     const applied = await this.applyLocal(t, io, { fromClient: true, isSyncing: false, chainVer: chain.chainVersion, clientId: tag.clientId, requestId: tag.requestId })
     const fwdIo: UpdateIO = { ...io, updateVer: applied.updateVer }
-    return this.forwardAndCommit(t, fwdIo, tag, applied, io, undefined, true)
+    return this.forwardAndCommit(t, fwdIo, tag, applied, io, undefined, true, true)
   }
 
   // --- forwarded updates at a middle or tail replica
@@ -246,6 +246,8 @@ export class Craq {
     syncChainVer?: number,
     /** the local apply was an ordinary (not syncing) update, which abortUpdate can take back */
     abortable = false,
+    /** the update entered here from a client or this head itself: only the head may finish it */
+    atHead = false,
   ): Promise<IOResult> {
     let commitChainVer = 0
     let attempt = 0
@@ -257,6 +259,7 @@ export class Craq {
       if (mePublic !== 'SERVING' && mePublic !== 'SYNCING') {
         throw new StrataError('TARGET_STATE_INVALID', `target ${t.record.targetId} left the chain's serving set (${mePublic ?? 'removed'})`)
       }
+      if (atHead) this.checkStillHead(t, chain)
       const succ = this.successorOf(chain, t.record.targetId)
       if (succ === undefined) {
         commitChainVer = syncChainVer ?? chain.chainVersion
@@ -310,6 +313,25 @@ export class Craq {
       updateVer: c.updateVer,
       checksum: c.checksum,
       commitChainVer,
+    }
+  }
+
+  /**
+   * A head's update is acknowledged only while this target is still the
+   * chain's head. A head demoted while its forward was out (its node stalled
+   * past the heartbeat timeout) comes back as a SYNCING target at the end of
+   * the chain: there it has no successor, and committing would acknowledge
+   * a write that no serving replica holds, which the resync from the new head
+   * then removes. The update stays pending here (the resync settles it) and
+   * the client retries at the new head.
+   */
+  private checkStillHead(t: LocalTarget, chain: ChainInfo): void {
+    const head = chain.targets.find((x) => x.publicState === 'SERVING')
+    if (head?.targetId !== t.record.targetId || t.localState !== 'UPTODATE') {
+      throw new StrataError(
+        'TARGET_STATE_INVALID',
+        `target ${t.record.targetId} is no longer the head of chain ${chain.chainId} (version ${chain.chainVersion}: head ${head?.targetId ?? 'none'}, this target ${publicStateIn(chain, t.record.targetId)}/${t.localState})`,
+      )
     }
   }
 
