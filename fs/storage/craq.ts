@@ -135,8 +135,9 @@ export class Craq {
         if (!this.channels.get(k)!.inFlight) this.channels.delete(k)
       }
     }
+    const entered = t.demotions
     try {
-      const r = await t.engine.withChunkLock(io.key.chunkId, () => this.headUpdateLocked(t, io, tag))
+      const r = await t.engine.withChunkLock(io.key.chunkId, () => this.headUpdateLocked(t, io, tag, entered))
       mine.result = r
       return r
     } catch (e) {
@@ -155,10 +156,11 @@ export class Craq {
    */
   async headUpdate(io: UpdateIO, tag: MessageTag): Promise<IOResult> {
     const t = await this.asHead(io)
-    return t.engine.withChunkLock(io.key.chunkId, () => this.headUpdateLocked(t, io, { ...tag, requestId: 0 }))
+    const entered = t.demotions
+    return t.engine.withChunkLock(io.key.chunkId, () => this.headUpdateLocked(t, io, { ...tag, requestId: 0 }, entered))
   }
 
-  private async headUpdateLocked(t: LocalTarget, io: UpdateIO, tag: MessageTag): Promise<IOResult> {
+  private async headUpdateLocked(t: LocalTarget, io: UpdateIO, tag: MessageTag, entered: number): Promise<IOResult> {
     // re-check under the chunk lock: the chain may have changed while we queued
     const chain = await this.fence(io.key.chainId, io.key.chainVer)
     const meta = t.engine.getMeta(io.key.chunkId)
@@ -169,7 +171,7 @@ export class Craq {
     }
     const applied = await this.applyLocal(t, io, { fromClient: true, isSyncing: false, chainVer: chain.chainVersion, clientId: tag.clientId, requestId: tag.requestId })
     const fwdIo: UpdateIO = { ...io, updateVer: applied.updateVer }
-    return this.forwardAndCommit(t, fwdIo, tag, applied, io, undefined, true)
+    return this.forwardAndCommit(t, fwdIo, tag, applied, io, undefined, { abortable: true, atHead: true, entered })
   }
 
   // --- forwarded updates at a middle or tail replica
@@ -182,6 +184,7 @@ export class Craq {
     const pub = publicStateIn(chain, t.record.targetId)
     if (pub !== 'SERVING' && pub !== 'SYNCING') throw new StrataError('TARGET_STATE_INVALID', `target ${t.record.targetId} is ${pub ?? 'not in chain'}`)
     if (t.localState === 'OFFLINE') throw new StrataError('TARGET_OFFLINE', `target ${t.record.targetId} is offline`)
+    const entered = t.demotions
     const syncChainVer = options?.isSyncing && Number.isInteger(options.syncChainVer) ? options.syncChainVer : undefined
     return t.engine.withChunkLock(io.key.chunkId, async () => {
       await this.fence(io.key.chainId, io.key.chainVer)
@@ -211,7 +214,7 @@ export class Craq {
         const m = t.engine.getMeta(io.key.chunkId)
         applied = { updateVer: io.updateVer, checksum: m?.checksum ?? 0, size: m?.size ?? 0 }
       }
-      return this.forwardAndCommit(t, io, tag, applied, io, syncChainVer, !(options?.isSyncing ?? false))
+      return this.forwardAndCommit(t, io, tag, applied, io, syncChainVer, { abortable: !(options?.isSyncing ?? false), atHead: false, entered })
     })
   }
 
@@ -243,10 +246,17 @@ export class Craq {
     applied: { updateVer: number; checksum: number; size: number },
     original: UpdateIO,
     /** resync transfer: commit at the end of the chain under this version */
-    syncChainVer?: number,
-    /** the local apply was an ordinary (not syncing) update, which abortUpdate can take back */
-    abortable = false,
+    syncChainVer: number | undefined,
+    how: {
+      /** the local apply was an ordinary (not syncing) update, which abortUpdate can take back */
+      abortable: boolean
+      /** the update entered here from a client or this head itself: only the head may finish it */
+      atHead: boolean
+      /** the target's demotion count when the update entered */
+      entered: number
+    },
   ): Promise<IOResult> {
+    const { abortable, atHead } = how
     let commitChainVer = 0
     let attempt = 0
     for (;;) {
@@ -257,6 +267,14 @@ export class Craq {
       if (mePublic !== 'SERVING' && mePublic !== 'SYNCING') {
         throw new StrataError('TARGET_STATE_INVALID', `target ${t.record.targetId} left the chain's serving set (${mePublic ?? 'removed'})`)
       }
+      if (t.demotions !== how.entered) {
+        // The chain stopped counting on this target while the update was
+        // here; back in service it sits elsewhere in the chain (a SYNCING
+        // tail), where committing would finish the update on a replica the
+        // rest of the chain never forwarded it to.
+        throw new StrataError('TARGET_STATE_INVALID', `target ${t.record.targetId} was taken out of chain ${chain.chainId} while the update was in flight`)
+      }
+      if (atHead) this.checkStillHead(t, chain)
       const succ = this.successorOf(chain, t.record.targetId)
       if (succ === undefined) {
         commitChainVer = syncChainVer ?? chain.chainVersion
@@ -310,6 +328,25 @@ export class Craq {
       updateVer: c.updateVer,
       checksum: c.checksum,
       commitChainVer,
+    }
+  }
+
+  /**
+   * A head's update is acknowledged only while this target is still the
+   * chain's head. A head demoted while its forward was out (its node stalled
+   * past the heartbeat timeout) comes back as a SYNCING target at the end of
+   * the chain: there it has no successor, and committing would acknowledge
+   * a write that no serving replica holds, which the resync from the new head
+   * then removes. The update stays pending here (the resync settles it) and
+   * the client retries at the new head.
+   */
+  private checkStillHead(t: LocalTarget, chain: ChainInfo): void {
+    const head = chain.targets.find((x) => x.publicState === 'SERVING')
+    if (head?.targetId !== t.record.targetId || t.localState !== 'UPTODATE') {
+      throw new StrataError(
+        'TARGET_STATE_INVALID',
+        `target ${t.record.targetId} is no longer the head of chain ${chain.chainId} (version ${chain.chainVersion}: head ${head?.targetId ?? 'none'}, this target ${publicStateIn(chain, t.record.targetId)}/${t.localState})`,
+      )
     }
   }
 

@@ -29,6 +29,12 @@ export interface LocalTarget {
   stickyOffline: string | null
   /** true until routing shows this pre-existing target out of SERVING/SYNCING/WAITING */
   awaitingRecovery: boolean
+  /**
+   * Times the chain took this target out of service or it went offline: an
+   * update that entered before must not be finished after (craq.ts), when
+   * the target is back in another place of its chain.
+   */
+  demotions: number
 }
 
 const RECORD = 'target.json'
@@ -52,7 +58,7 @@ export class TargetMap {
       if (!fs.existsSync(recPath)) continue
       const record = JSON.parse(fs.readFileSync(recPath, 'utf8')) as TargetRecord
       const engine = await ChunkEngine.open({ dir, targetId: record.targetId, fsync: this.engine.fsync, directWrites: this.engine.directWrites })
-      this.add({ record, dir, engine, localState: 'OFFLINE', stickyOffline: null, awaitingRecovery: true })
+      this.add({ record, dir, engine, localState: 'OFFLINE', stickyOffline: null, awaitingRecovery: true, demotions: 0 })
     }
     this.log.info('targets loaded', { count: this.byId.size })
   }
@@ -82,7 +88,7 @@ export class TargetMap {
     fs.writeFileSync(tmp, JSON.stringify(record))
     fs.renameSync(tmp, path.join(dir, RECORD))
     // A brand-new target holds no data, so it needs no recovery.
-    const t: LocalTarget = { record, dir, engine, localState: 'ONLINE', stickyOffline: null, awaitingRecovery: false }
+    const t: LocalTarget = { record, dir, engine, localState: 'ONLINE', stickyOffline: null, awaitingRecovery: false, demotions: 0 }
     this.add(t)
     this.log.info('target created', { targetId: rec.targetId, chainId: rec.chainId })
     return t
@@ -113,6 +119,7 @@ export class TargetMap {
     if (t.stickyOffline === null) this.log.warn('target offline', { targetId: t.record.targetId, why })
     t.stickyOffline = why
     t.localState = 'OFFLINE'
+    t.demotions++
   }
 
   /**
@@ -153,6 +160,7 @@ export class TargetMap {
         // come back through recovery once the chain no longer counts on us.
         t.localState = 'OFFLINE'
         t.awaitingRecovery = true
+        t.demotions++
         this.log.warn('target demoted by its chain; recovering', { targetId: t.record.targetId, publicState: p })
       }
     }
