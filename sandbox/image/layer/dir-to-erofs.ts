@@ -17,7 +17,7 @@
 import fs from 'node:fs'
 import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
-import { isOverlayXattr, timesOf } from './fs-ops.js'
+import { devNumbers, tarXattrsOf, timesOf } from './fs-ops.js'
 import { buildLayer, type EntryData, type LayerBuildOptions, type LayerBuilder } from './layer-builder.js'
 import { OPAQUE_MARKER, WHITEOUT_PREFIX } from './paths.js'
 import type { TarEntryHeader } from './tar-reader.js'
@@ -58,12 +58,6 @@ function decode(b: Buffer, what: string): string {
   } catch {
     throw new StrataError('IMAGE_BAD_ARCHIVE', `${what} is not valid UTF-8 (hex ${b.toString('hex')}); a layer (a tar) holds UTF-8 names only`)
   }
-}
-
-function devNumbers(rdev: bigint): { major: number; minor: number } {
-  const major = ((rdev >> 8n) & 0xfffn) | ((rdev >> 32n) & ~0xfffn)
-  const minor = (rdev & 0xffn) | ((rdev >> 12n) & ~0xffn)
-  return { major: Number(major), minor: Number(minor) }
 }
 
 /** An OS error on the source tree → a catalogue error naming the path. */
@@ -146,26 +140,6 @@ class FileData implements EntryData {
   }
 }
 
-/** Xattrs as a tar of the tree carries them; `opaque`: overlayfs's opaque mark, a marker entry in a tar. */
-function xattrsOf(abs: string, shownAs: string): { xattrs: Map<string, Buffer>; opaque: boolean } {
-  const n = native()
-  const xattrs = new Map<string, Buffer>()
-  let opaque = false
-  for (const name of os(shownAs, () => n.llistxattr(abs)).sort()) {
-    let value: Buffer
-    try {
-      value = n.lgetxattr(abs, name)
-    } catch (e) {
-      // removed between the listing and the read: as if it had not been there
-      if ((e as NodeJS.ErrnoException).code === 'ENODATA') continue
-      throw sourceError(e, shownAs)
-    }
-    if (name === 'trusted.overlay.opaque') opaque = value.toString() === 'y'
-    else if (!isOverlayXattr(name)) xattrs.set(name, value)
-  }
-  return { xattrs, opaque }
-}
-
 class DirWalker {
   /** dev:ino → the first path of a file with more than one link */
   readonly inodes = new Map<string, string>()
@@ -223,7 +197,7 @@ class DirWalker {
         fd = os(this.shown(rel), () => fs.openSync(abs, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY | fs.constants.O_NOFOLLOW))
         base = `/proc/self/fd/${fd}`
       }
-      const { xattrs, opaque } = xattrsOf(base, this.shown(rel))
+      const { xattrs, opaque } = os(this.shown(rel), () => tarXattrsOf(base))
       await this.entry({ name: rel === '' ? './' : `${rel}/`, type: 'directory', xattrs }, st)
       if (opaque) await this.entry({ name: rel === '' ? OPAQUE_MARKER : `${rel}/${OPAQUE_MARKER}`, type: 'file' }, null)
       const names = os(this.shown(rel), () => fs.readdirSync(base, { encoding: 'buffer' })).sort(Buffer.compare)
@@ -252,7 +226,7 @@ class DirWalker {
       this.inodes.set(key, rel)
     }
     if (st.isFile()) return this.file(abs, rel)
-    const { xattrs } = xattrsOf(abs, this.shown(rel))
+    const { xattrs } = os(this.shown(rel), () => tarXattrsOf(abs))
     if (st.isSymbolicLink()) {
       const target = decode(os(this.shown(rel), () => fs.readlinkSync(abs, { encoding: 'buffer' })), `the target of the symlink ${JSON.stringify(rel)}`)
       return this.entry({ name: rel, type: 'symlink', linkname: target, xattrs }, st)
@@ -270,7 +244,7 @@ class DirWalker {
       const st = os(shownAs, () => fs.fstatSync(fd, { bigint: true }))
       if (!st.isFile()) throw changed(shownAs, 'was replaced')
       const size = Number(st.size)
-      const { xattrs } = xattrsOf(abs, shownAs)
+      const { xattrs } = os(shownAs, () => tarXattrsOf(abs))
       const data = new FileData(fd, size, os(shownAs, () => holesOf(fd, st)), shownAs, this.opts.onBytes)
       await this.entry({ name: rel, type: 'file', size, xattrs }, st, data)
       const after = os(shownAs, () => fs.fstatSync(fd, { bigint: true }))

@@ -45,6 +45,37 @@ export function sys<T>(what: string, f: () => T): T {
   }
 }
 
+/** A device's major and minor numbers from st_rdev (glibc's encoding, as makedev). */
+export function devNumbers(rdev: bigint): { major: number; minor: number } {
+  const major = ((rdev >> 8n) & 0xfffn) | ((rdev >> 32n) & ~0xfffn)
+  const minor = (rdev & 0xffn) | ((rdev >> 12n) & ~0xffn)
+  return { major: Number(major), minor: Number(minor) }
+}
+
+/**
+ * A file's xattrs as a tar of it carries them: overlayfs's own left out, its
+ * opaque mark returned as `opaque` (a marker entry in a tar). An xattr removed
+ * between the listing and its read is taken as never there; other OS errors
+ * are thrown as they are, for the caller to name the path.
+ */
+export function tarXattrsOf(abs: string): { xattrs: Map<string, Buffer>; opaque: boolean } {
+  const n = native()
+  const xattrs = new Map<string, Buffer>()
+  let opaque = false
+  for (const name of n.llistxattr(abs).sort()) {
+    let value: Buffer
+    try {
+      value = n.lgetxattr(abs, name)
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENODATA') continue
+      throw e
+    }
+    if (name === 'trusted.overlay.opaque') opaque = value.toString() === 'y'
+    else if (!isOverlayXattr(name)) xattrs.set(name, value)
+  }
+  return { xattrs, opaque }
+}
+
 /** Xattrs we never take from a tar nor emit into one: overlayfs's own. */
 export function isOverlayXattr(name: string): boolean {
   return name.startsWith('trusted.overlay.') || name.startsWith('user.overlay.')

@@ -11,7 +11,7 @@ import fs from 'node:fs'
 import type { Writable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
 import { native } from '../../../fs/common/native.js'
-import { isOverlayXattr, timesOf } from './fs-ops.js'
+import { devNumbers, tarXattrsOf, timesOf } from './fs-ops.js'
 import { withErofsMount } from './mount.js'
 import { OPAQUE_MARKER, WHITEOUT_PREFIX } from './paths.js'
 import { TarWriter, type TarWriteHeader } from './tar-writer.js'
@@ -25,27 +25,6 @@ function decodeName(b: Buffer, where: string): string {
   } catch (e) {
     throw new StrataError('IMAGE_BAD_LAYER', `${where}: a name is not valid UTF-8 (${b.toString('hex')})`, { cause: e })
   }
-}
-
-function devNumbers(rdev: bigint): { major: number; minor: number } {
-  const major = ((rdev >> 8n) & 0xfffn) | ((rdev >> 32n) & ~0xfffn)
-  const minor = (rdev & 0xffn) | ((rdev >> 12n) & ~0xffn)
-  return { major: Number(major), minor: Number(minor) }
-}
-
-function readXattrs(abs: string): { xattrs: Map<string, Buffer>; opaque: boolean } {
-  const n = native()
-  const xattrs = new Map<string, Buffer>()
-  let opaque = false
-  for (const name of n.llistxattr(abs).sort()) {
-    if (name === 'trusted.overlay.opaque') {
-      opaque = n.lgetxattr(abs, name).toString() === 'y'
-      continue
-    }
-    if (isOverlayXattr(name)) continue
-    xattrs.set(name, n.lgetxattr(abs, name))
-  }
-  return { xattrs, opaque }
 }
 
 interface Child {
@@ -136,7 +115,7 @@ class LayerWalker {
 
   /** `abs` names the directory, `base` too (shorter, for its entries' paths). */
   async dirAt(abs: string, base: string, rel: string, st: fs.BigIntStats): Promise<void> {
-    const { xattrs, opaque } = readXattrs(abs)
+    const { xattrs, opaque } = tarXattrsOf(abs)
     await this.w.entry({
       name: rel === '' ? './' : rel + '/',
       type: 'directory',
@@ -195,7 +174,7 @@ class LayerWalker {
       }
       this.inodes.set(st.ino, c.tarName)
     }
-    const { xattrs } = readXattrs(c.abs)
+    const { xattrs } = tarXattrsOf(c.abs)
     if (st.isFile()) {
       // The file must be closed before the layer can be unmounted: always closed here.
       const fd = fs.openSync(c.abs, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW)
