@@ -222,7 +222,7 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
     .description('targets in chain order: TargetId ChainId Role PublicState LocalState NodeId DiskIndex UsedSize')
     .option('-c, --chain-id <id>', 'only this chain', u32Id('--chain-id'))
     .option('--orphan', 'targets that belong to no chain: TargetId LocalState NodeId DiskIndex UsedSize')
-    .option('--json', 'print JSON records')
+    .option('--json', 'print JSON records (a target its node holds offline also has offlineReason)')
     .action((o, cmd: Command) => {
       if (o.orphan && o.chainId !== undefined) throw new UsageError('list-targets: --orphan lists the targets that belong to no chain; -c cannot be used with it')
       return session(cmd, async (s, json) => {
@@ -244,7 +244,12 @@ against them. Unlike \`strata fs\` they take no --uid/--gid/--groups.`,
 There is no online-target (3FS has none either): the target stays OFFLINE until
 its storage node restarts (a local cluster: strata cluster kill --node storage-N
 --signal TERM, then strata cluster start --node storage-N); it then resyncs from
-the chain and serves again.`,
+the chain and serves again. Its offlineReason (list-targets --json, cluster
+status) is "offline-target" meanwhile.
+
+A target that a resync took offline because it holds diverged chunks comes back
+the same way only to be taken offline again: replace its copy instead
+(remove-target, then create-target; docs/cli.md, "A resync that cannot finish").`,
     )
     .action((o, cmd: Command) =>
       session(cmd, async (s, json) => printAction(await offlineTarget(s, { targetId: o.targetId, ...(o.nodeId ? { nodeId: o.nodeId } : {}), force: !!o.force }), json)),

@@ -65,6 +65,8 @@ function statusText(st: ClusterStatus): string {
       const width = Math.max(...c.chains.map((x) => x.targets.length))
       s += formatTable([['ChainId', 'ChainVersion', 'Status', ...Array<string>(width).fill('Target')], ...c.chains.map((x) => [String(x.chainId), String(x.chainVersion), x.status, ...x.targets])])
     }
+    // a target held offline stays so until someone acts: say which and why
+    for (const p of c.problems) s += `chain ${p.chainId}: target ${p.targetId} ${p.publicState}-${p.localState}: ${p.reason}\n`
   } else {
     s += `mgmtd: not reachable${st.mgmtd.error ? ` (${st.mgmtd.error})` : ''}\n`
   }
@@ -168,7 +170,7 @@ ${DIR_HELP}`,
 
   cluster
     .command('status')
-    .description('every process (name, role, node id, address, pid, alive, mgmtd status), the `fs mount` mounts of the cluster and a chain summary')
+    .description('every process (name, role, node id, address, pid, alive, mgmtd status), the `fs mount` mounts of the cluster and a chain summary (with each target its node holds offline, and why)')
     .option('--json', 'print as JSON')
     .action(async (o, cmd: Command) => {
       const st = await clusterStatus({ dir: dirOf(cmd.optsWithGlobals()) })

@@ -698,6 +698,43 @@ export interface ChainSummary {
   degraded: number
   unavailable: number
   chains: Array<{ chainId: number; chainVersion: number; status: string; targets: string[] }>
+  /** chain targets their storage node holds offline, and why (offline-target, a disk error, a diverged resync) */
+  problems: ChainProblem[]
+}
+
+export interface ChainProblem {
+  chainId: number
+  targetId: number
+  publicState: string
+  localState: string
+  reason: string
+}
+
+/** `cluster status`'s chain summary of routing info. */
+export function summarizeChains(ri: RoutingInfo): ChainSummary {
+  const list = Object.values(ri.chains).sort((a, b) => a.chainId - b.chainId)
+  const statuses = list.map((ch) => chainStatus(ch))
+  const problems: ChainProblem[] = []
+  for (const ch of list) {
+    for (const t of ch.targets) {
+      const ti = ri.targets[String(t.targetId)]
+      if (ti?.offlineReason) problems.push({ chainId: ch.chainId, targetId: t.targetId, publicState: t.publicState, localState: ti.localState, reason: ti.offlineReason })
+    }
+  }
+  return {
+    total: list.length,
+    serving: statuses.filter((x) => x === 'SERVING').length,
+    syncing: statuses.filter((x) => x === 'SYNCING').length,
+    degraded: statuses.filter((x) => x.startsWith('SERVING(')).length,
+    unavailable: statuses.filter((x) => x === 'UNAVAILABLE').length,
+    chains: list.map((ch, i) => ({
+      chainId: ch.chainId,
+      chainVersion: ch.chainVersion,
+      status: statuses[i]!,
+      targets: ch.targets.map((t) => `${t.targetId}(${t.publicState}-${ri.targets[String(t.targetId)]?.localState ?? 'OFFLINE'})`),
+    })),
+    problems,
+  }
 }
 
 export interface ClusterStatus {
@@ -729,21 +766,7 @@ export async function clusterStatus(o: { dir?: string | null; timeoutMs?: number
         const n = ri.nodes[String(p.nodeId)]
         if (n) p.nodeStatus = n.status
       }
-      const list = Object.values(ri.chains).sort((a, b) => a.chainId - b.chainId)
-      const statuses = list.map((ch) => chainStatus(ch))
-      chains = {
-        total: list.length,
-        serving: statuses.filter((x) => x === 'SERVING').length,
-        syncing: statuses.filter((x) => x === 'SYNCING').length,
-        degraded: statuses.filter((x) => x.startsWith('SERVING(')).length,
-        unavailable: statuses.filter((x) => x === 'UNAVAILABLE').length,
-        chains: list.map((ch, i) => ({
-          chainId: ch.chainId,
-          chainVersion: ch.chainVersion,
-          status: statuses[i]!,
-          targets: ch.targets.map((t) => `${t.targetId}(${t.publicState}-${ri.targets[String(t.targetId)]?.localState ?? 'OFFLINE'})`),
-        })),
-      }
+      chains = summarizeChains(ri)
     } catch (e) {
       mgmtd = { reachable: false, error: toStrataError(e).message }
     } finally {

@@ -104,6 +104,8 @@ export interface TargetRow {
   nodeId: number
   diskIndex: number
   usedSize: number
+  /** why its node holds it offline until the node restarts; JSON only (the table keeps 3FS's columns) */
+  offlineReason?: string
 }
 
 export interface OrphanTargetRow {
@@ -140,6 +142,7 @@ export async function listTargets(s: AdminSession, o: { chainId?: number } = {})
         nodeId: ti?.nodeId ?? 0,
         diskIndex: ti?.diskIndex ?? 0,
         usedSize: ti?.usedSize ?? 0,
+        ...(ti?.offlineReason ? { offlineReason: ti.offlineReason } : {}),
       })
     })
   }

@@ -68,6 +68,12 @@ export interface TargetInfo {
   nodeId: NodeId
   diskIndex: number
   usedSize: number
+  /**
+   * Why the target's storage node holds it offline until the process restarts
+   * (offline-target, a disk error, a resync that found diverged chunks);
+   * absent when it is not held offline.
+   */
+  offlineReason?: string
 }
 
 export interface RoutingInfo {

@@ -17,6 +17,8 @@ export interface HeartbeatTarget {
   chainId: ChainId
   diskIndex: number
   usedSize: number
+  /** set while the node holds the target offline until it restarts (TargetInfo.offlineReason) */
+  offlineReason?: string
 }
 
 export interface HeartbeatReq {

@@ -70,9 +70,13 @@ interface TargetRuntime {
   lastSeen: number
   /** false until reported once since mgmtd started */
   reported: boolean
+  /** the node's reason for holding the target offline, as last reported */
+  offlineReason?: string
 }
 
 const now = () => performance.now()
+/** a target's offline reason is a line for operators, not a document */
+const MAX_OFFLINE_REASON = 2000
 
 export class MgmtdService {
   private readonly store: MgmtdStore
@@ -232,6 +236,7 @@ export class MgmtdService {
           nodeId: rt?.stored.nodeId ?? 0,
           diskIndex: rt?.stored.diskIndex ?? 0,
           usedSize: rt?.usedSize ?? 0,
+          ...(rt?.offlineReason ? { offlineReason: rt.offlineReason } : {}),
         }
         targets[ct.targetId] = ti
       }
@@ -267,6 +272,9 @@ export class MgmtdService {
         if (seen.has(t.targetId)) throw new StrataError('INVALID_ARGUMENT', `duplicated target ${t.targetId} in heartbeat`)
         seen.add(t.targetId)
         if (!['UPTODATE', 'ONLINE', 'OFFLINE'].includes(t.localState)) throw new StrataError('INVALID_ARGUMENT', `invalid local state for ${t.targetId}`)
+        if (t.offlineReason !== undefined && (typeof t.offlineReason !== 'string' || t.offlineReason.length > MAX_OFFLINE_REASON)) {
+          throw new StrataError('INVALID_ARGUMENT', `offlineReason of ${t.targetId} must be a string of at most ${MAX_OFFLINE_REASON} characters`)
+        }
       }
     }
     const info: NodeInfo = {
@@ -297,7 +305,7 @@ export class MgmtdService {
       let rt = this.targets.get(ht.targetId)
       const stored: StoredTarget = { targetId: ht.targetId, chainId: ht.chainId, nodeId: p.nodeId, diskIndex: ht.diskIndex }
       if (!rt) {
-        rt = { stored, localState: ht.localState, usedSize: ht.usedSize, lastSeen: t, reported: true }
+        rt = { stored, localState: ht.localState, usedSize: ht.usedSize, lastSeen: t, reported: true, ...(ht.offlineReason ? { offlineReason: ht.offlineReason } : {}) }
         this.targets.set(ht.targetId, rt)
         mutations.push({ kind: 'target', value: stored })
         visible = true
@@ -313,6 +321,11 @@ export class MgmtdService {
         if (rt.localState !== ht.localState) visible = true
         rt.localState = ht.localState
         this.dirtyChains.add(rt.stored.chainId)
+      }
+      if ((rt.offlineReason ?? '') !== (ht.offlineReason ?? '')) {
+        visible = true
+        if (ht.offlineReason) rt.offlineReason = ht.offlineReason
+        else delete rt.offlineReason
       }
       rt.usedSize = ht.usedSize
       rt.lastSeen = t
@@ -332,10 +345,11 @@ export class MgmtdService {
           mutations.push({ kind: 'delTarget', targetId: tid })
           visible = true
           this.log.info('target no longer reported by its node: forgotten', { targetId: tid, nodeId: p.nodeId })
-        } else if (rt.localState !== 'OFFLINE' || !rt.reported) {
+        } else if (rt.localState !== 'OFFLINE' || !rt.reported || rt.offlineReason) {
           rt.localState = 'OFFLINE'
           rt.usedSize = 0
           rt.reported = true
+          delete rt.offlineReason
           this.dirtyChains.add(rt.stored.chainId)
           visible = true
         }
@@ -732,6 +746,7 @@ export class MgmtdService {
         nodeId: t.stored.nodeId,
         diskIndex: t.stored.diskIndex,
         usedSize: t.usedSize,
+        ...(t.offlineReason ? { offlineReason: t.offlineReason } : {}),
       }))
   }
 

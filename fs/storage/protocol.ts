@@ -221,6 +221,9 @@ export interface GetAllChunkMetadataRsp {
 
 export interface OfflineTargetReq {
   targetId: TargetId
+  force?: boolean
+  /** shown as the target's offlineReason (default "offline-target") */
+  reason?: string
 }
 export interface RemoveTargetReq {
   targetId: TargetId

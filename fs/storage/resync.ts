@@ -5,6 +5,13 @@
 // syncDone, after which the successor reports UPTODATE and mgmtd makes it
 // SERVING. Client writes that race with the sync are forwarded to the
 // SYNCING target as full-chunk replaces (craq.ts), so both interleave safely.
+//
+// A successor holding committed data the predecessor cannot explain (diff
+// rules' "fatal": written alone by an older Strata, or a damaged disk) can
+// never be synced: as 3FS does, the predecessor takes it offline on its node
+// (the reason travels to mgmtd and is shown by list-targets and cluster
+// status) and the round ends. It stays OFFLINE until the operator replaces
+// its copy; a restart of its node only repeats the round.
 
 import { crc32c } from '../common/crc32c.js'
 import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
@@ -13,7 +20,7 @@ import type { ChainInfo } from '../common/types.js'
 import type { Logger } from '../common/log.js'
 import type { RpcClient } from '../rpc/index.js'
 import type { IOResult, SyncStartRsp, UpdateReq } from './protocol.js'
-import { diffChunkSets } from './sync-diff.js'
+import { diffChunkSets, type SyncFatal, type SyncMeta } from './sync-diff.js'
 import type { Craq } from './craq.js'
 import type { LocalTarget, TargetMap } from './target-map.js'
 
@@ -26,8 +33,15 @@ export interface ResyncDeps {
   stopping: () => boolean
 }
 
+/** Where the operator's procedure for a diverged successor is written down. */
+export const DIVERGED_HELP = 'docs/cli.md, "A resync that cannot finish"'
+/** diverged chunks named in the log line and in the successor's offline reason */
+const NAMED = 3
+
 export interface ResyncStats {
   jobs: number
+  /** rounds that found diverged chunks and took the successor offline */
+  diverged: number
   chunksSent: number
   chunksRemoved: number
   bytesSent: number
@@ -39,7 +53,7 @@ export class ResyncWorker {
   private readonly lastAttempt = new Map<number, number>()
   /** chain version a sync completed under: no new job until the chain moves on */
   private readonly completed = new Map<number, number>()
-  readonly stats: ResyncStats = { jobs: 0, chunksSent: 0, chunksRemoved: 0, bytesSent: 0, failures: 0 }
+  readonly stats: ResyncStats = { jobs: 0, diverged: 0, chunksSent: 0, chunksRemoved: 0, bytesSent: 0, failures: 0 }
 
   constructor(private readonly d: ResyncDeps) {}
 
@@ -87,8 +101,9 @@ export class ResyncWorker {
     const local = t.engine.getAllMetadata()
     const diff = diffChunkSets(local, remote.metas, chainVer)
     if (diff.fatal.length) {
-      this.d.log.error('resync found diverged chunks; aborting', { chainId: chain.chainId, fatal: diff.fatal.length, first: diff.fatal[0]!.reason })
-      throw new StrataError('INTERNAL', `resync of chain ${chain.chainId}: ${diff.fatal.length} chunk(s) diverged (${diff.fatal[0]!.reason})`)
+      // nothing is sent: overwriting or keeping data nobody can explain is the operator's call
+      await this.offlineDiverged(t, chain, succ, addr, diff.fatal)
+      return
     }
     let sent = 0
     let removed = 0
@@ -142,6 +157,30 @@ export class ResyncWorker {
     this.d.log.info('resync done', { chainId: chain.chainId, to: succ, sent, removed, skipped: diff.skip.length, ms: Date.now() - started })
   }
 
+  /**
+   * Ends a round that found diverged chunks: logs them once and has the
+   * successor's node hold it offline with a reason naming them. The chain
+   * then drops it to OFFLINE, so no further round starts; a failed offline
+   * fails the round, which is tried again after the minimum gap.
+   */
+  private async offlineDiverged(t: LocalTarget, chain: ChainInfo, succ: number, addr: string, fatal: SyncFatal[]): Promise<void> {
+    const from = t.record.targetId
+    const more = fatal.length > NAMED ? `, and ${fatal.length - NAMED} more` : ''
+    const named = fatal.slice(0, NAMED)
+    this.d.log.error(`resync found diverged chunks; taking the successor offline (what to do: ${DIVERGED_HELP})`, {
+      chainId: chain.chainId,
+      chainVer: chain.chainVersion,
+      from,
+      successor: succ,
+      diverged: fatal.length,
+      first: named.map((f) => `${f.chunkId.toString('hex')} ${f.reason}: ours ${versions(f.local)}, successor's ${versions(f.remote)}`),
+    })
+    const reason = `resync from target ${from} found ${fatal.length} diverged chunk(s): ${named.map((f) => `${f.chunkId.toString('hex')} (${f.reason})`).join(', ')}${more}; see ${DIVERGED_HELP}`
+    this.checkStillValid(chain.chainId, chain.chainVersion)
+    await this.d.rpc.call(addr, ServiceId.Storage, StorageMethod.offlineTarget, { targetId: succ, force: true, reason }, { timeoutMs: 10_000 })
+    this.stats.diverged++
+  }
+
   private async send(addr: string, req: UpdateReq): Promise<IOResult> {
     for (let attempt = 1; ; attempt++) {
       try {
@@ -161,4 +200,8 @@ export class ResyncWorker {
     const c = this.d.craq.chainOf(chainId)
     if (!c || c.chainVersion !== chainVer) throw new StrataError('ROUTING_VERSION_MISMATCH', `chain ${chainId} changed during resync`)
   }
+}
+
+function versions(m: SyncMeta): string {
+  return `v${m.commitVer}/u${m.updateVer} ${m.state} chainVer ${m.chainVer} crc ${(m.checksum >>> 0).toString(16).padStart(8, '0')}`
 }

@@ -42,6 +42,9 @@ import type {
   WriteReq,
 } from './protocol.js'
 
+/** mgmtd's limit on a heartbeat's offlineReason */
+const MAX_OFFLINE_REASON = 2000
+
 export interface StorageOptions {
   nodeId: number
   dataDir: string
@@ -159,6 +162,7 @@ export class StorageService {
       chainId: t.record.chainId,
       diskIndex: t.record.diskIndex,
       usedSize: t.engine.usedBytes(),
+      ...(t.stickyOffline ? { offlineReason: t.stickyOffline.slice(0, MAX_OFFLINE_REASON) } : {}),
     }))
     const rsp = await this.mgmtd.heartbeat({
       nodeId: this.opts.nodeId,
@@ -337,7 +341,10 @@ export class StorageService {
   private async offlineTarget(p: OfflineTargetReq): Promise<{ ok: true }> {
     const t = this.targets.get(p?.targetId)
     if (!t) throw new StrataError('TARGET_NOT_FOUND', `no target ${p?.targetId} on this node`)
-    this.targets.setOffline(t, 'offline-target')
+    if (p.reason !== undefined && (typeof p.reason !== 'string' || !p.reason || p.reason.length > MAX_OFFLINE_REASON)) {
+      throw new StrataError('INVALID_ARGUMENT', `offlineTarget reason must be a non-empty string of at most ${MAX_OFFLINE_REASON} characters`)
+    }
+    this.targets.setOffline(t, p.reason ?? 'offline-target')
     this.loops[0]?.kick()
     return { ok: true }
   }

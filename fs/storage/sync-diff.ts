@@ -9,7 +9,8 @@
 // the SYNCING successor as a full-chunk replace anyway, so resending would
 // only race it. "Fatal" means the successor holds something committed that
 // the predecessor cannot explain; 3FS then force-offlines the successor and
-// abandons this sync round rather than overwrite or keep unexplained data.
+// abandons this sync round rather than overwrite or keep unexplained data,
+// and so does resync.ts.
 
 import type { ChunkMeta } from './protocol.js'
 

@@ -259,6 +259,10 @@ test.serial('scenario 26: headers, upload-chains -d, invalid CSVs rejected, offl
   })
   const st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
   t.like(st.chains, { total: 2, serving: 1, unavailable: 1 })
+  // the node holds it offline until it restarts: status says which target and why
+  t.deepEqual(st.chains.problems, [{ chainId: chainOfT1, targetId: t1, publicState: 'LASTSRV', localState: 'OFFLINE', reason: 'offline-target' }])
+  t.regex(await ok(t, ['cluster', 'status', '--dir', dir]), new RegExp(`^chain ${chainOfT1}: target ${t1} LASTSRV-OFFLINE: offline-target$`, 'm'))
+  t.like(JSON.parse(await ok(t, [...A, 'list-targets', '--json'])).find((x: any) => x.targetId === t1), { offlineReason: 'offline-target' })
 })
 
 test('local path errors, u32 chain table ids, -d templates and CSV-only commands refusing --json', async (t) => {

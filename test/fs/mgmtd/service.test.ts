@@ -343,6 +343,38 @@ test('a target its storage node stops reporting is forgotten (orphan) or OFFLINE
   t.deepEqual((await c2.call<{ targets: unknown[] }>(MgmtdMethod.listOrphanTargets, {})).targets, [])
 })
 
+test("a target's offline reason is published as its node reports it, and goes when the node stops reporting it or the target", async (t) => {
+  const { client } = await mgmtdWithClient(t)
+  let hbv = 0
+  const report = (targets: Array<{ targetId: number; offlineReason?: unknown }>) =>
+    client.heartbeat({
+      nodeId: 10001, type: 'STORAGE', hbVersion: ++hbv, timestamp: Date.now(), address: 'x:1', hostname: 'h', pid: 1, configVersion: 0, releaseVersion: 't',
+      targets: targets.map((x) => ({ ...x, localState: x.offlineReason ? ('OFFLINE' as const) : ('UPTODATE' as const), chainId: 1, diskIndex: 0, usedSize: 5 })) as HeartbeatTarget[],
+    })
+  await report([{ targetId: 101 }, { targetId: 102 }])
+  await client.setChains({ chains: [{ chainId: 1, targets: [101, 102] }] })
+  const v0 = (await client.refresh()).routingInfoVersion
+  await report([{ targetId: 101 }, { targetId: 102, offlineReason: 'resync from target 101 found 1 diverged chunk(s)' }])
+  let ri = await client.refresh()
+  t.true(ri.routingInfoVersion > v0, 'a new reason is a visible change')
+  t.is(ri.targets[102]!.offlineReason, 'resync from target 101 found 1 diverged chunk(s)')
+  t.false('offlineReason' in ri.targets[101]!)
+  // the node restarted: no reason any more
+  await report([{ targetId: 101 }, { targetId: 102 }])
+  t.false('offlineReason' in (await client.refresh()).targets[102]!)
+  // removed on its node (remove-target): not reported, so no reason either
+  await report([{ targetId: 101 }, { targetId: 102, offlineReason: 'offline-target' }])
+  t.is((await client.refresh()).targets[102]!.offlineReason, 'offline-target')
+  await report([{ targetId: 101 }])
+  ri = await client.refresh()
+  t.is(ri.targets[102]!.localState, 'OFFLINE')
+  t.false('offlineReason' in ri.targets[102]!)
+  for (const bad of [42, 'x'.repeat(2001)]) {
+    const e = await t.throwsAsync(report([{ targetId: 101, offlineReason: bad }]))
+    t.true(isStrataError(e, 'INVALID_ARGUMENT'), String(e))
+  }
+})
+
 test('init-cluster over an earlier init: another chain table must exist, the stripe must fit its chains', async (t) => {
   const { client } = await mgmtdWithClient(t)
   // the first init comes before any chain table (deploy order), and so may a second with the same table
