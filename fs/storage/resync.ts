@@ -13,6 +13,7 @@
 // status) and the round ends. It stays OFFLINE until the operator replaces
 // its copy; a restart of its node only repeats the round.
 
+import { formatChunkIdHex } from '../common/chunk-id.js'
 import { crc32c } from '../common/crc32c.js'
 import { StrataError, isStrataError, toStrataError } from '../common/errors.js'
 import { ServiceId, StorageMethod } from '../common/services.js'
@@ -173,9 +174,9 @@ export class ResyncWorker {
       from,
       successor: succ,
       diverged: fatal.length,
-      first: named.map((f) => `${f.chunkId.toString('hex')} ${f.reason}: ours ${versions(f.local)}, successor's ${versions(f.remote)}`),
+      first: named.map((f) => `${formatChunkIdHex(f.chunkId)} ${f.reason}: ours ${versions(f.local)}, successor's ${versions(f.remote)}`),
     })
-    const reason = `resync from target ${from} found ${fatal.length} diverged chunk(s): ${named.map((f) => `${f.chunkId.toString('hex')} (${f.reason})`).join(', ')}${more}; see ${DIVERGED_HELP}`
+    const reason = `resync from target ${from} found ${fatal.length} diverged chunk(s): ${named.map((f) => `${formatChunkIdHex(f.chunkId)} (${f.reason})`).join(', ')}${more}; see ${DIVERGED_HELP}`
     this.checkStillValid(chain.chainId, chain.chainVersion)
     await this.d.rpc.call(addr, ServiceId.Storage, StorageMethod.offlineTarget, { targetId: succ, force: true, reason }, { timeoutMs: 10_000 })
     this.stats.diverged++

@@ -11,7 +11,7 @@ import { startTestCluster, until, type TestCluster } from '../../helpers/procs.j
 import { compareReplicas } from '../../helpers/replicas.js'
 import { ok } from '../../bin/helpers.js'
 import { StorageClient } from '../../../fs/client/index.js'
-import { chunkIdOf } from '../../../fs/common/chunk-id.js'
+import { chunkIdOf, formatChunkIdHex } from '../../../fs/common/chunk-id.js'
 import { crc32c } from '../../../fs/common/crc32c.js'
 import { ServiceId, StorageMethod } from '../../../fs/common/services.js'
 import { summarizeChains } from '../../../fs/admin/cluster.js'
@@ -93,8 +93,8 @@ test.serial('a successor with diverged chunks is taken offline once, with the re
   )
   const reason = ri.targets[tail]!.offlineReason!
   t.regex(reason, /resync from target \d+ found 2 diverged chunk/)
-  t.true(reason.includes(high.toString('hex')) && reason.includes('remote-chain-ver-high'), reason)
-  t.true(reason.includes(same.toString('hex')) && reason.includes('checksum-mismatch'), reason)
+  t.true(reason.includes(formatChunkIdHex(high)) && reason.includes('remote-chain-ver-high'), reason)
+  t.true(reason.includes(formatChunkIdHex(same)) && reason.includes('checksum-mismatch'), reason)
 
   // it stays so: no round after the first (several resync gaps later)
   await sleep(1500)
@@ -104,7 +104,7 @@ test.serial('a successor with diverged chunks is taken offline once, with the re
   const predecessorLog = c.log(c.targetNode.get(b)!)
   const lines = predecessorLog.split('\n').filter((l) => l.includes('resync found diverged chunks'))
   t.is(lines.length, 1, lines.join('\n'))
-  t.true(lines[0]!.includes(String(tail)) && lines[0]!.includes(high.toString('hex')) && lines[0]!.includes('docs/cli.md'), lines[0])
+  t.true(lines[0]!.includes(String(tail)) && lines[0]!.includes(formatChunkIdHex(high)) && lines[0]!.includes('docs/cli.md'), lines[0])
 
   // what the operator sees: list-targets and cluster status's chain summary
   const A = ['admin', '--mgmtd-address', c.mgmtdAddress]
