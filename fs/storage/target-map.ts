@@ -115,9 +115,12 @@ export class TargetMap {
     return [...this.byId.values()]
   }
 
+  /** Holds the target offline until the process restarts; the first reason stays (an offline-target after a diverged resync must not hide why). */
   setOffline(t: LocalTarget, why: string): void {
-    if (t.stickyOffline === null) this.log.warn('target offline', { targetId: t.record.targetId, why })
-    t.stickyOffline = why
+    if (t.stickyOffline === null) {
+      this.log.warn('target offline', { targetId: t.record.targetId, why })
+      t.stickyOffline = why
+    }
     t.localState = 'OFFLINE'
     t.demotions++
   }

@@ -110,6 +110,9 @@ test.serial('a successor with diverged chunks is taken offline once, with the re
   const A = ['admin', '--mgmtd-address', c.mgmtdAddress]
   const row = JSON.parse(await ok(t, [...A, 'list-targets', '--json'])).find((r: { targetId: number }) => r.targetId === tail)
   t.like(row, { publicState: 'OFFLINE', localState: 'OFFLINE', offlineReason: reason })
+  // an offline-target now (a habit, or 3FS's longer procedure) keeps the reason
+  await ok(t, [...A, 'offline-target', '--target-id', String(tail)])
+  t.is((await c.routing()).targets[tail]!.offlineReason, reason)
   const summary = summarizeChains(ri)
   t.is(summary.degraded, 1)
   t.deepEqual(summary.problems, [{ chainId, targetId: tail, publicState: 'OFFLINE', localState: 'OFFLINE', reason }])
