@@ -111,7 +111,9 @@ deploy guide: init-cluster, create-target on every node, upload-chains,
 upload-chain-table, and waits until every chain is SERVING with every target
 UPTODATE. Ids follow 3FS's deploy generator (see docs/cli.md). Ports are picked
 once and kept, so a node restarted later keeps its address.
-On a directory whose cluster is stopped, starts it again (settings ignored).
+On a directory whose cluster is stopped, starts it again (settings ignored),
+waiting for every target but those their node holds offline (a diverged resync:
+docs/cli.md, "A resync that cannot finish"), each named in a "not serving" line.
 Refuses a directory whose cluster runs (CLUSTER_RUNNING).
 Ctrl-C or SIGTERM stops what was started (unless --keep-on-failure) and exits
 130/143 with "strata: CANCELLED: cluster up interrupted by SIGINT while …".
@@ -139,7 +141,7 @@ ${DIR_HELP}`,
         progress: progressReporter({ quiet: !!o.quiet || !!o.json }),
         signal,
       })))
-      if (o.json) return printJson({ ...r.cluster, restarted: r.restarted, elapsedMs: r.elapsedMs })
+      if (o.json) return printJson({ ...r.cluster, restarted: r.restarted, elapsedMs: r.elapsedMs, ...(r.heldOffline ? { heldOffline: r.heldOffline } : {}) })
       const c = r.cluster
       const st = c.settings
       out(`cluster ${c.name} ${r.restarted ? 'restarted' : st.bootstrap === false ? 'started (not bootstrapped)' : 'ready'} in ${(r.elapsedMs / 1000).toFixed(1)}s at ${c.dir}`)
@@ -153,6 +155,7 @@ ${DIR_HELP}`,
       }
       out(`mgmtd: ${c.mgmtdAddresses.join(',')}`)
       out(`use it: export STRATA_CLUSTER=${c.dir}`)
+      for (const p of r.heldOffline ?? []) out(`not serving: chain ${p.chainId}: target ${p.targetId} is held offline by its node: ${p.reason}`)
     })
 
   cluster

@@ -142,6 +142,8 @@ export interface ClusterUpResult {
   /** true when an existing, stopped cluster was started again instead of created */
   restarted: boolean
   elapsedMs: number
+  /** restart only: chain targets their node holds offline (a diverged resync, a disk error), which the restart did not wait for */
+  heldOffline?: ChainProblem[]
 }
 
 function check(cond: boolean, msg: string): void {
@@ -305,11 +307,18 @@ function storageOf(ps: ClusterProcess[], nodeId: number): ClusterProcess | undef
   return ps.find((p) => p.nodeId === nodeId)
 }
 
-/** Every chain (or the given ones) SERVING with every target UPTODATE. */
-export function chainsReady(ri: RoutingInfo, chainIds?: number[]): boolean {
+/**
+ * Every chain (or the given ones) SERVING with every target UPTODATE. With
+ * `heldOffline`, a target its node holds offline (it says why) is not waited
+ * for, as long as its chain serves from the others: it comes back only when
+ * the operator acts (docs/cli.md, "A resync that cannot finish").
+ */
+export function chainsReady(ri: RoutingInfo, chainIds?: number[], o: { heldOffline?: boolean } = {}): boolean {
   const chains = chainIds ? chainIds.map((id) => ri.chains[String(id)]) : Object.values(ri.chains)
   if (chains.length === 0) return false
-  return chains.every((c) => !!c && c.targets.every((t) => t.publicState === 'SERVING' && ri.targets[String(t.targetId)]?.localState === 'UPTODATE'))
+  const serving = (t: { targetId: number; publicState: string }) => t.publicState === 'SERVING' && ri.targets[String(t.targetId)]?.localState === 'UPTODATE'
+  const held = (t: { targetId: number; publicState: string }) => !!o.heldOffline && t.publicState === 'OFFLINE' && !!ri.targets[String(t.targetId)]?.offlineReason
+  return chains.every((c) => !!c && c.targets.some(serving) && c.targets.every((t) => serving(t) || held(t)))
 }
 
 function describeChains(ps: ClusterProcess[], chainIds: number[] | undefined) {
@@ -324,7 +333,7 @@ function describeChains(ps: ClusterProcess[], chainIds: number[] | undefined) {
         const ti = ri.targets[String(bad.targetId)]
         const culprit = ti ? storageOf(ps, ti.nodeId) : undefined
         return {
-          detail: `${ok.length}/${chains.length} chains serving; chain ${c.chainId} is ${chainStatus(c)}, target ${bad.targetId} ${bad.publicState}-${ti?.localState ?? 'OFFLINE'}`,
+          detail: `${ok.length}/${chains.length} chains serving; chain ${c.chainId} is ${chainStatus(c)}, target ${bad.targetId} ${bad.publicState}-${ti?.localState ?? 'OFFLINE'}${ti?.offlineReason ? ` (held offline by its node: ${ti.offlineReason})` : ''}`,
           ...(culprit ? { culprit } : {}),
         }
       }
@@ -611,10 +620,13 @@ async function restartCluster(dir: string, c: ClusterFile, o: ClusterUpOptions, 
     })
     // only the chains that exist: a --no-bootstrap cluster may have none yet
     const existing = Object.keys((await fetchRouting(s)).chains).map(Number)
+    let heldOffline: ChainProblem[] = []
     if (existing.length) {
-      await stages.run('waiting for chains to serve', (update) =>
-        waitRouting(s, [...mgmtd, ...storage], deadline, (ri) => chainsReady(ri, existing), describeChains(storage, existing), update),
+      // a target held offline stays so across restarts: waiting for it would time out and stop everything
+      const ri = await stages.run('waiting for chains to serve', (update) =>
+        waitRouting(s, [...mgmtd, ...storage], deadline, (r) => chainsReady(r, existing, { heldOffline: true }), describeChains(storage, existing), update),
       )
+      heldOffline = summarizeChains(ri).problems
     }
     for (const p of others) {
       await stages.run(`starting ${p.name}`, async () => {
@@ -624,7 +636,7 @@ async function restartCluster(dir: string, c: ClusterFile, o: ClusterUpOptions, 
         else await waitProcessReady(p, rpc, deadline)
       })
     }
-    return { cluster: c, restarted: true, elapsedMs: Date.now() - t0 }
+    return { cluster: c, restarted: true, elapsedMs: Date.now() - t0, heldOffline }
   }
   try {
     return await raceAbort(work(), o.signal)

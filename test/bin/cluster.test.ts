@@ -3,10 +3,12 @@
 import test from 'ava'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
+import { randomBytes } from 'node:crypto'
 import path from 'node:path'
 import { fuseUsable } from '../../fs/fuse/cluster-role.js'
 import { isAlive } from '../../fs/admin/index.js'
 import { STRATA, ok, records, strata, table, tempDir, until } from './helpers.js'
+import { divergeChunk } from '../helpers/diverge.js'
 
 // scenario 1 is about the DFS core: no FUSE mount; the two meta servers are part of every cluster
 const STD = ['--storage-nodes', '3', '--targets-per-node', '2', '--replicas', '3', '--chunk-size', '64K', '--stripe-size', '2', '--no-mount', '-q']
@@ -173,6 +175,43 @@ test.serial('kill and start a storage node: its targets go OFFLINE, then recover
   const bogus = await strata(['cluster', 'kill', '--dir', dir, '--node', 'storage-2', '--signal', 'BOGUS'])
   t.is(bogus.code, 2)
   t.regex(bogus.stderr, /unsupported signal "BOGUS"/)
+})
+
+test.serial('a replica with a diverged chunk: status names it, a restart of the cluster does not wait for it, remove-target + create-target restore it (docs/cli.md)', async (t) => {
+  const base = tempDir(t)
+  const dir = path.join(base, 'c')
+  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '3', '--targets-per-node', '1', '--chunk-size', '64K', '--no-mount', '-q'])
+  const A = ['admin', '--cluster', dir]
+  const file = path.join(base, 'f')
+  fs.writeFileSync(file, randomBytes(200_000))
+  await ok(t, ['fs', 'put', '--cluster', dir, file, '/f'])
+  const [tail] = JSON.parse(await ok(t, [...A, 'list-targets', '--json'])).filter((r: any) => r.role === 'TAIL')
+  const chunk = JSON.parse(await ok(t, [...A, 'dump-chunkmeta', '--json'])).chunks.find((m: any) => m.targetId === tail.targetId)
+  await ok(t, ['cluster', 'kill', '--dir', dir, '--node', 'storage-3'])
+  t.is(tail.nodeId, 10003)
+  await divergeChunk(path.join(dir, 'data', 'storage-3', 'targets', String(tail.targetId)), tail.targetId, Buffer.from(chunk.chunkId.replace(/-/g, ''), 'hex'), 'checksum')
+  await ok(t, ['cluster', 'start', '--dir', dir, '--node', 'storage-3'])
+  const problem = new RegExp(`^chain ${tail.chainId}: target ${tail.targetId} OFFLINE-OFFLINE: resync from target \\d+ found 1 diverged chunk\\(s\\): ${chunk.chunkId} \\(checksum-mismatch\\); see docs/cli.md`, 'm')
+  await until('the diverged tail held offline', async () => problem.test(await ok(t, ['cluster', 'status', '--dir', dir])))
+
+  // a whole-cluster restart: the held target would never serve; up finishes and names it
+  await ok(t, ['cluster', 'down', '--dir', dir])
+  const up = await ok(t, ['cluster', 'up', '--dir', dir, '-q', '--timeout', '40'])
+  t.regex(up, new RegExp(`^not serving: chain ${tail.chainId}: target ${tail.targetId} is held offline by its node: resync from target \\d+ found 1 diverged chunk`, 'm'))
+  t.regex(await ok(t, ['cluster', 'status', '--dir', dir]), problem)
+
+  // the procedure of docs/cli.md
+  await ok(t, [...A, 'remove-target', '--node-id', '10003', '--target-id', String(tail.targetId)])
+  await ok(t, [...A, 'create-target', '--node-id', '10003', '--disk-index', '0', '--target-id', String(tail.targetId), '--chain-id', String(tail.chainId)])
+  await until('chain SERVING again', async () => {
+    const st = JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json']))
+    return st.chains.serving === 1 && st.chains.problems.length === 0
+  })
+  const q = records((await ok(t, [...A, 'query-chunk', '-c', String(tail.chainId), '--chunk', chunk.chunkId])).split('\n').slice(1).join('\n'))
+  t.deepEqual(q.map((r) => r.Checksum), [chunk.checksum, chunk.checksum, chunk.checksum], "every replica holds the predecessor's copy")
+  const back = path.join(base, 'f.back')
+  await ok(t, ['fs', 'get', '--cluster', dir, '/f', back])
+  t.true(fs.readFileSync(back).equals(fs.readFileSync(file)))
 })
 
 test.serial('down keeps data and ports, up starts it again, destroy refuses a running cluster unless --force', async (t) => {

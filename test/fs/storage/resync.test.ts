@@ -9,51 +9,18 @@ import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startTestCluster, until, type TestCluster } from '../../helpers/procs.js'
 import { compareReplicas } from '../../helpers/replicas.js'
+import { divergeChunk } from '../../helpers/diverge.js'
 import { ok } from '../../bin/helpers.js'
 import { StorageClient } from '../../../fs/client/index.js'
 import { chunkIdOf, formatChunkIdHex } from '../../../fs/common/chunk-id.js'
-import { crc32c } from '../../../fs/common/crc32c.js'
 import { ServiceId, StorageMethod } from '../../../fs/common/services.js'
 import { summarizeChains } from '../../../fs/admin/cluster.js'
-import { ChunkEngine } from '../../../fs/storage/engine/index.js'
 import type { QueryChunkRsp } from '../../../fs/storage/protocol.js'
 
 const CHUNK = 65536
 
 async function chunkOn(c: TestCluster, chainId: number, targetId: number, chunkId: Buffer): Promise<QueryChunkRsp> {
   return c.rpc.call<QueryChunkRsp>(c.address(c.targetNode.get(targetId)!), ServiceId.Storage, StorageMethod.queryChunk, { chainId, chunkId, withData: true })
-}
-
-/**
- * Rewrites two committed chunks in a stopped target's store with the engine's
- * own API: one committed under a newer chain version than the chain ever gave
- * it (remote-chain-ver-high), one with other bytes under the same versions
- * (checksum-mismatch).
- */
-async function divergeChunks(dir: string, targetId: number, chainId: number, high: Buffer, same: Buffer): Promise<void> {
-  const engine = await ChunkEngine.open({ dir, targetId, fsync: true })
-  try {
-    const bad = (n: number) => Buffer.alloc(CHUNK, n)
-    const m0 = engine.getMeta(high)!
-    const cv = m0.chainVer + 50
-    const d0 = bad(0xa1)
-    await engine.applyUpdate(
-      { key: { chainId, chainVer: cv, chunkId: high }, offset: 0, length: CHUNK, chunkSize: CHUNK, data: d0, updateVer: m0.updateVer + 1, updateType: 'WRITE', checksum: crc32c(d0) },
-      { fromClient: false, isSyncing: false, chainVer: cv },
-    )
-    await engine.commit(high, m0.updateVer + 1, cv)
-    const m1 = engine.getMeta(same)!
-    const d1 = bad(0xb2)
-    await engine.applyUpdate(
-      { key: { chainId, chainVer: m1.chainVer, chunkId: same }, offset: 0, length: CHUNK, chunkSize: CHUNK, data: d1, updateVer: m1.commitVer, updateType: 'WRITE', checksum: crc32c(d1) },
-      { fromClient: false, isSyncing: true, chainVer: m1.chainVer },
-    )
-    await engine.commit(same, m1.commitVer, m1.chainVer)
-    const after = engine.getMeta(same)!
-    if (after.commitVer !== m1.commitVer || after.chainVer !== m1.chainVer || after.checksum === m1.checksum) throw new Error('checksum-mismatch chunk not made')
-  } finally {
-    await engine.close()
-  }
 }
 
 test.serial('a successor with diverged chunks is taken offline once, with the reason shown; remove-target + create-target brings the chain back whole', async (t) => {
@@ -78,7 +45,9 @@ test.serial('a successor with diverged chunks is taken offline once, with the re
   await put(4) // written while the tail is away: the resync has something to send
   const high = chunkIdOf(0x7000n, 0)
   const same = chunkIdOf(0x7000n, 1)
-  await divergeChunks(path.join(c.dir, tailNode, 'targets', String(tail)), tail, chainId, high, same)
+  const tailDir = path.join(c.dir, tailNode, 'targets', String(tail))
+  await divergeChunk(tailDir, tail, high, 'chain-ver-high')
+  await divergeChunk(tailDir, tail, same, 'checksum')
   c.start(tailNode)
 
   // bounded outcome: the predecessor offlines the tail, which says why
