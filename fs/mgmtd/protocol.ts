@@ -21,6 +21,9 @@ export interface HeartbeatTarget {
   offlineReason?: string
 }
 
+/** longest offlineReason a heartbeat may carry: a line for operators, not a document */
+export const MAX_OFFLINE_REASON = 2000
+
 export interface HeartbeatReq {
   nodeId: NodeId
   type: NodeType

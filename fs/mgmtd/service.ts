@@ -23,6 +23,7 @@ import {
 import type { RpcServer } from '../rpc/index.js'
 import { chainChanged, generateNewChain, rotateLastSrv } from './chain-state.js'
 import { MgmtdStore, type Mutation, type StoredConfig, type StoredTarget } from './store.js'
+import { MAX_OFFLINE_REASON } from './protocol.js'
 import type {
   ClientSession,
   ClusterInit,
@@ -75,8 +76,6 @@ interface TargetRuntime {
 }
 
 const now = () => performance.now()
-/** a target's offline reason is a line for operators, not a document */
-const MAX_OFFLINE_REASON = 2000
 
 export class MgmtdService {
   private readonly store: MgmtdStore

@@ -11,7 +11,7 @@ import { RELEASE_VERSION, type Timers } from '../common/config.js'
 import { every } from '../common/daemon.js'
 import type { Logger } from '../common/log.js'
 import type { RoutingInfo } from '../common/types.js'
-import { MgmtdClient, type HeartbeatTarget } from '../mgmtd/index.js'
+import { MAX_OFFLINE_REASON, MgmtdClient, type HeartbeatTarget } from '../mgmtd/index.js'
 import { AFTER_REPLY, ATTACHMENT_MIN_BYTES, FileSlice, RpcClient, type RpcServer } from '../rpc/index.js'
 import { BufferPool } from '../common/buffer-pool.js'
 import { Craq } from './craq.js'
@@ -41,9 +41,6 @@ import type {
   UpdateReq,
   WriteReq,
 } from './protocol.js'
-
-/** mgmtd's limit on a heartbeat's offlineReason */
-const MAX_OFFLINE_REASON = 2000
 
 export interface StorageOptions {
   nodeId: number
