@@ -262,6 +262,14 @@ the same way only to be taken offline again: replace its copy instead
     .requiredOption('--target-id <id>', 'target', intArg('--target-id', { min: 1 }))
     .option('--force', 'also when the chain still lists it as not OFFLINE')
     .option('--json', 'print JSON')
+    .addHelpText(
+      'after',
+      `
+A target held offline because a resync found diverged chunks on it is repaired
+by removing it and creating it again, empty, with the same ids (create-target
+--node-id N --disk-index D --target-id T --chain-id C): its chain resyncs it
+whole (docs/cli.md, "A resync that cannot finish").`,
+    )
     .action((o, cmd: Command) => session(cmd, async (s, json) => printAction(await removeTarget(s, { nodeId: o.nodeId, targetId: o.targetId, force: !!o.force }), json)))
 
   // --- chains and chain tables
