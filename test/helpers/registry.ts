@@ -35,6 +35,12 @@ export interface TokenAuthConfig {
   rootcertbundle: string
 }
 
+/** An htpasswd file (bcrypt, which is all docker-registry accepts) for `users`, made by python3's crypt. */
+export async function writeHtpasswd(file: string, users: Record<string, string>): Promise<void> {
+  const script = 'import crypt, json, sys\nfor u, p in json.loads(sys.argv[1]).items(): print(u + ":" + crypt.crypt(p, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)))'
+  fs.writeFileSync(file, await sh('python3', ['-W', 'ignore', '-c', script, JSON.stringify(users)]))
+}
+
 export class TestRegistry {
   child: ChildProcess | null = null
   host = ''
@@ -46,6 +52,8 @@ export class TestRegistry {
     readonly dir: string,
     readonly port: number,
     readonly auth?: TokenAuthConfig,
+    /** Basic auth against this htpasswd file instead */
+    readonly htpasswd?: string,
   ) {
     this.host = `127.0.0.1:${port}`
     this.dataDir = path.join(dir, 'data')
@@ -68,6 +76,8 @@ export class TestRegistry {
     ]
     if (auth) {
       lines.push('auth:', '  token:', `    realm: ${auth.realm}`, `    service: ${auth.service}`, `    issuer: ${auth.issuer}`, `    rootcertbundle: ${auth.rootcertbundle}`)
+    } else if (htpasswd) {
+      lines.push('auth:', '  htpasswd:', '    realm: strata-test', `    path: ${htpasswd}`)
     }
     fs.writeFileSync(this.configFile, lines.join('\n') + '\n')
   }
@@ -128,9 +138,12 @@ export class TestRegistry {
   }
 }
 
-export async function startRegistry(t: ExecutionContext, opts: { auth?: TokenAuthConfig } = {}): Promise<TestRegistry> {
+/** `users`: Basic auth (htpasswd) for these user names and passwords. */
+export async function startRegistry(t: ExecutionContext, opts: { auth?: TokenAuthConfig; users?: Record<string, string> } = {}): Promise<TestRegistry> {
   const dir = tmpDir(t, 'strata-registry-')
-  const r = new TestRegistry(dir, await freePort(), opts.auth)
+  let htpasswd: string | undefined
+  if (opts.users) await writeHtpasswd((htpasswd = path.join(dir, 'htpasswd')), opts.users)
+  const r = new TestRegistry(dir, await freePort(), opts.auth, htpasswd)
   t.teardown(() => r.stop())
   await r.start()
   return r
