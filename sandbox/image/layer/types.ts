@@ -19,6 +19,14 @@ export interface UnpackOptions {
    * become 1970, for mkfs.erofs 1.5, which would store the build time.
    */
   keepTimesBefore1970?: boolean
+  /**
+   * Most hole bytes the layer's sparse files may have, summed (the tar
+   * reader's holeCap; default SPARSE_HOLE_CAP, 1 GiB). Holes are never
+   * written, so the tree costs no disk for them; the cap is for a tree that
+   * mkfs.erofs builds, which reads them as zeros. Infinity when dirToErofs
+   * builds it (it keeps holes, and bounds what they cost in the layer).
+   */
+  holeCap?: number
 }
 
 export interface UnpackStats {
