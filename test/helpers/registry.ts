@@ -281,6 +281,10 @@ export type ProxyAction =
   | { status: number; headers?: Record<string, string>; body?: string }
   /** forward, then send the headers and about half of the body and reset the connection */
   | 'cut-body'
+  /** read nothing of the request (an upload's body stays unread) and never answer: a server that hangs */
+  | 'hang'
+  /** forward, then send the headers and about half of the body and nothing more, the connection left open */
+  | 'stall-body'
 
 export interface FaultProxy {
   host: string
@@ -301,7 +305,8 @@ export async function startFaultProxy(t: ExecutionContext, upstream: string, dec
     if (req.headers.authorization) entry.authorization = req.headers.authorization
     seen.push(entry)
     const action = decide(req, seen.length - 1)
-    if (action !== 'pass' && action !== 'cut-body') {
+    if (action === 'hang') return // the socket goes at teardown (closeAllConnections)
+    if (action !== 'pass' && action !== 'cut-body' && action !== 'stall-body') {
       req.resume()
       res.writeHead(action.status, { 'content-type': 'application/json', ...action.headers })
       res.end(action.body ?? '')
@@ -323,7 +328,7 @@ export async function startFaultProxy(t: ExecutionContext, upstream: string, dec
         res.write(part)
         if (sent >= total / 2) {
           ur.destroy()
-          res.socket?.destroy()
+          if (action === 'cut-body') res.socket?.destroy()
         }
       })
     })
