@@ -104,6 +104,9 @@ t0('registry password: --password-stdin, the prompt on a terminal, a usage error
   t.regex(tty.screen, /^Password: \n/)
   t.false(tty.screen.includes(password), tty.screen)
   t.regex(tty.screen, /"name": "pw\/tty"/)
+  // Ctrl-C at the prompt (raw mode: no SIGINT from the terminal) interrupts as it would elsewhere
+  const interrupted = await answerOnTerminal(pull('pw/int', '--username', 'alice'), 'Password: ', 'ab\x03', { env })
+  t.is(interrupted.code, 130, interrupted.screen)
   const skopeo = JSON.parse(await sh('skopeo', ['inspect', '--tls-verify=false', '--creds', `alice:${password}`, reg.url('priv/copy:v1')])) as { Layers: string[] }
   t.is(skopeo.Layers.length, 1)
 })
