@@ -27,6 +27,13 @@ export interface UnpackOptions {
    * builds it (it keeps holes, and bounds what they cost in the layer).
    */
   holeCap?: number
+  /**
+   * Most bytes the layer's sparse files may take on disk beyond their data
+   * (the rest of each 4 KiB block their data touches), summed; past it
+   * IMAGE_BAD_ARCHIVE before the file is written. Default SPARSE_HOLE_CAP
+   * (1 GiB); an option for tests.
+   */
+  slackCap?: number
 }
 
 export interface UnpackStats {

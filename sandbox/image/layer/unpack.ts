@@ -23,6 +23,7 @@ import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, sys, timesOf } 
 import { badHardlink, checkRepeat, classifyEntry, dup, hardlinkThroughSymlink, whiteoutOver, type Seen } from './entry-rules.js'
 import { ancestorsOf, joinRel, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
+import { SPARSE_HOLE_CAP, blockSlack, checkSparseHoles } from './tar-sparse.js'
 import type { Timespec, UnpackOptions, UnpackStats } from './types.js'
 
 const S_IFCHR = 0o020000
@@ -78,6 +79,8 @@ class Unpacker {
   /** paths this layer has whiteouts of */
   readonly whited = new Set<string>()
   rootTimes: Timespec | null = null
+  /** disk the sparse files written so far take beyond their data (the rest of the blocks it touches) */
+  slack = 0
   readonly stats: UnpackStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, maxMtime: 0 }
 
   readonly #prefix: string
@@ -86,6 +89,7 @@ class Unpacker {
     readonly root: string,
     readonly mode: 'layer' | 'apply',
     readonly keepTimesBefore1970 = false,
+    readonly slackCap = SPARSE_HOLE_CAP,
   ) {
     this.#prefix = root.endsWith('/') ? root : root + '/'
   }
@@ -235,6 +239,8 @@ class Unpacker {
   }
 
   async writeFile(abs: string, rel: string, h: TarEntryHeader, r: TarReader): Promise<void> {
+    // holes cost no disk, but data spread thinly fills whole blocks: bounded before a byte is written
+    if (r.sparseMap !== null) this.slack = checkSparseHoles(this.slack, blockSlack(r.sparseMap), this.slackCap, rel, 'blocks')
     const fd = sys(`creating ${JSON.stringify(rel)}`, () => fs.openSync(abs, CREATE_FLAGS, 0o600))
     try {
       // What has arrived goes out in one writev (all of a small file, usually).
@@ -439,7 +445,7 @@ export async function unpackLayer(tar: Readable, destDir: string, opts: UnpackOp
     if (e instanceof StrataError) throw e
     throw new StrataError('INVALID_ARGUMENT', `destination ${destDir}: ${(e as Error).message}`, { cause: e })
   }
-  const u = new Unpacker(root, opts.mode, opts.keepTimesBefore1970 ?? false)
+  const u = new Unpacker(root, opts.mode, opts.keepTimesBefore1970 ?? false, opts.slackCap)
   const r = new TarReader(tar, opts.holeCap !== undefined ? { holeCap: opts.holeCap } : {})
   try {
     for (let h = await r.next(); h !== null; h = await r.next()) await u.entry(h, r)

@@ -214,6 +214,34 @@ test('sparse files (GNU tar -S, every format) unpack with their holes as holes: 
   t.true(st.blocks * 512 <= 20 * 64 * 1024, `${st.blocks * 512} bytes allocated`)
 })
 
+test('a sparse file whose data is spread thinly (a byte every MiB) fills whole blocks: what that costs beyond the data is capped before the file is written', async (t) => {
+  const work = tmpDir(t)
+  // a PAX 0.1 map written by Python's tarfile (the records are ours; GNU tar stores whole 4 KiB blocks of data)
+  const tarFile = path.join(work, 'thin.tar')
+  const script = `
+import io, sys, tarfile
+ti = tarfile.TarInfo('thin'); ti.size = 300
+ti.pax_headers = {'GNU.sparse.size': str(300 << 20), 'GNU.sparse.map': ','.join('%d,1' % (i << 20) for i in range(300))}
+with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as tf:
+    tf.addfile(ti, io.BytesIO(b'x' * 300))
+`
+  await run('python3', ['-c', script, tarFile])
+  const capped = path.join(work, 'capped')
+  fs.mkdirSync(capped)
+  // 300 blocks of 4 KiB for 300 bytes
+  await t.throwsAsync(unpackLayer(fs.createReadStream(tarFile), capped, { mode: 'apply', holeCap: Infinity, slackCap: 1 << 20 }), {
+    code: 'IMAGE_BAD_ARCHIVE',
+    message: /"thin": sparse file: unpacking it takes 1228500 bytes of zeros in the 4 KiB blocks its data touches, over the cap of 1048576 bytes per layer \(1 MiB\)/,
+  })
+  t.false(fs.existsSync(path.join(capped, 'thin')))
+  const dest = path.join(work, 'dest')
+  fs.mkdirSync(dest)
+  await unpackLayer(fs.createReadStream(tarFile), dest, { mode: 'apply', holeCap: Infinity })
+  const out = fs.readFileSync(path.join(dest, 'thin'))
+  t.is(out.length, 300 << 20)
+  t.is(out.subarray(299 << 20, (299 << 20) + 2).toString('latin1'), 'x\0')
+})
+
 test('a sparse file larger than the destination\'s file system holds (2^50 bytes: ext4 stops at 16 TiB) is IO_ERROR saying so and what to do; where it fits, it unpacks as holes', async (t) => {
   const work = tmpDir(t)
   // a PAX 0.1 sparse member written by Python's tarfile (the records are ours): 10 bytes at the start and at the end
