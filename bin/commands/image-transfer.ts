@@ -12,6 +12,7 @@ import { parseS3ImageUrl, parseS3Location, pullS3, pushS3, withPrefix, type S3Tr
 import { parseRegistryUrl, pullRegistry, pushRegistry, type RegistryOptions } from '../../sandbox/image/registry/index.js'
 import { secondsSince, withImageStore } from './image-store.js'
 import { UsageError, intArg, sizeArg } from './output.js'
+import { registryCredentials } from './registry-password.js'
 
 interface TransferCliOpts {
   endpoint?: string
@@ -22,6 +23,7 @@ interface TransferCliOpts {
   insecure?: boolean
   username?: string
   password?: string
+  passwordStdin?: boolean
   platform?: string
   name?: string
   prefix?: string
@@ -46,7 +48,7 @@ function scheme(url: string): 's3' | 'docker' {
 /**
  * Flags of the other back end than the URL's are a usage error, not ignored
  * (s3: --endpoint, --region, --force-path-style, --part-size, --prefix;
- * docker: --insecure, --username, --password, --platform). The environment
+ * docker: --insecure, --username, --password, --password-stdin, --platform). The environment
  * variables that stand for some of them are not checked: they may be set for
  * either.
  */
@@ -57,6 +59,7 @@ function checkSchemeOptions(kind: 's3' | 'docker', o: TransferCliOpts, url: stri
           ['--insecure', !!o.insecure],
           ['--username', o.username !== undefined],
           ['--password', o.password !== undefined],
+          ['--password-stdin', !!o.passwordStdin],
           ['--platform', o.platform !== undefined],
         ]
       : [
@@ -93,12 +96,9 @@ function s3Options(o: TransferCliOpts): S3TransferOptions {
   }
 }
 
-function registryOptions(o: TransferCliOpts): RegistryOptions {
-  return {
-    ...(o.insecure ? { insecure: true } : {}),
-    ...(o.username !== undefined ? { username: o.username } : {}),
-    ...(o.password !== undefined ? { password: o.password } : {}),
-  }
+/** Registry options of a command; the password may come from standard input or a prompt (registry-password.ts). */
+async function registryOptions(o: TransferCliOpts): Promise<RegistryOptions> {
+  return { ...(o.insecure ? { insecure: true } : {}), ...(await registryCredentials(o)) }
 }
 
 /** The options push and pull share; `push` adds the ones only an upload has (--part-size). */
@@ -110,8 +110,9 @@ function transferOpts(c: Command, push = false): Command {
   return c
     .option('--concurrency <n>', 's3: object requests in flight (default 4); docker pull: layer downloads at once (default 3); docker push does not use it', intArg('--concurrency', { min: 1, max: 64 }))
     .option('--insecure', 'docker: plain http to the registry (default: http only for localhost and 127.x)')
-    .option('--username <user>', 'docker: registry user (default: $STRATA_REGISTRY_USER, then auths in $REGISTRY_AUTH_FILE or ~/.docker/config.json)')
-    .option('--password <password>', 'docker: registry password (default: $STRATA_REGISTRY_PASSWORD, then the auth file)')
+    .option('--username <user>', 'docker: registry user (default: $STRATA_REGISTRY_USER, then auths in $REGISTRY_AUTH_FILE or ~/.docker/config.json); its password comes from --password-stdin, --password or $STRATA_REGISTRY_PASSWORD, else is asked for without echo when stdin is a terminal, else a usage error')
+    .option('--password-stdin', 'docker: read the registry password from standard input (one trailing newline dropped), as docker login does')
+    .option('--password <password>', 'docker: registry password (visible in ps and shell history: prefer --password-stdin or $STRATA_REGISTRY_PASSWORD)')
     .option('--json', 'print JSON')
 }
 
@@ -134,19 +135,21 @@ tags/<name>/<tag> (written last). Credentials: AWS_ACCESS_KEY_ID /
 AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files
 (a set AWS_PROFILE wins over the keys, as in the AWS SDK).`,
     )
-    .action((ref: string, dest: string, o: TransferCliOpts, cmd: Command) => {
+    .action(async (ref: string, dest: string, o: TransferCliOpts, cmd: Command) => {
       // bad URLs and endpoints fail before the cluster is contacted
       const kind = scheme(dest)
       checkSchemeOptions(kind, o, dest)
       if (kind === 's3') parseS3Location(dest)
       else parseRegistryUrl(dest)
       const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
+      // the password is read (stdin, prompt) before the cluster is contacted
+      const reg = kind === 'docker' ? await registryOptions(o) : {}
       return withImageStore(cmd, async ({ store, progress, signal, json, print, printJson }) => {
         const t0 = Date.now()
         const r =
           kind === 's3'
             ? await pushS3(store, ref, dest, { ...s3, progress, signal })
-            : await pushRegistry(store, ref, dest, { ...registryOptions(o), timeoutMs: remoteTimeoutMs(cmd), progress, signal })
+            : await pushRegistry(store, ref, dest, { ...reg, timeoutMs: remoteTimeoutMs(cmd), progress, signal })
         const seconds = secondsSince(t0)
         if (json) return printJson({ ...r, seconds })
         print(
@@ -166,7 +169,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files
       .option('--prefix <prefix>', 's3: where PREFIX ends and NAME begins in the URL, when two splits name different images ("" or / for the bucket root)'),
   )
     .addHelpText('after', '\nOptions marked s3: or docker: are a usage error with the other kind of URL.')
-    .action((src: string, o: TransferCliOpts, cmd: Command) => {
+    .action(async (src: string, o: TransferCliOpts, cmd: Command) => {
       const kind = scheme(src)
       checkSchemeOptions(kind, o, src)
       if (kind === 's3') {
@@ -174,6 +177,8 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files
         if (o.prefix !== undefined) withPrefix(parsed, src, o.prefix)
       } else parseRegistryUrl(src)
       const s3 = kind === 's3' ? { ...s3Options(o), timeoutMs: remoteTimeoutMs(cmd) } : {}
+      // the password is read (stdin, prompt) before the cluster is contacted
+      const reg = kind === 'docker' ? await registryOptions(o) : {}
       return withImageStore(cmd, async ({ store, progress, signal, json, print, printJson }) => {
         const t0 = Date.now()
         const named = o.name !== undefined ? { name: o.name } : {}
@@ -181,7 +186,7 @@ AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws files
           kind === 's3'
             ? await pullS3(store, src, { ...s3, ...named, ...(o.prefix !== undefined ? { prefix: o.prefix } : {}), progress, signal })
             : await pullRegistry(store, src, {
-                ...registryOptions(o),
+                ...reg,
                 timeoutMs: remoteTimeoutMs(cmd),
                 ...named,
                 ...(o.platform !== undefined ? { platform: o.platform } : {}),

@@ -55,10 +55,10 @@ export function registerImageCommands(program: Command): Command {
     .argument('<path>', 'what to import, or - for standard input (as docker load and podman load read it; not a terminal): it is read to its end into the work dir first, gzip and zstd decompressed')
     .option('--name <name[:tag]>', 'name of the image (default: every NAME:TAG the archive gives it, or the one --ref picked)')
     .option('--kind <kind>', 'kind of the imported layers: base, workspace or toolkit', choiceArg('--kind', LAYER_KINDS), 'base')
-    .option('--squash', 'squash all layers into one')
+    .option('--squash', 'squash all layers into one (applied in the work dir; sparse files keep their holes)')
     .option('--platform <os/arch[/variant]>', 'which platform of the image\'s multi-platform index to take (default linux/amd64; an image for a single platform is taken whatever it is unless this is given); image archives and layouts only, a usage error with a rootfs')
     .option('--ref <name|sha256:…>', 'which image of an archive or layout that holds several: a RepoTag or ref.name, or the digest of an image (for unnamed ones); image archives and layouts only, a usage error with a rootfs')
-    .option('--compress <algo>', 'compress layer file data: lz4 or lz4hc (default: none)', choiceArg('--compress', ['lz4', 'lz4hc'] as const))
+    .option('--compress <algo>', 'compress layer file data: lz4 or lz4hc (default: none); mkfs.erofs builds these layers and stores holes of sparse files as compressed zeros, at most 1 GiB of them per layer', choiceArg('--compress', ['lz4', 'lz4hc'] as const))
     .option('--work-dir <dir>', 'local directory for unpacking and building layers, and for what - reads from standard input (default: the system temp dir)')
     .option('--json', 'print JSON')
     .addHelpText(

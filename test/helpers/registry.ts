@@ -35,6 +35,12 @@ export interface TokenAuthConfig {
   rootcertbundle: string
 }
 
+/** An htpasswd file (bcrypt, which is all docker-registry accepts) for `users`, made by python3's crypt. */
+export async function writeHtpasswd(file: string, users: Record<string, string>): Promise<void> {
+  const script = 'import crypt, json, sys\nfor u, p in json.loads(sys.argv[1]).items(): print(u + ":" + crypt.crypt(p, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)))'
+  fs.writeFileSync(file, await sh('python3', ['-W', 'ignore', '-c', script, JSON.stringify(users)]))
+}
+
 export class TestRegistry {
   child: ChildProcess | null = null
   host = ''
@@ -46,6 +52,8 @@ export class TestRegistry {
     readonly dir: string,
     readonly port: number,
     readonly auth?: TokenAuthConfig,
+    /** Basic auth against this htpasswd file instead */
+    readonly htpasswd?: string,
   ) {
     this.host = `127.0.0.1:${port}`
     this.dataDir = path.join(dir, 'data')
@@ -68,6 +76,8 @@ export class TestRegistry {
     ]
     if (auth) {
       lines.push('auth:', '  token:', `    realm: ${auth.realm}`, `    service: ${auth.service}`, `    issuer: ${auth.issuer}`, `    rootcertbundle: ${auth.rootcertbundle}`)
+    } else if (htpasswd) {
+      lines.push('auth:', '  htpasswd:', '    realm: strata-test', `    path: ${htpasswd}`)
     }
     fs.writeFileSync(this.configFile, lines.join('\n') + '\n')
   }
@@ -128,9 +138,12 @@ export class TestRegistry {
   }
 }
 
-export async function startRegistry(t: ExecutionContext, opts: { auth?: TokenAuthConfig } = {}): Promise<TestRegistry> {
+/** `users`: Basic auth (htpasswd) for these user names and passwords. */
+export async function startRegistry(t: ExecutionContext, opts: { auth?: TokenAuthConfig; users?: Record<string, string> } = {}): Promise<TestRegistry> {
   const dir = tmpDir(t, 'strata-registry-')
-  const r = new TestRegistry(dir, await freePort(), opts.auth)
+  let htpasswd: string | undefined
+  if (opts.users) await writeHtpasswd((htpasswd = path.join(dir, 'htpasswd')), opts.users)
+  const r = new TestRegistry(dir, await freePort(), opts.auth, htpasswd)
   t.teardown(() => r.stop())
   await r.start()
   return r
@@ -268,6 +281,10 @@ export type ProxyAction =
   | { status: number; headers?: Record<string, string>; body?: string }
   /** forward, then send the headers and about half of the body and reset the connection */
   | 'cut-body'
+  /** read nothing of the request (an upload's body stays unread) and never answer: a server that hangs */
+  | 'hang'
+  /** forward, then send the headers and about half of the body and nothing more, the connection left open */
+  | 'stall-body'
 
 export interface FaultProxy {
   host: string
@@ -288,7 +305,8 @@ export async function startFaultProxy(t: ExecutionContext, upstream: string, dec
     if (req.headers.authorization) entry.authorization = req.headers.authorization
     seen.push(entry)
     const action = decide(req, seen.length - 1)
-    if (action !== 'pass' && action !== 'cut-body') {
+    if (action === 'hang') return // the socket goes at teardown (closeAllConnections)
+    if (action !== 'pass' && action !== 'cut-body' && action !== 'stall-body') {
       req.resume()
       res.writeHead(action.status, { 'content-type': 'application/json', ...action.headers })
       res.end(action.body ?? '')
@@ -310,7 +328,7 @@ export async function startFaultProxy(t: ExecutionContext, upstream: string, dec
         res.write(part)
         if (sent >= total / 2) {
           ur.destroy()
-          res.socket?.destroy()
+          if (action === 'cut-body') res.socket?.destroy()
         }
       })
     })

@@ -52,3 +52,43 @@ export async function interruptOnTerminal(t: ExecutionContext, cmd: string, busy
   await closed
   return plain(screen.replace(/\r\n/g, '\n'))
 }
+
+// (python3's pty module: a pty whose input the test writes, which script(1) does not give)
+const ANSWER_PY = `
+import json, os, pty, sys
+argv, prompt, answer = json.loads(sys.argv[1]), sys.argv[2].encode(), sys.argv[3].encode()
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(argv[0], argv)
+out, sent = b'', False
+while True:
+    try:
+        d = os.read(fd, 4096)
+    except OSError:
+        break
+    if not d:
+        break
+    out += d
+    if not sent and prompt in out:
+        os.write(fd, answer)
+        sent = True
+_, st = os.waitpid(pid, 0)
+sys.stdout.write(json.dumps({'screen': out.decode('utf8', 'replace'), 'code': os.waitstatus_to_exitcode(st)}))
+`
+
+/**
+ * Runs `strata ARGS` on a pty (stdin, stdout and stderr) and types `answer`
+ * once `prompt` shows: what the pty showed (\r\n as \n; echo included, so a
+ * typed answer that was echoed is on the screen) and the exit code (128 + N
+ * for signal N).
+ */
+export function answerOnTerminal(args: string[], prompt: string, answer: string, opts: { env?: NodeJS.ProcessEnv } = {}): Promise<{ screen: string; code: number }> {
+  return new Promise((resolve, reject) => {
+    const argv = JSON.stringify([process.execPath, STRATA, ...args])
+    execFile('python3', ['-c', ANSWER_PY, argv, prompt, answer], { env: { ...process.env, ...opts.env }, timeout: 180_000, maxBuffer: 16 << 20 }, (err, stdout) => {
+      if (err) return reject(err)
+      const r = JSON.parse(stdout) as { screen: string; code: number }
+      resolve({ screen: r.screen.replace(/\r\n/g, '\n'), code: r.code < 0 ? 128 - r.code : r.code })
+    })
+  })
+}

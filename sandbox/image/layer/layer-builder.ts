@@ -208,7 +208,7 @@ export class LayerBuilder {
     if (map === null) return this.fileData(node, rel, size, r)
     const plan = planChunks(map, size, CHUNK_MAP_BUDGET - this.mapBytes)
     const cost = plan ? plan.storedBytes - dataBytes(map) + plan.mapBytes : size - dataBytes(map)
-    this.sparseCost = checkSparseHoles(this.sparseCost, cost, SPARSE_HOLE_CAP, rel, true)
+    this.sparseCost = checkSparseHoles(this.sparseCost, cost, SPARSE_HOLE_CAP, rel, 'stored')
     if (plan === null) return this.fileData(node, rel, size, r)
     this.mapBytes += plan.mapBytes
     return this.chunkedData(node, rel, size, r, plan)

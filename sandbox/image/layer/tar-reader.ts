@@ -412,6 +412,11 @@ export class TarReader {
     return this.#sparse?.map ?? null
   }
 
+  /** Bytes of hole at the current entry's read position (0 in data, at the end, or when the entry is not sparse). */
+  holeAhead(): number {
+    return this.#sparse?.holeAhead() ?? 0
+  }
+
   /** Passes over `n` bytes of a hole of the current (sparse) entry without handing out its zeros. */
   skipHole(n: number): void {
     const sp = this.#sparse

@@ -130,15 +130,43 @@ export function checkSparseMap(map: SparseMap, realSize: number, stored: number,
 export const SPARSE_HOLE_CAP = 1024 * 1024 * 1024
 
 /**
- * Adds a sparse file's `holes` (the bytes it costs beyond its data) to the
- * archive's running `total`; refuses it when the sum passes `cap`. `stored`:
- * the cost is what the EROFS writer stores for it (zeros and block map), not
- * its holes.
+ * Bytes a sparse file takes on disk beyond its data when it is written with
+ * its holes kept: the rest of each 4 KiB block its data touches (a byte every
+ * 4 KiB fills every block). `map` is sorted and disjoint (checkSparseMap).
  */
-export function checkSparseHoles(total: number, holes: number, cap: number, name: string, stored = false): number {
+export function blockSlack(map: SparseMap): number {
+  const B = 4096
+  let allocated = 0
+  let covered = 0
+  let data = 0
+  for (let i = 0; i < map.length; i += 2) {
+    const off = map[i]!
+    const len = map[i + 1]!
+    if (len === 0) continue
+    const start = Math.max(Math.floor(off / B) * B, covered)
+    const end = Math.ceil((off + len) / B) * B
+    allocated += end - start
+    covered = end
+    data += len
+  }
+  return allocated - data
+}
+
+/**
+ * Adds a sparse file's `holes` (the bytes it costs beyond its data) to the
+ * archive's running `total`; refuses it when the sum passes `cap`. The cost
+ * is its holes (`holes`: written as zeros), what the EROFS writer stores for
+ * it (`stored`: zeros and block map), or the rest of the file system blocks
+ * its data touches (`blocks`: unpacked with its holes kept).
+ */
+export function checkSparseHoles(total: number, holes: number, cap: number, name: string, kind: 'holes' | 'stored' | 'blocks' = 'holes'): number {
   const sum = total + holes
   if (sum > cap) {
-    if (stored) {
+    if (kind === 'blocks') {
+      const before = total > 0 ? ` (with ${total} bytes for sparse files before it)` : ''
+      throw bad(name, `unpacking it takes ${holes} bytes of zeros in the 4 KiB blocks its data touches${before}, over the cap of ${cap} bytes per layer (${capText(cap)}): its data is spread too thinly over its size`)
+    }
+    if (kind === 'stored') {
       const before = total > 0 ? ` (with ${total} bytes for sparse files before it)` : ''
       throw bad(name, `storing it takes ${holes} bytes of zeros and block map beyond its data${before}, over the cap of ${cap} bytes per layer (${capText(cap)}): its data is spread too thinly over its size`)
     }

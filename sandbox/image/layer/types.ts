@@ -19,6 +19,21 @@ export interface UnpackOptions {
    * become 1970, for mkfs.erofs 1.5, which would store the build time.
    */
   keepTimesBefore1970?: boolean
+  /**
+   * Most hole bytes the layer's sparse files may have, summed (the tar
+   * reader's holeCap; default SPARSE_HOLE_CAP, 1 GiB). Holes are never
+   * written, so the tree costs no disk for them; the cap is for a tree that
+   * mkfs.erofs builds, which reads them as zeros. Infinity when dirToErofs
+   * builds it (it keeps holes, and bounds what they cost in the layer).
+   */
+  holeCap?: number
+  /**
+   * Most bytes the layer's sparse files may take on disk beyond their data
+   * (the rest of each 4 KiB block their data touches), summed; past it
+   * IMAGE_BAD_ARCHIVE before the file is written. Default SPARSE_HOLE_CAP
+   * (1 GiB); an option for tests.
+   */
+  slackCap?: number
 }
 
 export interface UnpackStats {

@@ -13,7 +13,8 @@
 // while a thread pool round trip per call made unpacking several times
 // slower on a loaded machine. File data is written as it arrives, whatever
 // has arrived in one writev: a small file usually takes open, writev,
-// fchown, fchmod and close. Only reading the input waits.
+// fchown, fchmod and close. Only reading the input waits. A sparse file's
+// holes are not written (a tar of a few KiB may hold terabytes of them).
 import fs from 'node:fs'
 import type { Readable } from 'node:stream'
 import { StrataError } from '../../../fs/common/errors.js'
@@ -22,6 +23,7 @@ import { clearXattrs, fsError, lstatOrNull, setTimes, setXattrs, sys, timesOf } 
 import { badHardlink, checkRepeat, classifyEntry, dup, hardlinkThroughSymlink, whiteoutOver, type Seen } from './entry-rules.js'
 import { ancestorsOf, joinRel, normalizeEntryPath, parentOf } from './paths.js'
 import { TarReader, type TarEntryHeader } from './tar-reader.js'
+import { SPARSE_HOLE_CAP, blockSlack, checkSparseHoles } from './tar-sparse.js'
 import type { Timespec, UnpackOptions, UnpackStats } from './types.js'
 
 const S_IFCHR = 0o020000
@@ -42,12 +44,25 @@ function dropWritten(bufs: Buffer[], n: number): Buffer[] {
   return rest
 }
 
-/** Writes all of `bufs` at the file's offset (synchronously), retrying short writes. */
-function writeAllSync(fd: number, bufs: Buffer[]): void {
+/** Writes all of `bufs` at `pos` (synchronously), retrying short writes. */
+function writeAllSync(fd: number, bufs: Buffer[], pos: number): void {
   while (bufs.length > 0) {
-    const n = bufs.length === 1 ? fs.writeSync(fd, bufs[0]!) : fs.writevSync(fd, bufs)
+    const n = bufs.length === 1 ? fs.writeSync(fd, bufs[0]!, 0, bufs[0]!.length, pos) : fs.writevSync(fd, bufs, pos)
     bufs = dropWritten(bufs, n)
+    pos += n
   }
+}
+
+/** A write or truncate to a size the work dir's file system cannot hold says so (it is IO_ERROR "File too large"). */
+function tooLarge(e: unknown, rel: string, size: number): StrataError {
+  const what = `writing ${JSON.stringify(rel)}`
+  if ((e as NodeJS.ErrnoException)?.code !== 'EFBIG') return fsError(e, what)
+  return new StrataError(
+    'IO_ERROR',
+    `${what}: ${(e as Error).message} (a file of ${size} bytes, the size the layer gives it, is more than the file system of the work directory holds: ` +
+      'import without --squash and --compress, which keeps holes without unpacking, or give --work-dir on another file system)',
+    { cause: e },
+  )
 }
 
 class Unpacker {
@@ -64,6 +79,8 @@ class Unpacker {
   /** paths this layer has whiteouts of */
   readonly whited = new Set<string>()
   rootTimes: Timespec | null = null
+  /** disk the sparse files written so far take beyond their data (the rest of the blocks it touches) */
+  slack = 0
   readonly stats: UnpackStats = { entries: 0, files: 0, bytes: 0, whiteouts: 0, maxMtime: 0 }
 
   readonly #prefix: string
@@ -72,6 +89,7 @@ class Unpacker {
     readonly root: string,
     readonly mode: 'layer' | 'apply',
     readonly keepTimesBefore1970 = false,
+    readonly slackCap = SPARSE_HOLE_CAP,
   ) {
     this.#prefix = root.endsWith('/') ? root : root + '/'
   }
@@ -221,11 +239,22 @@ class Unpacker {
   }
 
   async writeFile(abs: string, rel: string, h: TarEntryHeader, r: TarReader): Promise<void> {
+    // holes cost no disk, but data spread thinly fills whole blocks: bounded before a byte is written
+    if (r.sparseMap !== null) this.slack = checkSparseHoles(this.slack, blockSlack(r.sparseMap), this.slackCap, rel, 'blocks')
     const fd = sys(`creating ${JSON.stringify(rel)}`, () => fs.openSync(abs, CREATE_FLAGS, 0o600))
     try {
-      // what has arrived goes out in one writev (all of a small file, usually)
-      let written = 0
-      while (written < h.size) {
+      // What has arrived goes out in one writev (all of a small file, usually).
+      // A sparse file's holes are passed over, never written: the data lands at
+      // its offsets and the size is set at the end, so the holes stay holes
+      // (the tree's builder finds them with SEEK_DATA/SEEK_HOLE).
+      let pos = 0
+      while (pos < h.size) {
+        const hole = r.holeAhead()
+        if (hole > 0) {
+          r.skipHole(hole)
+          pos += hole
+          continue
+        }
         const first = r.buffered() ?? (await r.chunk())
         if (first === null) break
         const bufs = [first]
@@ -234,10 +263,21 @@ class Unpacker {
           bufs.push(c)
           n += c.length
         }
-        sys(`writing ${JSON.stringify(rel)}`, () => writeAllSync(fd, bufs))
-        written += n
+        try {
+          writeAllSync(fd, bufs, pos)
+        } catch (e) {
+          throw tooLarge(e, rel, h.size)
+        }
+        pos += n
       }
-      if (written !== h.size) throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: ${written} bytes of ${h.size}`)
+      if (pos !== h.size) throw new StrataError('IMAGE_BAD_ARCHIVE', `${JSON.stringify(rel)}: ${pos} bytes of ${h.size}`)
+      if (r.sparseMap !== null) {
+        try {
+          fs.ftruncateSync(fd, h.size)
+        } catch (e) {
+          throw tooLarge(e, rel, h.size)
+        }
+      }
       sys(`owner/mode of ${JSON.stringify(rel)}`, () => {
         fs.fchownSync(fd, h.uid, h.gid)
         fs.fchmodSync(fd, h.mode)
@@ -405,8 +445,8 @@ export async function unpackLayer(tar: Readable, destDir: string, opts: UnpackOp
     if (e instanceof StrataError) throw e
     throw new StrataError('INVALID_ARGUMENT', `destination ${destDir}: ${(e as Error).message}`, { cause: e })
   }
-  const u = new Unpacker(root, opts.mode, opts.keepTimesBefore1970 ?? false)
-  const r = new TarReader(tar)
+  const u = new Unpacker(root, opts.mode, opts.keepTimesBefore1970 ?? false, opts.slackCap)
+  const r = new TarReader(tar, opts.holeCap !== undefined ? { holeCap: opts.holeCap } : {})
   try {
     for (let h = await r.next(); h !== null; h = await r.next()) await u.entry(h, r)
   } finally {

@@ -438,9 +438,16 @@ async function blobMismatch(layer: OciLayerSource, label: string): Promise<Strat
   }
 }
 
-/** Unpacks one verified OCI layer into `dir` (`forMkfs`: mkfs.erofs builds the tree, times before 1970 become 1970). */
+/**
+ * Unpacks one verified OCI layer into `dir`. `forMkfs`: mkfs.erofs builds the
+ * tree, so times before 1970 become 1970 and sparse files' holes stay under
+ * the hole cap (mkfs.erofs 1.5 reads them as zeros; its chunk-based files,
+ * which would keep them, are never compressed). Otherwise dirToErofs builds
+ * it, which keeps holes and bounds what they cost.
+ */
 async function unpackVerified(layer: OciLayerSource, diffId: string, dir: string, mode: 'layer' | 'apply', forMkfs: boolean, label: string, task: ProgressTask, signal?: AbortSignal): Promise<void> {
-  await consumeVerified(layer, diffId, (tar) => unpackLayer(tar, dir, { mode, keepTimesBefore1970: !forMkfs }), label, task, signal)
+  const opts = forMkfs ? { mode } : { mode, keepTimesBefore1970: true, holeCap: Infinity }
+  await consumeVerified(layer, diffId, (tar) => unpackLayer(tar, dir, opts), label, task, signal)
 }
 
 /** Hands the verified tar of one OCI layer to `consume` (an unpack or an EROFS build). */

@@ -24,18 +24,27 @@ export function registryAuthFile(env: NodeJS.ProcessEnv = process.env): string {
 
 /**
  * Credentials for `host`, first found wins: explicit username/password, the
- * STRATA_REGISTRY_USER / STRATA_REGISTRY_PASSWORD environment, then the
- * `auths` of $REGISTRY_AUTH_FILE or ~/.docker/config.json. Undefined means
- * anonymous.
+ * STRATA_REGISTRY_USER / STRATA_REGISTRY_PASSWORD environment (each half of
+ * the explicit pair may come from it; a half missing everywhere is
+ * INVALID_ARGUMENT), then the `auths` of $REGISTRY_AUTH_FILE or
+ * ~/.docker/config.json. Undefined means anonymous.
  */
 export function resolveCredentials(
   host: string,
   opts: { username?: string; password?: string } = {},
   env: NodeJS.ProcessEnv = process.env,
 ): Credentials | undefined {
-  if (opts.username !== undefined || opts.password !== undefined) return { username: opts.username ?? '', password: opts.password ?? '' }
-  if (env.STRATA_REGISTRY_USER !== undefined || env.STRATA_REGISTRY_PASSWORD !== undefined) {
-    return { username: env.STRATA_REGISTRY_USER ?? '', password: env.STRATA_REGISTRY_PASSWORD ?? '' }
+  // A user without a password (or the reverse) is a mistake, not an empty
+  // password: registries refuse that as if it were wrong. The other half may
+  // come from the environment; empty variables count as unset.
+  const envUser = env.STRATA_REGISTRY_USER || undefined
+  const envPassword = env.STRATA_REGISTRY_PASSWORD || undefined
+  if (opts.username !== undefined || opts.password !== undefined || envUser !== undefined || envPassword !== undefined) {
+    const username = opts.username ?? envUser
+    const password = opts.password ?? envPassword
+    if (username === undefined) throw new StrataError('INVALID_ARGUMENT', `registry credentials for ${host}: a password without a user name (give the user, or set STRATA_REGISTRY_USER)`)
+    if (password === undefined) throw new StrataError('INVALID_ARGUMENT', `registry credentials for ${host}: user ${JSON.stringify(username)} has no password (give it, or set STRATA_REGISTRY_PASSWORD)`)
+    return { username, password }
   }
   const file = registryAuthFile(env)
   let text: string

@@ -68,7 +68,12 @@ function statusError(res: Response, what: string, body: string): StrataError {
 }
 
 async function failFrom(res: Response, what: string): Promise<never> {
-  const body = await res.text().catch(() => '')
+  // An error body that stalls is the timeout, not the status: a 5xx would be
+  // retried, each attempt waiting the whole timeout again.
+  const body = await res.text().catch((e: unknown) => {
+    if (isTimeout(e)) throw e
+    return ''
+  })
   throw statusError(res, what, body)
 }
 

@@ -5,7 +5,7 @@ import type { RegistryClientOptions } from './client.js'
 export interface RegistryOptions {
   /** http instead of https (default: http for localhost, 127.x and ::1 only) */
   insecure?: boolean
-  /** credentials; else STRATA_REGISTRY_USER/STRATA_REGISTRY_PASSWORD, else $REGISTRY_AUTH_FILE or ~/.docker/config.json */
+  /** credentials; else STRATA_REGISTRY_USER/STRATA_REGISTRY_PASSWORD, else $REGISTRY_AUTH_FILE or ~/.docker/config.json. A half missing here is taken from that environment; missing there too, INVALID_ARGUMENT (never an empty password) */
   username?: string
   password?: string
   /** one task per blob transferred */

@@ -213,6 +213,8 @@ export function errorName(e: unknown): string {
 
 /** The object (not the bucket or the upload) does not exist. */
 export function isNotFound(e: unknown): boolean {
+  // a 404 whose error body stalled is a timeout (the SDK keeps the status): not an answer to act on
+  if (isTimeout(e)) return false
   const n = errorName(e)
   return n === 'NoSuchKey' || n === 'NotFound' || (statusOf(e) === 404 && n !== 'NoSuchBucket' && n !== 'NoSuchUpload')
 }

@@ -223,7 +223,7 @@ test.serial('malformed and truncated archives', async (t) => {
   }
 })
 
-test.serial('a sparse member of 1 TiB (a tar of a few KiB): the default build keeps its hole as a hole (a layer of a few KiB); --compress and --squash, which unpack it, refuse it naming the 1 GiB hole cap before any zeros are written', async (t) => {
+test.serial('a sparse member of 1 TiB (a tar of a few KiB): the default build and --squash keep its hole as a hole (a layer of a few KiB); --compress, which hands mkfs.erofs the unpacked tree, refuses it naming the 1 GiB hole cap before any zeros are written', async (t) => {
   const dir = localTmp(t)
   const tree = path.join(dir, 'tree')
   fs.mkdirSync(tree)
@@ -239,14 +239,14 @@ test.serial('a sparse member of 1 TiB (a tar of a few KiB): the default build ke
   t.true(fs.statSync(tar).size < 64 << 10)
   const layout = await layoutWithLayer(dir, 'l-sparse', tar)
   const cap = /strata: IMAGE_BAD_ARCHIVE: .*"big": sparse file: its holes \(\d+ bytes\) exceed the cap of 1073741824 hole bytes per layer \(1 GiB\)/
-  for (const mode of [['--compress', 'lz4'], ['--squash']]) {
-    t.regex(await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [layout, '--name', 'bad/sparse', ...mode]), cap, mode.join(' '))
-  }
-  for (const [input, name] of [[layout, 'ok/sparse'], [tar, 'ok/sparse-rootfs']] as const) {
-    const r = await strata(['image', ...img.ic.cliArgs, 'import', input, '--name', name, '--json'])
+  t.regex(await expectFailure(t, 'IMAGE_BAD_ARCHIVE', [layout, '--name', 'bad/sparse', '--compress', 'lz4']), cap)
+  // (--squash was refused too: its unpack wrote holes as zeros, so it kept the cap)
+  for (const [input, name, extra] of [[layout, 'ok/sparse', []], [layout, 'ok/sparse-squashed', ['--squash']], [tar, 'ok/sparse-rootfs', []]] as const) {
+    const r = await strata(['image', ...img.ic.cliArgs, 'import', input, '--name', name, '--json', ...extra])
     t.is(r.code, 0, r.stderr)
     const { manifest } = await img.store.resolve(name)
-    t.true(manifest.layers[0]!.size < 16 << 20, `${name}: a layer of ${manifest.layers[0]!.size} bytes`)
+    if (extra.length) t.is(manifest.layers.length, 1)
+    for (const l of manifest.layers) t.true(l.size < 16 << 20, `${name}: a layer of ${l.size} bytes`)
     const root = await mountImage(t, img.store, manifest, localTmp(t, 'strata-mnt-'))
     const big = path.join(root, 'big')
     t.is(fs.statSync(big).size, 2 ** 40)

@@ -107,7 +107,7 @@ test.serial('times before 1970 (GNU tar gnu and pax formats, sub-second) are kep
   t.is(fs.lstatSync(path.join(tree, '1960'), { bigint: true }).mtimeNs, -304_775_999_500_000_000n)
 })
 
-test.serial('sparse files (GNU tar -S: PAX 0.0, 0.1, 1.0 and old GNU S headers with extension blocks) import to the tree umoci (GNU tar for S headers) unpacks, whether their holes stay holes (the default build) or become zeros (--compress, --squash)', async (t) => {
+test.serial('sparse files (GNU tar -S: PAX 0.0, 0.1, 1.0 and old GNU S headers with extension blocks) import to the tree umoci (GNU tar for S headers) unpacks, whether their holes stay holes (the default build, --squash) or become zeros (--compress)', async (t) => {
   const work = localTmp(t)
   const tree = path.join(work, 'tree')
   writeTree(tree, { plain: 'plain\n' })

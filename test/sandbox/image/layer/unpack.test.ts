@@ -169,6 +169,113 @@ test('tars GNU tar writes (gnu and posix formats: long names and link targets, u
   }
 })
 
+test('sparse files (GNU tar -S, every format) unpack with their holes as holes: the same bytes, no blocks for the holes, in either mode; holeCap', async (t) => {
+  const work = tmpDir(t)
+  const src = path.join(work, 'src')
+  fs.mkdirSync(src)
+  // a hole first, records spread over 64 MiB, a hole at the end (the size is set, not written)
+  const f = path.join(src, 'lastlog')
+  fs.writeFileSync(f, '')
+  fs.truncateSync(f, 64 << 20)
+  const fd = fs.openSync(f, 'r+')
+  for (let i = 1; i <= 20; i++) fs.writeSync(fd, `record ${i}`, i * 3_000_000)
+  fs.closeSync(fd)
+  const want = crypto.createHash('sha256').update(fs.readFileSync(f)).digest('hex')
+  for (const flags of [['--format=gnu'], ['--format=pax', '--sparse-version=0.0'], ['--format=pax', '--sparse-version=0.1'], ['--format=pax', '--sparse-version=1.0']]) {
+    const tarFile = path.join(work, 'sparse.tar')
+    await run('tar', [...flags, '-S', '--numeric-owner', '-C', src, '-cf', tarFile, 'lastlog'])
+    for (const mode of ['layer', 'apply'] as const) {
+      const what = `${flags.join(' ')} ${mode}`
+      const dest = path.join(work, `dest-${mode}`)
+      fs.mkdirSync(dest)
+      // small pieces: holes and data meet inside what has arrived
+      await unpackLayer(streamOf(fs.readFileSync(tarFile), 1000), dest, { mode, ...(mode === 'apply' ? { holeCap: Infinity } : {}) })
+      const out = path.join(dest, 'lastlog')
+      const st = fs.statSync(out)
+      t.is(st.size, 64 << 20, what)
+      t.is(crypto.createHash('sha256').update(fs.readFileSync(out)).digest('hex'), want, what)
+      // 20 records of a block each (it was 64 MiB of blocks: the holes written as zeros)
+      t.true(st.blocks * 512 <= 20 * 64 * 1024, `${what}: ${st.blocks * 512} bytes allocated`)
+      fs.rmSync(dest, { recursive: true })
+    }
+  }
+  // the cap on holes is the tar reader's: 1 GiB by default, none with holeCap: Infinity (dirToErofs bounds what they cost)
+  fs.truncateSync(f, 3 * 1024 ** 3)
+  const tarFile = path.join(work, 'big.tar')
+  await run('tar', ['--format=pax', '-S', '--numeric-owner', '-C', src, '-cf', tarFile, 'lastlog'])
+  const capped = path.join(work, 'capped')
+  fs.mkdirSync(capped)
+  await t.throwsAsync(unpackLayer(fs.createReadStream(tarFile), capped, { mode: 'layer' }), { code: 'IMAGE_BAD_ARCHIVE', message: /exceed the cap of 1073741824 hole bytes/ })
+  const uncapped = path.join(work, 'uncapped')
+  fs.mkdirSync(uncapped)
+  await unpackLayer(fs.createReadStream(tarFile), uncapped, { mode: 'apply', holeCap: Infinity })
+  const st = fs.statSync(path.join(uncapped, 'lastlog'))
+  t.is(st.size, 3 * 1024 ** 3)
+  t.true(st.blocks * 512 <= 20 * 64 * 1024, `${st.blocks * 512} bytes allocated`)
+})
+
+test('a sparse file whose data is spread thinly (a byte every MiB) fills whole blocks: what that costs beyond the data is capped before the file is written', async (t) => {
+  const work = tmpDir(t)
+  // a PAX 0.1 map written by Python's tarfile (the records are ours; GNU tar stores whole 4 KiB blocks of data)
+  const tarFile = path.join(work, 'thin.tar')
+  const script = `
+import io, sys, tarfile
+ti = tarfile.TarInfo('thin'); ti.size = 300
+ti.pax_headers = {'GNU.sparse.size': str(300 << 20), 'GNU.sparse.map': ','.join('%d,1' % (i << 20) for i in range(300))}
+with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as tf:
+    tf.addfile(ti, io.BytesIO(b'x' * 300))
+`
+  await run('python3', ['-c', script, tarFile])
+  const capped = path.join(work, 'capped')
+  fs.mkdirSync(capped)
+  // 300 blocks of 4 KiB for 300 bytes
+  await t.throwsAsync(unpackLayer(fs.createReadStream(tarFile), capped, { mode: 'apply', holeCap: Infinity, slackCap: 1 << 20 }), {
+    code: 'IMAGE_BAD_ARCHIVE',
+    message: /"thin": sparse file: unpacking it takes 1228500 bytes of zeros in the 4 KiB blocks its data touches, over the cap of 1048576 bytes per layer \(1 MiB\)/,
+  })
+  t.false(fs.existsSync(path.join(capped, 'thin')))
+  const dest = path.join(work, 'dest')
+  fs.mkdirSync(dest)
+  await unpackLayer(fs.createReadStream(tarFile), dest, { mode: 'apply', holeCap: Infinity })
+  const out = fs.readFileSync(path.join(dest, 'thin'))
+  t.is(out.length, 300 << 20)
+  t.is(out.subarray(299 << 20, (299 << 20) + 2).toString('latin1'), 'x\0')
+})
+
+test('a sparse file larger than the destination\'s file system holds (2^50 bytes: ext4 stops at 16 TiB) is IO_ERROR saying so and what to do; where it fits, it unpacks as holes', async (t) => {
+  const work = tmpDir(t)
+  // a PAX 0.1 sparse member written by Python's tarfile (the records are ours): 10 bytes at the start and at the end
+  const tarFile = path.join(work, 'huge.tar')
+  const size = 2 ** 50
+  const script = `
+import io, sys, tarfile
+ti = tarfile.TarInfo('huge'); ti.size = 20; ti.pax_headers = {'GNU.sparse.size': '${size}', 'GNU.sparse.map': '0,10,${size - 10},10'}
+with tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as tf:
+    tf.addfile(ti, io.BytesIO(b'x' * 20))
+`
+  await run('python3', ['-c', script, tarFile])
+  const dest = path.join(work, 'dest')
+  fs.mkdirSync(dest)
+  const probe = path.join(work, 'probe')
+  fs.writeFileSync(probe, '')
+  let fits = true
+  try {
+    fs.truncateSync(probe, size)
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EFBIG') throw e
+    fits = false
+  }
+  fs.rmSync(probe)
+  const p = unpackLayer(fs.createReadStream(tarFile), dest, { mode: 'apply', holeCap: Infinity })
+  if (!fits) {
+    await t.throwsAsync(p, { code: 'IO_ERROR', message: /^IO_ERROR: writing "huge": EFBIG: [^(]*\(a file of 1125899906842624 bytes, the size the layer gives it, is more than the file system of the work directory holds: import without --squash and --compress/ })
+    return
+  }
+  await p
+  t.is(fs.statSync(path.join(dest, 'huge')).size, size)
+  t.true(fs.statSync(path.join(dest, 'huge')).blocks < 1024)
+})
+
 // --- apply mode
 
 async function lowerTree(t: ExecutionContext): Promise<string> {

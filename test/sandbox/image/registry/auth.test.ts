@@ -42,3 +42,17 @@ test('credentials: options, then environment, then the auth file', (t) => {
   t.deepEqual(resolveCredentials('h.example', {}, { HOME: dir }), { username: 'c', password: 'd' })
   t.is(resolveCredentials('h.example', {}, { HOME: path.join(dir, 'none') }), undefined)
 })
+
+test('credentials: a user without a password (or the reverse) is refused, not sent with an empty half', (t) => {
+  // (it was: { username: 'u', password: '' }, which the registry refuses as a wrong password)
+  const none = { REGISTRY_AUTH_FILE: '/nonexistent/auth.json' }
+  t.throws(() => resolveCredentials('r.example', { username: 'u' }, none), { message: /user "u" has no password .*STRATA_REGISTRY_PASSWORD/ })
+  t.throws(() => resolveCredentials('r.example', { password: 'p' }, none), { message: /a password without a user name/ })
+  t.throws(() => resolveCredentials('r.example', {}, { ...none, STRATA_REGISTRY_USER: 'eu' }), { message: /user "eu" has no password/ })
+  t.throws(() => resolveCredentials('r.example', {}, { ...none, STRATA_REGISTRY_PASSWORD: 'ep' }), { message: /a password without a user name/ })
+  // the other half from the environment
+  t.deepEqual(resolveCredentials('r.example', { username: 'u' }, { ...none, STRATA_REGISTRY_PASSWORD: 'ep' }), { username: 'u', password: 'ep' })
+  t.deepEqual(resolveCredentials('r.example', { password: 'p' }, { ...none, STRATA_REGISTRY_USER: 'eu' }), { username: 'eu', password: 'p' })
+  // empty variables are unset
+  t.is(resolveCredentials('r.example', {}, { ...none, STRATA_REGISTRY_USER: '', STRATA_REGISTRY_PASSWORD: '' }), undefined)
+})

@@ -133,3 +133,22 @@ test('https to a registry that speaks plain http: IMAGE_REMOTE_ERROR hinting at 
   t.regex((error as Error).message, new RegExp(`GET https://${host}/v2/: ERR_SSL_WRONG_VERSION_NUMBER: the TLS handshake failed; if ${host} serves plain http, use --insecure`))
   t.is(hits, 0)
 })
+
+test('a 404 whose error body stalls is the timeout (IMAGE_REMOTE_ERROR "timed out"), not IMAGE_NOT_FOUND', async (t) => {
+  const requests: string[] = []
+  const host = await serveHttp(t, (req, res) => {
+    if (req.url === '/v2/') {
+      res.end('{}')
+      return
+    }
+    requests.push(req.url!)
+    res.writeHead(404, { 'content-type': 'application/json', 'content-length': '200' })
+    res.write('{"errors":[{"code":') // and nothing more
+  })
+  const c = new RegistryClient(host, 'x/y', { timeoutMs: TIMEOUT })
+  const { error } = await timedFailure(c.getManifest('v1'))
+  // (it was IMAGE_NOT_FOUND 'HTTP 404', after the timeout)
+  t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
+  t.regex((error as Error).message, new RegExp(`GET http://${host}/v2/x/y/manifests/v1: timed out: no bytes of the body for 0.4 s`))
+  t.deepEqual(requests, ['/v2/x/y/manifests/v1'])
+})

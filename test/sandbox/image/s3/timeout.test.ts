@@ -56,3 +56,18 @@ test('a body that stops in the middle: timed out', async (t) => {
   t.true(ms < TIMEOUT * 3, `${ms} ms`)
   t.is(gets, 1)
 })
+
+test('a 404 whose error body stalls is the timeout, not "no such key": the pull stops there instead of trying the next PREFIX/NAME split, each waiting the timeout', async (t) => {
+  const gets: string[] = []
+  const host = await serveHttp(t, (req, res) => {
+    gets.push(req.url!)
+    res.writeHead(404, { 'content-type': 'application/xml', 'content-length': '200' })
+    res.write('<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code>') // and nothing more
+  })
+  // two splits: PREFIX p/a NAME b, PREFIX p NAME a/b
+  const { error } = await timedFailure(pullS3(oneImageStore(), 's3://bkt/p/a/b:1', opts(`http://${host}`)))
+  // (it was: each split taken for a missing tag after the timeout, then IMAGE_NOT_FOUND 'no image')
+  t.like(error, { code: 'IMAGE_REMOTE_ERROR' })
+  t.regex((error as Error).message, /GET s3:\/\/bkt\/p\/a\/tags\/b\/1: timed out/)
+  t.is(gets.length, 1, gets.join(' '))
+})
