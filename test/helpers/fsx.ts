@@ -1,0 +1,136 @@
+// fsx-style random file operations (after xfstests' fsx): a seeded op list
+// that the FUSE test (a python3 driver on the mount) and the file-client
+// test (FileSystem calls) both apply to one file and to an in-memory model,
+// comparing contents as they go. The ops are data, so a failing list can be
+// shrunk (shrinkOps) and pasted into a regression test.
+
+import { rng } from './random.js'
+
+export type FsxOp =
+  /** pwrite through descriptor fd (0 or 1) of len bytes made from seed */
+  | { op: 'write'; fd: number; off: number; len: number; seed: number }
+  /** pread; compared with the model (short at EOF) */
+  | { op: 'read'; fd: number; off: number; len: number }
+  | { op: 'truncate'; fd: number; size: number }
+  | { op: 'fsync'; fd: number }
+  /** close descriptor fd and open the file again (read-write) */
+  | { op: 'reopen'; fd: number }
+  /** write through an O_APPEND descriptor open all along */
+  | { op: 'append'; len: number; seed: number }
+  /** read through a fresh MAP_SHARED mapping of the whole file (FUSE only) */
+  | { op: 'mapread'; off: number; len: number }
+  /** store into a MAP_SHARED mapping and msync it (FUSE only; inside the file) */
+  | { op: 'mapwrite'; off: number; len: number; seed: number }
+  /** fsync every descriptor, then read the whole file through another client */
+  | { op: 'cross' }
+  /** size (fstat) and the whole content through descriptor fd */
+  | { op: 'check'; fd: number }
+
+export interface FsxOptions {
+  chunkSize: number
+  /** the file stays below this (writes far past EOF land at most here) */
+  maxLen: number
+  /** mmap ops (the FUSE driver) */
+  mmap: boolean
+}
+
+/** A seeded list of n ops; the same seed and options give the same list. */
+export function genOps(seed: number, n: number, o: FsxOptions): FsxOp[] {
+  const r = rng(seed * 2654435761 + 1)
+  const int = (lo: number, hi: number) => lo + Math.floor(r() * (hi - lo + 1))
+  const C = o.chunkSize
+  const ops: FsxOp[] = []
+  let size = 0
+  // a length from 1 byte to several chunks, often around a chunk
+  const length = () => {
+    const k = r()
+    if (k < 0.3) return int(1, 64)
+    if (k < 0.55) return int(1, 4096)
+    if (k < 0.8) return int(C - 100, C + 100)
+    return int(1, 3 * C + 17)
+  }
+  // an offset: near a chunk boundary, anywhere in the file, or past its end
+  const offset = (pastEof: boolean) => {
+    const k = r()
+    const limit = Math.max(1, size)
+    if (pastEof && k < 0.12) return int(size, Math.max(size, o.maxLen - 4 * C)) // a hole
+    if (k < 0.45) return Math.max(0, int(0, Math.floor(limit / C) + 1) * C + int(-40, 40))
+    return int(0, limit)
+  }
+  for (let i = 0; i < n; i++) {
+    const fd = int(0, 1)
+    const k = r() * 100
+    let op: FsxOp
+    if (k < 34) {
+      let off = offset(true)
+      let len = length()
+      if (off + len > o.maxLen) off = Math.max(0, o.maxLen - len)
+      op = { op: 'write', fd, off, len, seed: int(1, 2 ** 31) }
+      size = Math.max(size, off + len)
+    } else if (k < 52) {
+      op = { op: 'read', fd, off: offset(false) + (r() < 0.1 ? int(0, 2 * C) : 0), len: length() }
+    } else if (k < 60) {
+      const m = r()
+      const to = m < 0.15 ? 0 : m < 0.55 ? int(0, size) : m < 0.75 ? int(0, Math.floor(o.maxLen / C) - 4) * C + Math.floor(C / 2) : int(size, Math.min(o.maxLen, size + 3 * C))
+      op = { op: 'truncate', fd, size: Math.min(to, o.maxLen) }
+      size = op.size
+    } else if (k < 65) {
+      op = { op: 'fsync', fd }
+    } else if (k < 69) {
+      op = { op: 'reopen', fd }
+    } else if (k < 75) {
+      let len = length()
+      if (size + len > o.maxLen) len = 1
+      op = { op: 'append', len, seed: int(1, 2 ** 31) }
+      size += len
+    } else if (k < 81 && o.mmap) {
+      op = { op: 'mapread', off: offset(false), len: length() }
+    } else if (k < 87 && o.mmap) {
+      if (size === 0) continue
+      const off = int(0, size - 1)
+      op = { op: 'mapwrite', off, len: Math.min(length(), size - off), seed: int(1, 2 ** 31) }
+    } else if (k < 91) {
+      op = { op: 'cross' }
+    } else {
+      op = { op: 'check', fd }
+    }
+    ops.push(op)
+  }
+  ops.push({ op: 'check', fd: 0 }, { op: 'cross' })
+  return ops
+}
+
+/**
+ * Shrinks a failing op list (delta debugging over contiguous pieces, then
+ * single ops) while `fails` still says it fails. `fails` runs the list on a
+ * fresh file; the list is returned when `budgetMs` is spent.
+ */
+export async function shrinkOps(ops: FsxOp[], fails: (ops: FsxOp[]) => Promise<boolean>, budgetMs = 5 * 60_000): Promise<FsxOp[]> {
+  const end = Date.now() + budgetMs
+  let cur = ops
+  let piece = Math.max(1, Math.floor(cur.length / 2))
+  while (piece >= 1 && Date.now() < end) {
+    let changed = false
+    for (let at = 0; at < cur.length && Date.now() < end; ) {
+      const cand = [...cur.slice(0, at), ...cur.slice(at + piece)]
+      if (cand.length > 0 && (await fails(cand))) {
+        cur = cand
+        changed = true
+      } else at += piece
+    }
+    if (!changed) piece = Math.floor(piece / 2)
+  }
+  return cur
+}
+
+/** The seeds a test runs: FSX_SEEDS=N runs N seeds from FSX_SEED0 (default `first`), else `count` seeds. */
+export function fsxSeeds(first: number, count: number): number[] {
+  const n = Number(process.env.FSX_SEEDS ?? count)
+  const s0 = Number(process.env.FSX_SEED0 ?? first)
+  return Array.from({ length: n }, (_, i) => s0 + i)
+}
+
+/** The op count per seed: FSX_OPS, else `n`. */
+export function fsxOpCount(n: number): number {
+  return Number(process.env.FSX_OPS ?? n)
+}
