@@ -25,6 +25,19 @@ export type FsxOp =
   | { op: 'cross' }
   /** size (fstat) and the whole content through descriptor fd */
   | { op: 'check'; fd: number }
+  /**
+   * close every writable descriptor, read the whole file sequentially through
+   * a read-only descriptor open all along (pieces of `piece` bytes; FUSE drops
+   * its page cache first, so the mount's chunk read-ahead serves it), open them again
+   */
+  | { op: 'solo'; piece: number }
+  /** a read through the read-only descriptor (FUSE: page cache dropped first) */
+  | { op: 'roread'; off: number; len: number }
+  /** a write through descriptor 0 and, at the same time, a write or read of other bytes through descriptor 1 */
+  | { op: 'pair'; a: FsxWrite; b: FsxWrite | FsxRead }
+
+export type FsxWrite = Extract<FsxOp, { op: 'write' }>
+export type FsxRead = Extract<FsxOp, { op: 'read' }>
 
 export interface FsxOptions {
   chunkSize: number
@@ -41,13 +54,16 @@ export function genOps(seed: number, n: number, o: FsxOptions): FsxOp[] {
   const C = o.chunkSize
   const ops: FsxOp[] = []
   let size = 0
+  // the end of the last write: the next one often continues there (the write buffer coalesces)
+  let lastEnd = 0
   // a length from 1 byte to several chunks, often around a chunk
   const length = () => {
     const k = r()
     if (k < 0.3) return int(1, 64)
     if (k < 0.55) return int(1, 4096)
     if (k < 0.8) return int(C - 100, C + 100)
-    return int(1, 3 * C + 17)
+    if (k < 0.93) return int(1, 3 * C + 17)
+    return int(4 * C, Math.min(20 * C + 333, Math.floor(o.maxLen / 2)))
   }
   // an offset: near a chunk boundary, anywhere in the file, or past its end
   const offset = (pastEof: boolean) => {
@@ -62,11 +78,12 @@ export function genOps(seed: number, n: number, o: FsxOptions): FsxOp[] {
     const k = r() * 100
     let op: FsxOp
     if (k < 34) {
-      let off = offset(true)
+      let off = r() < 0.35 ? lastEnd : offset(true)
       let len = length()
       if (off + len > o.maxLen) off = Math.max(0, o.maxLen - len)
       op = { op: 'write', fd, off, len, seed: int(1, 2 ** 31) }
       size = Math.max(size, off + len)
+      lastEnd = off + len
     } else if (k < 52) {
       op = { op: 'read', fd, off: offset(false) + (r() < 0.1 ? int(0, 2 * C) : 0), len: length() }
     } else if (k < 60) {
@@ -91,6 +108,23 @@ export function genOps(seed: number, n: number, o: FsxOptions): FsxOp[] {
       op = { op: 'mapwrite', off, len: Math.min(length(), size - off), seed: int(1, 2 ** 31) }
     } else if (k < 91) {
       op = { op: 'cross' }
+    } else if (k < 94) {
+      op = r() < 0.4 ? { op: 'solo', piece: [4096, 65536, 131072, 1 << 20][int(0, 3)]! } : { op: 'roread', off: offset(false), len: length() }
+    } else if (k < 97) {
+      // two ranges apart: the write's, and the other's before it (inside the file for a read)
+      const len = Math.min(length(), Math.floor(o.maxLen / 3))
+      const off = int(Math.floor(o.maxLen / 3), o.maxLen - len)
+      const a: FsxWrite = { op: 'write', fd: 0, off, len, seed: int(1, 2 ** 31) }
+      const room = Math.min(off, size)
+      if (r() < 0.5 || room < 2) {
+        const blen = int(1, Math.min(3 * C, off))
+        op = { op: 'pair', a, b: { op: 'write', fd: 1, off: int(0, off - blen), len: blen, seed: int(1, 2 ** 31) } }
+        size = Math.max(size, off + len)
+      } else {
+        const blen = int(1, Math.min(3 * C, room))
+        op = { op: 'pair', a, b: { op: 'read', fd: 1, off: int(0, room - blen), len: blen } }
+        size = Math.max(size, off + len)
+      }
     } else {
       op = { op: 'check', fd }
     }

@@ -7,6 +7,7 @@
 // what was fsynced or closed.
 //
 // More seeds: FSX_SEEDS=50 [FSX_SEED0=1000] [FSX_OPS=800] npx ava dist/test/fs/fuse/fsx.test.js
+// (FSX_MOUNT='{"writeBufferSize":0}' mounts the written mount with other settings).
 // A failing seed is shrunk to a short op list with FSX_SHRINK=1 (printed as JSON).
 
 import path from 'node:path'
@@ -23,7 +24,7 @@ const LAYOUT = { tableId: 1, tableVersion: 0, chunkSize: CHUNK, stripeSize: 3, c
 
 /** Applies the ops (JSON on stdin) to argv[1] and the model; argv[2] is the same file on another mount. */
 export const FSX_DRIVER = String.raw`
-import json, mmap, os, random, sys
+import json, mmap, os, random, sys, threading
 path, other = sys.argv[1], sys.argv[2]
 ops = json.load(sys.stdin)
 model = bytearray()
@@ -54,6 +55,10 @@ def put(off, b):
 fds = [os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)]
 fds.append(os.open(path, os.O_RDWR))
 apfd = os.open(path, os.O_WRONLY | os.O_APPEND)
+rofd = os.open(path, os.O_RDONLY)
+def uncached_read(n, off):
+    os.posix_fadvise(rofd, 0, 0, os.POSIX_FADV_DONTNEED)
+    return pread_all(rofd, n, off)
 i = 0
 try:
     for i, op in enumerate(ops):
@@ -98,9 +103,44 @@ try:
             diff(i, 'other mount', got, bytes(model))
         elif k == 'check':
             whole(i, fds[op['fd']], 'check')
+        elif k == 'solo':
+            for fd in fds + [apfd]: os.close(fd)
+            os.posix_fadvise(rofd, 0, 0, os.POSIX_FADV_DONTNEED)
+            got = bytearray()
+            while True:
+                b = os.pread(rofd, op['piece'], len(got))
+                if not b: break
+                got += b
+            diff(i, 'sequential read-only read', bytes(got), bytes(model))
+            fds = [os.open(path, os.O_RDWR), os.open(path, os.O_RDWR)]
+            apfd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        elif k == 'roread':
+            diff(i, 'read-only pread', uncached_read(op['len'], op['off']), bytes(model[op['off']:op['off'] + op['len']]))
+        elif k == 'pair':
+            a, b = op['a'], op['b']
+            ba = data(a['seed'], a['len'])
+            bb = data(b['seed'], b['len']) if b['op'] == 'write' else None
+            want = bytes(model[b['off']:b['off'] + b['len']])
+            out = {}
+            def run_b():
+                try:
+                    out['b'] = os.pwrite(fds[1], bb, b['off']) if bb is not None else pread_all(fds[1], b['len'], b['off'])
+                except OSError as e:
+                    out['b'] = e
+            th = threading.Thread(target=run_b)
+            th.start()
+            n = os.pwrite(fds[0], ba, a['off'])
+            th.join()
+            if isinstance(out['b'], OSError): raise out['b']
+            if n != len(ba): fail(i, 'short write %d' % n)
+            put(a['off'], ba)
+            if bb is None: diff(i, 'pread beside a write', out['b'], want)
+            else:
+                if out['b'] != len(bb): fail(i, 'short write %d' % out['b'])
+                put(b['off'], bb)
         else:
             fail(i, 'unknown op')
-    for fd in fds + [apfd]: os.close(fd)
+    for fd in fds + [apfd, rofd]: os.close(fd)
     st = os.stat(path)
     if st.st_size != len(model): fail(len(ops), 'after close: size %d, model %d' % (st.st_size, len(model)))
     with open(other, 'rb') as f: diff(len(ops), 'other mount after close', f.read(), bytes(model))
@@ -121,7 +161,8 @@ interface Fsx {
 async function setup(tt: import('ava').ExecutionContext): Promise<Fsx> {
   const c = await startFuseCluster(tt, { chains: 3, stripeSize: 2 })
   await c.m.client().mkdirs('/fsx', { layout: LAYOUT })
-  const a = await c.mount({ name: 'a' })
+  // FSX_MOUNT='{"writeBufferSize":0}' tries other settings of the mount written through
+  const a = await c.mount({ name: 'a', ...(JSON.parse(process.env.FSX_MOUNT ?? '{}') as object) })
   const b = await c.mount({ name: 'b' })
   const run = async (ops: FsxOp[], name: string): Promise<string> => {
     const r = await py(FSX_DRIVER, [path.join(a.mnt, 'fsx', name), path.join(b.mnt, 'fsx', name)], { input: JSON.stringify(ops), timeoutMs: 240_000 })
@@ -140,7 +181,7 @@ t('fsx through FUSE: random ops on a 64 KiB-chunk striped file match the model, 
   const f = await setup(tt)
   const n = fsxOpCount(400)
   for (const seed of fsxSeeds(1, 3)) {
-    const ops = genOps(seed, n, { chunkSize: CHUNK, maxLen: 24 * CHUNK, mmap: true })
+    const ops = genOps(seed, n, { chunkSize: CHUNK, maxLen: 40 * CHUNK, mmap: true })
     const err = await f.run(ops, `s${seed}`)
     if (!err) {
       tt.deepEqual(await f.layoutOf(`s${seed}`), [CHUNK, 3])
