@@ -24,7 +24,7 @@ const LAYOUT = { tableId: 1, tableVersion: 0, chunkSize: CHUNK, stripeSize: 3, c
 
 /** Applies the ops (JSON on stdin) to argv[1] and the model; argv[2] is the same file on another mount. */
 export const FSX_DRIVER = String.raw`
-import json, mmap, os, random, sys, threading
+import json, mmap, os, random, sys, threading, time
 path, other = sys.argv[1], sys.argv[2]
 ops = json.load(sys.stdin)
 model = bytearray()
@@ -43,8 +43,15 @@ def diff(i, what, got, want):
     if got == want: return
     at = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]), min(len(got), len(want)))
     fail(i, '%s: %d bytes, expected %d; first difference at %d (got %r, want %r)' % (what, len(got), len(want), at, got[at:at+8], want[at:at+8]))
+# mtime: not before the last change began (docs/fuse.md: the time the bytes reached storage), never backwards
+changed_ns = 0
+last_mtime = 0
 def whole(i, fd, what):
+    global last_mtime
     st = os.fstat(fd)
+    if st.st_mtime_ns < changed_ns - 1000000: fail(i, '%s: mtime %d before the last change %d' % (what, st.st_mtime_ns, changed_ns))
+    if st.st_mtime_ns < last_mtime: fail(i, '%s: mtime went back from %d to %d' % (what, last_mtime, st.st_mtime_ns))
+    last_mtime = st.st_mtime_ns
     if st.st_size != len(model): fail(i, '%s: fstat size %d, model %d' % (what, st.st_size, len(model)))
     if st.st_blocks != (len(model) + 511) // 512: fail(i, '%s: st_blocks %d for size %d' % (what, st.st_blocks, len(model)))
     diff(i, what, pread_all(fd, len(model) + 4096, 0), bytes(model))
@@ -63,6 +70,7 @@ i = 0
 try:
     for i, op in enumerate(ops):
         k = op['op']
+        if k in ('write', 'truncate', 'append', 'pair'): changed_ns = time.time_ns()
         if k == 'write':
             b = data(op['seed'], op['len'])
             n = os.pwrite(fds[op['fd']], b, op['off'])
@@ -90,6 +98,7 @@ try:
                 diff(i, 'mmap read', m[op['off']:op['off'] + op['len']], bytes(model[op['off']:op['off'] + op['len']]))
         elif k == 'mapwrite':
             if op['off'] + op['len'] > len(model): continue
+            changed_ns = time.time_ns()
             b = data(op['seed'], op['len'])
             with mmap.mmap(fds[1], len(model)) as m:
                 m[op['off']:op['off'] + op['len']] = b

@@ -141,12 +141,13 @@ export async function runFsx(fs: FileSystem, other: FileSystem, path: string, op
 test('fsx through the file client: random ops on a 64 KiB-chunk striped file match the model, also through another client', async (t) => {
   t.timeout(20 * 60_000)
   const c = await startFsCluster(t, { chains: 3, stripeSize: 2 })
-  // seeds take turns with the default write buffer, write-through, and a small buffer flushed in place
-  const variants = [c.fs(), c.fs({ writeBufferSize: 0 }), c.fs({ writeBufferSize: 100_000, writeBehind: 0 })]
+  // seeds take turns with the default write buffer, write-through, a small buffer flushed in place,
+  // and length hints sent every few milliseconds (periodic syncs between any two ops)
+  const variants = [c.fs(), c.fs({ writeBufferSize: 0 }), c.fs({ writeBufferSize: 100_000, writeBehind: 0 }), c.fs({ writeBufferSize: 100_000, periodicSyncMs: 3 })]
   const other = c.fs()
   await other.mkdir('/fsx', { layout: LAYOUT })
   const n = fsxOpCount(400)
-  for (const seed of fsxSeeds(1, 3)) {
+  for (const seed of fsxSeeds(1, 4)) {
     const fs = variants[seed % variants.length]!
     const ops = genOps(seed, n, { chunkSize: CHUNK, maxLen: 40 * CHUNK, mmap: false })
     const err = await runFsx(fs, other, `/fsx/s${seed}`, ops)
