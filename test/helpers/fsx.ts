@@ -33,6 +33,11 @@ export type FsxOp =
   | { op: 'solo'; piece: number }
   /** a read through the read-only descriptor (FUSE: page cache dropped first) */
   | { op: 'roread'; off: number; len: number }
+  /**
+   * close every descriptor, change the file through the other client (a
+   * write, or a truncate when size is given) and close it there, open them again
+   */
+  | { op: 'handoff'; off: number; len: number; seed: number; size?: number }
   /** a write through descriptor 0 and, at the same time, a write or read of other bytes through descriptor 1 */
   | { op: 'pair'; a: FsxWrite; b: FsxWrite | FsxRead }
 
@@ -110,7 +115,19 @@ export function genOps(seed: number, n: number, o: FsxOptions): FsxOp[] {
       op = { op: 'cross' }
     } else if (k < 94) {
       op = r() < 0.4 ? { op: 'solo', piece: [4096, 65536, 131072, 1 << 20][int(0, 3)]! } : { op: 'roread', off: offset(false), len: length() }
-    } else if (k < 97) {
+    } else if (k < 95.5) {
+      if (r() < 0.3) {
+        const to = int(0, Math.min(o.maxLen, size + 2 * C))
+        op = { op: 'handoff', off: 0, len: 0, seed: 0, size: to }
+        size = to
+      } else {
+        let off = offset(true)
+        const len = length()
+        if (off + len > o.maxLen) off = Math.max(0, o.maxLen - len)
+        op = { op: 'handoff', off, len, seed: int(1, 2 ** 31) }
+        size = Math.max(size, off + len)
+      }
+    } else if (k < 97.5) {
       // two ranges apart: the write's, and the other's before it (inside the file for a read)
       const len = Math.min(length(), Math.floor(o.maxLen / 3))
       const off = int(Math.floor(o.maxLen / 3), o.maxLen - len)

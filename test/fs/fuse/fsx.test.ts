@@ -71,7 +71,7 @@ i = 0
 try:
     for i, op in enumerate(ops):
         k = op['op']
-        if k in ('write', 'truncate', 'append', 'pair'): changed_ns = time.time_ns()
+        if k in ('write', 'truncate', 'append', 'pair', 'handoff'): changed_ns = time.time_ns()
         if k == 'write':
             b = data(op['seed'], op['len'])
             n = os.pwrite(fds[op['fd']], b, op['off'])
@@ -126,6 +126,21 @@ try:
             apfd = os.open(path, os.O_WRONLY | os.O_APPEND)
         elif k == 'roread':
             diff(i, 'read-only pread', uncached_read(op['len'], op['off']), bytes(model[op['off']:op['off'] + op['len']]))
+        elif k == 'handoff':
+            for fd in fds + [apfd, rofd]: os.close(fd)
+            ofd = os.open(other, os.O_RDWR)
+            if 'size' in op:
+                os.ftruncate(ofd, op['size'])
+                if op['size'] < len(model): del model[op['size']:]
+                else: model += bytes(op['size'] - len(model))
+            else:
+                b = data(op['seed'], op['len'])
+                if os.pwrite(ofd, b, op['off']) != len(b): fail(i, 'short write on the other mount')
+                put(op['off'], b)
+            os.close(ofd)
+            fds = [os.open(path, os.O_RDWR), os.open(path, os.O_RDWR)]
+            apfd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            rofd = os.open(path, os.O_RDONLY)
         elif k == 'pair':
             a, b = op['a'], op['b']
             ba = data(a['seed'], a['len'])

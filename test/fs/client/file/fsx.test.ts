@@ -40,7 +40,7 @@ export async function runFsx(fs: FileSystem, other: FileSystem, path: string, op
   const fds: FileHandle[] = [await fs.open(path, 'w+')]
   fds.push(await fs.open(path, 'r+'))
   let ap = await fs.open(path, 'a')
-  const ro = await fs.open(path, 'r')
+  let ro = await fs.open(path, 'r')
   let i = 0
   const fail = (msg: string) => `op ${i} ${JSON.stringify(ops[i] ?? 'end')}: ${msg}`
   try {
@@ -104,6 +104,27 @@ export async function runFsx(fs: FileSystem, other: FileSystem, path: string, op
         case 'roread':
           err = cmp('read-only read', await readAll(ro, op.len, op.off), model.subarray(op.off, op.off + op.len))
           break
+        case 'handoff': {
+          for (const fh of [...fds, ap, ro]) await fs.close(fh)
+          const ofh = await other.open(path, 'r+')
+          try {
+            if (op.size !== undefined) {
+              await other.ftruncate(ofh, op.size)
+              model = op.size <= model.length ? model.subarray(0, op.size) : Buffer.concat([model, Buffer.alloc(op.size - model.length)])
+            } else {
+              const b = patternBytes(op.len, op.seed)
+              if ((await other.write(ofh, b, op.off)) !== b.length) err = 'short write through the other client'
+              put(op.off, b)
+            }
+          } finally {
+            await other.close(ofh)
+          }
+          fds[0] = await fs.open(path, 'r+')
+          fds[1] = await fs.open(path, 'r+')
+          ap = await fs.open(path, 'a')
+          ro = await fs.open(path, 'r')
+          break
+        }
         case 'pair': {
           const { a, b } = op
           const ba = patternBytes(a.len, a.seed)
