@@ -10,6 +10,7 @@ import { readClusterFile, resolveClusterDir, formatTable, interruptExitCode, int
 import { inodeHex, metaAddressesOf, parseLayoutArgs, parsePerm, permString } from '../../fs/admin/fs-ops.js'
 import { FileSystem, checkMgmtdReachable, inodeStats, normalizePath, plainPath, joinPath, baseName, dirName } from '../../fs/client/index.js'
 import { StrataError } from '../../fs/common/errors.js'
+import { printable } from '../../fs/common/printable.js'
 import { MIN_CHUNK_SIZE, type Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
@@ -309,7 +310,7 @@ export async function exitOnInterrupt<T>(p: Promise<T>): Promise<T> {
   } catch (e) {
     const code = interruptExitCode(e)
     if (code === null) throw e
-    process.stderr.write(`strata: ${(e as Error).message}\n`)
+    process.stderr.write(`strata: ${printable((e as Error).message, '\n')}\n`)
     process.exit(code)
   }
 }
@@ -499,7 +500,7 @@ async function eachPath(fsys: FileSystem, paths: string[], fn: (p: string) => Pr
     } catch (err) {
       const e = await nameDirectories(fsys, err, [p])
       if (!(e instanceof StrataError) || e.retryable || paths.length === 1) throw e
-      process.stderr.write(`strata: ${e.message}\n`)
+      process.stderr.write(`strata: ${printable(e.message, '\n')}\n`)
       failed++
     }
   }
@@ -637,7 +638,7 @@ On a terminal a progress bar is drawn on stderr; otherwise only the summary.`,
                 progress.stop()
               }
               if (json) return printJson(r)
-              out(`${local} -> ${r.path}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
+              out(printable(`${local} -> ${r.path}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`))
             },
             names,
           ),
@@ -678,7 +679,7 @@ otherwise only the summary.`,
               }
               if (r.toStdout) return
               if (json) return printJson({ path: r.path, local: r.local, bytes: r.bytes, seconds: r.seconds })
-              out(`${r.path} -> ${r.local}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
+              out(printable(`${r.path} -> ${r.local}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`))
             },
             [dfsPath],
           ),
@@ -697,7 +698,8 @@ otherwise only the summary.`,
       `
 As coreutils ls: a symlink given as PATH is followed when it points to a
 directory, whose entries are listed, except with -l, which shows the link itself
-(PATH/ or -L list the directory).`,
+(PATH/ or -L list the directory). As ls -b, control characters in names are
+printed as C escapes (a\\nb, \\x1b); --json gives names exactly.`,
     )
     .action((p: string, o, cmd: Command) =>
       withFileSystem(
@@ -729,7 +731,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
           if (json) {
             return printJson(items.map((x) => (x.inode ? inodeRecord(x.name, x.inode) : { name: x.name, type: x.type })))
           }
-          if (!o.long) return out(items.map((x) => x.name).join('\n'))
+          if (!o.long) return out(items.map((x) => printable(x.name)).join('\n'))
           out(
             formatTable(
               items.map((x) => {

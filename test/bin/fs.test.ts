@@ -442,3 +442,42 @@ test.serial('admin stat and fs stat show who holds a directory lock (text and --
   await holder.lock(dir.id, 'unlock')
   t.is(JSON.parse(await ok(t, adm('stat', '--json', '/ad'))).lock, null)
 })
+
+test.serial('names with control characters print escaped in text output (a newline is not a second entry, no ESC reaches the terminal); --json keeps them exact', async (t) => {
+  t.timeout(3 * 60_000)
+  const { args, dir } = await cluster(t)
+  const fsx = (...a: string[]) => ['fs', ...args, ...a]
+  const adm = (...a: string[]) => ['admin', ...args, ...a]
+  const local = path.join(dir, 'x')
+  fs.writeFileSync(local, 'x\n')
+  const names = ['new\nline', 'esc\x1b[31mred', 'tab\there', 'plain']
+  await ok(t, fsx('mkdir', '/n'))
+  for (const n of names) await ok(t, fsx('put', local, `/n/${n}`))
+  const shown = ['esc\\x1b[31mred', 'new\\nline', 'plain', 'tab\\there']
+  const noControls = (s: string, what: string) => t.false(/[\x00-\x09\x0b-\x1f\x7f]/.test(s), `${what}: ${JSON.stringify(s)}`)
+  const short = await ok(t, fsx('ls', '/n'))
+  noControls(short, 'fs ls')
+  t.deepEqual(short.trim().split('\n'), shown)
+  const long = await ok(t, fsx('ls', '-l', '/n'))
+  noControls(long, 'fs ls -l')
+  t.deepEqual(table(long).map((r) => r[r.length - 1]), shown)
+  for (const a of [adm('ls', '/n'), adm('ls', '-s', '/n')]) {
+    const out = await ok(t, a)
+    noControls(out, a.join(' '))
+    t.deepEqual(table(out).slice(1).map((r) => r[0]), shown, a.join(' '))
+  }
+  const st = await ok(t, fsx('stat', '/n/new\nline'))
+  noControls(st, 'fs stat')
+  t.deepEqual(table(st).find((r) => r[0] === 'Path'), ['Path', '/n/new\\nline'])
+  const put = await ok(t, fsx('put', local, '/n/esc\x1b[31mred'))
+  noControls(put, 'fs put')
+  t.regex(put, /-> \/n\/esc\\x1b\[31mred: 2 bytes/)
+  // an error quoting the name
+  const missing = await strata(fsx('stat', '/n/gone\x1b]0;title\x07'))
+  t.is(missing.code, 1)
+  noControls(missing.stderr, 'error')
+  t.regex(missing.stderr, /^strata: META_NOT_FOUND: \/n\/gone\\x1b\]0;title\\a not found/m)
+  // JSON is exact
+  t.deepEqual(JSON.parse(await ok(t, fsx('ls', '--json', '/n'))).map((r: { name: string }) => r.name), [...names].sort())
+  t.deepEqual(JSON.parse(await ok(t, adm('ls', '--json', '/n'))).map((r: { name: string }) => r.name), [...names].sort())
+})
