@@ -406,6 +406,12 @@ test.serial('coreutils path endings: rm of DIR/. and DIR/.. is refused, FILE/ is
     t.regex(r.stderr, /^strata: META_NOT_DIRECTORY: /m, a.join(' '))
   }
   t.false(fs.existsSync(path.join(dir, 'out')))
+  // a file used as a directory inside a path is named with the path, as a missing component is
+  for (const a of [fsx('stat', '/tsl/x'), fsx('put', local, '/tsl/x'), fsx('get', '/tsl/x', path.join(dir, 'out')), fsx('ls', '/tsl/x'), fsx('mkdir', '-p', '/tsl/x/y'), adm('rm', '/tsl/x'), adm('mkdir', '/tsl/x')]) {
+    const r = await strata(a)
+    t.is(r.code, 1, a.join(' '))
+    t.regex(r.stderr, /^strata: META_NOT_DIRECTORY: tsl in \/tsl\/x(\/y)? is not a directory$/m, a.join(' '))
+  }
   // nothing was removed
   for (const p of ['/rmdot/sub/f', '/rmdot3', '/ad/small', '/tsl']) await ok(t, fsx('stat', p))
   // a trailing slash on a directory names the directory, as rmdir(2) and rm -r DIR/
