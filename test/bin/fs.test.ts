@@ -221,6 +221,8 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
   // --iflags takes hex as stat prints it (0x10 is FS_IMMUTABLE_FL: cleared again before the removes below)
   // set-perm --json gives iflags as stat (text and JSON) does
   t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0x10', '/d/a', '--json'))), { iflags: '0x00000010' })
+  // the text line says what --iflags set
+  t.regex(await ok(t, adm('set-perm', '--iflags', '0x10', '/d/a')), /^Set permission of \/d\/a: uid 1000 gid 100 perm 0644 iflags 0x00000010$/m)
   t.deepEqual(table(await ok(t, adm('stat', '/d/a'))).find((r) => r[0] === 'IFlags'), ['IFlags', '0x00000010'])
   t.is(JSON.parse(await ok(t, adm('stat', '--json', '/d/a'))).iflags, '0x00000010')
   t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0', '/d/a', '--json'))), { iflags: '0x00000000' })
