@@ -9,6 +9,7 @@ import { RELEASE_VERSION } from '../fs/common/config.js'
 import { StrataError } from '../fs/common/errors.js'
 import { UsageError, describeFailure, exitQuietlyOnClosedPipes } from './commands/output.js'
 import { nonUtf8Arguments } from './commands/raw-argv.js'
+import { printable } from '../fs/common/printable.js'
 
 type Register = (program: Command) => void | Promise<void>
 
@@ -79,7 +80,7 @@ async function main(): Promise<void> {
     // (exit 2), like the ones the commands raise; the commands inherit this when they
     // are created below
     .showHelpAfterError(false)
-    .configureOutput({ outputError: (str, write) => write(str.replace(/^error: /, 'strata: usage: ')) })
+    .configureOutput({ outputError: (str, write) => write(printable(str.replace(/^error: /, 'strata: usage: '), '\n')) })
     // program options only before the command, so subcommand options such as
     // `admin list-chains -v/--version` are not taken for the program's --version
     .enablePositionalOptions()

@@ -128,6 +128,10 @@ test('every usage error is one strata: usage: line and exit 2, commander\'s own 
     t.is(r.stderr.trim().split('\n').length, 1, `${args.join(' ')}: one line: ${r.stderr}`)
     t.notRegex(r.stderr, /^Usage: |^error: /m, args.join(' '))
   }
+  // commander's own messages quote what was typed: control characters in it are escaped, as in every error
+  const esc = await strata(['fs', 'ls', '--bo\x1b[2Jgus'])
+  t.is(esc.code, 2)
+  t.is(esc.stderr, "strata: usage: unknown option '--bo\\x1b[2Jgus'\n")
 })
 
 test('an empty --cluster/--dir, --mgmtd-address or cluster --node is a usage error, not a fall back to $STRATA_CLUSTER (or the default cluster)', async (t) => {
