@@ -116,15 +116,17 @@ function localPathArg(what: string): (v: string) => string {
 }
 
 /**
- * Meta names a directory in a refusal by its inode (`no write permission on directory
- * 0x0000000000000000`): where the command knows the path the user gave, the error names
- * the directory on it instead (`directory /`), found by stat'ing the path's ancestors.
+ * Meta names a directory or file in a refusal by its inode (`no write permission on directory
+ * 0x0000000000000000`, `no r-- permission on file 0x…`): where the command knows the path the
+ * user gave, the error names it on that path instead (`directory /`, `file /secret`), found by
+ * stat'ing the path and its ancestors.
  */
 export async function nameDirectories(fsys: FileSystem, e: unknown, paths: string[]): Promise<unknown> {
   if (!(e instanceof StrataError) || e.retryable) return e
-  const m = /\bdirectory (0x[0-9a-f]{1,16})\b/.exec(e.reason)
+  // meta names the inode it refused ('file 0x…' for a read of a file, 'directory 0x…'): the user typed a path
+  const m = /\b(directory|file) (0x[0-9a-f]{1,16})\b/.exec(e.reason)
   if (!m) return e
-  const want = BigInt(m[1]!)
+  const want = BigInt(m[2]!)
   for (const p of paths) {
     let parts: string[]
     try {
@@ -135,7 +137,7 @@ export async function nameDirectories(fsys: FileSystem, e: unknown, paths: strin
     for (let i = 0; i <= parts.length; i++) {
       const dir = '/' + parts.slice(0, i).join('/')
       const id = await bounded2(fsys.stat(dir).then((st) => st.id))
-      if (id === want) return new StrataError(e.code, e.reason.split(`directory ${m[1]}`).join(`directory ${dir}`), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+      if (id === want) return new StrataError(e.code, e.reason.split(`${m[1]} ${m[2]}`).join(`${m[1]} ${dir}`), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
     }
   }
   return e
