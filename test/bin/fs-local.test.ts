@@ -307,3 +307,25 @@ test.serial('Ctrl-C of fs put from a FIFO whose writer is idle, and of fs get in
   }
   t.deepEqual((await ok(t, fsx('ls', '/'))).trim().split('\n'), ['big'], 'no put temporary or target left')
 })
+
+test.serial('fs get over a file the caller may not replace (another user\'s, in a sticky directory) names the file once, and leaves no temporary', async (t) => {
+  t.timeout(3 * 60_000)
+  const { args, dir } = await cluster(t)
+  const src = path.join(dir, 'src')
+  fs.writeFileSync(src, 'dfs\n')
+  fs.chmodSync(src, 0o644)
+  await ok(t, ['fs', ...args, 'put', src, '/f'])
+  // mkdtemp's 0700 is closed to uid 65534: a sticky directory of its own, as /tmp is
+  const sticky = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fs-sticky-'))
+  t.teardown(() => fs.rmSync(sticky, { recursive: true, force: true }))
+  fs.chmodSync(sticky, 0o1777)
+  const theirs = path.join(sticky, 'theirs')
+  fs.writeFileSync(theirs, 'root\n')
+  fs.chmodSync(theirs, 0o644)
+  const r = spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, STRATA, 'fs', ...args, 'get', '/f', theirs], { encoding: 'utf8', timeout: 90_000 })
+  t.is(r.status, 1, r.stderr)
+  // the temporary's rename over the file is what fails: it said "rename 'THEIRS' -> 'THEIRS'"
+  t.is(r.stderr, `strata: PERMISSION_DENIED: EPERM: operation not permitted, rename over '${theirs}'\n`)
+  t.is(fs.readFileSync(theirs, 'utf8'), 'root\n')
+  t.deepEqual(leftovers(sticky), [])
+})
