@@ -329,3 +329,28 @@ test.serial('fs get over a file the caller may not replace (another user\'s, in 
   t.is(fs.readFileSync(theirs, 'utf8'), 'root\n')
   t.deepEqual(leftovers(sticky), [])
 })
+
+fuseTest('fs mount and umount through a symlink to the mount point: the mount is found at the real path (it failed "not in the mount table" and left a dead mount)', async (t) => {
+  t.timeout(4 * 60_000)
+  const base = tempDir(t)
+  const dir = path.join(base, 'c')
+  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '--no-sandbox', '--no-mount', '-q'])
+  const real = path.join(base, 'real')
+  fs.mkdirSync(real)
+  const link = path.join(base, 'link')
+  fs.symlinkSync(real, link)
+  const mounted = () => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === real)
+  t.teardown(() => void spawnSync('umount', ['-l', real]))
+  for (const [mountAs, umountAs] of [[link, link], [link, real], [real, link]] as const) {
+    const r = await strata(['fs', 'mount', mountAs, '--cluster', dir])
+    t.is(r.code, 0, r.stderr)
+    t.true(mounted(), mountAs)
+    const ls = spawnSync('ls', [link], { encoding: 'utf8' })
+    t.is(ls.status, 0, ls.stderr)
+    t.is(JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json'])).mounts[0]?.mountpoint, real)
+    const u = await strata(['fs', 'umount', umountAs, '--cluster', dir])
+    t.is(u.code, 0, u.stderr)
+    t.regex(u.stdout, new RegExp(`^unmounted ${real} \\(stopped pid \\d+\\)`, 'm'), 'its daemon was running')
+    t.false(mounted(), umountAs)
+  }
+})
