@@ -568,7 +568,8 @@ function layoutOpts(c: Command): Command {
   return c
     .option('--chain-table-id <id>', 'chain table of the new file', intArg('--chain-table-id', { min: 1, max: 0xffffffff }))
     .option('--chunk-size <size>', 'chunk size of the new file, a power of two from 4K to 2G (64K, 1M …)', chunkSizeArg('--chunk-size'))
-    .option('--stripe-size <n>', 'chains the new file stripes over', intArg('--stripe-size', { min: 1 }))
+    // a layout's stripe size is a u32, as admin create's: beyond it a usage error, as there
+    .option('--stripe-size <n>', 'chains the new file stripes over (1 to 2^32-1)', intArg('--stripe-size', { min: 1, max: 0xffff_ffff }))
 }
 
 async function layoutFor(fsys: FileSystem, target: string, o: { chainTableId?: number; chunkSize?: number; stripeSize?: number }): Promise<Layout | undefined> {

@@ -66,6 +66,10 @@ test('--uid, --gid and --groups beyond 4294967294 are usage errors; fs mount wit
     t.regex(e.stderr, /^strata: usage: .*is empty/m, args.join(' '))
   }
   t.deepEqual(fs.readdirSync(dir), [], 'nothing was made in the working directory')
+  // put's --stripe-size is a u32, as admin create's (it was INVALID_ARGUMENT, exit 1, after reaching the cluster)
+  const stripe = await strata(['fs', '--mgmtd-address', '127.0.0.1:1', 'put', '/etc/hostname', '/x', '--stripe-size', '4294967296'])
+  t.is(stripe.code, 2, stripe.stderr)
+  t.regex(stripe.stderr, /^strata: usage: .*--stripe-size must be in \[1, 4294967295\]/m)
 })
 
 test.serial('fs get: pipes, FIFOs and /dev/stdout are written in order; a regular file is replaced atomically and survives a failed or interrupted get', async (t) => {
