@@ -7,7 +7,9 @@
 import { Command } from 'commander'
 import { RELEASE_VERSION } from '../fs/common/config.js'
 import { StrataError } from '../fs/common/errors.js'
-import { describeFailure, exitQuietlyOnClosedPipes } from './commands/output.js'
+import { UsageError, describeFailure, exitQuietlyOnClosedPipes } from './commands/output.js'
+import { nonUtf8Arguments } from './commands/raw-argv.js'
+import { printable } from '../fs/common/printable.js'
 
 type Register = (program: Command) => void | Promise<void>
 
@@ -62,6 +64,12 @@ function groupOf(argv: string[]): string | undefined {
 }
 
 async function main(): Promise<void> {
+  const mangled = nonUtf8Arguments()
+  if (mangled.length) {
+    throw new UsageError(
+      `argument ${JSON.stringify(mangled[0])} is not valid UTF-8 (U+FFFD marks its bad bytes): strata reads its command line as UTF-8, so it would name another file; rename the file, or go through stdin or stdout (fs put - DFS_PATH, fs get DFS_PATH -)`,
+    )
+  }
   const program = new Command()
   program
     .name('strata')
@@ -72,7 +80,7 @@ async function main(): Promise<void> {
     // (exit 2), like the ones the commands raise; the commands inherit this when they
     // are created below
     .showHelpAfterError(false)
-    .configureOutput({ outputError: (str, write) => write(str.replace(/^error: /, 'strata: usage: ')) })
+    .configureOutput({ outputError: (str, write) => write(printable(str.replace(/^error: /, 'strata: usage: '), '\n')) })
     // program options only before the command, so subcommand options such as
     // `admin list-chains -v/--version` are not taken for the program's --version
     .enablePositionalOptions()

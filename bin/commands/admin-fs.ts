@@ -23,6 +23,7 @@ import {
 import { checkMgmtdReachable } from '../../fs/client/index.js'
 import { checkFileCreatePath } from '../../fs/client/file/flags.js'
 import { StrataError } from '../../fs/common/errors.js'
+import { printable } from '../../fs/common/printable.js'
 import { InvalidArgumentError } from 'commander'
 import { U32_MAX, UsageError, chainListArg, chunkSizeArg, dfsPathArg, intArg, out, printAction, printJson, printListing, uuidArg } from './output.js'
 import { nameDirectories } from './fs.js'
@@ -270,7 +271,7 @@ export function queryChunkOfPath(cmd: Command, path: string, chunkIndex: number)
   return fsSession(cmd, async (f, json) => {
     const r = await queryChunkByPath(f, path, chunkIndex)
     if (json) return printJson({ ...r.chunk, targets: r.records })
-    out(`ChunkId ${r.chunk.chunkId} (${r.chunk.chunkName}) of ${r.chunk.path} chunk ${chunkIndex} on chain ${r.chunk.chainId}`)
+    out(`ChunkId ${r.chunk.chunkId} (${r.chunk.chunkName}) of ${printable(r.chunk.path)} chunk ${chunkIndex} on chain ${r.chunk.chainId}`)
     printListing(r, false)
   })
 }

@@ -10,6 +10,7 @@ import { readClusterFile, resolveClusterDir, formatTable, interruptExitCode, int
 import { inodeHex, metaAddressesOf, parseLayoutArgs, parsePerm, permString } from '../../fs/admin/fs-ops.js'
 import { FileSystem, checkMgmtdReachable, inodeStats, normalizePath, plainPath, joinPath, baseName, dirName } from '../../fs/client/index.js'
 import { StrataError } from '../../fs/common/errors.js'
+import { printable } from '../../fs/common/printable.js'
 import { MIN_CHUNK_SIZE, type Layout } from '../../fs/common/layout.js'
 import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
@@ -115,15 +116,17 @@ function localPathArg(what: string): (v: string) => string {
 }
 
 /**
- * Meta names a directory in a refusal by its inode (`no write permission on directory
- * 0x0000000000000000`): where the command knows the path the user gave, the error names
- * the directory on it instead (`directory /`), found by stat'ing the path's ancestors.
+ * Meta names a directory or file in a refusal by its inode (`no write permission on directory
+ * 0x0000000000000000`, `no r-- permission on file 0x…`): where the command knows the path the
+ * user gave, the error names it on that path instead (`directory /`, `file /secret`), found by
+ * stat'ing the path and its ancestors.
  */
 export async function nameDirectories(fsys: FileSystem, e: unknown, paths: string[]): Promise<unknown> {
   if (!(e instanceof StrataError) || e.retryable) return e
-  const m = /\bdirectory (0x[0-9a-f]{1,16})\b/.exec(e.reason)
+  // meta names the inode it refused ('file 0x…' for a read of a file, 'directory 0x…'): the user typed a path
+  const m = /\b(directory|file) (0x[0-9a-f]{1,16})\b/.exec(e.reason)
   if (!m) return e
-  const want = BigInt(m[1]!)
+  const want = BigInt(m[2]!)
   for (const p of paths) {
     let parts: string[]
     try {
@@ -134,7 +137,7 @@ export async function nameDirectories(fsys: FileSystem, e: unknown, paths: strin
     for (let i = 0; i <= parts.length; i++) {
       const dir = '/' + parts.slice(0, i).join('/')
       const id = await bounded2(fsys.stat(dir).then((st) => st.id))
-      if (id === want) return new StrataError(e.code, e.reason.split(`directory ${m[1]}`).join(`directory ${dir}`), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
+      if (id === want) return new StrataError(e.code, e.reason.split(`${m[1]} ${m[2]}`).join(`${m[1]} ${dir}`), { cause: e, ...(e.detail ? { detail: e.detail } : {}) })
     }
   }
   return e
@@ -309,7 +312,7 @@ export async function exitOnInterrupt<T>(p: Promise<T>): Promise<T> {
   } catch (e) {
     const code = interruptExitCode(e)
     if (code === null) throw e
-    process.stderr.write(`strata: ${(e as Error).message}\n`)
+    process.stderr.write(`strata: ${printable((e as Error).message, '\n')}\n`)
     process.exit(code)
   }
 }
@@ -499,7 +502,7 @@ async function eachPath(fsys: FileSystem, paths: string[], fn: (p: string) => Pr
     } catch (err) {
       const e = await nameDirectories(fsys, err, [p])
       if (!(e instanceof StrataError) || e.retryable || paths.length === 1) throw e
-      process.stderr.write(`strata: ${e.message}\n`)
+      process.stderr.write(`strata: ${printable(e.message, '\n')}\n`)
       failed++
     }
   }
@@ -565,7 +568,8 @@ function layoutOpts(c: Command): Command {
   return c
     .option('--chain-table-id <id>', 'chain table of the new file', intArg('--chain-table-id', { min: 1, max: 0xffffffff }))
     .option('--chunk-size <size>', 'chunk size of the new file, a power of two from 4K to 2G (64K, 1M …)', chunkSizeArg('--chunk-size'))
-    .option('--stripe-size <n>', 'chains the new file stripes over', intArg('--stripe-size', { min: 1 }))
+    // a layout's stripe size is a u32, as admin create's: beyond it a usage error, as there
+    .option('--stripe-size <n>', 'chains the new file stripes over (1 to 2^32-1)', intArg('--stripe-size', { min: 1, max: 0xffff_ffff }))
 }
 
 async function layoutFor(fsys: FileSystem, target: string, o: { chainTableId?: number; chunkSize?: number; stripeSize?: number }): Promise<Layout | undefined> {
@@ -637,7 +641,7 @@ On a terminal a progress bar is drawn on stderr; otherwise only the summary.`,
                 progress.stop()
               }
               if (json) return printJson(r)
-              out(`${local} -> ${r.path}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
+              out(printable(`${local} -> ${r.path}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`))
             },
             names,
           ),
@@ -678,7 +682,7 @@ otherwise only the summary.`,
               }
               if (r.toStdout) return
               if (json) return printJson({ path: r.path, local: r.local, bytes: r.bytes, seconds: r.seconds })
-              out(`${r.path} -> ${r.local}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`)
+              out(printable(`${r.path} -> ${r.local}: ${r.bytes} bytes in ${r.seconds.toFixed(2)} s`))
             },
             [dfsPath],
           ),
@@ -697,7 +701,8 @@ otherwise only the summary.`,
       `
 As coreutils ls: a symlink given as PATH is followed when it points to a
 directory, whose entries are listed, except with -l, which shows the link itself
-(PATH/ or -L list the directory).`,
+(PATH/ or -L list the directory). As ls -b, control characters in names are
+printed as C escapes (a\\nb, \\x1b); --json gives names exactly.`,
     )
     .action((p: string, o, cmd: Command) =>
       withFileSystem(
@@ -729,7 +734,7 @@ directory, whose entries are listed, except with -l, which shows the link itself
           if (json) {
             return printJson(items.map((x) => (x.inode ? inodeRecord(x.name, x.inode) : { name: x.name, type: x.type })))
           }
-          if (!o.long) return out(items.map((x) => x.name).join('\n'))
+          if (!o.long) return out(items.map((x) => printable(x.name)).join('\n'))
           out(
             formatTable(
               items.map((x) => {

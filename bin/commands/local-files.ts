@@ -25,7 +25,8 @@ export function localError(e: unknown, temp?: { tmp: string; dest: string }): un
   if (e instanceof StrataError) return e
   const se = fromSystemError(e)
   if (!se) return e
-  const reason = temp ? se.reason.split(temp.tmp).join(temp.dest) : se.reason
+  // the temporary's rename over the destination reads "rename over 'DEST'", not "rename 'DEST' -> 'DEST'"
+  const reason = temp ? se.reason.split(`'${temp.tmp}' -> `).join('over ').split(temp.tmp).join(temp.dest) : se.reason
   return new StrataError(se.code === 'IO_ERROR' ? 'LOCAL_IO_ERROR' : se.code, reason, { cause: e })
 }
 

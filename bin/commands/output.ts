@@ -8,6 +8,7 @@ import { formatListing, formatTable, parseSize, parseUint, type ActionResult, ty
 import { parseImageRef } from '../../sandbox/image/types.js'
 import { parseAddress } from '../../fs/rpc/index.js'
 import { parseChunkIdString } from '../../fs/common/chunk-id.js'
+import { printable } from '../../fs/common/printable.js'
 import { MAX_CHUNK_SIZE, MIN_CHUNK_SIZE } from '../../fs/common/layout.js'
 
 /** A mistake in how the command was invoked: printed as `strata: usage: …`, exit code 2. */
@@ -329,6 +330,12 @@ export function progressReporter(opts: { quiet?: boolean; stream?: NodeJS.WriteS
 
 /** Exit code and message for anything a command threw. */
 export function describeFailure(e: unknown): { message: string; exitCode: number } {
+  const d = failureOf(e)
+  // messages quote names and paths; a log tail they carry keeps its lines
+  return { message: printable(d.message, '\n'), exitCode: d.exitCode }
+}
+
+function failureOf(e: unknown): { message: string; exitCode: number } {
   if (e instanceof UsageError) return { message: `strata: usage: ${e.message}`, exitCode: 2 }
   if (isStrataError(e)) return { message: `strata: ${e.message}`, exitCode: 1 }
   const err = e as { code?: string; message?: string; exitCode?: number }

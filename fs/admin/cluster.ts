@@ -449,6 +449,19 @@ function launch(dir: string, c: ClusterFile, p: ClusterProcess, signal?: AbortSi
  * stopped one again with its saved configs (ports and data kept). Refuses a
  * directory where any process of the cluster still runs (CLUSTER_RUNNING).
  */
+/** mkdir -p DIR; a file in the way is named as such, not as mkdir's EEXIST or ENOTDIR. */
+function makeClusterDir(dir: string): string | undefined {
+  try {
+    return fs.mkdirSync(dir, { recursive: true })
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code
+    if (code === 'EEXIST' || code === 'ENOTDIR') {
+      throw new StrataError('INVALID_ARGUMENT', `cluster directory ${dir} ${code === 'EEXIST' ? 'is a file, not a directory' : 'has a file, not a directory, in its path'}`)
+    }
+    throw e
+  }
+}
+
 export async function clusterUp(o: ClusterUpOptions = {}): Promise<ClusterUpResult> {
   const t0 = Date.now()
   const dir = resolveClusterDir(o.dir)
@@ -467,7 +480,7 @@ export async function clusterUp(o: ClusterUpOptions = {}): Promise<ClusterUpResu
   const deadline = t0 + timeoutMs
   const stages = new Stages(o.progress)
   // the topmost directory this call creates (undefined when DIR existed)
-  const madeDir = fs.mkdirSync(dir, { recursive: true })
+  const madeDir = makeClusterDir(dir)
   let planned: Awaited<ReturnType<typeof planProcesses>>
   try {
     planned = await stages.run('planning', async () => {

@@ -451,7 +451,8 @@ export async function adminSetPerm(f: FsAdminSession, path: string, o: { uid?: n
     })
   ).stat
   return {
-    lines: [[`Set permission of ${normalizePath(path)}: uid ${st.acl.uid} gid ${st.acl.gid} perm ${permString(st.acl.perm)}`]],
+    // iflags too: set-perm --iflags alone printed only what it had not changed
+    lines: [[`Set permission of ${normalizePath(path)}: uid ${st.acl.uid} gid ${st.acl.gid} perm ${permString(st.acl.perm)} iflags ${iflagsString(st.acl.iflags)}`]],
     // iflags as stat prints them (and --json gives them): 0x%08x
     result: { path: normalizePath(path), inode: inodeHex(st.id), uid: st.acl.uid, gid: st.acl.gid, permission: permString(st.acl.perm), iflags: iflagsString(st.acl.iflags) },
   }

@@ -17,9 +17,13 @@ export interface ActionResult<T = Record<string, unknown>> {
   result: T
 }
 
+import { printable } from '../common/printable.js'
+
 const SEP = 2
 
-export function formatTable(table: ReadonlyArray<ReadonlyArray<string>>): string {
+export function formatTable(rows: ReadonlyArray<ReadonlyArray<string>>): string {
+  // cells carry names and paths, which may hold control characters
+  const table = rows.map((r) => r.map((cell) => printable(cell)))
   const widths: number[] = []
   for (const r of table) r.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, cell.length + SEP)))
   let out = ''

@@ -3,6 +3,7 @@
 // can express (mount-wide attr/entry timeouts, periodic sync, write buffer).
 
 import path from 'node:path'
+import { canonicalMountpoint } from './mountpoint-path.js'
 import { StrataError } from '../common/errors.js'
 import type { Timers } from '../common/config.js'
 import type { RetryPolicy } from '../client/retry-policy.js'
@@ -183,7 +184,8 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
   const isRoot = typeof process.getuid !== 'function' || process.getuid() === 0
   if (c.listen !== undefined && (typeof c.listen !== 'string' || !/^[^:]*:\d+$/.test(c.listen))) bad('listen must be host:port')
   const out: ResolvedFuseConfig = {
-    mountpoint: path.resolve(c.mountpoint),
+    // as the mount table will show it (through symlinks), which every later lookup compares with
+    mountpoint: canonicalMountpoint(c.mountpoint),
     mgmtdAddresses,
     attrTimeout: num(c.attrTimeout, 'attrTimeout', FUSE_DEFAULTS.attrTimeout),
     entryTimeout: num(c.entryTimeout, 'entryTimeout', FUSE_DEFAULTS.entryTimeout),

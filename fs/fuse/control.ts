@@ -16,6 +16,7 @@ import type { FuseDaemonConfig } from './config.js'
 import { readFuseState, registeredDaemon, unregisterDaemon } from './state.js'
 import { forgetMount, recordMount, type MountRecord } from './cluster-mounts.js'
 import { checkMgmtdReachable } from '../client/reachability.js'
+import { canonicalMountpoint } from './mountpoint-path.js'
 import { FUSE_FSTYPE, checkMountpoint, daemonsFor, findMount, forceUnmount, isFuseMount, mountName, pidAlive, waitUnmounted } from './mounts.js'
 
 export { mountName }
@@ -56,7 +57,7 @@ export interface MountPlan {
 
 /** Where a mount's config, log and state live in the cluster directory, and its config. */
 export function planMount(o: MountOptions): MountPlan {
-  const mnt = path.resolve(o.mountpoint)
+  const mnt = canonicalMountpoint(o.mountpoint)
   const dir = resolveClusterDir(o.cluster)
   const cluster = readClusterFile(dir)
   const name = mountName(mnt)
@@ -109,7 +110,7 @@ export function writeMountConfig(plan: MountPlan): void {
  * mount table has a Strata FUSE mount there. Fails fast when it exits.
  */
 export async function waitMounted(o: { mountpoint: string; stateFile: string; pid: number; logFile?: string; deadline: number; isAlive?: () => boolean }): Promise<void> {
-  const mnt = path.resolve(o.mountpoint)
+  const mnt = canonicalMountpoint(o.mountpoint)
   const alive = o.isAlive ?? (() => pidAlive(o.pid))
   for (;;) {
     const st = readFuseState(o.stateFile)
@@ -214,7 +215,7 @@ function clusterDirOf(configFile: string): string | undefined {
  * Drops the mount's record in its cluster directory (`cluster status`).
  */
 export async function unmountFs(mountpoint: string, o: { timeoutMs?: number; clusterDir?: string } = {}): Promise<UnmountResult> {
-  const mnt = path.resolve(mountpoint)
+  const mnt = canonicalMountpoint(mountpoint)
   const daemons = daemonsFor(mnt)
   const m = findMount(mnt)
   if (!daemons.length && !m) throw new StrataError('NOT_FOUND', `${mnt} is not mounted`)

@@ -142,7 +142,7 @@ export class PathResolver {
    * Walks components[from..]; returns the last result and the index of the
    * first missing component (components.length when everything exists).
    */
-  private async walk(parentId: InodeId, comps: string[], trailingSlash = false): Promise<{ r: ResolveResult; missing: number }> {
+  private async walk(parentId: InodeId, path: string, comps: string[], trailingSlash = false): Promise<{ r: ResolveResult; missing: number }> {
     let parent: InodeId | DirEntry = parentId
     let i = 0
     if (comps.length === 0) throw new StrataError('META_NOT_FOUND', 'empty path')
@@ -168,7 +168,8 @@ export class PathResolver {
         r = await this.followSymlink(r.entry)
         if (!r.entry) throw new StrataError('META_NOT_FOUND', `symlink target of ${name} not found`)
       }
-      if (r.entry.type === 'File') throw new StrataError('META_NOT_DIRECTORY', `${name} is not a directory`)
+      // named on the whole path, as a missing component is: a bare name is ambiguous in a deep path
+      if (r.entry.type === 'File') throw new StrataError('META_NOT_DIRECTORY', `${name} in ${path} is not a directory`)
       parent = r.entry
     }
   }
@@ -176,7 +177,7 @@ export class PathResolver {
   /** Resolves the path without following a symlink at its end; only its last component may be missing. */
   async resolve(parentId: InodeId, path: string): Promise<ResolveResult> {
     const comps = splitPath(path)
-    const { r, missing } = await this.walk(parentId, comps, path.length > 1 && path.endsWith('/'))
+    const { r, missing } = await this.walk(parentId, path, comps, path.length > 1 && path.endsWith('/'))
     if (missing >= comps.length - 1) return r
     throw new StrataError('META_NOT_FOUND', `${comps[missing]} in ${path} not found`)
   }
@@ -184,7 +185,7 @@ export class PathResolver {
   /** Like resolve, components missing from the end allowed (mkdirs). */
   async resolveRange(parentId: InodeId, path: string): Promise<{ r: ResolveResult; missing: string[] }> {
     const comps = splitPath(path)
-    const { r, missing } = await this.walk(parentId, comps)
+    const { r, missing } = await this.walk(parentId, path, comps)
     return { r, missing: comps.slice(missing) }
   }
 

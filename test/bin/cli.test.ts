@@ -128,6 +128,10 @@ test('every usage error is one strata: usage: line and exit 2, commander\'s own 
     t.is(r.stderr.trim().split('\n').length, 1, `${args.join(' ')}: one line: ${r.stderr}`)
     t.notRegex(r.stderr, /^Usage: |^error: /m, args.join(' '))
   }
+  // commander's own messages quote what was typed: control characters in it are escaped, as in every error
+  const esc = await strata(['fs', 'ls', '--bo\x1b[2Jgus'])
+  t.is(esc.code, 2)
+  t.is(esc.stderr, "strata: usage: unknown option '--bo\\x1b[2Jgus'\n")
 })
 
 test('an empty --cluster/--dir, --mgmtd-address or cluster --node is a usage error, not a fall back to $STRATA_CLUSTER (or the default cluster)', async (t) => {
@@ -157,4 +161,35 @@ test('an empty --cluster/--dir, --mgmtd-address or cluster --node is a usage err
     t.regex(r.stderr, /^strata: usage: .*(is empty|at least one host:port)/, JSON.stringify(args))
   }
   t.is(fs.readFileSync(path.join(fallback, 'marker'), 'utf8'), 'keep')
+})
+
+test('an argument that is not valid UTF-8 (a Latin-1 file name) is a usage error naming it: fs put no longer says the file does not exist, fs get no longer writes a file of another name', async (t) => {
+  const { REPO, STRATA, tempDir } = await import('./helpers.js')
+  const dir = tempDir(t)
+  // the name's bytes: "caf" + 0xe9 (é in Latin-1); Node's own APIs cannot pass such bytes as an argument, a shell can
+  const latin1 = Buffer.concat([Buffer.from(`${dir}/caf`), Buffer.from([0xe9])])
+  fs.writeFileSync(latin1, 'data\n')
+  const run = (script: string) =>
+    new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn('sh', ['-c', script], { cwd: REPO, env: { ...process.env, D: dir, S: STRATA, N: process.execPath }, stdio: ['ignore', 'ignore', 'pipe'] })
+      let stderr = ''
+      child.stderr.on('data', (c: Buffer) => (stderr += c.toString()))
+      child.on('close', (code) => resolve({ code, stderr }))
+    })
+  // nothing listens at the mgmtd address: the old code got as far as the local file (NOT_FOUND) or the cluster (RPC_CONNECT_FAILED)
+  const cases = [
+    `exec "$N" "$S" fs --mgmtd-address 127.0.0.1:1 put "$D/$(printf 'caf\\351')" /x`,
+    `exec "$N" "$S" fs --mgmtd-address 127.0.0.1:1 get /x "$D/$(printf 'out\\351')"`,
+    `exec "$N" "$S" fs --mgmtd-address 127.0.0.1:1 mkdir "$(printf '/d\\377')"`,
+  ]
+  for (const c of cases) {
+    const r = await run(c)
+    t.is(r.code, 2, `${c}: ${r.stderr}`)
+    t.regex(r.stderr, /^strata: usage: argument ".*\uFFFD.*" is not valid UTF-8 /, c)
+  }
+  t.deepEqual(fs.readdirSync(dir, { encoding: 'buffer' }).map((b) => b.toString('hex')), [latin1.subarray(dir.length + 1).toString('hex')])
+  // a U+FFFD that is really in the argument (valid UTF-8) is a name like any other
+  const typed = await run(`exec "$N" "$S" fs --mgmtd-address 127.0.0.1:1 mkdir "/d$(printf '\\357\\277\\275')"`)
+  t.is(typed.code, 1, typed.stderr)
+  t.regex(typed.stderr, /^strata: RPC_CONNECT_FAILED: /)
 })

@@ -284,6 +284,15 @@ test('cluster up: invalid settings are usage or argument errors, nothing is star
   const none = await strata(['cluster', 'status', '--dir', path.join(base, 'nothing')])
   t.is(none.code, 1)
   t.regex(none.stderr, /CLUSTER_NOT_FOUND/)
+  // a file where DIR (or a directory above it) should be: named as such, not mkdir's raw EEXIST/ENOTDIR
+  const file = path.join(base, 'file')
+  fs.writeFileSync(file, 'x')
+  for (const [d, why] of [[file, 'is a file, not a directory'], [path.join(file, 'sub'), 'has a file, not a directory, in its path']] as const) {
+    const r = await strata(['cluster', 'up', '--dir', d, '-q'])
+    t.is(r.code, 1, d)
+    t.is(r.stderr, `strata: INVALID_ARGUMENT: cluster directory ${d} ${why}\n`)
+  }
+  t.is(fs.readFileSync(file, 'utf8'), 'x')
 })
 
 test.serial('every process killed without `cluster down`: `cluster up` starts them all again, twice', async (t) => {

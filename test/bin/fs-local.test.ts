@@ -66,6 +66,10 @@ test('--uid, --gid and --groups beyond 4294967294 are usage errors; fs mount wit
     t.regex(e.stderr, /^strata: usage: .*is empty/m, args.join(' '))
   }
   t.deepEqual(fs.readdirSync(dir), [], 'nothing was made in the working directory')
+  // put's --stripe-size is a u32, as admin create's (it was INVALID_ARGUMENT, exit 1, after reaching the cluster)
+  const stripe = await strata(['fs', '--mgmtd-address', '127.0.0.1:1', 'put', '/etc/hostname', '/x', '--stripe-size', '4294967296'])
+  t.is(stripe.code, 2, stripe.stderr)
+  t.regex(stripe.stderr, /^strata: usage: .*--stripe-size must be in \[1, 4294967295\]/m)
 })
 
 test.serial('fs get: pipes, FIFOs and /dev/stdout are written in order; a regular file is replaced atomically and survives a failed or interrupted get', async (t) => {
@@ -306,4 +310,51 @@ test.serial('Ctrl-C of fs put from a FIFO whose writer is idle, and of fs get in
     t.regex(stderr, new RegExp(`^strata: CANCELLED: fs ${what} interrupted by SIGINT`, 'm'))
   }
   t.deepEqual((await ok(t, fsx('ls', '/'))).trim().split('\n'), ['big'], 'no put temporary or target left')
+})
+
+test.serial('fs get over a file the caller may not replace (another user\'s, in a sticky directory) names the file once, and leaves no temporary', async (t) => {
+  t.timeout(3 * 60_000)
+  const { args, dir } = await cluster(t)
+  const src = path.join(dir, 'src')
+  fs.writeFileSync(src, 'dfs\n')
+  fs.chmodSync(src, 0o644)
+  await ok(t, ['fs', ...args, 'put', src, '/f'])
+  // mkdtemp's 0700 is closed to uid 65534: a sticky directory of its own, as /tmp is
+  const sticky = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fs-sticky-'))
+  t.teardown(() => fs.rmSync(sticky, { recursive: true, force: true }))
+  fs.chmodSync(sticky, 0o1777)
+  const theirs = path.join(sticky, 'theirs')
+  fs.writeFileSync(theirs, 'root\n')
+  fs.chmodSync(theirs, 0o644)
+  const r = spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, STRATA, 'fs', ...args, 'get', '/f', theirs], { encoding: 'utf8', timeout: 90_000 })
+  t.is(r.status, 1, r.stderr)
+  // the temporary's rename over the file is what fails: it said "rename 'THEIRS' -> 'THEIRS'"
+  t.is(r.stderr, `strata: PERMISSION_DENIED: EPERM: operation not permitted, rename over '${theirs}'\n`)
+  t.is(fs.readFileSync(theirs, 'utf8'), 'root\n')
+  t.deepEqual(leftovers(sticky), [])
+})
+
+fuseTest('fs mount and umount through a symlink to the mount point: the mount is found at the real path (it failed "not in the mount table" and left a dead mount)', async (t) => {
+  t.timeout(4 * 60_000)
+  const base = tempDir(t)
+  const dir = path.join(base, 'c')
+  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1', '--no-sandbox', '--no-mount', '-q'])
+  const real = path.join(base, 'real')
+  fs.mkdirSync(real)
+  const link = path.join(base, 'link')
+  fs.symlinkSync(real, link)
+  const mounted = () => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === real)
+  t.teardown(() => void spawnSync('umount', ['-l', real]))
+  for (const [mountAs, umountAs] of [[link, link], [link, real], [real, link]] as const) {
+    const r = await strata(['fs', 'mount', mountAs, '--cluster', dir])
+    t.is(r.code, 0, r.stderr)
+    t.true(mounted(), mountAs)
+    const ls = spawnSync('ls', [link], { encoding: 'utf8' })
+    t.is(ls.status, 0, ls.stderr)
+    t.is(JSON.parse(await ok(t, ['cluster', 'status', '--dir', dir, '--json'])).mounts[0]?.mountpoint, real)
+    const u = await strata(['fs', 'umount', umountAs, '--cluster', dir])
+    t.is(u.code, 0, u.stderr)
+    t.regex(u.stdout, new RegExp(`^unmounted ${real} \\(stopped pid \\d+\\)`, 'm'), 'its daemon was running')
+    t.false(mounted(), umountAs)
+  }
 })

@@ -221,6 +221,8 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
   // --iflags takes hex as stat prints it (0x10 is FS_IMMUTABLE_FL: cleared again before the removes below)
   // set-perm --json gives iflags as stat (text and JSON) does
   t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0x10', '/d/a', '--json'))), { iflags: '0x00000010' })
+  // the text line says what --iflags set
+  t.regex(await ok(t, adm('set-perm', '--iflags', '0x10', '/d/a')), /^Set permission of \/d\/a: uid 1000 gid 100 perm 0644 iflags 0x00000010$/m)
   t.deepEqual(table(await ok(t, adm('stat', '/d/a'))).find((r) => r[0] === 'IFlags'), ['IFlags', '0x00000010'])
   t.is(JSON.parse(await ok(t, adm('stat', '--json', '/d/a'))).iflags, '0x00000010')
   t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0', '/d/a', '--json'))), { iflags: '0x00000000' })
@@ -275,7 +277,8 @@ test.serial('fs --uid/--gid act with exactly the groups asked for: the caller\'s
   // the test runs as root, whose groups include 0: before the fix uid 1000 kept them and read the file
   const other = await strata(as('--uid', '1000', '--gid', '1000'))
   t.is(other.code, 1, other.stdout)
-  t.regex(other.stderr, /^strata: META_NO_PERMISSION: /m)
+  // the refused file is named by the path given, not by its inode id
+  t.regex(other.stderr, /^strata: META_NO_PERMISSION: uid 1000 has no r-- permission on file \/secret \(uid 0, gid 0, mode 0640\)$/m)
   t.is(await ok(t, as('--uid', '1000', '--gid', '1000', '--groups', '5,0')), 'root only\n')
   t.is(await ok(t, as('--uid', '1000', '--gid', '0')), 'root only\n')
   const noGroups = await strata(as('--uid', '1000', '--gid', '1000', '--groups', '5'))
@@ -410,6 +413,12 @@ test.serial('coreutils path endings: rm of DIR/. and DIR/.. is refused, FILE/ is
     t.regex(r.stderr, /^strata: META_NOT_DIRECTORY: /m, a.join(' '))
   }
   t.false(fs.existsSync(path.join(dir, 'out')))
+  // a file used as a directory inside a path is named with the path, as a missing component is
+  for (const a of [fsx('stat', '/tsl/x'), fsx('put', local, '/tsl/x'), fsx('get', '/tsl/x', path.join(dir, 'out')), fsx('ls', '/tsl/x'), fsx('mkdir', '-p', '/tsl/x/y'), adm('rm', '/tsl/x'), adm('mkdir', '/tsl/x')]) {
+    const r = await strata(a)
+    t.is(r.code, 1, a.join(' '))
+    t.regex(r.stderr, /^strata: META_NOT_DIRECTORY: tsl in \/tsl\/x(\/y)? is not a directory$/m, a.join(' '))
+  }
   // nothing was removed
   for (const p of ['/rmdot/sub/f', '/rmdot3', '/ad/small', '/tsl']) await ok(t, fsx('stat', p))
   // a trailing slash on a directory names the directory, as rmdir(2) and rm -r DIR/
@@ -445,4 +454,43 @@ test.serial('admin stat and fs stat show who holds a directory lock (text and --
   t.regex(await ok(t, fsx('stat', '/ad')), new RegExp(`^Lock +${holder.clientId} since `, 'm'))
   await holder.lock(dir.id, 'unlock')
   t.is(JSON.parse(await ok(t, adm('stat', '--json', '/ad'))).lock, null)
+})
+
+test.serial('names with control characters print escaped in text output (a newline is not a second entry, no ESC reaches the terminal); --json keeps them exact', async (t) => {
+  t.timeout(3 * 60_000)
+  const { args, dir } = await cluster(t)
+  const fsx = (...a: string[]) => ['fs', ...args, ...a]
+  const adm = (...a: string[]) => ['admin', ...args, ...a]
+  const local = path.join(dir, 'x')
+  fs.writeFileSync(local, 'x\n')
+  const names = ['new\nline', 'esc\x1b[31mred', 'tab\there', 'plain']
+  await ok(t, fsx('mkdir', '/n'))
+  for (const n of names) await ok(t, fsx('put', local, `/n/${n}`))
+  const shown = ['esc\\x1b[31mred', 'new\\nline', 'plain', 'tab\\there']
+  const noControls = (s: string, what: string) => t.false(/[\x00-\x09\x0b-\x1f\x7f]/.test(s), `${what}: ${JSON.stringify(s)}`)
+  const short = await ok(t, fsx('ls', '/n'))
+  noControls(short, 'fs ls')
+  t.deepEqual(short.trim().split('\n'), shown)
+  const long = await ok(t, fsx('ls', '-l', '/n'))
+  noControls(long, 'fs ls -l')
+  t.deepEqual(table(long).map((r) => r[r.length - 1]), shown)
+  for (const a of [adm('ls', '/n'), adm('ls', '-s', '/n')]) {
+    const out = await ok(t, a)
+    noControls(out, a.join(' '))
+    t.deepEqual(table(out).slice(1).map((r) => r[0]), shown, a.join(' '))
+  }
+  const st = await ok(t, fsx('stat', '/n/new\nline'))
+  noControls(st, 'fs stat')
+  t.deepEqual(table(st).find((r) => r[0] === 'Path'), ['Path', '/n/new\\nline'])
+  const put = await ok(t, fsx('put', local, '/n/esc\x1b[31mred'))
+  noControls(put, 'fs put')
+  t.regex(put, /-> \/n\/esc\\x1b\[31mred: 2 bytes/)
+  // an error quoting the name
+  const missing = await strata(fsx('stat', '/n/gone\x1b]0;title\x07'))
+  t.is(missing.code, 1)
+  noControls(missing.stderr, 'error')
+  t.regex(missing.stderr, /^strata: META_NOT_FOUND: \/n\/gone\\x1b\]0;title\\a not found/m)
+  // JSON is exact
+  t.deepEqual(JSON.parse(await ok(t, fsx('ls', '--json', '/n'))).map((r: { name: string }) => r.name), [...names].sort())
+  t.deepEqual(JSON.parse(await ok(t, adm('ls', '--json', '/n'))).map((r: { name: string }) => r.name), [...names].sort())
 })
