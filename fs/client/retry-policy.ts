@@ -3,6 +3,7 @@
 // our codes), and the backoff between attempts.
 
 import { ERRORS, StrataError, isErrorCode, type ErrorCode } from '../common/errors.js'
+import { connectRefused } from '../rpc/index.js'
 
 export interface RetryPolicy {
   /** overall budget of one logical update (write, truncate, one removeChunks step) */
@@ -91,10 +92,19 @@ export interface MgmtdReachability {
  * cluster refuses connections, and the retry after a dropped one says so.
  */
 export function clusterGone(err: StrataError, mgmtd: MgmtdReachability | undefined, orphanTimeoutMs: number, what: string): StrataError | null {
-  if (!(orphanTimeoutMs > 0) || typeof mgmtd?.unreachableForMs !== 'function' || err.code !== 'RPC_CONNECT_FAILED') return null
+  if (!(orphanTimeoutMs > 0) || typeof mgmtd?.unreachableForMs !== 'function' || !refusedAlongChain(err)) return null
   const ms = mgmtd.unreachableForMs()
   if (ms < orphanTimeoutMs) return null
   return new StrataError('CLUSTER_UNREACHABLE', `${what}: ${err.reason}; mgmtd has refused connections for ${Math.round(ms / 1000)} s: is the cluster running? (strata cluster status)`, { cause: err })
+}
+
+/** The error, or one it wraps, is a connect the peer refused (a connect that timed out is a busy peer, not a stopped one). */
+export function refusedAlongChain(err: unknown): boolean {
+  for (let e = err, depth = 0; e instanceof StrataError && depth < 8; e = e.cause, depth++) {
+    if (connectRefused(e)) return true
+    if (e.code !== 'RPC_CONNECT_FAILED') return false
+  }
+  return false
 }
 
 export function isRetryableCode(code: string): boolean {

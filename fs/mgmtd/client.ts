@@ -5,7 +5,7 @@
 import { StrataError, isStrataError } from '../common/errors.js'
 import { MgmtdMethod, ServiceId } from '../common/services.js'
 import type { RoutingInfo } from '../common/types.js'
-import { RpcClient, type CallOptions } from '../rpc/index.js'
+import { RpcClient, connectRefused, type CallOptions } from '../rpc/index.js'
 import type {
   ClientSession,
   ExtendClientSessionReq,
@@ -66,7 +66,8 @@ export class MgmtdClient {
         return r
       } catch (e) {
         lastErr = e
-        if (isStrataError(e, ['RPC_CONNECT_FAILED'])) refused++
+        // only a refusal says nothing listens; a connect that timed out is a busy mgmtd
+        if (connectRefused(e)) refused++
         if (!isStrataError(e, ['RPC_CONNECT_FAILED', 'RPC_CONNECTION_CLOSED', 'MGMTD_NOT_PRIMARY', 'TIMEOUT'])) {
           // it answered, if only with an error: it is there
           this.refusedSince = null

@@ -42,6 +42,13 @@ interface PeerState {
   failures: number
   /** no new connect attempt before this time (ms, monotonic) */
   retryAt: number
+  /** the last connect attempt was refused (nothing listens), not timed out */
+  refused: boolean
+}
+
+/** An RPC_CONNECT_FAILED that a peer's refusal caused (nothing listens there), as opposed to a connect that timed out. */
+export function connectRefused(e: unknown): boolean {
+  return e instanceof StrataError && e.code === 'RPC_CONNECT_FAILED' && (e.detail as { refused?: unknown } | undefined)?.refused === true
 }
 
 export class RpcClient {
@@ -99,7 +106,7 @@ export class RpcClient {
 
   private peer(address: string): PeerState {
     let p = this.peers.get(address)
-    if (!p) this.peers.set(address, (p = { conn: null, connecting: null, failures: 0, retryAt: 0 }))
+    if (!p) this.peers.set(address, (p = { conn: null, connecting: null, failures: 0, retryAt: 0, refused: false }))
     return p
   }
 
@@ -111,7 +118,7 @@ export class RpcClient {
         const wait = p.retryAt - performance.now()
         if (wait > 0) {
           if (performance.now() + wait > deadline) {
-            throw new StrataError('RPC_CONNECT_FAILED', `${address} unreachable; next reconnect attempt in ${Math.round(wait)} ms is past the deadline`)
+            throw new StrataError('RPC_CONNECT_FAILED', `${address} unreachable; next reconnect attempt in ${Math.round(wait)} ms is past the deadline`, { detail: { refused: p.refused } })
           }
           await abortableSleep(wait, signal)
           continue
@@ -128,6 +135,7 @@ export class RpcClient {
           })
           .catch((e) => {
             p.failures++
+            p.refused = connectRefused(e)
             const backoff = Math.min(this.opts.maxBackoffMs, this.opts.minBackoffMs * 2 ** Math.min(p.failures - 1, 16))
             p.retryAt = performance.now() + backoff * (0.75 + Math.random() * 0.5)
             throw e
@@ -148,7 +156,9 @@ export class RpcClient {
       const socket = net.connect({ host, port, onread: reader.onread })
       const timer = setTimeout(() => {
         socket.destroy()
-        reject(new StrataError('RPC_CONNECT_FAILED', `connect to ${address} timed out after ${timeoutMs} ms`))
+        // not a refusal: on loopback a live but busy peer (or this process's own
+        // event loop, late to see the connect) looks like this
+        reject(new StrataError('RPC_CONNECT_FAILED', `connect to ${address} timed out after ${timeoutMs} ms`, { detail: { refused: false } }))
       }, timeoutMs)
       socket.once('connect', () => {
         clearTimeout(timer)
@@ -157,7 +167,7 @@ export class RpcClient {
       })
       socket.once('error', (e) => {
         clearTimeout(timer)
-        reject(new StrataError('RPC_CONNECT_FAILED', `connect to ${address}: ${e.message}`, { cause: e }))
+        reject(new StrataError('RPC_CONNECT_FAILED', `connect to ${address}: ${e.message}`, { cause: e, detail: { refused: (e as NodeJS.ErrnoException).code === 'ECONNREFUSED' } }))
       })
     })
   }

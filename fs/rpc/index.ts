@@ -1,5 +1,5 @@
 export { RpcServer, AFTER_REPLY, type Handler, type RequestContext, type RpcServerOptions } from './server.js'
-export { RpcClient, parseAddress, type CallOptions, type RpcClientOptions } from './client.js'
+export { RpcClient, connectRefused, parseAddress, type CallOptions, type RpcClientOptions } from './client.js'
 export { Connection, DirectReader, type AttachmentSink, type IncomingRequest } from './connection.js'
 export { withRetry, type RetryOptions } from './retry.js'
 export { FaultRegistry, type FaultSpec, type FaultKind, type InstalledFault } from './faults.js'

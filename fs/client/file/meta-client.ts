@@ -16,7 +16,7 @@ import { MetaMethod, ServiceId } from '../../common/services.js'
 import type { NodeInfo, NodeType, RoutingInfo } from '../../common/types.js'
 import type { MgmtdClient } from '../../mgmtd/client.js'
 import { RpcClient } from '../../rpc/index.js'
-import { clusterGone } from '../retry-policy.js'
+import { clusterGone, refusedAlongChain } from '../retry-policy.js'
 import type {
   BatchStatReq,
   BatchStatRsp,
@@ -383,6 +383,9 @@ export class MetaClient {
     let attempts = 0
     let failed = 0
     let serverCount = 0
+    let serverList: readonly string[] = []
+    // servers whose last attempt in this call was refused outright (nothing listens there)
+    const refusedBy = new Set<string>()
     let lastErr: StrataError | undefined
     // a request went out and its answer never came: it may have been applied
     let unanswered = false
@@ -401,6 +404,7 @@ export class MetaClient {
           const servers = await this.servers(refresh)
           refresh = false
           serverCount = servers.length
+          serverList = servers
           const address = servers.find((a) => !inflight.has(a))
           now = performance.now()
           if (address) {
@@ -451,8 +455,12 @@ export class MetaClient {
         const retryable = TRANSPORT.has(err.code) || (isErrorCode(err.code) && ERRORS[err.code].retryable)
         if (!retryable) fail(err)
         failed++
-        // with mgmtd gone, another meta server may still answer: give up once this call tried each one
-        const gone = attempts >= serverCount && inflight.size === 0 ? clusterGone(err, this.mgmtd, this.policy.orphanTimeoutMs, `meta ${methodNameOf(method)}`) : null
+        if (refusedAlongChain(err)) refusedBy.add(outcome.address)
+        else refusedBy.delete(outcome.address)
+        // with mgmtd gone, another meta server may still answer: give up only once every one
+        // refused this call (one that timed out or dropped the connection is there, if busy)
+        const everyOneRefused = serverList.length > 0 && serverList.every((a) => refusedBy.has(a))
+        const gone = everyOneRefused && inflight.size === 0 ? clusterGone(err, this.mgmtd, this.policy.orphanTimeoutMs, `meta ${methodNameOf(method)}`) : null
         if (gone) fail(gone)
         nextStart = Math.min(nextStart, performance.now() + this.backoff(err, failed, serverCount))
       }
