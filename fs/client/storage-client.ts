@@ -426,7 +426,8 @@ export class StorageClient {
       await Promise.all([refresh ? this.refreshRouting() : undefined, this.sleep(delay, opts.signal)])
       pending = next
     }
-    ios.forEach((_, idx) => settle(idx, this.fail(new StrataError('INTERNAL', 'read IO without result'))))
+    // (only for an IO left without a result: building the error for every IO counted each as an INTERNAL failure)
+    ios.forEach((_, idx) => results[idx] ?? settle(idx, this.fail(new StrataError('INTERNAL', 'read IO without result'))))
     return results as ChunkReadResult[]
   }
 

@@ -57,6 +57,21 @@ test.serial('write then read round-trips, overwrites, short reads and holes', as
   t.true(s.bytesRead > 0)
 })
 
+test.serial('successful reads and holes count no failures', async (t) => {
+  // every read IO used to build an INTERNAL 'read IO without result' error on its way out (and count it)
+  const id = chunkIdOf(1009n, 0)
+  await sc.write(1, id, 0, randomBytes(3000), CHUNK_SIZE)
+  const before = sc.stats().failures
+  const res = await sc.batchRead([
+    { chainId: 1, chunkId: id, offset: 0, length: 3000 },
+    { chainId: 1, chunkId: id, offset: 100, length: 10 },
+    { chainId: 2, chunkId: chunkIdOf(1009n, 5), offset: 0, length: 10 }, // hole
+  ])
+  t.true(res.every((r) => r.ok))
+  await sc.read(1, id, 0, 10)
+  t.deepEqual(sc.stats().failures, before)
+})
+
 test.serial('reads into the caller\'s buffers: received in place, short chunks and holes, mixed with plain reads in one batch', async (t) => {
   const big = randomBytes(CHUNK_SIZE)
   const short = randomBytes(CHUNK_SIZE - 1000)

@@ -1,6 +1,6 @@
 // The hardware CRC32C against an independent implementation (@node-rs/crc32)
-// over the lengths and alignments where a three-stream loop can go wrong:
-// block boundaries, unaligned starts, continued streams.
+// over the lengths and alignments where the six- and three-stream loops can
+// go wrong: block boundaries, unaligned starts, continued streams.
 import test from 'ava'
 import { randomBytes } from 'node:crypto'
 import { crc32c as reference } from '@node-rs/crc32'
@@ -17,9 +17,10 @@ test('the standard check value, and an empty input returns the running CRC', (t)
 })
 
 test('equals the reference for every length around the block boundaries, at every alignment, continuing any CRC', (t) => {
-  const data = randomBytes(3 * 8192 * 2 + 4096)
+  const data = randomBytes(2 * 6 * 8192 + 3 * 8192 + 4096)
   const lengths = new Set<number>()
-  for (const edge of [0, 8, 3 * 256, 3 * 8192, 2 * 3 * 8192]) {
+  // (six streams of 8 KiB blocks, then three, then three of 256 bytes)
+  for (const edge of [0, 8, 3 * 256, 3 * 8192, 6 * 8192, 6 * 8192 + 3 * 8192, 6 * 8192 + 3 * 256, 2 * 6 * 8192, 2 * 6 * 8192 + 3 * 8192]) {
     for (let d = -9; d <= 9; d++) if (edge + d >= 0) lengths.add(edge + d)
   }
   for (let n = 0; n < 64; n++) lengths.add(n)
@@ -38,6 +39,9 @@ test('equals the reference for every length around the block boundaries, at ever
     }
   }
   t.true(checked > 1000)
+  // a whole 4 MiB chunk (most of it in six-stream rounds), aligned and not
+  const chunk = randomBytes(4 * 1024 * 1024 + 13)
+  for (const off of [0, 3]) t.is(crc32c(chunk.subarray(off)), reference(chunk.subarray(off)) >>> 0, `chunk at offset ${off}`)
 })
 
 test('a stream split anywhere gives the CRC of the whole; other views hash their bytes', (t) => {
