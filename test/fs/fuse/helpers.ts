@@ -158,7 +158,8 @@ export function run(cmd: string, args: string[], o: { cwd?: string; env?: NodeJS
     let stderr = ''
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()))
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()))
-    const timer = setTimeout(() => child.kill('SIGKILL'), o.timeoutMs ?? 120_000)
+    // a hang guard, not a timing check: a loaded machine (load 35 seen) ran git clone + fsck past 120 s
+    const timer = setTimeout(() => child.kill('SIGKILL'), o.timeoutMs ?? 240_000)
     child.on('error', (e) => {
       clearTimeout(timer)
       resolve({ code: null, signal: null, stdout, stderr: stderr + e.message, ms: Date.now() - t0 })
