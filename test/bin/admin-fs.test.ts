@@ -42,6 +42,18 @@ test.serial('admin mkdir -p with layout flags, unknown chain tables and versions
 
   // chain table versions that do not exist, and unknown tables: one code everywhere
   await ok(t, adm('mkdir', '/ad'))
+  // a path that ends in '.' or '..' names no entry to remove or rename: refused naming the path and its role
+  // (it said 'src: file name is .')
+  for (const [args, role, p] of [
+    [['rm', '/ad/.'], 'path', '/ad/.'],
+    [['rm', '-r', '/ad/..'], 'path', '/ad/..'],
+    [['mv', '/ad/.', '/ad2'], 'rename source', '/ad/.'],
+    [['mv', '/ad', '/lp/..'], 'rename destination', '/lp/..'],
+  ] as const) {
+    await fails(t, adm(...args), 1, new RegExp(`^strata: META_INVALID_ARGUMENT: ${role} ${p.replace(/\./g, '\\.')} ends in '\\.\\.?', which names a directory, not an entry in one$`, 'm'))
+  }
+  await fails(t, fsx('rm', '/ad/.'), 1, /^strata: META_INVALID_ARGUMENT: path \/ad\/\. ends in '\.'/m)
+  await ok(t, adm('stat', '/ad'))
   const notFound = (what: string) => new RegExp(`^strata: MGMTD_CHAIN_TABLE_NOT_FOUND: chain table ${what} not found$`, 'm')
   await fails(t, adm('create', '--chain-table-id', '1', '--chain-table-ver', '5', '--chunk-size', '64K', '--stripe-size', '1', '/ad/s3'), 1, notFound('1 version 5'))
   await fails(t, adm('create', '--chain-table-id', '1', '--chain-table-ver', '5', '--chain-list', '1', '--chunk-size', '64K', '/ad/s4'), 1, notFound('1 version 5'))
