@@ -278,6 +278,9 @@ test('admin numbers beyond their real range, malformed or empty lists, empty pat
     [adm('create', '--chain-list', '1,0', '--chunk-size', '64K', '/x'), usage(/element 2 is "0"$/)],
     [adm('dump-chunkmeta', '-c', '1,,2'), usage(/--chain-ids wants a comma-separated list .* no empty element, got "1,,2"$/)],
     [adm('create-targets', '--node-id', '1', '--disk-index', '0,'), usage(/--disk-index wants a comma-separated list .* no empty element/)],
+    // permissions: octal up to 7777; a larger octal number was 'octal expected'
+    [adm('set-perm', '-p', '17777', '/x'), usage(/invalid permission format: 17777 \(octal from 0 to 7777 expected\)$/)],
+    [adm('mkdir', '--perm', '8', '/x'), usage(/invalid permission format: 8 \(octal from 0 to 7777 expected\)$/)],
     // empty paths and client ids name nothing
     [adm('create', ''), usage(/path is empty/)],
     [adm('mkdir', ''), usage(/path is empty/)],
