@@ -142,7 +142,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
   admin
     .command('ls')
     .description('list a directory: Name Type Inode (-s adds Modified Length Permission)')
-    .argument('[path]', 'directory (default /)', dfsPathArg('path'), '/')
+    .argument('[path]', 'directory', dfsPathArg('path'), '/')
     .option('-l, --limit <n>', 'at most this many entries', intArg('--limit', { min: 1 }))
     .option('-s, --status', 'also show each entry\'s inode attributes')
     .option('--json', 'print JSON records')

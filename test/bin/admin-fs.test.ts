@@ -343,6 +343,14 @@ test('admin create PATH/: a path that must name a file but ends like a directory
   }
 })
 
+test('admin FS commands\' --help states each default once (ls said "directory (default /) (default: "/")")', async (t) => {
+  for (const c of ['mkdir', 'create', 'ls', 'stat', 'set-perm', 'rm', 'mv', 'gc-list', 'session-prune', 'query-chunk']) {
+    const help = await strata(['admin', c, '--help'])
+    t.is(help.code, 0, c)
+    t.notRegex(help.stdout.replace(/\s+/g, ' '), /\(default [^)]*\) \(default: /, c)
+  }
+})
+
 test('strata admin --help says the filesystem commands act as the calling user (no --uid/--gid/--groups)', async (t) => {
   const help = await strata(['admin', '--help'])
   t.is(help.code, 0)
