@@ -44,8 +44,10 @@ export interface GlobalOpts {
  * option's parser) and a cluster whose mgmtd accepts no connection RPC_CONNECT_FAILED, both at once
  * (the meta client would otherwise retry, finding no meta server, for its
  * whole budget); --timeout is the budget of each meta or storage request.
+ * `paths` are the DFS paths the command names (operands and --path values),
+ * on which a refusal naming an inode is reported.
  */
-export function fsSession(cmd: Command, run: (f: FsAdminSession, json: boolean) => Promise<void>): Promise<void> {
+export function fsSession(cmd: Command, run: (f: FsAdminSession, json: boolean) => Promise<void>, paths: string[] = []): Promise<void> {
   const g = cmd.optsWithGlobals() as GlobalOpts
   const mgmtdAddresses = g.mgmtdAddress ? g.mgmtdAddress.split(',').map((x) => x.trim()).filter(Boolean) : undefined
   return withAdminSession(
@@ -56,8 +58,9 @@ export function fsSession(cmd: Command, run: (f: FsAdminSession, json: boolean) 
         try {
           return await run(f, !!g.json)
         } catch (e) {
-          // meta names a directory by its inode: name it on the paths the command was given, as `strata fs` does
-          throw await nameDirectories(f.fs, e, cmd.args.filter((a) => a.startsWith('/')))
+          // meta names a directory by its inode: name it on the DFS paths the command was given
+          // (relative ones too: they are taken from the root, as 3FS's admin_cli does), as `strata fs` does
+          throw await nameDirectories(f.fs, e, paths)
         }
       })
     },
@@ -116,7 +119,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
         const recursive = !!o.recursive || !!o.r
         const layout = await resolveLayoutArgs(f, path, layoutArgsOf(o), { recursive })
         printAction(await adminMkdir(f, path, { recursive, ...(o.perm !== undefined ? { perm: o.perm } : {}), ...(layout ? { layout } : {}) }), json)
-      }),
+      }, [path]),
     )
 
   addLayoutOptions(
@@ -133,18 +136,18 @@ coreutils instead). Missing parents get the same layout as PATH.`,
       return fsSession(cmd, async (f, json) => {
         const layout = await resolveLayoutArgs(f, path, layoutArgsOf(o))
         printAction(await adminCreate(f, path, { ...(o.perm !== undefined ? { perm: o.perm } : {}), ...(layout ? { layout } : {}) }), json)
-      })
+      }, [path])
     })
 
   admin
     .command('ls')
     .description('list a directory: Name Type Inode (-s adds Modified Length Permission)')
-    .argument('[path]', 'directory (default /)', dfsPathArg('path'), '/')
+    .argument('[path]', 'directory', dfsPathArg('path'), '/')
     .option('-l, --limit <n>', 'at most this many entries', intArg('--limit', { min: 1 }))
     .option('-s, --status', 'also show each entry\'s inode attributes')
     .option('--json', 'print JSON records')
     .action((path: string, o, cmd: Command) =>
-      fsSession(cmd, async (f, json) => printListing(await adminLs(f, path, { ...(o.limit !== undefined ? { limit: o.limit } : {}), status: !!o.status }), json)),
+      fsSession(cmd, async (f, json) => printListing(await adminLs(f, path, { ...(o.limit !== undefined ? { limit: o.limit } : {}), status: !!o.status }), json), [path]),
     )
 
   admin
@@ -164,6 +167,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
       }
       return fsSession(cmd, async (f, json) =>
         printAction(await adminStat(f, path, { follow: !!o.followLink, displayLayout: !!o.displayLayout || !!o.displayChainList, byInode: !!o.inode }), json),
+        o.inode ? [] : [path],
       )
     })
 
@@ -190,6 +194,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
           }),
           json,
         ),
+        [path],
       )
     })
 
@@ -199,7 +204,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
     .argument('<path>', 'path', dfsPathArg('path'))
     .option('-r, --recursive', 'remove a non-empty directory')
     .option('--json', 'print JSON')
-    .action((path: string, o, cmd: Command) => fsSession(cmd, async (f, json) => printAction(await adminRm(f, path, { recursive: !!o.recursive }), json)))
+    .action((path: string, o, cmd: Command) => fsSession(cmd, async (f, json) => printAction(await adminRm(f, path, { recursive: !!o.recursive }), json), [path]))
 
   admin
     .command('mv')
@@ -207,7 +212,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
     .argument('<src>', 'source path', dfsPathArg('src'))
     .argument('<dst>', 'destination path', dfsPathArg('dst'))
     .option('--json', 'print JSON')
-    .action((src: string, dst: string, _o, cmd: Command) => fsSession(cmd, async (f, json) => printAction(await adminMv(f, src, dst), json)))
+    .action((src: string, dst: string, _o, cmd: Command) => fsSession(cmd, async (f, json) => printAction(await adminMv(f, src, dst), json), [src, dst]))
 
   admin
     .command('gc-list')
@@ -273,5 +278,5 @@ export function queryChunkOfPath(cmd: Command, path: string, chunkIndex: number)
     if (json) return printJson({ ...r.chunk, targets: r.records })
     out(`ChunkId ${r.chunk.chunkId} (${r.chunk.chunkName}) of ${printable(r.chunk.path)} chunk ${chunkIndex} on chain ${r.chunk.chainId}`)
     printListing(r, false)
-  })
+  }, [path])
 }

@@ -91,10 +91,13 @@ export function iflagsString(iflags: number): string {
   return `0x${(iflags >>> 0).toString(16).padStart(8, '0')}`
 }
 
-/** Parses an octal permission like 3FS (`755`, `0644`); throws INVALID_ARGUMENT. */
+/**
+ * Parses an octal permission like 3FS (`755`, `0644`); throws INVALID_ARGUMENT. The
+ * message states the range: `17777` is octal, only too large (it said 'octal expected').
+ */
 export function parsePerm(text: string | number): number {
   const s = String(text).trim()
-  if (!/^0?[0-7]{1,4}$/.test(s)) throw new StrataError('INVALID_ARGUMENT', `invalid permission format: ${text} (octal expected)`)
+  if (!/^0?[0-7]{1,4}$/.test(s)) throw new StrataError('INVALID_ARGUMENT', `invalid permission format: ${text} (octal from 0 to 7777 expected)`)
   return parseInt(s, 8)
 }
 

@@ -31,14 +31,20 @@ export function filenameOf(path: string): string {
   return c.length ? c[c.length - 1]! : ''
 }
 
-/** 3FS PathAt::validForCreate */
+/** what checkValidForCreate's callers name their path argument, as a message says it */
+const PATH_ROLE: Record<string, string> = { path: 'path', src: 'rename source', dest: 'rename destination', newPath: 'link name' }
+
+/**
+ * 3FS PathAt::validForCreate: the path must end in a name. A refusal names the
+ * path given and its role (it said 'src: file name is .', naming neither).
+ */
 export function checkValidForCreate(p: PathAt, what = 'path'): string {
-  if (p.path === undefined || p.path === null || p.path === '') throw new StrataError('META_INVALID_ARGUMENT', `${what} not set`)
+  const role = PATH_ROLE[what] ?? what
+  if (p.path === undefined || p.path === null || p.path === '') throw new StrataError('META_INVALID_ARGUMENT', `${role} not set`)
   const name = filenameOf(p.path)
-  if (name === '' ) throw new StrataError('META_INVALID_ARGUMENT', `${what} has no file name`)
-  if (name === '.') throw new StrataError('META_INVALID_ARGUMENT', `${what}: file name is .`)
-  if (name === '..') throw new StrataError('META_INVALID_ARGUMENT', `${what}: file name is ..`)
-  if (name === '/') throw new StrataError('META_INVALID_ARGUMENT', `${what}: file name is /`)
+  if (name === '' ) throw new StrataError('META_INVALID_ARGUMENT', `${role} ${p.path} has no file name`)
+  if (name === '.' || name === '..') throw new StrataError('META_INVALID_ARGUMENT', `${role} ${p.path} ends in '${name}', which names a directory, not an entry in one`)
+  if (name === '/') throw new StrataError('META_INVALID_ARGUMENT', `${role} ${p.path} is the root directory, not an entry in one`)
   return name
 }
 

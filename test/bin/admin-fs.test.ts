@@ -42,6 +42,18 @@ test.serial('admin mkdir -p with layout flags, unknown chain tables and versions
 
   // chain table versions that do not exist, and unknown tables: one code everywhere
   await ok(t, adm('mkdir', '/ad'))
+  // a path that ends in '.' or '..' names no entry to remove or rename: refused naming the path and its role
+  // (it said 'src: file name is .')
+  for (const [args, role, p] of [
+    [['rm', '/ad/.'], 'path', '/ad/.'],
+    [['rm', '-r', '/ad/..'], 'path', '/ad/..'],
+    [['mv', '/ad/.', '/ad2'], 'rename source', '/ad/.'],
+    [['mv', '/ad', '/lp/..'], 'rename destination', '/lp/..'],
+  ] as const) {
+    await fails(t, adm(...args), 1, new RegExp(`^strata: META_INVALID_ARGUMENT: ${role} ${p.replace(/\./g, '\\.')} ends in '\\.\\.?', which names a directory, not an entry in one$`, 'm'))
+  }
+  await fails(t, fsx('rm', '/ad/.'), 1, /^strata: META_INVALID_ARGUMENT: path \/ad\/\. ends in '\.'/m)
+  await ok(t, adm('stat', '/ad'))
   const notFound = (what: string) => new RegExp(`^strata: MGMTD_CHAIN_TABLE_NOT_FOUND: chain table ${what} not found$`, 'm')
   await fails(t, adm('create', '--chain-table-id', '1', '--chain-table-ver', '5', '--chunk-size', '64K', '--stripe-size', '1', '/ad/s3'), 1, notFound('1 version 5'))
   await fails(t, adm('create', '--chain-table-id', '1', '--chain-table-ver', '5', '--chain-list', '1', '--chunk-size', '64K', '/ad/s4'), 1, notFound('1 version 5'))
@@ -155,6 +167,16 @@ test.serial('admin session-prune and gc-list are root\'s; session-prune never ta
   await ok(t, adm('mkdir', '-p', '/priv/inner'))
   await ok(t, adm('set-perm', '--perm', '0700', '/priv'))
   await nobody(adm('ls', '/priv/inner'), /^strata: META_NO_PERMISSION: uid 65534 has no --x permission on directory \/priv \(/m)
+  // also a relative path (taken from the root, as in 3FS), a path in an option, and either path of mv (by inode before)
+  await ok(t, adm('create', '/priv/inner/f'))
+  const privDir = (perm: string) => new RegExp(`^strata: META_NO_PERMISSION: uid 65534 has no ${perm} permission on directory /priv \\(`, 'm')
+  await nobody(adm('ls', 'priv/inner'), privDir('--x'))
+  await nobody(adm('ls', 'priv'), privDir('r--'))
+  await nobody(adm('stat', 'priv/inner/f'), privDir('--x'))
+  await nobody(adm('query-chunk', '--path', '/priv/inner/f', '--chunk-index', '0'), privDir('--x'))
+  await ok(t, adm('create', '/mine'))
+  await ok(t, adm('set-perm', '--uid', '65534', '/mine'))
+  await nobody(adm('mv', '/mine', 'priv/g'), privDir('--x'))
   // root: not the sessions of a client mgmtd lists as alive, with or without --session
   const alive = new RegExp(`^strata: META_CLIENT_ALIVE: client ${w.clientId} is alive \\(mgmtd lists its client session\\)`, 'm')
   await fails(t, adm('session-prune', '--client-id', w.clientId), 1, alive)
@@ -256,6 +278,9 @@ test('admin numbers beyond their real range, malformed or empty lists, empty pat
     [adm('create', '--chain-list', '1,0', '--chunk-size', '64K', '/x'), usage(/element 2 is "0"$/)],
     [adm('dump-chunkmeta', '-c', '1,,2'), usage(/--chain-ids wants a comma-separated list .* no empty element, got "1,,2"$/)],
     [adm('create-targets', '--node-id', '1', '--disk-index', '0,'), usage(/--disk-index wants a comma-separated list .* no empty element/)],
+    // permissions: octal up to 7777; a larger octal number was 'octal expected'
+    [adm('set-perm', '-p', '17777', '/x'), usage(/invalid permission format: 17777 \(octal from 0 to 7777 expected\)$/)],
+    [adm('mkdir', '--perm', '8', '/x'), usage(/invalid permission format: 8 \(octal from 0 to 7777 expected\)$/)],
     // empty paths and client ids name nothing
     [adm('create', ''), usage(/path is empty/)],
     [adm('mkdir', ''), usage(/path is empty/)],
@@ -315,6 +340,14 @@ test('admin create PATH/: a path that must name a file but ends like a directory
   // EISDIR as open(2) with O_CREAT says; meta alone saw /d1/x/. and answered "path: file name is ."
   for (const p of ['/d1/x/', '/d1/x/.', '/']) {
     await fails(t, adm('create', p), 1, new RegExp(`^strata: META_IS_DIRECTORY: ${p.replace(/\./g, '\\.')}: cannot create a file there: a path ending in .* names a directory$`, 'm'))
+  }
+})
+
+test('admin FS commands\' --help states each default once (ls said "directory (default /) (default: "/")")', async (t) => {
+  for (const c of ['mkdir', 'create', 'ls', 'stat', 'set-perm', 'rm', 'mv', 'gc-list', 'session-prune', 'query-chunk']) {
+    const help = await strata(['admin', c, '--help'])
+    t.is(help.code, 0, c)
+    t.notRegex(help.stdout.replace(/\s+/g, ' '), /\(default [^)]*\) \(default: /, c)
   }
 })
 
