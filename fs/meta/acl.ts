@@ -90,7 +90,8 @@ export function checkRecursiveRmPerm(acl: Acl, user: UserInfo, owner: boolean, w
  * flag itself stays changeable (by root) in the same request: one that clears
  * it is taken as `chattr -i` first, one that sets it as `chattr +i` last.
  * A directory's layout is not refused: it is the policy for new files below
- * (the tree roots, immutable from the start, carry the default one).
+ * (the tree roots, immutable from the start, carry the default one; their
+ * caller skips this check).
  */
 export function checkImmutableSetAttr(acl: Acl, req: Pick<SetAttrReq, 'iflags' | 'perm' | 'uid' | 'gid' | 'atime' | 'mtime'>, what: string): void {
   if (!(acl.iflags & FS_IMMUTABLE_FL) || (req.iflags != null && !(req.iflags & FS_IMMUTABLE_FL))) return

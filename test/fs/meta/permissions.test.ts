@@ -144,6 +144,10 @@ test.serial('an immutable inode keeps its mode, owner, group and times, for root
   t.regex(await refused(root, '/immattr/d', { perm: 0o700 }), /its mode cannot change$/, 'directories too')
   const after = await root.statById(made.id)
   t.deepEqual([after.acl, after.atime, after.mtime, after.ctime], [before.acl, before.atime, before.mtime, before.ctime])
+  // the tree root is immutable (3FS Acl::root) only to keep it in place: its times still change (tar -x into a mount root)
+  t.is((await root.stat('/')).acl.iflags, FS_IMMUTABLE_FL)
+  t.is((await root.setAttr('/', { atime: 1_000_000, mtime: 1_000_000 })).mtime, 1_000_000)
+  await root.setAttr('/', { atime: -1, mtime: -1 })
   // a directory's layout (the policy for new files) and the flag itself still change
   const dir = await root.stat('/immattr/d')
   t.is((await root.setAttr('/immattr/d', { layout: dir.directory!.layout })).id, dir.id)
