@@ -767,7 +767,7 @@ export class MetaStore {
     }
     // the tree roots are immutable only so that nothing removes or moves them (3FS Acl::root); their
     // times stay settable (tar -x or rsync -a into the mount root set them), their mode and owner never change
-    if (!isTreeRoot(inode.id)) checkImmutableSetAttr(inode.acl, req, hexId(inode.id))
+    if (!isTreeRoot(inode.id)) checkImmutableSetAttr(inode.acl, req, `${inode.type === 'Directory' ? 'directory' : 'file'} ${hexId(inode.id)}`)
     if (req.perm != null && (req.perm & ALLPERMS) !== inode.acl.perm && !isRoot(user) && !owner) throw notPermitted(`uid ${user.uid} does not own ${hexId(inode.id)}`)
     if (req.uid != null && req.uid !== inode.acl.uid && !isRoot(user)) throw notPermitted('only root can change the owner')
     if (req.gid != null && req.gid !== inode.acl.gid && !isRoot(user) && (!owner || !inGroup(user, req.gid))) {

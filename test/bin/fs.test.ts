@@ -225,6 +225,10 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
   t.regex(await ok(t, adm('set-perm', '--iflags', '0x10', '/d/a')), /^Set permission of \/d\/a: uid 1000 gid 100 perm 0644 iflags 0x00000010$/m)
   t.deepEqual(table(await ok(t, adm('stat', '/d/a'))).find((r) => r[0] === 'IFlags'), ['IFlags', '0x00000010'])
   t.is(JSON.parse(await ok(t, adm('stat', '--json', '/d/a'))).iflags, '0x00000010')
+  // an immutable file keeps its mode and owner (EPERM, root too), and the refusal names the path given
+  const imm = await strata(adm('set-perm', '--perm', '600', '/d/a'))
+  t.is(imm.code, 1)
+  t.regex(imm.stderr, /^strata: META_NOT_PERMITTED: file \/d\/a is immutable: its mode cannot change$/m)
   t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0', '/d/a', '--json'))), { iflags: '0x00000000' })
   await ok(t, adm('mv', '/d/a', '/d/c'))
   const st = JSON.parse(await ok(t, adm('stat', '--json', '/d/c')))
