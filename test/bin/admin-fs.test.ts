@@ -78,7 +78,7 @@ test.serial('admin mkdir -p with layout flags, unknown chain tables and versions
   await fails(t, fsx('rm', '/ad'), 1, /^strata: META_NOT_EMPTY: directory \/ad is not empty$/m)
 })
 
-test.serial('admin gc-list: more and a ... row when -l cuts the listing, -p GcDir/Name pages on, a bad -p is INVALID_ARGUMENT, RemovedAt stays', async (t) => {
+test.serial('admin gc-list: more and a ... row when -l cuts the listing, -p GcDir/Name pages on, a bad -p is a usage error, RemovedAt stays', async (t) => {
   t.timeout(3 * 60_000)
   const { m, adm } = await cluster(t)
   const c = m.client()
@@ -116,8 +116,10 @@ test.serial('admin gc-list: more and a ... row when -l cuts the listing, -p GcDi
     page = JSON.parse(await ok(t, adm('gc-list', '-l', '2', '-p', page.next, '--json')))
   }
   t.deepEqual(names, renamed.entries.map((e: { gcDir: string; name: string }) => `${e.gcDir}/${e.name}`), 'every entry once, in order')
-  await fails(t, adm('gc-list', '-p', 'bogus'), 1, /^strata: INVALID_ARGUMENT: bad gc-list cursor "bogus", expected GcDir\/Name/m)
-  await fails(t, adm('gc-list', '-p', 'GC-Node-101.1/'), 1, /^strata: INVALID_ARGUMENT: bad gc-list cursor/m)
+  // a malformed cursor is a usage error, as dump-session's -p (it was INVALID_ARGUMENT, exit 1)
+  await fails(t, adm('gc-list', '-p', 'bogus'), 2, /^strata: usage: .*bad gc-list cursor "bogus", expected GcDir\/Name/m)
+  await fails(t, adm('gc-list', '-p', 'GC-Node-101.1/'), 2, /^strata: usage: .*bad gc-list cursor/m)
+  await fails(t, adm('gc-list', '-p', ''), 2, /^strata: usage: .*bad gc-list cursor ""/m)
 })
 
 /** Runs `strata …args` as uid/gid 65534 with no groups (setpriv), as an unprivileged operator would. */
