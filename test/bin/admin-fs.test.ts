@@ -258,6 +258,10 @@ test('admin numbers beyond their real range, malformed or empty lists, empty pat
     [adm('create', '--chain-list', '1,0', '--chunk-size', '64K', '/x'), usage(/element 2 is "0"$/)],
     [adm('dump-chunkmeta', '-c', '1,,2'), usage(/--chain-ids wants a comma-separated list .* no empty element, got "1,,2"$/)],
     [adm('create-targets', '--node-id', '1', '--disk-index', '0,'), usage(/--disk-index wants a comma-separated list .* no empty element/)],
+    // chunk size lists: an empty element was dropped ('' sent no chunk size at all)
+    [adm('create-targets', '--node-id', '1', '--chunk-size', '1M,,2M'), usage(/--chunk-size wants comma-separated chunk sizes \(64K, 1M …\) with no empty element, got "1M,,2M"$/)],
+    [adm('create-targets', '--node-id', '1', '--chunk-size', ''), usage(/--chunk-size wants comma-separated chunk sizes .* got ""$/)],
+    [adm('create-target', '--node-id', '1', '--disk-index', '0', '--target-id', '1', '--chain-id', '1', '--chunk-size', '1M,'), usage(/--chunk-size wants comma-separated chunk sizes/)],
     // empty paths and client ids name nothing
     [adm('create', ''), usage(/path is empty/)],
     [adm('mkdir', ''), usage(/path is empty/)],
