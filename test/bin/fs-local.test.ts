@@ -76,6 +76,14 @@ test('--uid, --gid and --groups beyond 4294967294, and malformed or too long --g
   const g = await strata(['fs', '--groups', '1,,2', 'mount', mnt, '--cluster', dir])
   t.is(g.code, 2, g.stderr)
   t.false(fs.existsSync(path.join(dir, 'a')))
+  // options of strata fs that fs mount has no use for were dropped silently: with --mgmtd-address
+  // it mounted whatever cluster $STRATA_CLUSTER or ~/.strata/cluster held
+  for (const [flag, value] of [['--mgmtd-address', '127.0.0.1:1'], ['--meta-address', '127.0.0.1:1'], ['--timeout', '5']] as const) {
+    const e = await strata(['fs', flag, value, 'mount', mnt], { env: { ...process.env, STRATA_CLUSTER: dir } })
+    t.is(e.code, 2, e.stderr)
+    t.regex(e.stderr, new RegExp(`^strata: usage: fs mount does not take ${flag} \\(`, 'm'))
+  }
+  t.false(fs.existsSync(path.join(dir, 'a')))
   // an empty path, local or in the DFS, is a usage error before anything is contacted
   // (ls, stat, rm and mkdir said META_INVALID_ARGUMENT, exit 1, rm and mkdir after acting on the
   // other paths; mount and umount took '' for the working directory)
