@@ -13,6 +13,7 @@ import {
   adminSessionPrune,
   adminSetPerm,
   adminStat,
+  parseGcCursor,
   parsePerm,
   queryChunkByPath,
   resolveLayoutArgs,
@@ -75,6 +76,16 @@ function permArg(what: string): (v: string) => number {
       throw new InvalidArgumentError((e as StrataError).reason ?? `${what}: ${String(e)}`)
     }
   }
+}
+
+/** gc-list's -p: a malformed cursor is a usage error, as dump-session's -p is (it was INVALID_ARGUMENT, exit 1). */
+function gcCursorArg(v: string): string {
+  try {
+    parseGcCursor(v)
+  } catch (e) {
+    throw new InvalidArgumentError((e as StrataError).reason ?? String(e))
+  }
+  return v
 }
 
 function addLayoutOptions(c: Command): Command {
@@ -218,7 +229,7 @@ coreutils instead). Missing parents get the same layout as PATH.`,
     .command('gc-list')
     .description('removed files and trees waiting for GC: GcDir Name Inode Type OrigPath User RemovedAt (root only)')
     .option('-l, --limit <n>', 'at most this many entries (default: all)', intArg('--limit', { min: 1 }))
-    .option('-p, --prev <GcDir/Name>', 'continue after this entry: its GcDir and Name joined by "/"')
+    .option('-p, --prev <GcDir/Name>', 'continue after this entry: its GcDir and Name joined by "/"', gcCursorArg)
     .option('--json', 'print JSON: {entries, more, next}')
     .addHelpText(
       'after',
@@ -228,7 +239,7 @@ Entries are listed by GcDir, then Name. When -l cut the listing, a last row
 before it (JSON: "more": true and "next": "GcDir/Name"). RemovedAt is when the
 last link went; the Name's timestamp is when GC is due (it moves on each retry
 of an entry that is still busy, e.g. a file open for writing). A -p that is not
-GcDir/Name is INVALID_ARGUMENT. Only root (uid 0) may list: the GC root is
+GcDir/Name is a usage error. Only root (uid 0) may list: the GC root is
 mode 0700 and OrigPath names files removed from private directories; other
 users get META_NOT_PERMITTED.`,
     )

@@ -12,7 +12,7 @@ import { createLogger } from '../../fs/common/log.js'
 import { runDaemon } from '../../fs/common/daemon.js'
 import { mountBackground, mountRecord, planMount, preflightMount, unmountFs, writeMountConfig, type MountOptions } from '../../fs/fuse/control.js'
 import { forgetMount, recordMount } from '../../fs/fuse/cluster-mounts.js'
-import { intArg, localDirArg, MAX_TIMER_MS, MAX_TIMER_SECONDS, out, printJson, sizeArg, timerSecondsArg } from './output.js'
+import { intArg, localDirArg, MAX_TIMER_MS, MAX_TIMER_SECONDS, out, printJson, sizeArg, timerSecondsArg, UsageError } from './output.js'
 import { MAX_WRITE_BUFFER_SIZE } from '../../fs/client/index.js'
 import { fsUser } from './fs.js'
 
@@ -102,6 +102,15 @@ export function registerFsMountCommands(parent: Command): void {
     )
     .action(async (mountpoint: string, _o: unknown, cmd: Command) => {
       const o = cmd.optsWithGlobals() as MountCliOpts
+      // the daemon finds the cluster through its directory: these were dropped silently, so
+      // `fs --mgmtd-address A mount M` mounted whatever $STRATA_CLUSTER or ~/.strata/cluster held
+      for (const [key, flag, hint] of [
+        ['mgmtdAddress', '--mgmtd-address', 'give the cluster directory with --cluster'],
+        ['metaAddress', '--meta-address', 'the daemon finds meta servers in routing info'],
+        ['timeout', '--timeout', 'use --wait-timeout for how long to wait for the mount'],
+      ] as const) {
+        if (cmd.parent?.getOptionValueSource(key) === 'cli') throw new UsageError(`fs mount does not take ${flag} (${hint})`)
+      }
       const mo: MountOptions = {
         mountpoint,
         cluster: o.cluster ?? null,

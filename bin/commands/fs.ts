@@ -16,7 +16,8 @@ import type { Inode } from '../../fs/meta/protocol.js'
 import { InvalidArgumentError } from 'commander'
 import { fsStyleError, isDevicePath, localDestination, localError, localStat, openFifoReader, openFifoWriter, sameFile } from './local-files.js'
 import { createProgress, NO_PROGRESS, type ProgressSink, type ProgressTask } from '../../fs/common/progress.js'
-import { addressListArg, dirArg, dfsPathArg, dfsPathsArg, intArg, out, printJson, chunkSizeArg, timerSecondsArg } from './output.js'
+import { addressListArg, dirArg, dfsPathArg, dfsPathsArg, intArg, intListArg, out, printJson, chunkSizeArg, timerSecondsArg } from './output.js'
+import { MAX_ID, NGROUPS_MAX } from '../../fs/common/user-ids.js'
 
 interface FsGlobalOpts {
   cluster?: string
@@ -39,20 +40,22 @@ export function fsUser(g: { uid?: number; gid?: number; groups?: number[] }): { 
   return { ...(g.uid !== undefined ? { uid: g.uid } : {}), ...(g.gid !== undefined ? { gid: g.gid } : {}), groups: g.groups ?? [] }
 }
 
-/**
- * The largest uid or gid `--uid`, `--gid` and `--groups` take: ids are u32 on the wire, and
- * 4294967295 is (uid_t)-1, which chown(2) reads as "leave unchanged", never a user.
- */
-export const MAX_ID = 0xfffffffe
-
-/** `--uid`/`--gid`: a u32 id below (uid_t)-1; anything else is a usage error at parse time. */
+/** `--uid`/`--gid`: a u32 id below (uid_t)-1 (MAX_ID); anything else is a usage error at parse time. */
 function idArg(what: string): (v: string) => number {
   return intArg(what, { max: MAX_ID })
 }
 
+/**
+ * `--groups 1,2` (repeatable): an empty element (`1,,2`, `1,`, ``) is a usage error, as a
+ * malformed one is, instead of being dropped, and so are more than NGROUPS_MAX in all.
+ */
 function idListArg(what: string): (v: string, prev: number[] | undefined) => number[] {
-  const one = idArg(what)
-  return (v, prev) => [...(prev ?? []), ...v.split(',').filter(Boolean).map(one)]
+  const list = intListArg(what, { max: MAX_ID, strict: true })
+  return (v, prev) => {
+    const all = list(v, prev)
+    if (all.length > NGROUPS_MAX) throw new InvalidArgumentError(`${what} lists ${all.length} groups; the kernel allows at most ${NGROUPS_MAX} (NGROUPS_MAX)`)
+    return all
+  }
 }
 
 /** Bytes moved per call by put/get. */
@@ -597,7 +600,7 @@ export function registerFsCommands(program: Command): Command {
     .option('--timeout <seconds>', 'how long each DFS request may retry before the command fails (put/get: each 8 MiB block); a failing command ends within about this long, plus at most 5 s of cleanup', timerSecondsArg('--timeout'), 60)
     .option('--uid <uid>', 'act as this uid, 0 to 4294967294 (default: the caller\'s)', idArg('--uid'))
     .option('--gid <gid>', 'act as this gid, 0 to 4294967294 (default: the caller\'s)', idArg('--gid'))
-    .option('--groups <gids>', 'supplementary groups, comma separated (default: the caller\'s; none besides --gid when --uid or --gid is given)', idListArg('--groups'))
+    .option('--groups <gids>', 'supplementary groups, comma separated, each 0 to 4294967294, at most 65536 in all (repeatable; default: the caller\'s; none besides --gid when --uid or --gid is given)', idListArg('--groups'))
     .option('--json', 'print JSON')
     .addHelpText('after', '\nErrors print "strata: CODE: message" and exit 1; usage errors exit 2.')
 

@@ -195,9 +195,14 @@ export function chunkSizeArg(what: string): (v: string) => number {
   }
 }
 
+/** `--chunk-size 64K,1M` (repeatable): an empty element (`1M,,2M`, ``) is a usage error, not dropped (`` sent no chunk size at all). */
 export function chunkSizeListArg(what: string): (v: string, prev: number[] | undefined) => number[] {
   const one = chunkSizeArg(what)
-  return (v, prev) => [...(prev ?? []), ...v.split(',').filter(Boolean).map(one)]
+  return (v, prev) => {
+    const parts = v.split(',')
+    if (parts.some((x) => x.trim() === '')) throw new InvalidArgumentError(`${what} wants comma-separated chunk sizes (64K, 1M …) with no empty element, got ${JSON.stringify(v)}`)
+    return [...(prev ?? []), ...parts.map(one)]
+  }
 }
 
 /**

@@ -10,6 +10,7 @@ import type { RetryPolicy } from '../client/retry-policy.js'
 import type { MetaRetryPolicy } from '../client/file/meta-client.js'
 import type { ReadMode } from '../client/target-selection.js'
 import { MAX_WRITE_BUFFER_SIZE } from '../client/index.js'
+import { checkGroups, checkId } from '../common/user-ids.js'
 
 export interface FuseDaemonConfig {
   /** absolute mount point (created when missing) */
@@ -160,6 +161,16 @@ function writeBufferSize(v: unknown): number {
   return n
 }
 
+/** uid, gid, groups: what meta takes (u32 below (uid_t)-1, at most NGROUPS_MAX groups), or the daemon would start and every request fail. */
+function ids<T>(check: (v: unknown, what: string) => T, v: unknown, name: string, dflt: () => T): T {
+  if (v === undefined || v === null) return dflt()
+  try {
+    return check(v, name)
+  } catch (e) {
+    bad((e as StrataError).reason)
+  }
+}
+
 function bool(v: unknown, name: string, dflt: boolean): boolean {
   if (v === undefined || v === null) return dflt
   if (typeof v !== 'boolean') bad(`${name} must be true or false`)
@@ -179,8 +190,8 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
   if (!path.isAbsolute(c.mountpoint)) bad(`mountpoint must be absolute, got ${c.mountpoint}`)
   const mgmtdAddresses = addrs(c.mgmtdAddresses, 'mgmtdAddresses')
   if (!mgmtdAddresses?.length) bad('mgmtdAddresses is required')
-  const uid = num(c.uid, 'uid', typeof process.getuid === 'function' ? process.getuid() : 0, { integer: true })
-  const gid = num(c.gid, 'gid', typeof process.getgid === 'function' ? process.getgid() : 0, { integer: true })
+  const uid = ids(checkId, c.uid, 'uid', () => (typeof process.getuid === 'function' ? process.getuid() : 0))
+  const gid = ids(checkId, c.gid, 'gid', () => (typeof process.getgid === 'function' ? process.getgid() : 0))
   const isRoot = typeof process.getuid !== 'function' || process.getuid() === 0
   if (c.listen !== undefined && (typeof c.listen !== 'string' || !/^[^:]*:\d+$/.test(c.listen))) bad('listen must be host:port')
   const out: ResolvedFuseConfig = {
@@ -196,7 +207,7 @@ export function resolveFuseConfig(c: FuseDaemonConfig): ResolvedFuseConfig {
     syncOnStat: bool(c.syncOnStat, 'syncOnStat', FUSE_DEFAULTS.syncOnStat),
     uid,
     gid,
-    groups: Array.isArray(c.groups) ? c.groups.filter((g) => Number.isInteger(g)) : uid === (process.getuid?.() ?? 0) ? (process.getgroups?.() ?? []).filter((g) => g !== gid) : [],
+    groups: ids(checkGroups, c.groups, 'groups', () => (uid === (process.getuid?.() ?? 0) ? (process.getgroups?.() ?? []).filter((g) => g !== gid) : [])),
     allowOther: bool(c.allowOther, 'allowOther', isRoot),
     defaultPermissions: bool(c.defaultPermissions, 'defaultPermissions', FUSE_DEFAULTS.defaultPermissions),
     readonly: bool(c.readonly, 'readonly', FUSE_DEFAULTS.readonly),

@@ -10,7 +10,7 @@
 // root, is EPERM (META_NOT_PERMITTED), as Linux reports for those cases.
 
 import { StrataError } from '../common/errors.js'
-import type { Acl, UserInfo } from './protocol.js'
+import type { Acl, SetAttrReq, UserInfo } from './protocol.js'
 
 export const S_ISUID = 0o4000
 export const S_ISGID = 0o2000
@@ -80,6 +80,23 @@ export function checkRecursiveRmPerm(acl: Acl, user: UserInfo, owner: boolean, w
   if (acl.iflags & FS_IMMUTABLE_FL) throw notPermitted(`${what} is immutable`)
   if (!isRoot(user) && (owner || acl.perm & S_ISVTX) && user.uid !== acl.uid) throw notPermitted(`uid ${user.uid} does not own ${what}`)
   checkPermission(acl, user, READ | WRITE | EXEC, what)
+}
+
+/**
+ * chmod, chown and utimes (explicit or "now") of an immutable inode are EPERM,
+ * for root too, as Linux's may_setattr; truncate is refused where it starts,
+ * at the write open. 3FS's setAttr does not look at the flag, so there root
+ * or the owner could change an immutable file's mode, owner and times. The
+ * flag itself stays changeable (by root) in the same request: one that clears
+ * it is taken as `chattr -i` first, one that sets it as `chattr +i` last.
+ * A directory's layout is not refused: it is the policy for new files below
+ * (the tree roots, immutable from the start, carry the default one; their
+ * caller skips this check).
+ */
+export function checkImmutableSetAttr(acl: Acl, req: Pick<SetAttrReq, 'iflags' | 'perm' | 'uid' | 'gid' | 'atime' | 'mtime'>, what: string): void {
+  if (!(acl.iflags & FS_IMMUTABLE_FL) || (req.iflags != null && !(req.iflags & FS_IMMUTABLE_FL))) return
+  const changes = [req.perm != null && 'mode', req.uid != null && 'owner', req.gid != null && 'group', (req.atime != null || req.mtime != null) && 'times'].filter(Boolean)
+  if (changes.length) throw notPermitted(`${what} is immutable: its ${changes.join(', ')} cannot change`)
 }
 
 export function aclEquals(a: Acl, b: Acl): boolean {

@@ -19,6 +19,7 @@ import {
   S_ISVTX,
   WRITE,
   aclEquals,
+  checkImmutableSetAttr,
   checkPermission,
   checkRecursiveRmPerm,
   chmodPerm,
@@ -764,6 +765,9 @@ export class MetaStore {
       const ownerChangeable = this.s.allowOwnerChangeImmutable ? FS_HUGE_FILE_FL | FS_IMMUTABLE_FL : FS_HUGE_FILE_FL
       if (!(isRoot(user) || (owner && changed === (changed & ownerChangeable)))) throw notPermitted('only root can set these inode flags')
     }
+    // the tree roots are immutable only so that nothing removes or moves them (3FS Acl::root); their
+    // times stay settable (tar -x or rsync -a into the mount root set them), their mode and owner never change
+    if (!isTreeRoot(inode.id)) checkImmutableSetAttr(inode.acl, req, `${inode.type === 'Directory' ? 'directory' : 'file'} ${hexId(inode.id)}`)
     if (req.perm != null && (req.perm & ALLPERMS) !== inode.acl.perm && !isRoot(user) && !owner) throw notPermitted(`uid ${user.uid} does not own ${hexId(inode.id)}`)
     if (req.uid != null && req.uid !== inode.acl.uid && !isRoot(user)) throw notPermitted('only root can change the owner')
     if (req.gid != null && req.gid !== inode.acl.gid && !isRoot(user) && (!owner || !inGroup(user, req.gid))) {

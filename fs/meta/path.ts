@@ -166,17 +166,14 @@ export class PathResolver {
         if (i === comps.length) return { r: await this.component(parent, '.', !trailingSlash), missing: i }
         continue
       }
-      let r = await this.component(parent, name)
+      const r = await this.component(parent, name)
       if (!r.entry) return { r, missing: i }
       i++
       if (i === comps.length) return { r, missing: i }
-      if (r.entry.type === 'Symlink') {
-        r = await this.followSymlink(r.entry)
-        if (!r.entry) throw new StrataError('META_NOT_FOUND', `symlink target of ${name} not found`)
-      }
+      const entry = r.entry.type === 'Symlink' ? (await this.followExisting(r.entry, `${name} in ${path}`)).entry : r.entry
       // named on the whole path, as a missing component is: a bare name is ambiguous in a deep path
-      if (r.entry.type === 'File') throw new StrataError('META_NOT_DIRECTORY', `${name} in ${path} is not a directory`)
-      parent = r.entry
+      if (entry.type === 'File') throw new StrataError('META_NOT_DIRECTORY', `${name} in ${path} is not a directory`)
+      parent = entry
     }
   }
 
@@ -201,6 +198,32 @@ export class PathResolver {
     return r
   }
 
+  /**
+   * Follows the symlink `entry` that `what` names to an existing entry. A link that
+   * dangles is META_NOT_FOUND on the name the caller gave, with the link's target as
+   * detail: what failed inside the target (`nowhere in /nowhere/x not found`) names
+   * paths the user never typed.
+   */
+  private async followExisting(entry: DirEntry, what: string): Promise<ResolveResult & { entry: DirEntry }> {
+    let r: ResolveResult
+    try {
+      r = await this.followSymlink(entry)
+    } catch (e) {
+      if (e instanceof StrataError && e.code === 'META_NOT_FOUND') throw await this.dangling(entry, what, e)
+      throw e
+    }
+    if (!r.entry) throw await this.dangling(entry, what)
+    return r as ResolveResult & { entry: DirEntry }
+  }
+
+  private async dangling(entry: DirEntry, what: string, cause?: StrataError): Promise<StrataError> {
+    const target = (await loadEntryInode(this.txn, entry)).symlink!.target
+    return new StrataError('META_NOT_FOUND', `${what} is a dangling symlink (to ${target})`, {
+      ...(cause ? { cause } : {}),
+      detail: { target, ...(cause ? { reason: cause.reason } : {}) },
+    })
+  }
+
   async followSymlink(entry: DirEntry): Promise<ResolveResult> {
     if (++this.depth > this.limits.maxSymlinkDepth) throw new StrataError('META_TOO_MANY_SYMLINKS', `symlinks nested deeper than ${this.limits.maxSymlinkDepth}`)
     try {
@@ -221,8 +244,9 @@ export class PathResolver {
   /** The entry a path names (following a final symlink when asked); NOT_FOUND when missing. */
   async dirEntry(p: PathAt, followLast: boolean): Promise<DirEntry> {
     if (p.path === undefined || p.path === null) throw new StrataError('META_INVALID_ARGUMENT', 'path not set')
-    const r = await this.resolveFollow(p.parent, p.path, followLast)
+    const r = await this.resolve(p.parent, p.path)
     if (!r.entry) throw new StrataError('META_NOT_FOUND', `${p.path} not found`)
+    if (followLast && r.entry.type === 'Symlink') return (await this.followExisting(r.entry, p.path)).entry
     return r.entry
   }
 

@@ -90,7 +90,7 @@ test.serial('admin mkdir -p with layout flags, unknown chain tables and versions
   await fails(t, fsx('rm', '/ad'), 1, /^strata: META_NOT_EMPTY: directory \/ad is not empty$/m)
 })
 
-test.serial('admin gc-list: more and a ... row when -l cuts the listing, -p GcDir/Name pages on, a bad -p is INVALID_ARGUMENT, RemovedAt stays', async (t) => {
+test.serial('admin gc-list: more and a ... row when -l cuts the listing, -p GcDir/Name pages on, a bad -p is a usage error, RemovedAt stays', async (t) => {
   t.timeout(3 * 60_000)
   const { m, adm } = await cluster(t)
   const c = m.client()
@@ -128,8 +128,10 @@ test.serial('admin gc-list: more and a ... row when -l cuts the listing, -p GcDi
     page = JSON.parse(await ok(t, adm('gc-list', '-l', '2', '-p', page.next, '--json')))
   }
   t.deepEqual(names, renamed.entries.map((e: { gcDir: string; name: string }) => `${e.gcDir}/${e.name}`), 'every entry once, in order')
-  await fails(t, adm('gc-list', '-p', 'bogus'), 1, /^strata: INVALID_ARGUMENT: bad gc-list cursor "bogus", expected GcDir\/Name/m)
-  await fails(t, adm('gc-list', '-p', 'GC-Node-101.1/'), 1, /^strata: INVALID_ARGUMENT: bad gc-list cursor/m)
+  // a malformed cursor is a usage error, as dump-session's -p (it was INVALID_ARGUMENT, exit 1)
+  await fails(t, adm('gc-list', '-p', 'bogus'), 2, /^strata: usage: .*bad gc-list cursor "bogus", expected GcDir\/Name/m)
+  await fails(t, adm('gc-list', '-p', 'GC-Node-101.1/'), 2, /^strata: usage: .*bad gc-list cursor/m)
+  await fails(t, adm('gc-list', '-p', ''), 2, /^strata: usage: .*bad gc-list cursor ""/m)
 })
 
 /** Runs `strata …args` as uid/gid 65534 with no groups (setpriv), as an unprivileged operator would. */
@@ -281,6 +283,10 @@ test('admin numbers beyond their real range, malformed or empty lists, empty pat
     // permissions: octal up to 7777; a larger octal number was 'octal expected'
     [adm('set-perm', '-p', '17777', '/x'), usage(/invalid permission format: 17777 \(octal from 0 to 7777 expected\)$/)],
     [adm('mkdir', '--perm', '8', '/x'), usage(/invalid permission format: 8 \(octal from 0 to 7777 expected\)$/)],
+    // chunk size lists: an empty element was dropped ('' sent no chunk size at all)
+    [adm('create-targets', '--node-id', '1', '--chunk-size', '1M,,2M'), usage(/--chunk-size wants comma-separated chunk sizes \(64K, 1M …\) with no empty element, got "1M,,2M"$/)],
+    [adm('create-targets', '--node-id', '1', '--chunk-size', ''), usage(/--chunk-size wants comma-separated chunk sizes .* got ""$/)],
+    [adm('create-target', '--node-id', '1', '--disk-index', '0', '--target-id', '1', '--chain-id', '1', '--chunk-size', '1M,'), usage(/--chunk-size wants comma-separated chunk sizes/)],
     // empty paths and client ids name nothing
     [adm('create', ''), usage(/path is empty/)],
     [adm('mkdir', ''), usage(/path is empty/)],

@@ -42,19 +42,47 @@ function run(args: string[], opts: { input?: Buffer } = {}): Promise<{ code: num
 
 const leftovers = (d: string) => fs.readdirSync(d).filter((n) => n.includes('.strata-get-'))
 
-test('--uid, --gid and --groups beyond 4294967294 are usage errors; fs mount with one creates nothing', async (t) => {
+test('--uid, --gid and --groups beyond 4294967294, and malformed or too long --groups lists, are usage errors; fs mount with one creates nothing', async (t) => {
   const dir = tempDir(t)
   for (const id of [['--uid', '99999999999'], ['--uid', '4294967295'], ['--gid', '4294967296'], ['--groups', '1,4294967295'], ['--uid', '-1']]) {
     const r = await strata(['fs', ...id, '--mgmtd-address', '127.0.0.1:1', 'ls', '/'])
     t.is(r.code, 2, id.join(' '))
     t.regex(r.stderr, /^strata: usage: .*must be in \[0, 4294967294\]|^strata: usage: /m, id.join(' '))
   }
+  // a malformed --groups list is refused, not read as a shorter one ('1,,2' was 1 and 2, '' no groups)
+  const groupsUsage = (v: string) => new RegExp(`^strata: usage: option '--groups <gids>' argument '${v}' is invalid\\. --groups wants a comma-separated list of integers in \\[0, 4294967294\\] with no empty element, got "${v}"$`, 'm')
+  for (const v of ['1,,2', '1,', ',', '', ' ']) {
+    const r = await strata(['fs', '--groups', v, '--mgmtd-address', '127.0.0.1:1', 'ls', '/'])
+    t.is(r.code, 2, v)
+    t.regex(r.stderr, groupsUsage(v), v)
+  }
+  for (const v of ['x', '1,x', '-1', '1.5', '0x10', '4294967295']) {
+    const r = await strata(['fs', '--groups', v, '--mgmtd-address', '127.0.0.1:1', 'ls', '/'])
+    t.is(r.code, 2, v)
+    t.regex(r.stderr, /^strata: usage: option '--groups <gids>' argument .* is invalid\. --groups must be (a non-negative integer|in \[0, 4294967294\])/m, v)
+  }
+  // more than NGROUPS_MAX (65536) in all, over repeated --groups (one argument cannot hold that many)
+  const half = new Array(32769).fill('7').join(',')
+  const many = await strata(['fs', '--groups', half, '--groups', half, '--mgmtd-address', '127.0.0.1:1', 'ls', '/'])
+  t.is(many.code, 2)
+  t.regex(many.stderr, /^strata: usage: .*--groups lists 65538 groups; the kernel allows at most 65536 \(NGROUPS_MAX\)$/m)
   const highest = await strata(['fs', '--uid', '4294967294', '--gid', '4294967294', '--groups', '4294967294', '--mgmtd-address', '127.0.0.1:1', 'ls', '/'])
   t.is(highest.code, 1, highest.stderr)
   t.regex(highest.stderr, /^strata: RPC_CONNECT_FAILED: /m)
   const mnt = path.join(dir, 'a', 'mnt')
   const r = await strata(['fs', '--uid', '99999999999', 'mount', mnt, '--cluster', dir])
   t.is(r.code, 2, r.stderr)
+  t.false(fs.existsSync(path.join(dir, 'a')))
+  const g = await strata(['fs', '--groups', '1,,2', 'mount', mnt, '--cluster', dir])
+  t.is(g.code, 2, g.stderr)
+  t.false(fs.existsSync(path.join(dir, 'a')))
+  // options of strata fs that fs mount has no use for were dropped silently: with --mgmtd-address
+  // it mounted whatever cluster $STRATA_CLUSTER or ~/.strata/cluster held
+  for (const [flag, value] of [['--mgmtd-address', '127.0.0.1:1'], ['--meta-address', '127.0.0.1:1'], ['--timeout', '5']] as const) {
+    const e = await strata(['fs', flag, value, 'mount', mnt], { env: { ...process.env, STRATA_CLUSTER: dir } })
+    t.is(e.code, 2, e.stderr)
+    t.regex(e.stderr, new RegExp(`^strata: usage: fs mount does not take ${flag} \\(`, 'm'))
+  }
   t.false(fs.existsSync(path.join(dir, 'a')))
   // an empty path, local or in the DFS, is a usage error before anything is contacted
   // (ls, stat, rm and mkdir said META_INVALID_ARGUMENT, exit 1, rm and mkdir after acting on the

@@ -225,6 +225,10 @@ test.serial('admin: ls -s, set-perm, mv, rm [-r], gc-list, session-prune', async
   t.regex(await ok(t, adm('set-perm', '--iflags', '0x10', '/d/a')), /^Set permission of \/d\/a: uid 1000 gid 100 perm 0644 iflags 0x00000010$/m)
   t.deepEqual(table(await ok(t, adm('stat', '/d/a'))).find((r) => r[0] === 'IFlags'), ['IFlags', '0x00000010'])
   t.is(JSON.parse(await ok(t, adm('stat', '--json', '/d/a'))).iflags, '0x00000010')
+  // an immutable file keeps its mode and owner (EPERM, root too), and the refusal names the path given
+  const imm = await strata(adm('set-perm', '--perm', '600', '/d/a'))
+  t.is(imm.code, 1)
+  t.regex(imm.stderr, /^strata: META_NOT_PERMITTED: file \/d\/a is immutable: its mode cannot change$/m)
   t.like(JSON.parse(await ok(t, adm('set-perm', '--iflags', '0', '/d/a', '--json'))), { iflags: '0x00000000' })
   await ok(t, adm('mv', '/d/a', '/d/c'))
   const st = JSON.parse(await ok(t, adm('stat', '--json', '/d/c')))
@@ -392,9 +396,9 @@ test.serial('multi-path fs rm / mkdir go on past a failing path (exit 1); create
   t.regex(mv.stderr, /^strata: META_IS_DIRECTORY: /m)
 })
 
-test.serial('coreutils path endings: rm of DIR/. and DIR/.. is refused, FILE/ is ENOTDIR for rm, stat and get; DIR/ still works', async (t) => {
+test.serial('coreutils path endings: rm of DIR/. and DIR/.. is refused, FILE/ is ENOTDIR for rm, stat and get; DIR/ still works; a dangling symlink is named by the path given', async (t) => {
   t.timeout(3 * 60_000)
-  const { args, dir } = await cluster(t)
+  const { args, dir, m } = await cluster(t)
   const fsx = (...a: string[]) => ['fs', ...args, ...a]
   const adm = (...a: string[]) => ['admin', ...args, ...a]
   const local = path.join(dir, 'x')
@@ -419,6 +423,18 @@ test.serial('coreutils path endings: rm of DIR/. and DIR/.. is refused, FILE/ is
     t.is(r.code, 1, a.join(' '))
     t.regex(r.stderr, /^strata: META_NOT_DIRECTORY: tsl in \/tsl\/x(\/y)? is not a directory$/m, a.join(' '))
   }
+  // a dangling symlink followed (stat -L, get, admin set-perm) is named by the path given, not by
+  // what failed inside its target ('nowhere in /nowhere/x not found')
+  await m.client().symlink('/dangle', '/nowhere/x')
+  for (const a of [fsx('stat', '-L', '/dangle'), fsx('get', '/dangle', path.join(dir, 'out')), adm('set-perm', '--perm', '600', '/dangle')]) {
+    const r = await strata(a)
+    t.is(r.code, 1, a.join(' '))
+    t.regex(r.stderr, /^strata: META_NOT_FOUND: \/dangle is a dangling symlink \(to \/nowhere\/x\)$/m, a.join(' '))
+  }
+  const mid = await strata(fsx('stat', '/dangle/y'))
+  t.regex(mid.stderr, /^strata: META_NOT_FOUND: dangle in \/dangle\/y is a dangling symlink \(to \/nowhere\/x\)$/m)
+  t.is(JSON.parse(await ok(t, fsx('stat', '--json', '/dangle'))).type, 'Symlink', 'without -L: the link itself')
+  await ok(t, fsx('rm', '/dangle'))
   // nothing was removed
   for (const p of ['/rmdot/sub/f', '/rmdot3', '/ad/small', '/tsl']) await ok(t, fsx('stat', p))
   // a trailing slash on a directory names the directory, as rmdir(2) and rm -r DIR/

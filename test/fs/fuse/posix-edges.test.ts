@@ -3,7 +3,7 @@
 // process still holds when the mount is stopped, set-group-id bits of another group's files.
 import test from 'ava'
 import { spawn } from 'node:child_process'
-import { PY_EXPECT_ERR, fuseSkipReason, ok, py, run, startFuseCluster } from './helpers.js'
+import { PY_EXPECT_ERR, fuseSkipReason, ok, py, run, sh, startFuseCluster } from './helpers.js'
 
 const skip = fuseSkipReason()
 const t = skip ? test.skip : test.serial
@@ -536,4 +536,49 @@ t('moving another user\'s directory to another parent needs write permission on 
     `${r.mnt}/a: renamed  ${r.mnt}/b: rootdir rootfile `,
     `PermissionError: [Errno 13] Permission denied: '${u.mnt}/a/mine' -> '${u.mnt}/nw/full'`,
   ])
+})
+
+// argv: root's mount, the owner's (uid 1000) mount. f (1000's, 0644, "hello") is immutable.
+const IMMUTABLE_ATTRS = String.raw`
+set -uo pipefail
+R=$1 U=$2
+before=$(stat -c '%a %u %g %X %Y' $R/f)
+for m in $R $U; do
+  for c in 'chmod 600' 'chmod 644' 'chown 1001' 'chgrp 1000' 'touch' 'touch -d 2020-01-01' 'truncate -s 0' 'truncate -s 100'; do
+    out=$(LC_ALL=C $c $m/f 2>&1) && echo "$c: done" || echo "$c: $(echo "$out" | sed 's/.*: //')"
+  done
+  python3 -c "import os, sys; os.truncate(sys.argv[1], 1)" $m/f 2>&1 | tail -1
+done
+[ "$(stat -c '%a %u %g %X %Y' $R/f)" = "$before" ] && echo unchanged
+cat $R/f; echo
+`
+
+t('chmod, chown, chgrp, touch and truncate of an immutable file fail with EPERM, as root and as its owner, and change nothing', async (t) => {
+  const c = await startFuseCluster(t)
+  const r = await c.mount({ name: 'root' })
+  const u = await c.mount({ name: 'u1000', uid: 1000, gid: 1000 })
+  const root = c.m.client()
+  await root.create('/f', { flags: { access: 'r', create: true }, perm: 0o644 })
+  await sh(`printf hello > ${r.mnt}/f`)
+  await root.setAttr('/f', { uid: 1000, gid: 1000 })
+  await root.setAttr('/f', { iflags: 0x10 })
+  const res = await run('bash', ['-c', IMMUTABLE_ATTRS, 'imm', r.mnt, u.mnt])
+  ok(t, res, 'setattr probes')
+  t.log(`probes took ${res.ms} ms`)
+  const each = [
+    'chmod 600: Operation not permitted',
+    'chmod 644: Operation not permitted',
+    'chown 1001: Operation not permitted',
+    'chgrp 1000: Operation not permitted',
+    'touch: Operation not permitted',
+    'touch -d 2020-01-01: Operation not permitted',
+    'truncate -s 0: Operation not permitted',
+    'truncate -s 100: Operation not permitted',
+    'PermissionError: [Errno 1] Operation not permitted: \'MNT/f\'',
+  ]
+  t.deepEqual(res.stdout.trim().split('\n'), [...each.map((l) => l.replace('MNT', r.mnt)), ...each.map((l) => l.replace('MNT', u.mnt)), 'unchanged', 'hello'])
+  // once the flag is cleared, all of it works again
+  await root.setAttr('/f', { iflags: 0 })
+  ok(t, await sh(`chmod 600 ${u.mnt}/f && touch ${u.mnt}/f && truncate -s 1 ${u.mnt}/f && chown 1001 ${r.mnt}/f`), 'after chattr -i')
+  t.deepEqual([(await root.stat('/f')).acl.perm, (await root.stat('/f')).acl.uid, (await root.stat('/f')).file!.length], [0o600, 1001, 1])
 })

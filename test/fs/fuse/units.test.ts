@@ -108,6 +108,14 @@ test('config: defaults, validation, FUSE option strings', (t) => {
   t.throws(() => resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: [] }), { message: /mgmtdAddresses/ })
   t.throws(() => resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: ['127.0.0.1:1'], stateFile: '/m/state' }), { message: /inside/ })
   t.throws(() => resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: ['127.0.0.1:1'], attrTimeout: -1 }))
+  // the identity: what meta takes, or the daemon would start and every request fail (groups
+  // that were not integers were dropped silently, a uid of 2^40 was taken)
+  const id = (o: object) => resolveFuseConfig({ mountpoint: '/m', mgmtdAddresses: ['127.0.0.1:1'], ...o })
+  t.deepEqual([id({ uid: 4294967294, gid: 0, groups: [1, 4294967294] }).uid, id({ uid: 5, gid: 5, groups: [1, 2] }).groups], [4294967294, [1, 2]])
+  for (const bad of [{ uid: 2 ** 40 }, { uid: -1 }, { gid: 4294967295 }, { uid: '5' }, { groups: [1, '2'] }, { groups: [1, null] }, { groups: [1.5] }, { groups: '1,2' }, { groups: new Array(65537).fill(1) }]) {
+    t.throws(() => id(bad), { code: 'BAD_CONFIG', message: /fuse config: (uid|gid|groups)/ }, JSON.stringify(bad).slice(0, 40))
+  }
+  t.is(id({ groups: new Array(65536).fill(1) }).groups.length, 65536, 'NGROUPS_MAX itself is fine')
   t.is(fuseTimeout(0), 0.001)
   t.is(fuseTimeout(2), 2)
   const opts = extraFuseOptions(c)

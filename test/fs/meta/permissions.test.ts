@@ -120,6 +120,48 @@ test.serial('permission matrix: uid 1000 vs 1001, sticky, setgid, immutable, roo
   t.is(await codeOf(b.list('/home/open')), 'META_NO_PERMISSION')
 })
 
+test.serial('an immutable inode keeps its mode, owner, group and times, for root and the owner alike (Linux may_setattr; 3FS does not check)', async (t) => {
+  const root = m.client()
+  const a = m.client({ uid: 1000, gid: 1000, groups: [2000] })
+  await root.mkdirs('/immattr', { perm: 0o777 })
+  const made = (await a.create('/immattr/f', { flags: { access: 'r', create: true }, perm: 0o644 })).stat
+  await a.mkdirs('/immattr/d', { perm: 0o755 })
+  await root.setAttr('/immattr/f', { iflags: FS_IMMUTABLE_FL })
+  await root.setAttr('/immattr/d', { iflags: FS_IMMUTABLE_FL })
+  const before = await root.statById(made.id)
+  const refused = async (who: typeof root, path: string, attrs: Parameters<typeof root.setAttr>[1]) => {
+    const e = await t.throwsAsync(who.setAttr(path, attrs))
+    return `${(e as { code?: string }).code}: ${(e as { reason?: string }).reason}`
+  }
+  t.regex(await refused(root, '/immattr/f', { perm: 0o600 }), /^META_NOT_PERMITTED: .* is immutable: its mode cannot change$/)
+  t.regex(await refused(a, '/immattr/f', { perm: 0o644 }), /its mode cannot change$/, 'the owner, and an unchanged mode, too')
+  t.regex(await refused(root, '/immattr/f', { uid: 1001 }), /its owner cannot change$/)
+  t.regex(await refused(a, '/immattr/f', { gid: 2000 }), /its group cannot change$/)
+  t.regex(await refused(root, '/immattr/f', { mtime: 1_000_000 }), /its times cannot change$/)
+  t.regex(await refused(a, '/immattr/f', { atime: -1, mtime: -1 }), /its times cannot change$/, '"now" too (touch)')
+  t.regex(await refused(root, '/immattr/f', { uid: 5, gid: 5, perm: 0o600 }), /its mode, owner, group cannot change$/)
+  t.regex(await refused(root, '/immattr/f', { iflags: FS_IMMUTABLE_FL, perm: 0o600 }), /its mode cannot change$/, 'keeping the flag in the same request')
+  t.regex(await refused(root, '/immattr/d', { perm: 0o700 }), /its mode cannot change$/, 'directories too')
+  const after = await root.statById(made.id)
+  t.deepEqual([after.acl, after.atime, after.mtime, after.ctime], [before.acl, before.atime, before.mtime, before.ctime])
+  // the tree root is immutable (3FS Acl::root) only to keep it in place: its times still change (tar -x into a mount root)
+  t.is((await root.stat('/')).acl.iflags, FS_IMMUTABLE_FL)
+  t.is((await root.setAttr('/', { atime: 1_000_000, mtime: 1_000_000 })).mtime, 1_000_000)
+  await root.setAttr('/', { atime: -1, mtime: -1 })
+  // a directory's layout (the policy for new files) and the flag itself still change
+  const dir = await root.stat('/immattr/d')
+  t.is((await root.setAttr('/immattr/d', { layout: dir.directory!.layout })).id, dir.id)
+  // clearing the flag in the request that also chmods is chattr -i, then chmod; setting it, chmod then chattr +i
+  const cleared = await root.setAttr('/immattr/f', { iflags: 0, perm: 0o600 })
+  t.deepEqual([cleared.acl.iflags, cleared.acl.perm], [0, 0o600])
+  const set = await root.setAttr('/immattr/f', { iflags: FS_IMMUTABLE_FL, perm: 0o640 })
+  t.deepEqual([set.acl.iflags, set.acl.perm], [FS_IMMUTABLE_FL, 0o640])
+  await root.setAttr('/immattr/f', { iflags: 0 })
+  await root.setAttr('/immattr/d', { iflags: 0 })
+  t.is((await a.setAttr('/immattr/f', { perm: 0o644, mtime: -1 })).acl.perm, 0o644, 'without the flag all is as before')
+
+})
+
 test.serial('setAttr refuses uid and gid 4294967295 ((uid_t)-1, chown\'s "unchanged"), from root too; everything else stays', async (t) => {
   const root = m.client()
   await root.mkdirs('/ids')

@@ -70,6 +70,35 @@ test.serial('symlinks: relative and absolute, follow rules, ELOOP limits, unlink
   t.false((await c.gcList()).some((e) => e.inode === target.stat.id))
 })
 
+test.serial('a dangling symlink is named by the path the caller gave, with its target as detail, not by what failed inside the target', async (t) => {
+  const c = m.client()
+  await c.mkdirs('/dl/dir', { recursive: true })
+  await c.symlink('/dl/abs', '/nowhere/x')
+  await c.symlink('/dl/rel', 'missing')
+  await c.symlink('/dl/chain', 'abs')
+  await c.create('/dl/file', { flags: { access: 'r', create: true } })
+  await c.symlink('/dl/tofile', 'file/x')
+  const err = async (p: Promise<unknown>) => {
+    const e = (await t.throwsAsync(p)) as { code?: string; reason?: string; detail?: Record<string, unknown> }
+    return { what: `${e.code}: ${e.reason}`, target: e.detail?.target }
+  }
+  const follow = { followLastSymlink: true }
+  t.deepEqual(await err(c.stat('/dl/abs', follow)), { what: 'META_NOT_FOUND: /dl/abs is a dangling symlink (to /nowhere/x)', target: '/nowhere/x' })
+  t.deepEqual(await err(c.stat('/dl/rel', follow)), { what: 'META_NOT_FOUND: /dl/rel is a dangling symlink (to missing)', target: 'missing' })
+  t.deepEqual(await err(c.stat('/dl/chain', follow)), { what: 'META_NOT_FOUND: /dl/chain is a dangling symlink (to abs)', target: 'abs' })
+  t.deepEqual(await err(c.open('/dl/abs', { access: 'r' })), { what: 'META_NOT_FOUND: /dl/abs is a dangling symlink (to /nowhere/x)', target: '/nowhere/x' })
+  t.deepEqual(await err(c.setAttr('/dl/rel', { perm: 0o600 })), { what: 'META_NOT_FOUND: /dl/rel is a dangling symlink (to missing)', target: 'missing' })
+  // in the middle of a path: named on the whole path, as a missing component is
+  t.deepEqual(await err(c.stat('/dl/abs/y')), { what: 'META_NOT_FOUND: abs in /dl/abs/y is a dangling symlink (to /nowhere/x)', target: '/nowhere/x' })
+  // a link to something that is not a directory, and a plain missing name, keep their own errors
+  t.is(await codeOf(c.stat('/dl/tofile', follow)), 'META_NOT_DIRECTORY')
+  t.deepEqual(await err(c.stat('/dl/none', follow)), { what: 'META_NOT_FOUND: /dl/none not found', target: undefined })
+  // the link itself is still there, and create through it still makes its target
+  t.is((await c.stat('/dl/rel')).type, 'Symlink')
+  const made = await c.create('/dl/rel', { flags: { access: 'r', create: true } })
+  t.is((await c.stat('/dl/missing')).id, made.stat.id)
+})
+
 test.serial('directory lock: others cannot change the directory while a client holds it', async (t) => {
   const root = m.client()
   const dir = await root.mkdirs('/locked', { perm: 0o777 })
