@@ -203,8 +203,7 @@ export class LayerMounts {
         e.idle.unref()
         return
       }
-      this.#entries.delete(digest)
-      await this.#unmount(digest, e.dir)
+      await this.#unmountEntry(e)
     })
   }
 
@@ -213,9 +212,21 @@ export class LayerMounts {
       const e = this.#entries.get(digest)
       if (!e || e.users.size > 0) return
       if (e.idle) clearTimeout(e.idle)
-      this.#entries.delete(digest)
-      await this.#unmount(digest, e.dir)
+      await this.#unmountEntry(e)
     })
+  }
+
+  /**
+   * Unmounts a layer nobody holds; it stays in the list until the unmount is
+   * over (the node's layer listing never shows none while one is still
+   * mounted). Runs inside the digest's queue, so no acquire sees it meanwhile.
+   */
+  async #unmountEntry(e: Entry): Promise<void> {
+    try {
+      await this.#unmount(e.digest, e.dir)
+    } finally {
+      this.#entries.delete(e.digest)
+    }
   }
 
   /** Unmounts every lingering layer nobody uses now (instead of waiting for lingerMs). */

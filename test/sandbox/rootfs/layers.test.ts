@@ -52,6 +52,32 @@ test.serial('concurrent acquires of one layer share one mount; the last release 
   t.deepEqual((await env.store.listLeases()).filter((x) => x.holder === n.nodeId), [])
 })
 
+test.serial('the layer list shows a layer until its unmount is over, never empty while it is mounted', async (t) => {
+  const n = node(t, env)
+  const d = digests()[0]!
+  // look at every turn of the event loop while the last release unmounts: a listing without the
+  // layer (what a node's status reports, and what a caller waits on) must mean it is unmounted.
+  // The unmount runs on the mount thread, so how long the window is depends on the machine: 20 rounds.
+  let looks = 0
+  let dir = ''
+  for (let round = 0; round < 20; round++) {
+    const h = await n.layers.acquire(d, 'u')
+    dir = h.dir
+    const released = h.release()
+    let done = false
+    void released.finally(() => (done = true))
+    while (!done) {
+      looks++
+      if (n.layers.list().length === 0 && mountCount(h.dir) > 0) t.fail(`round ${round}: the list is empty but ${h.dir} is still mounted`)
+      await new Promise((r) => setImmediate(r))
+    }
+    await released
+  }
+  t.log(`${looks} looks`)
+  t.deepEqual(n.layers.list(), [])
+  t.is(mountCount(dir), 0)
+})
+
 test.serial('a layer that is not stored fails with IMAGE_BLOB_MISSING and leaves nothing', async (t) => {
   const n = node(t, env)
   const missing = 'sha256:' + '0'.repeat(64)
