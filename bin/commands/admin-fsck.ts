@@ -5,7 +5,6 @@ import type { Command } from 'commander'
 import { readClusterFile, resolveClusterDir } from '../../fs/admin/cluster-file.js'
 import { StrataError } from '../../fs/common/errors.js'
 import type { KvDurability } from '../../fs/kv/index.js'
-import { fsckKvPath } from '../../fs/meta/fsck.js'
 import type { GlobalOpts } from './admin-fs.js'
 import { dirArg, out, printJson } from './output.js'
 
@@ -41,6 +40,8 @@ durability it records); it must be on this host. --json prints {inodes, entries,
     .action(async (o: { kv?: string }, cmd: Command) => {
       const g = cmd.optsWithGlobals() as GlobalOpts
       const kv = o.kv !== undefined ? { kvPath: o.kv } : clusterKv(g.cluster)
+      // loaded here: the checker opens the KV through lmdb, which no other admin command needs at start
+      const { fsckKvPath } = await import('../../fs/meta/fsck.js')
       const r = await fsckKvPath(kv.kvPath, kv.durability)
       if (g.json) printJson(r)
       else {

@@ -5,7 +5,10 @@
 import { StrataError } from '../common/errors.js'
 import { MgmtdMethod, ServiceId, StorageMethod } from '../common/services.js'
 import type { NodeId, RoutingInfo, TargetInfo } from '../common/types.js'
-import { MgmtdClient, type GetRoutingInfoRsp } from '../mgmtd/index.js'
+// the client alone: mgmtd/index.js also loads the service and its lmdb store, which every
+// CLI command that talks to a cluster would pay for at start
+import { MgmtdClient } from '../mgmtd/client.js'
+import type { GetRoutingInfoRsp } from '../mgmtd/protocol.js'
 import { RpcClient } from '../rpc/index.js'
 import { clusterExists, readClusterFile, resolveClusterDir, type ClusterFile } from './cluster-file.js'
 

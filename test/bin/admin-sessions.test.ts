@@ -10,7 +10,7 @@ import test, { type ExecutionContext } from 'ava'
 import fs from 'node:fs'
 import path from 'node:path'
 import { spawn, type ChildProcess } from 'node:child_process'
-import { startMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
+import { useSharedMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
 import { freePort } from '../helpers/procs.js'
 import { fuseSkipReason, mountFuse } from '../fs/fuse/helpers.js'
 import { STRATA, ok, strata, table, tempDir, until } from './helpers.js'
@@ -28,9 +28,15 @@ interface SessionJson {
   timestamp: number
 }
 
-async function cluster(t: ExecutionContext): Promise<{ m: MetaCluster; adm: (...a: string[]) => string[]; fsx: (...a: string[]) => string[] }> {
-  // no automatic pruning of dead clients' sessions: the test shows them and prunes them by hand
-  const m = await startMetaCluster(t, { chunkSize: 65536, stripeSize: 1, meta: { sessionScanIntervalMs: 600_000 } })
+// One cluster for the serial tests (a cluster start is most of such a test's
+// cost). They count every write session, so each closes or prunes the ones it
+// opened before the next starts.
+// No automatic pruning of dead clients' sessions: the tests show them and prune them by hand.
+let shared: MetaCluster
+useSharedMetaCluster(test, { chunkSize: 65536, stripeSize: 1, meta: { sessionScanIntervalMs: 600_000 } }, (m) => (shared = m))
+
+function cluster(): { m: MetaCluster; adm: (...a: string[]) => string[]; fsx: (...a: string[]) => string[] } {
+  const m = shared
   const args = ['--mgmtd-address', m.c.mgmtdAddress]
   return { m, adm: (...a: string[]) => ['admin', ...args, ...a], fsx: (...a: string[]) => ['fs', ...args, ...a] }
 }
@@ -63,7 +69,7 @@ function heldPut(t: ExecutionContext, fsx: (...a: string[]) => string[], dfsPath
 
 test.serial('list-clients and dump-session: a file client process holding a file open shows up in both; killed, it leaves list-clients and session-prune --client-id removes its session', async (t) => {
   t.timeout(4 * 60_000)
-  const { m, adm, fsx } = await cluster(t)
+  const { m, adm, fsx } = cluster()
   await ok(t, adm('mkdir', '/w'))
 
   const put = heldPut(t, fsx, '/w/held')
@@ -104,7 +110,11 @@ test.serial('list-clients and dump-session: a file client process holding a file
   // more writers (an in-test client that stays alive): paging with -l and -p over all of them
   const c = m.client()
   await c.mkdirs('/p')
-  for (let i = 0; i < 5; i++) await c.create(`/p/f${i}`, { session: `s${i}` })
+  const open: bigint[] = []
+  t.teardown(async () => {
+    for (const [i, id] of open.entries()) await c.close(id, `s${i}`, false).catch(() => undefined)
+  })
+  for (let i = 0; i < 5; i++) open.push((await c.create(`/p/f${i}`, { session: `s${i}` })).stat.id)
   const all = (await sessions(t, adm)).sessions
   t.is(all.length, 6)
   t.is((await sessions(t, adm, '--client-id', c.clientId)).sessions.length, 5)
@@ -159,7 +169,7 @@ test.serial('list-clients and dump-session: a FUSE daemon with a file open for w
     return
   }
   t.timeout(4 * 60_000)
-  const { m, adm } = await cluster(t)
+  const { m, adm } = cluster()
   const mnt = await mountFuse(t, m)
   const fuse = await until('the FUSE daemon in list-clients', async () => (await clients(t, adm)).find((c) => c.pid === mnt.pid), 30_000)
   t.is(fuse.type, 'FUSE')

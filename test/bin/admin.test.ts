@@ -195,7 +195,8 @@ test.serial('the 3FS deploy flow by hand: init-cluster, create-target, upload-ch
 
 test.serial('scenario 26: headers, upload-chains -d, invalid CSVs rejected, offline-target of a sole replica needs --force', async (t) => {
   const dir = path.join(tempDir(t), 'c')
-  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '2', '--targets-per-node', '1', '--replicas', '1', '-q'])
+  // admin commands only: no FUSE mount or sandbox daemon to start and stop
+  await ok(t, ['cluster', 'up', '--dir', dir, '--storage-nodes', '2', '--targets-per-node', '1', '--replicas', '1', '--no-mount', '--no-sandbox', '-q'])
   const A = ['admin', '--cluster', dir]
   t.deepEqual(table(await ok(t, [...A, 'list-chains']))[0], ['ChainId', 'ChainTable', 'ChainTableVersion', 'ChainVersion', 'Status', 'PreferredOrder', 'Target'])
   t.deepEqual(table(await ok(t, [...A, 'list-targets']))[0], ['TargetId', 'ChainId', 'Role', 'PublicState', 'LocalState', 'NodeId', 'DiskIndex', 'UsedSize'])

@@ -89,6 +89,17 @@ test('a command loads only its own group: strata fs loads no sandbox, image or c
   for (const g of ['fs', 'admin', 'cluster', 'image', 'sandbox', 'daemon']) t.regex(all.stdout, new RegExp(`^  ${g}\\b`, 'm'), g)
 })
 
+test('strata admin and strata fs load no lmdb and no mgmtd service at start (a tenth of every command\'s start-up CPU)', async (t) => {
+  for (const group of ['admin', 'fs']) {
+    const r = await withHooks(t, [group, '--help'], {})
+    t.is(r.code, 0, r.stderr)
+    t.true(r.loaded.some((u) => u.endsWith(`/dist/bin/commands/${group}.js`)), `the ${group} group was loaded`)
+    for (const bad of ['/node_modules/lmdb/', '/dist/fs/mgmtd/service.js', '/dist/fs/kv/']) {
+      t.deepEqual(r.loaded.filter((u) => u.includes(bad)), [], `${group}: ${bad}`)
+    }
+  }
+})
+
 test('a module that fails to load is strata: INTERNAL: … and exit 1, not a stack trace; other groups still run', async (t) => {
   const broken = await withHooks(t, ['fs', 'ls', '/'], { STRATA_TEST_BREAK: '/dist/bin/commands/fs.js' })
   t.is(broken.code, 1)

@@ -11,14 +11,30 @@ import { randomBytes } from 'node:crypto'
 import { spawn, spawnSync } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { ExecutionContext } from 'ava'
-import { startMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
+import { startMetaCluster, useSharedMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
 import { until } from '../helpers/procs.js'
 import { FileSystem } from '../../fs/client/index.js'
 import { fuseUsable } from '../../fs/fuse/cluster-role.js'
 import { STRATA, ok, strata, tempDir } from './helpers.js'
 
+const CLUSTER = { chunkSize: 65536, stripeSize: 2 }
+
+// One cluster for the serial tests that leave its processes alone (a cluster
+// start is most of such a test's cost); each starts from an empty root.
+let shared: MetaCluster
+useSharedMetaCluster(test, CLUSTER, (m) => (shared = m))
+
 async function cluster(t: ExecutionContext): Promise<{ m: MetaCluster; args: string[]; dir: string; fsys: FileSystem }> {
-  const m = await startMetaCluster(t, { chunkSize: 65536, stripeSize: 2 })
+  await shared.emptyRoot()
+  return withClient(t, shared)
+}
+
+/** A cluster of the test's own, for a test that kills its processes. */
+async function ownCluster(t: ExecutionContext): Promise<{ m: MetaCluster; args: string[]; dir: string; fsys: FileSystem }> {
+  return withClient(t, await startMetaCluster(t, CLUSTER))
+}
+
+function withClient(t: ExecutionContext, m: MetaCluster): { m: MetaCluster; args: string[]; dir: string; fsys: FileSystem } {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fs-local-'))
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
   const fsys = new FileSystem({ mgmtdAddresses: [m.c.mgmtdAddress], metaAddresses: [...m.metaAddresses] })
@@ -102,7 +118,7 @@ test('--uid, --gid and --groups beyond 4294967294, and malformed or too long --g
 
 test.serial('fs get: pipes, FIFOs and /dev/stdout are written in order; a regular file is replaced atomically and survives a failed or interrupted get', async (t) => {
   t.timeout(4 * 60_000)
-  const { m, args, dir } = await cluster(t)
+  const { m, args, dir } = await ownCluster(t)
   const fsx = (...a: string[]) => ['fs', ...args, ...a]
   const data = randomBytes(300_000)
   fs.writeFileSync(path.join(dir, 'src'), data)

@@ -8,15 +8,31 @@ import os from 'node:os'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { layoutChainIndexes, type Layout } from '../../fs/common/layout.js'
-import { startMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
+import { startMetaCluster, useSharedMetaCluster, type MetaCluster } from '../helpers/meta-cluster.js'
 import { spawn } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { STRATA, ok, strata, table } from './helpers.js'
 import { freePort } from '../helpers/procs.js'
 import type { ExecutionContext } from 'ava'
 
+const CLUSTER = { chunkSize: 65536, stripeSize: 2 }
+
+// One cluster for the serial tests that leave its processes alone (a cluster
+// start is most of such a test's cost); each starts from an empty root.
+let shared: MetaCluster
+useSharedMetaCluster(test, CLUSTER, (m) => (shared = m))
+
 async function cluster(t: ExecutionContext): Promise<{ m: MetaCluster; args: string[]; dir: string }> {
-  const m = await startMetaCluster(t, { chunkSize: 65536, stripeSize: 2 })
+  await shared.emptyRoot()
+  return withLocalDir(t, shared)
+}
+
+/** A cluster of the test's own, for a test that kills its processes. */
+async function ownCluster(t: ExecutionContext): Promise<{ m: MetaCluster; args: string[]; dir: string }> {
+  return withLocalDir(t, await startMetaCluster(t, CLUSTER))
+}
+
+function withLocalDir(t: ExecutionContext, m: MetaCluster): { m: MetaCluster; args: string[]; dir: string } {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-fs-cli-'))
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
   return { m, dir, args: ['--mgmtd-address', m.c.mgmtdAddress] }
@@ -292,7 +308,7 @@ test.serial('fs --uid/--gid act with exactly the groups asked for: the caller\'s
 
 test.serial('fs put is atomic: the target is the old file or the whole new one (SIGINT, chains down); --timeout bounds the failure', async (t) => {
   t.timeout(4 * 60_000)
-  const { m, args, dir } = await cluster(t)
+  const { m, args, dir } = await ownCluster(t)
   const fsx = (...a: string[]) => ['fs', ...args, ...a]
   const v1 = randomBytes(300_000)
   fs.writeFileSync(path.join(dir, 'v1'), v1)

@@ -76,6 +76,18 @@ export class MetaCluster {
     this.alive.set(clientId, timer)
   }
 
+  private cleaner: MetaTestClient | null = null
+
+  /**
+   * Removes everything under the root (recursively, as root), so a test on a
+   * cluster shared by a file's tests starts from the namespace a fresh
+   * cluster has. Removed files go to the GC directories as any remove does.
+   */
+  async emptyRoot(): Promise<void> {
+    this.cleaner ??= this.client()
+    for (const e of await this.cleaner.listAll('/')) await this.cleaner.remove(`/${e.name}`, { recursive: true })
+  }
+
   /** Stops extending the client's mgmtd session, as if the client process died. */
   crash(clientId: string): void {
     const timer = this.alive.get(clientId)

@@ -22,14 +22,17 @@ const t = skip ? test.skip : test.serial
 
 const strata = (args: string[]) => run(process.execPath, [CLI, ...args], { env: { STRATA_LOG_LEVEL: 'error' }, timeoutMs: 180_000 })
 
+/** One storage node with one target: for the tests about mounts that kill no server (each such test starts a cluster, most of its cost). */
+const SMALL = ['--storage-nodes', '1', '--targets-per-node', '1', '--replicas', '1']
+
 /** A cluster in a temp dir (no sandbox daemon), destroyed with its mounts at teardown; `mnts` are cleared too if anything is left. */
-async function cluster(t: ExecutionContext, mnts: string[]): Promise<string> {
+async function cluster(t: ExecutionContext, mnts: string[], size: string[] = []): Promise<string> {
   const dir = path.join(tmpDir(t, 'strata-fuse-cm-'), 'c')
   t.teardown(async () => {
     await strata(['cluster', 'destroy', '--force', '--dir', dir])
     for (const p of [...mnts, path.join(dir, 'mnt')]) if (findMount(p)) await forceUnmount(p)
   })
-  ok(t, await strata(['cluster', 'up', '--dir', dir, '--no-sandbox', '-q']), 'cluster up')
+  ok(t, await strata(['cluster', 'up', '--dir', dir, '--no-sandbox', ...size, '-q']), 'cluster up')
   return dir
 }
 
@@ -58,7 +61,7 @@ t('cluster status lists fs mount mounts; cluster down stops them (background and
   const base = tmpDir(t, 'strata-fuse-cm-m-')
   const m2 = path.join(base, 'm2')
   const m3 = path.join(base, 'm3')
-  const dir = await cluster(t, [m2, m3])
+  const dir = await cluster(t, [m2, m3], SMALL)
   const pid = await mountInBackground(t, dir, m2)
   const fg = await foregroundMount(t, dir, m3)
   ok(t, await sh(`echo hello > ${m2}/hello && cat ${m3}/hello`), 'both mounts serve')
@@ -92,7 +95,7 @@ t('Ctrl-C (SIGINT) of fs mount --foreground unmounts cleanly and exits 130; SIGT
   const base = tmpDir(t, 'strata-fuse-cm-int-')
   const m2 = path.join(base, 'm2')
   const m3 = path.join(base, 'm3')
-  const dir = await cluster(t, [m2, m3])
+  const dir = await cluster(t, [m2, m3], SMALL)
   for (const [mnt, sig, code] of [[m2, 'SIGINT', 130], [m3, 'SIGTERM', 0]] as const) {
     const fg = await foregroundMount(t, dir, mnt, 1)
     ok(t, await sh(`echo hello > ${mnt}/f-${sig} && cat ${mnt}/f-${sig}`), `the mount serves (${sig})`)
@@ -108,7 +111,7 @@ t('Ctrl-C (SIGINT) of fs mount --foreground unmounts cleanly and exits 130; SIGT
 
 t('cluster destroy --force stops fs mount daemons; destroy without --force refuses while one runs', async (t) => {
   const m2 = path.join(tmpDir(t, 'strata-fuse-cm-d-'), 'm2')
-  const dir = await cluster(t, [m2])
+  const dir = await cluster(t, [m2], SMALL)
   const pid = await mountInBackground(t, dir, m2)
   // the servers stopped, the mount still runs: destroy refuses
   ok(t, await strata(['cluster', 'kill', '--dir', dir, '--node', 'mgmtd']), 'kill mgmtd')
@@ -127,7 +130,7 @@ t('cluster destroy --force stops fs mount daemons; destroy without --force refus
 t('a FUSE daemon started by hand with strata daemon fuse and a clusterDir is listed by cluster status and stopped by cluster down', async (t) => {
   const base = tmpDir(t, 'strata-fuse-cm-h-')
   const m2 = path.join(base, 'm2')
-  const dir = await cluster(t, [m2])
+  const dir = await cluster(t, [m2], SMALL)
   const file = JSON.parse(fs.readFileSync(path.join(dir, 'cluster.json'), 'utf8')) as { mgmtdAddresses: string[] }
   // a config of the user's own, named relative to the daemon's working directory
   fs.writeFileSync(path.join(base, 'mine.json'), JSON.stringify({ mountpoint: m2, mgmtdAddresses: file.mgmtdAddresses, clusterDir: dir }))
@@ -194,7 +197,7 @@ t('with mgmtd gone but a meta server and other replicas alive, requests still su
 
 t('fs umount of a mount whose daemon was SIGKILLed clears it and drops its record in the cluster directory', async (t) => {
   const m3 = path.join(tmpDir(t, 'strata-fuse-cm-k-'), 'm3')
-  const dir = await cluster(t, [m3])
+  const dir = await cluster(t, [m3], SMALL)
   const pid = await mountInBackground(t, dir, m3)
   const records = () => fs.readdirSync(path.join(dir, 'mounts'))
   t.is(records().length, 1)
@@ -215,7 +218,7 @@ t('fs umount of a mount whose daemon was SIGKILLed clears it and drops its recor
 t('fs umount stops the daemon when its mount is dead or its config is gone', async (t) => {
   const base = tmpDir(t, 'strata-fuse-cm-u-')
   const m2 = path.join(base, 'm2')
-  const dir = await cluster(t, [m2])
+  const dir = await cluster(t, [m2], SMALL)
   // a dead mount (connection aborted) whose daemon still runs
   const a = await strata(['fs', 'mount', m2, '--cluster', dir])
   ok(t, a, 'fs mount')
