@@ -757,7 +757,10 @@ export class MetaStore {
   private async checkSetAttr(inode: Inode, req: SetAttrReq): Promise<void> {
     const user = req.user
     const owner = user.uid === inode.acl.uid
-    if (isTreeRoot(inode.id) && (req.perm != null || req.uid != null || req.gid != null)) throw notPermitted(`the permissions of tree root ${inode.id} cannot change`)
+    // a tree root's mode and owner stay as created; setting them to what they are is no change (tar -x and
+    // rsync -a of a tree into a mount root set its owner and mode to the archived ones, usually the same)
+    const rootChange = (req.perm != null && (req.perm & ALLPERMS) !== inode.acl.perm) || (req.uid != null && req.uid !== inode.acl.uid) || (req.gid != null && req.gid !== inode.acl.gid)
+    if (isTreeRoot(inode.id) && rootChange) throw notPermitted(`the permissions of tree root ${inode.id} cannot change`)
     if (req.iflags != null && req.iflags !== inode.acl.iflags) {
       if (req.iflags & ~FS_FL_SUPPORTED) throw new StrataError('META_INVALID_ARGUMENT', `only iflags 0x${FS_FL_SUPPORTED.toString(16)} are supported`)
       if (!(inode.acl.iflags & FS_CHAIN_ALLOCATION_FL) && req.iflags & FS_CHAIN_ALLOCATION_FL && !this.s.iflagsChainAllocation) throw notPermitted('FS_CHAIN_ALLOCATION_FL is disabled')

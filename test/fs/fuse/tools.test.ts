@@ -81,6 +81,13 @@ t('tar round trip through the mount', async (t) => {
   t.is((await sh(`cd ${local}/back && ${MTIMES}`)).stdout, (await sh(`cd ${src} && ${MTIMES}`)).stdout)
   // a tar file written to and read from the mount
   ok(t, await sh(`tar -C ${src} -czf ${a.mnt}/tree.tgz . && mkdir ${local}/back2 && tar -C ${local}/back2 -xzf ${a.mnt}/tree.tgz && diff -r --no-dereference ${src} ${local}/back2`), 'tgz on the mount')
+  // into the mount root itself, as root: tar sets the root's owner and mode to the archived `.` (here what
+  // they are already) and its times; the tree root's owner and mode cannot change, setting them unchanged works
+  const top = path.join(local, 'top')
+  ok(t, await sh(`mkdir -m 0755 ${top} && echo hi > ${top}/f && chown 0:0 ${top} && tar -C ${top} -cf - . | tar -C ${a.mnt} -xf - && cat ${a.mnt}/f`), 'tar into the mount root')
+  const other = await sh(`chmod 0700 ${top} && tar -C ${top} -cf - . | tar -C ${a.mnt} -xf -`)
+  t.not(other.code, 0, 'a different mode for the root is refused')
+  t.regex(other.stderr, /Cannot change mode to rwx------: Operation not permitted/)
 })
 
 t('git clone onto the mount, git fsck, commit, gc', async (t) => {

@@ -58,8 +58,12 @@ test.serial('permission matrix: uid 1000 vs 1001, sticky, setgid, immutable, roo
   t.is(await codeOf(b.setAttr('/home/open/f', { mtime: -1 })), 'META_NO_PERMISSION')
   const set = await a.setAttr('/home/open/f', { mtime: 1_700_000_000_000_000, atime: 1_700_000_000_000_000 })
   t.is(set.mtime, 1_700_000_000_000_000)
-  // tree roots keep their permissions
+  // tree roots keep their permissions; setting the ones they have is no change (tar -x into a mount root)
   t.is(await codeOf(root.setAttr('/', { perm: 0o777 })), 'META_NOT_PERMITTED')
+  t.is(await codeOf(root.setAttr('/', { uid: 1000 })), 'META_NOT_PERMITTED')
+  t.is(await codeOf(root.setAttr('/', { uid: 0, gid: 1000 })), 'META_NOT_PERMITTED')
+  const top = await root.stat('/')
+  t.deepEqual((await root.setAttr('/', { uid: top.acl.uid, gid: top.acl.gid, perm: top.acl.perm })).acl, top.acl)
 
   // sticky directory: only the owner of the file (or of the directory, or root) removes or renames
   await root.mkdirs('/tmp', { perm: 0o1777 })
