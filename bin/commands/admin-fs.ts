@@ -26,7 +26,7 @@ import { checkFileCreatePath } from '../../fs/client/file/flags.js'
 import { StrataError } from '../../fs/common/errors.js'
 import { printable } from '../../fs/common/printable.js'
 import { InvalidArgumentError } from 'commander'
-import { U32_MAX, UsageError, chainListArg, chunkSizeArg, dfsPathArg, intArg, out, printAction, printJson, printListing, uuidArg } from './output.js'
+import { U32_MAX, UsageError, chainListArg, checkedArg, chunkSizeArg, dfsPathArg, intArg, out, printAction, printJson, printListing, uuidArg } from './output.js'
 import { nameDirectories } from './fs.js'
 
 export const U64_MAX = 0xffff_ffff_ffff_ffffn
@@ -79,14 +79,7 @@ function permArg(what: string): (v: string) => number {
 }
 
 /** gc-list's -p: a malformed cursor is a usage error, as dump-session's -p is (it was INVALID_ARGUMENT, exit 1). */
-function gcCursorArg(v: string): string {
-  try {
-    parseGcCursor(v)
-  } catch (e) {
-    throw new InvalidArgumentError((e as StrataError).reason ?? String(e))
-  }
-  return v
-}
+const gcCursorArg = checkedArg(parseGcCursor)
 
 function addLayoutOptions(c: Command): Command {
   return c

@@ -5,9 +5,8 @@ import fs from 'node:fs'
 import { InvalidArgumentError, type Command } from 'commander'
 import { withAdminSession } from '../../fs/admin/index.js'
 import { dumpSession, listClients, parseSessionCursor } from '../../fs/admin/client-sessions.js'
-import type { StrataError } from '../../fs/common/errors.js'
 import { U64_MAX, fsSession, type GlobalOpts } from './admin-fs.js'
-import { UsageError, fileArg, intArg, out, printJson, printListing, uuidArg } from './output.js'
+import { UsageError, checkedArg, fileArg, intArg, out, printJson, printListing, uuidArg } from './output.js'
 
 function adminSession(cmd: Command, run: (s: Parameters<Parameters<typeof withAdminSession>[1]>[0], json: boolean) => Promise<void>): Promise<void> {
   const g = cmd.optsWithGlobals() as GlobalOpts
@@ -25,14 +24,7 @@ function inodeArg(v: string): bigint {
   return BigInt(v.trim())
 }
 
-function cursorArg(v: string): string {
-  try {
-    parseSessionCursor(v)
-  } catch (e) {
-    throw new InvalidArgumentError((e as StrataError).reason ?? String(e))
-  }
-  return v
-}
+const cursorArg = checkedArg(parseSessionCursor)
 
 export function registerAdminSessionCommands(admin: Command): void {
   admin

@@ -82,7 +82,7 @@ export function onceArg(flag: string, hint: string): (v: string, prev: string | 
 }
 
 /** A parser that keeps the string, refusing what `check` throws on as a usage error. */
-function checkedArg(check: (v: string) => unknown): (v: string) => string {
+export function checkedArg(check: (v: string) => unknown): (v: string) => string {
   return (v: string) => {
     try {
       check(v)
